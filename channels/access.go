@@ -1,0 +1,45 @@
+package channels
+
+import "slices"
+
+// DM policies.
+const (
+	DMAllowlist = "allowlist" // only users in allow_from may talk to the bot
+	DMOpen      = "open"      // anyone may talk to the bot (a public bot)
+)
+
+// Access is the access policy every platform adapter enforces before Deliver. Adapters embed
+// it in their config with `mapstructure:",squash"`.
+type Access struct {
+	AllowFrom      []string `mapstructure:"allow_from" json:"allow_from" yaml:"allow_from"`
+	DMPolicy       string   `mapstructure:"dm_policy" json:"dm_policy" yaml:"dm_policy"`
+	RequireMention bool     `mapstructure:"require_mention" json:"require_mention" yaml:"require_mention"`
+}
+
+// Verdict is the outcome of an access check.
+type Verdict int
+
+const (
+	Allowed      Verdict = iota
+	NotAllowed           // the user is not on allow_from
+	NotMentioned         // a group message that neither mentions nor replies to the bot
+)
+
+// Check applies the policy to a normalised message. Group messages must pass the mention
+// gate when RequireMention is set; every message must come from allow_from unless the
+// policy is open.
+func (a Access) Check(m *Message) Verdict {
+	if a.DMPolicy != DMOpen && !slices.Contains(a.AllowFrom, m.UserID) {
+		return NotAllowed
+	}
+	if m.ChatType == ChatGroup && a.RequireMention && !m.Mentioned && (m.ReplyTo == nil || !m.ReplyTo.FromBot) {
+		return NotMentioned
+	}
+	return Allowed
+}
+
+// NotAllowedText is what adapters answer in a DM to a user who is not on the allowlist, so
+// that the admin can add them; groups stay silent to avoid noise.
+func NotAllowedText(userID string) string {
+	return "Sorry, you are not allowed to use this bot. Ask its admin to add your user id " + userID + " to allow_from."
+}

@@ -1,0 +1,55 @@
+package channels
+
+import (
+	"context"
+	"errors"
+	"net/http"
+)
+
+// Channel is one chat platform adapter. Implementations are safe for concurrent use.
+//
+// Start connects to the platform and returns once the connection is really made (so the
+// gateway can emit gateway:startup after every channel is up), or with an error that names
+// the channel and the problem (bad token, unreachable API) without revealing secrets. After
+// Start returns nil the adapter delivers inbound messages to sink from goroutines it owns,
+// reconnecting on its own after drops, until Stop. The ctx given to Start bounds only the
+// connect step.
+//
+// Open starts one answer to target; the gateway writes the answer's frames to the returned
+// Stream in order, from a single goroutine.
+//
+// Stop disconnects and returns once every goroutine the adapter started has ended, or ctx is done.
+type Channel interface {
+	Name() string
+	Start(ctx context.Context, sink Sink) error
+	Open(ctx context.Context, target Target) (Stream, error)
+	Stop(ctx context.Context) error
+}
+
+// Stream renders one answer's frames on the platform. Send returns when the frame is
+// handled: for done and error, when everything of the answer reached the platform. It
+// paces itself to the platform's limits, honouring retry_after, and retries transient
+// failures a bounded number of times; the error it returns is final for that frame.
+type Stream interface {
+	Send(ctx context.Context, f Frame) error
+}
+
+// Sink is the gateway side of an adapter.
+type Sink interface {
+	// Deliver hands over one inbound message that passed the adapter's access policy.
+	// It returns once the gateway has queued the message, so the adapter may then
+	// acknowledge it to the platform (advance an offset, ack an envelope). An error
+	// means the message was not taken (shutting down, chat queue full): do not ack.
+	Deliver(ctx context.Context, msg *Message) error
+	// Connected reports a platform connection really made (true) or lost (false, err).
+	Connected(channel string, up bool, err error)
+}
+
+// HTTPChannel is implemented by adapters that serve routes on the gateway's HTTP
+// listener (web chat, webhooks). Routes is called once before Start.
+type HTTPChannel interface {
+	Routes(mux *http.ServeMux)
+}
+
+// ErrNotAccepted is returned by Sink.Deliver when the gateway cannot take the message now.
+var ErrNotAccepted = errors.New("message not accepted")

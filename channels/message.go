@@ -1,0 +1,131 @@
+// Package channels holds the message model shared by every chat platform (Message,
+// Part, Frame) and the Channel contract each platform adapter implements.
+package channels
+
+import (
+	"strings"
+	"time"
+)
+
+// PartType names what a Part carries. These strings are part of the hook wire format.
+type PartType string
+
+const (
+	PartText  PartType = "text"
+	PartAudio PartType = "audio" // voice notes and audio files
+	PartImage PartType = "image"
+	PartFile  PartType = "file" // documents and anything else
+)
+
+// Part is one piece of a message: text, or a media file the adapter downloaded.
+// Media lives on disk (Path) or, when small and generated in-process, in Data.
+type Part struct {
+	Type     PartType `json:"type"`
+	Text     string   `json:"text,omitempty"`
+	MIME     string   `json:"mime,omitempty"`
+	Path     string   `json:"path,omitempty"`
+	Data     []byte   `json:"-"`
+	Name     string   `json:"name,omitempty"`     // original file name, when the platform gives one
+	Size     int64    `json:"size,omitempty"`     // bytes
+	Duration float64  `json:"duration,omitempty"` // seconds, for audio when known
+	Voice    bool     `json:"voice,omitempty"`    // audio recorded as a voice note (not a music file)
+}
+
+// TextPart is shorthand for a text part.
+func TextPart(s string) Part { return Part{Type: PartText, Text: s} }
+
+// ChatType tells direct messages from group conversations; the mention gate applies to groups.
+type ChatType string
+
+const (
+	ChatDM    ChatType = "dm"
+	ChatGroup ChatType = "group"
+)
+
+// Reply is the message a user answered to, when they used the platform's reply feature.
+type Reply struct {
+	ID      string `json:"id"`
+	Text    string `json:"text,omitempty"`
+	UserID  string `json:"user_id,omitempty"`
+	FromBot bool   `json:"from_bot,omitempty"` // the user replied to this bot
+}
+
+// Message is one inbound user message, normalised by its adapter.
+type Message struct {
+	ID        string    `json:"id"`      // platform message id, used to drop redeliveries
+	Channel   string    `json:"channel"` // adapter name: "telegram", "web", ...
+	ChatID    string    `json:"chat_id"`
+	ThreadID  string    `json:"thread_id"` // forum topic / thread; "" when none
+	UserID    string    `json:"user_id"`
+	UserName  string    `json:"user_name,omitempty"`
+	ChatType  ChatType  `json:"chat_type"`
+	Mentioned bool      `json:"mentioned,omitempty"` // the bot was @mentioned or replied to
+	ReplyTo   *Reply    `json:"reply_to,omitempty"`
+	Parts     []Part    `json:"parts"`
+	IsVoice   bool      `json:"is_voice,omitempty"` // the user spoke (kept after STT replaces the audio)
+	Time      time.Time `json:"time"`
+}
+
+// Text joins the message's text parts with newlines.
+func (m *Message) Text() string { return JoinText(m.Parts) }
+
+// JoinText joins the text of the text parts with newlines.
+func JoinText(parts []Part) string {
+	var b strings.Builder
+	for _, p := range parts {
+		if p.Type != PartText || p.Text == "" {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(p.Text)
+	}
+	return b.String()
+}
+
+// Target says where the frames of one answer go.
+type Target struct {
+	Channel   string   `json:"channel"`
+	ChatID    string   `json:"chat_id"`
+	ThreadID  string   `json:"thread_id"`
+	ChatType  ChatType `json:"chat_type"`
+	ReplyToID string   `json:"reply_to_id,omitempty"` // the user's message; groups quote it
+}
+
+// TargetOf answers the given message in the same chat and thread.
+func TargetOf(m *Message) Target {
+	return Target{Channel: m.Channel, ChatID: m.ChatID, ThreadID: m.ThreadID, ChatType: m.ChatType, ReplyToID: m.ID}
+}
+
+// FrameType names a step of an answer as it streams to a chat.
+type FrameType string
+
+const (
+	FrameStart  FrameType = "start"  // a turn began: show typing
+	FrameDelta  FrameType = "delta"  // more answer text (Text is the new piece)
+	FrameTool   FrameType = "tool"   // a tool started or finished (Tool)
+	FrameStatus FrameType = "status" // a short progress note (Text), e.g. "retrying"
+	FrameParts  FrameType = "parts"  // extra parts to deliver, e.g. TTS voice (Parts)
+	FrameDone   FrameType = "done"   // the answer is complete; Text is the whole answer text
+	FrameError  FrameType = "error"  // the turn failed; Text is a plain-language reason. Ends the answer like done.
+)
+
+// ToolInfo describes a tool step for display.
+type ToolInfo struct {
+	ID      string `json:"id"`
+	Name    string `json:"name"`
+	Phase   string `json:"phase"` // "start" or "end"
+	IsError bool   `json:"is_error,omitempty"`
+	Summary string `json:"summary,omitempty"`
+}
+
+// Frame is one step of an answer. A stream of frames is: start, then any of
+// delta/tool/status, then parts (if any), then exactly one done or error.
+// A one-shot notice (a command reply, a reject reason) is a lone done frame with Text.
+type Frame struct {
+	Type  FrameType `json:"type"`
+	Text  string    `json:"text,omitempty"`
+	Tool  *ToolInfo `json:"tool,omitempty"`
+	Parts []Part    `json:"parts,omitempty"`
+}

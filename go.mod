@@ -1,0 +1,3 @@
+module gateway
+
+go 1.26

@@ -1,0 +1,118 @@
+// Package harness is the agent: one Session per chat runs turns against a model Provider,
+// with tools, a durable JSONL history, steer/follow-up queues and abort. It knows nothing
+// of chat platforms.
+package harness
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"gateway/hooks"
+	"gateway/internal/llm"
+	"gateway/internal/secret"
+)
+
+// Config is the `llm:` config section (and a profile's override of it).
+type Config struct {
+	Provider string        `mapstructure:"provider" json:"provider"` // openai | anthropic | fake | echo
+	Model    string        `mapstructure:"model" json:"model"`
+	BaseURL  string        `mapstructure:"base_url" json:"base_url"`
+	APIKey   secret.Secret `mapstructure:"api_key" json:"api_key"`
+	// Timeout bounds one provider call, streaming included.
+	Timeout time.Duration `mapstructure:"timeout" json:"timeout"`
+	// MaxRetries is how many times a 429/5xx/timeout is retried before the turn fails.
+	MaxRetries int `mapstructure:"max_retries" json:"max_retries"`
+	MaxTokens  int `mapstructure:"max_tokens" json:"max_tokens"`
+}
+
+// Request is one model call.
+type Request struct {
+	RequestID   string
+	Model       string
+	System      string
+	Messages    []llm.Message
+	Tools       []llm.ToolDef
+	MaxTokens   int
+	Temperature *float64
+}
+
+// Response is a model call's complete answer.
+type Response struct {
+	Message    llm.Message // role assistant; Content and/or ToolCalls
+	Usage      llm.Usage
+	StopReason string
+}
+
+// Provider calls one model API. Stream calls onDelta with each piece of answer text as it
+// arrives and returns the complete response. Errors that are worth retrying (429, 5xx,
+// timeouts) are *RetryableError.
+type Provider interface {
+	Name() string
+	Stream(ctx context.Context, req *Request, onDelta func(text string)) (*Response, error)
+}
+
+// RetryableError marks a provider failure worth retrying, with the wait the server asked for.
+type RetryableError struct {
+	Err        error
+	RetryAfter time.Duration // 0 when the server gave none
+}
+
+func (e *RetryableError) Error() string { return e.Err.Error() }
+func (e *RetryableError) Unwrap() error { return e.Err }
+
+// Tool is a function the model may call.
+type Tool interface {
+	Def() llm.ToolDef
+	Run(ctx context.Context, args json.RawMessage) (string, error)
+}
+
+// UpdateKind names a streamed step of a run.
+type UpdateKind string
+
+const (
+	UpdateDelta     UpdateKind = "delta"      // Text: a piece of answer text
+	UpdateToolStart UpdateKind = "tool_start" // Tool set
+	UpdateToolEnd   UpdateKind = "tool_end"   // Tool set, IsError/Text = result summary
+	UpdateStatus    UpdateKind = "status"     // Text: e.g. "model busy, retrying in 2s"
+)
+
+// Update is one streamed step of a run, for the chat to render.
+type Update struct {
+	Kind     UpdateKind
+	Text     string
+	ToolID   string
+	ToolName string
+	IsError  bool
+}
+
+// Result is how a run ended.
+type Result struct {
+	Text    string // the final assistant text of the run
+	Aborted bool   // ctx was cancelled; what was said so far is kept in history
+}
+
+// SessionOptions configure one chat's session.
+type SessionOptions struct {
+	Key      string        // session key, e.g. "telegram:123:7"; names the history file
+	Info     hooks.Session // carried on every harness event
+	Store    *Store
+	Provider Provider
+	Model    string
+	System   string
+	Tools    []Tool
+	Bus      *hooks.Bus // may be nil
+	Logger   *slog.Logger
+	// MaxRetries and Timeout as in Config; zero means the defaults (3, 120s).
+	MaxRetries int
+	Timeout    time.Duration
+	MaxTokens  int
+}
+
+// NewProvider builds the provider the config names. The client's transport is used for
+// every call (tests point it at fakes through BaseURL).
+func NewProvider(cfg Config, client *http.Client) (Provider, error) {
+	panic("TODO(harness)")
+}
