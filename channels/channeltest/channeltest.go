@@ -26,7 +26,9 @@ type Features struct {
 	VoiceOut  bool // the bot can send native voice notes
 	Groups    bool // group chats with a mention gate
 	Threads   bool // threads/topics map to ThreadID
-	RateLimit bool // the fake can answer 429 with retry_after
+	RateLimit bool // the fake can fail sends: 429 with retry_after, and 5xx
+	Access    bool // the adapter enforces allow_from (platforms with user ids; not the local web chat)
+	Tokens    bool // the adapter authenticates with a token the fake can reject
 	MaxLen    int  // text limit of one message, in the platform's unit (see Platform.Len)
 	// VoiceMIME is the MIME type an audio part must carry to be sent as a native voice note.
 	VoiceMIME string
@@ -376,6 +378,9 @@ func testVoiceOut(t *testing.T, h *harness) {
 }
 
 func testAllowlist(t *testing.T, h *harness) {
+	if !h.f.Access {
+		t.Skip("adapter has no allowlist")
+	}
 	h.start(defaultAccess())
 	h.p.Inject(t, Inbound{ChatID: "506", UserID: "666", Text: "let me in"})
 	h.p.Inject(t, dm("507", "allowed one"))
@@ -446,6 +451,9 @@ func testRateLimit(t *testing.T, h *harness) {
 }
 
 func testServerErrorRetry(t *testing.T, h *harness) {
+	if !h.f.RateLimit {
+		t.Skip("fake cannot fail sends")
+	}
 	h.start(defaultAccess())
 	h.p.FailNext(2, 0)
 	h.answer(channels.Target{Channel: h.ch.Name(), ChatID: "512", ChatType: channels.ChatDM},
@@ -471,6 +479,9 @@ func testRedelivery(t *testing.T, h *harness) {
 }
 
 func testBadToken(t *testing.T, h *harness) {
+	if !h.f.Tokens {
+		t.Skip("adapter has no token")
+	}
 	env := h.env(defaultAccess())
 	env.BadToken = true
 	ch := h.p.NewChannel(t, env)
