@@ -97,6 +97,8 @@ type MessageReceive struct {
 	Text      string            `json:"text"` // the text parts joined; kept in step with Parts by the reducer
 	Parts     []channels.Part   `json:"parts"`
 	IsVoice   bool              `json:"is_voice"`
+	// Language is the profile's spoken language hint for STT ("" = auto).
+	Language string `json:"language,omitempty"`
 }
 
 // Receive actions.
@@ -124,6 +126,11 @@ type MessageSend struct {
 	InputText    string `json:"input_text"`
 	ResponseText string `json:"response_text"`
 	IsVoice      bool   `json:"is_voice"` // the user spoke the message this answers
+	// TTSMode overrides the configured TTS mode for this chat ("" = configured; off|inbound|always),
+	// from the profile or the chat's /voice command. Voice and Language likewise override the TTS voice.
+	TTSMode  string `json:"tts_mode,omitempty"`
+	Voice    string `json:"voice,omitempty"`
+	Language string `json:"language,omitempty"`
 }
 
 // SendResult carries parts to deliver before done.
