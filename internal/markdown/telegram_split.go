@@ -1,0 +1,217 @@
+package markdown
+
+import (
+	"html"
+	"regexp"
+	"strings"
+	"unicode/utf8"
+)
+
+// atom is one indivisible piece of Telegram HTML: a tag, an entity or one character.
+type atom struct {
+	raw     string
+	units   int    // visible UTF-16 units; 0 for tags
+	tag     string // tag name for tags, "" for text
+	closing bool
+	ch      rune // the visible character, for text
+}
+
+func atomize(s string) []atom {
+	var out []atom
+	for i := 0; i < len(s); {
+		switch s[i] {
+		case '<':
+			if j := strings.IndexByte(s[i:], '>'); j > 0 {
+				raw := s[i : i+j+1]
+				name := strings.TrimPrefix(raw[1:len(raw)-1], "/")
+				if k := strings.IndexAny(name, " \t\n/"); k >= 0 {
+					name = name[:k]
+				}
+				out = append(out, atom{raw: raw, tag: strings.ToLower(name), closing: raw[1] == '/'})
+				i += j + 1
+				continue
+			}
+		case '&':
+			if j := strings.IndexByte(s[i:], ';'); j > 1 && j <= 10 {
+				raw := s[i : i+j+1]
+				if dec := html.UnescapeString(raw); dec != raw {
+					r, _ := utf8.DecodeRuneInString(dec)
+					out = append(out, atom{raw: raw, units: runeUnits(r), ch: r})
+					i += j + 1
+					continue
+				}
+			}
+		}
+		r, n := utf8.DecodeRuneInString(s[i:])
+		out = append(out, atom{raw: s[i : i+n], units: runeUnits(r), ch: r})
+		i += n
+	}
+	return out
+}
+
+func runeUnits(r rune) int {
+	if r >= 0x10000 {
+		return 2
+	}
+	return 1
+}
+
+// TelegramText is what a user sees of Telegram HTML: the text without tags, entities
+// decoded. It is the plain-text fallback when Telegram refuses the HTML.
+func TelegramText(s string) string {
+	var b strings.Builder
+	for _, a := range atomize(s) {
+		if a.tag == "" {
+			b.WriteRune(a.ch)
+		}
+	}
+	return b.String()
+}
+
+// TelegramLen is the visible length of Telegram HTML in UTF-16 units, the measure of
+// Telegram's 4096 limit ("after entities parsing").
+func TelegramLen(s string) int {
+	n := 0
+	for _, a := range atomize(s) {
+		n += a.units
+	}
+	return n
+}
+
+// SplitTelegramHTML splits Telegram HTML into messages whose visible text is at most
+// limit UTF-16 units. It prefers paragraph breaks, then line breaks, then spaces, and cuts
+// inside a word only when a piece has no blank to cut at. A tag open at a
+// cut is closed at the end of one message and opened again at the start of the next, so
+// a code block cut in two stays a code block in both messages and every piece is valid.
+func SplitTelegramHTML(s string, limit int) []string {
+	limit = max(limit, 2) // room for one surrogate pair
+	atoms := atomize(s)
+	var out []string
+	var stack []atom // tags open at start
+	start := skipSpace(atoms, 0)
+	for start < len(atoms) {
+		end, units := len(atoms), 0
+		var best [4]int      // best[p]: latest break of priority p (index after it), 0 if none
+		var bestUnits [4]int // visible units before that break
+		for i := start; i < len(atoms); i++ {
+			a := atoms[i]
+			if a.tag != "" {
+				continue
+			}
+			if units+a.units > limit {
+				end = pickBreak(best, bestUnits, limit, i)
+				break
+			}
+			units += a.units
+			p := 0
+			switch a.ch {
+			case '\n':
+				p = 2
+				if i > start && atoms[i-1].ch == '\n' && atoms[i-1].tag == "" {
+					p = 3
+				}
+			case ' ', '\t':
+				p = 1
+			}
+			if p > 0 {
+				best[p], bestUnits[p] = i+1, units
+			}
+		}
+		chunk, next := emit(atoms, start, end, stack)
+		if chunk != "" {
+			out = append(out, chunk)
+		}
+		stack = next
+		start = skipSpace(atoms, end)
+	}
+	return out
+}
+
+// pickBreak chooses where to cut when atom i does not fit: the strongest break in the
+// second half of the piece, else the latest break of any kind, else right before i.
+func pickBreak(best, bestUnits [4]int, limit, i int) int {
+	for p := 3; p >= 1; p-- {
+		if best[p] > 0 && bestUnits[p] >= limit/2 {
+			return best[p]
+		}
+	}
+	latest := 0
+	for p := 3; p >= 1; p-- {
+		latest = max(latest, best[p])
+	}
+	if latest > 0 {
+		return latest
+	}
+	return i
+}
+
+// emit renders atoms[start:end] as one message: tags open before start are reopened,
+// tags still open at end are closed. It returns the message and the tags open at end.
+func emit(atoms []atom, start, end int, open []atom) (string, []atom) {
+	var b strings.Builder
+	for _, t := range open {
+		b.WriteString(t.raw)
+	}
+	stack := append([]atom(nil), open...)
+	// Trailing blanks are dropped: Telegram trims them and they would only use up the limit.
+	last := end
+	for last > start && atoms[last-1].tag == "" && isSpace(atoms[last-1].ch) {
+		last--
+	}
+	visible := 0
+	for i := start; i < end; i++ {
+		a := atoms[i]
+		switch {
+		case a.tag != "" && !a.closing:
+			stack = append(stack, a)
+		case a.tag != "":
+			for j := len(stack) - 1; j >= 0; j-- {
+				if stack[j].tag == a.tag {
+					stack = append(stack[:j], stack[j+1:]...)
+					break
+				}
+			}
+		case i >= last:
+			continue // a trailing blank
+		default:
+			visible += a.units
+		}
+		b.WriteString(a.raw)
+	}
+	if visible == 0 {
+		return "", stack
+	}
+	for j := len(stack) - 1; j >= 0; j-- {
+		b.WriteString("</" + stack[j].tag + ">")
+	}
+	return dropEmptyTags(b.String()), stack
+}
+
+var emptyTag = regexp.MustCompile(`<(b|strong|i|em|u|ins|s|strike|del|code|pre|a|blockquote|tg-spoiler|span)(\s[^>]*)?></([a-z-]+)>`)
+
+// dropEmptyTags removes pairs like <b></b> that a cut can leave behind: Telegram would
+// refuse an empty entity.
+func dropEmptyTags(s string) string {
+	for {
+		n := emptyTag.ReplaceAllStringFunc(s, func(m string) string {
+			sub := emptyTag.FindStringSubmatch(m)
+			if sub[1] == sub[3] {
+				return ""
+			}
+			return m
+		})
+		if n == s {
+			return s
+		}
+		s = n
+	}
+}
+
+func skipSpace(atoms []atom, i int) int {
+	for i < len(atoms) && atoms[i].tag == "" && isSpace(atoms[i].ch) {
+		i++
+	}
+	return i
+}
+
+func isSpace(r rune) bool { return r == ' ' || r == '\n' || r == '\t' }
