@@ -1,0 +1,313 @@
+package markdown
+
+import (
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/yuin/goldmark"
+	"github.com/yuin/goldmark/ast"
+	"github.com/yuin/goldmark/extension"
+	east "github.com/yuin/goldmark/extension/ast"
+	"github.com/yuin/goldmark/text"
+	"github.com/yuin/goldmark/util"
+)
+
+// Mrkdwn renders Markdown as Slack's mrkdwn: **bold** becomes *bold*, _italic_ stays
+// _italic_, ~~strike~~ becomes ~strike~, [text](url) becomes <url|text>, headings become
+// bold lines, lists get bullets, code spans and fenced blocks are kept verbatim, and &, <
+// and > are escaped everywhere else so that model output cannot ping users (<!channel>,
+// <@U123>) or forge links. The output is well-formed for any input: an unclosed fence
+// runs to the end, as it does while an answer streams.
+func Mrkdwn(md string) string {
+	src := []byte(md)
+	p := goldmark.New(goldmark.WithExtensions(extension.Strikethrough, extension.Table, extension.TaskList)).Parser()
+	doc := p.Parse(text.NewReader(src))
+	r := &mrkdwnRenderer{src: src}
+	r.blocks(doc, "\n\n")
+	return strings.TrimSpace(r.b.String())
+}
+
+// EscapeMrkdwn escapes the three characters Slack gives a meaning in message text.
+func EscapeMrkdwn(s string) string {
+	if !strings.ContainsAny(s, "&<>") {
+		return s
+	}
+	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(s)
+}
+
+type mrkdwnRenderer struct {
+	src   []byte
+	b     strings.Builder
+	depth int // list nesting, for indentation
+}
+
+func (r *mrkdwnRenderer) blocks(n ast.Node, sep string) {
+	for c := n.FirstChild(); c != nil; c = c.NextSibling() {
+		if c != n.FirstChild() {
+			r.b.WriteString(sep)
+		}
+		r.block(c)
+	}
+}
+
+func (r *mrkdwnRenderer) block(n ast.Node) {
+	switch n := n.(type) {
+	case *ast.Paragraph, *ast.TextBlock:
+		r.inlines(n)
+	case *ast.Heading:
+		// Slack has no headings; a bold line reads as one.
+		r.b.WriteString("*")
+		r.inlines(n)
+		r.b.WriteString("*")
+	case *ast.ThematicBreak:
+		r.b.WriteString("———")
+	case *ast.FencedCodeBlock:
+		r.code(n.Lines())
+	case *ast.CodeBlock:
+		r.code(n.Lines())
+	case *ast.Blockquote:
+		sub := &mrkdwnRenderer{src: r.src, depth: r.depth}
+		sub.blocks(n, "\n")
+		for i, line := range strings.Split(sub.b.String(), "\n") {
+			if i > 0 {
+				r.b.WriteByte('\n')
+			}
+			r.b.WriteString("> " + line)
+		}
+	case *ast.List:
+		r.list(n)
+	case *ast.HTMLBlock:
+		// Raw HTML is shown as the text it is.
+		var s strings.Builder
+		lines := n.Lines()
+		for i := 0; i < lines.Len(); i++ {
+			seg := lines.At(i)
+			s.Write(seg.Value(r.src))
+		}
+		if n.HasClosure() {
+			s.Write(n.ClosureLine.Value(r.src))
+		}
+		r.b.WriteString(EscapeMrkdwn(strings.TrimRight(s.String(), "\n")))
+	case *east.Table:
+		r.table(n)
+	default:
+		if n.Type() == ast.TypeInline {
+			r.inline(n)
+			return
+		}
+		r.blocks(n, "\n\n")
+	}
+}
+
+// code writes a fenced block. The language is dropped: Slack would show it as code text.
+func (r *mrkdwnRenderer) code(lines *text.Segments) {
+	var s strings.Builder
+	for i := 0; i < lines.Len(); i++ {
+		seg := lines.At(i)
+		s.Write(seg.Value(r.src))
+	}
+	r.b.WriteString("```\n" + strings.TrimRight(s.String(), "\n") + "\n```")
+}
+
+func (r *mrkdwnRenderer) list(l *ast.List) {
+	indent := strings.Repeat("    ", r.depth)
+	bullet := "• "
+	if r.depth%2 == 1 {
+		bullet = "◦ "
+	}
+	r.depth++
+	defer func() { r.depth-- }()
+	sep := "\n"
+	if !l.IsTight {
+		sep = "\n\n"
+	}
+	i := 0
+	for item := l.FirstChild(); item != nil; item = item.NextSibling() {
+		if i > 0 {
+			r.b.WriteString(sep)
+		}
+		marker := bullet
+		if l.IsOrdered() {
+			marker = strconv.Itoa(l.Start+i) + ". "
+		}
+		r.b.WriteString(indent + marker)
+		for c := item.FirstChild(); c != nil; c = c.NextSibling() {
+			if c != item.FirstChild() {
+				r.b.WriteString("\n")
+			}
+			r.block(c)
+		}
+		i++
+	}
+}
+
+// table becomes a code block with padded columns: Slack has no tables.
+func (r *mrkdwnRenderer) table(t *east.Table) {
+	var rows [][]string
+	var widths []int
+	header := -1
+	for row := t.FirstChild(); row != nil; row = row.NextSibling() {
+		var cells []string
+		for cell := row.FirstChild(); cell != nil; cell = cell.NextSibling() {
+			c := strings.TrimSpace(mrkdwnPlain(cell, r.src))
+			if len(cells) >= len(widths) {
+				widths = append(widths, 0)
+			}
+			widths[len(cells)] = max(widths[len(cells)], len([]rune(c)))
+			cells = append(cells, c)
+		}
+		if _, ok := row.(*east.TableHeader); ok {
+			header = len(rows)
+		}
+		rows = append(rows, cells)
+	}
+	var out []string
+	for i, cells := range rows {
+		var line []string
+		for j, c := range cells {
+			line = append(line, c+strings.Repeat(" ", widths[j]-len([]rune(c))))
+		}
+		out = append(out, strings.TrimRight(strings.Join(line, " | "), " "))
+		if i == header {
+			var rule []string
+			for _, w := range widths {
+				rule = append(rule, strings.Repeat("-", w))
+			}
+			out = append(out, strings.Join(rule, "-+-"))
+		}
+	}
+	r.b.WriteString("```\n" + strings.Join(out, "\n") + "\n```")
+}
+
+func (r *mrkdwnRenderer) inlines(n ast.Node) {
+	for c := n.FirstChild(); c != nil; c = c.NextSibling() {
+		r.inline(c)
+	}
+}
+
+func (r *mrkdwnRenderer) inline(n ast.Node) {
+	switch n := n.(type) {
+	case *ast.Text:
+		r.b.WriteString(EscapeMrkdwn(mrkdwnText(n, r.src)))
+		if n.SoftLineBreak() || n.HardLineBreak() {
+			r.b.WriteByte('\n')
+		}
+	case *ast.String:
+		r.b.WriteString(EscapeMrkdwn(string(n.Value)))
+	case *ast.CodeSpan:
+		var s strings.Builder
+		for c := n.FirstChild(); c != nil; c = c.NextSibling() {
+			if t, ok := c.(*ast.Text); ok {
+				s.Write(t.Value(r.src))
+			} else if t, ok := c.(*ast.String); ok {
+				s.Write(t.Value)
+			}
+		}
+		r.b.WriteString("`" + s.String() + "`")
+	case *ast.Emphasis:
+		mark := "_"
+		if n.Level >= 2 {
+			mark = "*"
+		}
+		r.b.WriteString(mark)
+		r.inlines(n)
+		r.b.WriteString(mark)
+	case *east.Strikethrough:
+		r.b.WriteString("~")
+		r.inlines(n)
+		r.b.WriteString("~")
+	case *ast.Link:
+		r.link(string(n.Destination), n)
+	case *ast.Image:
+		r.link(string(n.Destination), n)
+	case *ast.AutoLink:
+		u := string(n.URL(r.src))
+		if n.AutoLinkType == ast.AutoLinkEmail && !strings.HasPrefix(strings.ToLower(u), "mailto:") {
+			u = "mailto:" + u
+		}
+		if mrkdwnSafeURL(u) {
+			r.b.WriteString("<" + mrkdwnURL(u) + ">")
+		} else {
+			r.b.WriteString(EscapeMrkdwn(string(n.Label(r.src))))
+		}
+	case *ast.RawHTML:
+		for i := 0; i < n.Segments.Len(); i++ {
+			seg := n.Segments.At(i)
+			r.b.WriteString(EscapeMrkdwn(string(seg.Value(r.src))))
+		}
+	case *east.TaskCheckBox:
+		if n.IsChecked {
+			r.b.WriteString("☑ ")
+		} else {
+			r.b.WriteString("☐ ")
+		}
+	default:
+		r.inlines(n)
+	}
+}
+
+// link renders <url|text>, or the text alone when the URL is not one Slack should open.
+func (r *mrkdwnRenderer) link(dest string, children ast.Node) {
+	label := &mrkdwnRenderer{src: r.src}
+	label.inlines(children)
+	text := strings.ReplaceAll(label.b.String(), "|", "¦") // a | would end the label early
+	text = strings.ReplaceAll(text, "\n", " ")
+	if !mrkdwnSafeURL(dest) {
+		r.b.WriteString(text)
+		return
+	}
+	if text == "" {
+		r.b.WriteString("<" + mrkdwnURL(dest) + ">")
+		return
+	}
+	r.b.WriteString("<" + mrkdwnURL(dest) + "|" + text + ">")
+}
+
+func mrkdwnSafeURL(u string) bool {
+	p, err := url.Parse(u)
+	if err != nil {
+		return false
+	}
+	switch strings.ToLower(p.Scheme) {
+	case "http", "https", "mailto", "ftp":
+		return true
+	}
+	return false
+}
+
+// mrkdwnURL makes a URL safe inside <...|...>: & is escaped, and the characters that
+// would end the link early are percent-encoded.
+func mrkdwnURL(u string) string {
+	return strings.NewReplacer("&", "&amp;", "<", "%3C", ">", "%3E", "|", "%7C", " ", "%20").Replace(u)
+}
+
+// mrkdwnText is a text node's content with Markdown escapes and entities resolved.
+func mrkdwnText(n *ast.Text, src []byte) string {
+	v := n.Value(src)
+	if n.IsRaw() {
+		return string(v)
+	}
+	return string(util.ResolveEntityNames(util.ResolveNumericReferences(util.UnescapePunctuations(v))))
+}
+
+// mrkdwnPlain is the text of n's inline descendants, without markup.
+func mrkdwnPlain(n ast.Node, src []byte) string {
+	var b strings.Builder
+	_ = ast.Walk(n, func(c ast.Node, entering bool) (ast.WalkStatus, error) {
+		if !entering {
+			return ast.WalkContinue, nil
+		}
+		switch c := c.(type) {
+		case *ast.Text:
+			b.WriteString(mrkdwnText(c, src))
+			if c.SoftLineBreak() || c.HardLineBreak() {
+				b.WriteByte(' ')
+			}
+		case *ast.String:
+			b.Write(c.Value)
+		}
+		return ast.WalkContinue, nil
+	})
+	return b.String()
+}
