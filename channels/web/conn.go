@@ -1,0 +1,440 @@
+package web
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"mime"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"gateway/channels"
+)
+
+// inbound is a client's message (see the package doc).
+type inbound struct {
+	Type   string `json:"type"`
+	ID     string `json:"id"`
+	ChatID string `json:"chat_id"`
+	UserID string `json:"user_id"`
+	Text   string `json:"text"`
+	Audio  *struct {
+		MIME string `json:"mime"`
+		Data string `json:"data"`
+	} `json:"audio"`
+}
+
+// wireFrame is one server-to-client frame.
+type wireFrame struct {
+	Type           string             `json:"type"`
+	Text           string             `json:"text,omitempty"`
+	Tool           *channels.ToolInfo `json:"tool,omitempty"`
+	Parts          []wirePart         `json:"parts,omitempty"`
+	ReplyTo        string             `json:"reply_to,omitempty"`
+	ChatID         string             `json:"chat_id,omitempty"`          // hello
+	MaxUploadBytes int64              `json:"max_upload_bytes,omitempty"` // hello
+}
+
+// wirePart is a part as the page renders it: media by URL, never inline.
+type wirePart struct {
+	Type     string  `json:"type"`
+	Text     string  `json:"text,omitempty"`
+	MIME     string  `json:"mime,omitempty"`
+	URL      string  `json:"url,omitempty"`
+	Name     string  `json:"name,omitempty"`
+	Size     int64   `json:"size,omitempty"`
+	Duration float64 `json:"duration,omitempty"`
+	Voice    bool    `json:"voice,omitempty"`
+}
+
+// conn is one open socket (one browser tab).
+type conn struct {
+	ws   *websocket.Conn
+	chat string // guarded by Channel.mu; "" until bound
+}
+
+func (k *conn) send(ctx context.Context, f wireFrame) error {
+	b, err := json.Marshal(f)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
+	return k.ws.Write(ctx, websocket.MessageText, b)
+}
+
+// errorFrame tells the tab that its message (replyTo) was not taken, in plain words.
+func (c *Channel) errorFrame(ctx context.Context, k *conn, replyTo, text string) {
+	if err := k.send(ctx, wireFrame{Type: string(channels.FrameError), Text: text, ReplyTo: replyTo}); err != nil {
+		c.log.Debug("error frame not written", "err", err)
+	}
+}
+
+func (c *Channel) serveWS(w http.ResponseWriter, r *http.Request) {
+	if err := checkOrigin(r); err != nil {
+		c.log.Warn("websocket refused", "err", err)
+		http.Error(w, "Cross-origin WebSocket connections are not allowed.", http.StatusForbidden)
+		return
+	}
+	chat := r.URL.Query().Get("chat_id")
+	if chat != "" && !validID(chat) {
+		http.Error(w, "chat_id must be 1-128 characters of letters, digits and _ . : -", http.StatusBadRequest)
+		return
+	}
+	c.mu.Lock()
+	if c.state != stateRunning {
+		c.mu.Unlock()
+		http.Error(w, "The web chat is not running.", http.StatusServiceUnavailable)
+		return
+	}
+	if msg := c.fullLocked(chat); msg != "" {
+		c.mu.Unlock()
+		http.Error(w, msg, http.StatusServiceUnavailable)
+		return
+	}
+	ctx := c.ctx
+	c.wg.Add(1)
+	c.mu.Unlock()
+	defer c.wg.Done()
+
+	// The origin was checked above with loopback allowed, which Accept's own check does not know.
+	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
+	if err != nil {
+		c.log.Debug("websocket accept failed", "err", err)
+		return
+	}
+	ws.SetReadLimit(c.readLimit)
+	k := &conn{ws: ws}
+	if err := c.register(k, chat); err != nil {
+		_ = ws.Close(websocket.StatusTryAgainLater, err.Error())
+		return
+	}
+	defer c.unregister(k)
+	defer ws.CloseNow()
+
+	c.wg.Add(1)
+	go c.keepAlive(ctx, k)
+
+	if err := k.send(ctx, wireFrame{Type: "hello", ChatID: chat, MaxUploadBytes: c.cfg.MaxUploadBytes}); err != nil {
+		return
+	}
+	c.log.Debug("socket open", "chat", chat)
+	for {
+		typ, data, err := ws.Read(ctx)
+		if err != nil {
+			if errors.Is(err, websocket.ErrMessageTooBig) {
+				c.log.Info("socket closed: message over the read limit", "chat", c.chatOf(k), "limit", c.readLimit)
+			} else {
+				c.log.Debug("socket closed", "chat", c.chatOf(k), "status", websocket.CloseStatus(err))
+			}
+			return
+		}
+		if typ != websocket.MessageText {
+			c.errorFrame(ctx, k, "", "Only JSON text messages are understood.")
+			continue
+		}
+		c.handle(ctx, k, data)
+	}
+}
+
+// keepAlive pings so that a tab that vanished (laptop lid, lost Wi-Fi) is noticed and closed.
+func (c *Channel) keepAlive(ctx context.Context, k *conn) {
+	defer c.wg.Done()
+	t := time.NewTicker(pingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, pingTimeout)
+		err := k.ws.Ping(pctx)
+		cancel()
+		if err != nil {
+			_ = k.ws.CloseNow()
+			return
+		}
+	}
+}
+
+// fullLocked says why no more sockets can open on chat, or "".
+func (c *Channel) fullLocked(chat string) string {
+	if len(c.all) >= maxSockets {
+		return "Too many web chat windows are open; close some and reload."
+	}
+	if chat != "" && len(c.byChat[chat]) >= maxSocketsChat {
+		return "Too many windows are open on this chat; close some and reload."
+	}
+	return ""
+}
+
+func (c *Channel) register(k *conn, chat string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state != stateRunning {
+		return errors.New("gateway stopping")
+	}
+	if msg := c.fullLocked(chat); msg != "" {
+		return errors.New("too many windows")
+	}
+	c.all[k] = struct{}{}
+	if chat != "" {
+		c.bindLocked(k, chat)
+	}
+	return nil
+}
+
+func (c *Channel) bindLocked(k *conn, chat string) {
+	k.chat = chat
+	set := c.byChat[chat]
+	if set == nil {
+		set = map[*conn]struct{}{}
+		c.byChat[chat] = set
+	}
+	set[k] = struct{}{}
+}
+
+// bind ties a socket opened without chat_id to the chat of its first message.
+func (c *Channel) bind(k *conn, chat string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case k.chat == chat:
+		return ""
+	case k.chat != "":
+		return fmt.Sprintf("This window belongs to chat %q; reload the page to use another chat.", k.chat)
+	case len(c.byChat[chat]) >= maxSocketsChat:
+		return "Too many windows are open on this chat; close some and reload."
+	}
+	c.bindLocked(k, chat)
+	return ""
+}
+
+func (c *Channel) unregister(k *conn) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.all, k)
+	if set := c.byChat[k.chat]; set != nil {
+		delete(set, k)
+		if len(set) == 0 {
+			delete(c.byChat, k.chat)
+		}
+	}
+}
+
+func (c *Channel) chatOf(k *conn) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return k.chat
+}
+
+// handle validates one client message and delivers it. Every outcome is answered: ack when
+// the gateway took it, an error frame with the reason otherwise.
+func (c *Channel) handle(ctx context.Context, k *conn, data []byte) {
+	var in inbound
+	if err := json.Unmarshal(data, &in); err != nil {
+		c.errorFrame(ctx, k, "", "That message could not be read: it is not valid JSON.")
+		return
+	}
+	reply := in.ID
+	if !validID(in.ID) {
+		reply = ""
+	}
+	if in.Type != "message" {
+		c.errorFrame(ctx, k, reply, fmt.Sprintf("Unknown message type %q; expected \"message\".", trunc(in.Type, 32)))
+		return
+	}
+	if !validID(in.ID) {
+		c.errorFrame(ctx, k, "", "Every message needs an id of 1-128 letters, digits or _ . : -")
+		return
+	}
+	chat := in.ChatID
+	if chat == "" {
+		chat = c.chatOf(k)
+	}
+	if !validID(chat) {
+		c.errorFrame(ctx, k, reply, "Every message needs a chat_id of 1-128 letters, digits or _ . : -")
+		return
+	}
+	if msg := c.bind(k, chat); msg != "" {
+		c.errorFrame(ctx, k, reply, msg)
+		return
+	}
+	user := in.UserID
+	if user == "" {
+		user = "web"
+	}
+	if !validID(user) {
+		c.errorFrame(ctx, k, reply, "user_id must be 1-128 letters, digits or _ . : -")
+		return
+	}
+	if len(in.Text) > maxTextBytes {
+		c.errorFrame(ctx, k, reply, fmt.Sprintf("Your message is too long (%d KB); the limit is %d KB.", len(in.Text)>>10, maxTextBytes>>10))
+		return
+	}
+	var audio []byte
+	var audioMIME string
+	if in.Audio != nil {
+		var reason string
+		audio, audioMIME, reason = c.decodeAudio(in.Audio.MIME, in.Audio.Data)
+		if reason != "" {
+			c.errorFrame(ctx, k, reply, reason)
+			return
+		}
+	}
+	if strings.TrimSpace(in.Text) == "" && audio == nil {
+		c.errorFrame(ctx, k, reply, "The message is empty: type something or record a voice note.")
+		return
+	}
+
+	key := chat + "\x00" + in.ID
+	if c.dedup.Seen(key) {
+		// A resend after a reconnect: the first copy was taken, so confirm again and drop this one.
+		c.log.Debug("redelivered message dropped", "chat", chat, "id", in.ID)
+		_ = k.send(ctx, wireFrame{Type: "ack", ReplyTo: in.ID})
+		return
+	}
+
+	msg := &channels.Message{
+		ID:       in.ID,
+		Channel:  Name,
+		ChatID:   chat,
+		UserID:   user,
+		UserName: user,
+		ChatType: channels.ChatDM,
+		Time:     time.Now(),
+	}
+	if in.Text != "" {
+		msg.Parts = append(msg.Parts, channels.TextPart(in.Text))
+	}
+	var saved string
+	if audio != nil {
+		path, err := c.saveUpload(audio, audioMIME)
+		if err != nil {
+			c.dedup.Forget(key)
+			c.log.Error("voice note not saved", "chat", chat, "err", err)
+			c.errorFrame(ctx, k, reply, "The voice note could not be saved on the server; please try again.")
+			return
+		}
+		saved = path
+		msg.Parts = append(msg.Parts, channels.Part{
+			Type: channels.PartAudio, MIME: audioMIME, Path: path, Size: int64(len(audio)), Voice: true,
+		})
+		msg.IsVoice = true
+	}
+
+	dctx, cancel := context.WithTimeout(ctx, deliverTimeout)
+	err := c.sink.Deliver(dctx, msg)
+	cancel()
+	if err != nil {
+		c.dedup.Forget(key) // so that the user's retry is taken
+		if saved != "" {
+			c.media.forget(saved)
+		}
+		c.log.Warn("message not taken by the gateway", "chat", chat, "id", in.ID, "err", err)
+		c.errorFrame(ctx, k, reply, deliverFailure(err, ctx))
+		return
+	}
+	_ = k.send(ctx, wireFrame{Type: "ack", ReplyTo: in.ID})
+}
+
+// deliverFailure explains a refused message to the user.
+func deliverFailure(err error, ctx context.Context) string {
+	switch {
+	case ctx.Err() != nil:
+		return "The gateway is shutting down, so your message was not taken. Please send it again in a moment."
+	case errors.Is(err, channels.ErrNotAccepted):
+		return "The assistant is busy and could not take your message right now. Please try again in a moment."
+	case errors.Is(err, context.DeadlineExceeded):
+		return "The assistant did not take your message in time. Please try again."
+	default:
+		return "Your message could not be delivered. Please try again."
+	}
+}
+
+// decodeAudio checks and decodes an uploaded voice note; reason is set when it is refused.
+func (c *Channel) decodeAudio(mimeType, data string) (audio []byte, base, reason string) {
+	limit := c.cfg.MaxUploadBytes
+	if n := int64(base64.StdEncoding.DecodedLen(len(data))); n > limit+3 {
+		return nil, "", tooLarge(n, limit)
+	}
+	mt, _, err := mime.ParseMediaType(mimeType)
+	if err != nil || !strings.HasPrefix(mt, "audio/") || len(mt) > 64 {
+		return nil, "", fmt.Sprintf("Only audio can be uploaded (the type given was %q).", trunc(mimeType, 64))
+	}
+	audio, err = base64.StdEncoding.DecodeString(data)
+	if err != nil {
+		return nil, "", "The voice note arrived damaged (bad base64); please record it again."
+	}
+	if int64(len(audio)) > limit {
+		return nil, "", tooLarge(int64(len(audio)), limit)
+	}
+	if len(audio) == 0 {
+		return nil, "", "The voice note is empty; please record it again."
+	}
+	return audio, mt, ""
+}
+
+func tooLarge(n, limit int64) string {
+	return fmt.Sprintf("That voice note is too large (%.1f MB); the limit is %.1f MB. Please send a shorter one.",
+		float64(n)/1e6, float64(limit)/1e6)
+}
+
+// saveUpload writes an uploaded voice note under the media directory.
+func (c *Channel) saveUpload(b []byte, mimeType string) (string, error) {
+	c.mu.Lock()
+	dir := c.mediaDir
+	c.mu.Unlock()
+	path := filepath.Join(dir, "web-"+randomID(12)+extFor(mimeType))
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		return "", err
+	}
+	c.media.addUpload(path, int64(len(b)))
+	return path, nil
+}
+
+func extFor(mimeType string) string {
+	switch mimeType {
+	case "audio/webm":
+		return ".webm"
+	case "audio/ogg", "audio/opus":
+		return ".ogg"
+	case "audio/mp4", "audio/m4a", "audio/x-m4a", "audio/aac":
+		return ".m4a"
+	case "audio/mpeg", "audio/mp3":
+		return ".mp3"
+	case "audio/wav", "audio/wave", "audio/x-wav":
+		return ".wav"
+	}
+	return ".audio"
+}
+
+// validID accepts the ids the protocol allows: short, and safe in logs and file names.
+func validID(s string) bool {
+	if s == "" || len(s) > maxIDLen {
+		return false
+	}
+	for _, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '_', r == '-', r == '.', r == ':':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func trunc(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

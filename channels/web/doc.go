@@ -1,0 +1,46 @@
+// Package web is the local web chat: one self-contained page served on the gateway's HTTP
+// listener and a WebSocket that carries the chat. It needs no token, so it is the way to try
+// the gateway with nothing configured.
+//
+// # Routes
+//
+//	GET /            the chat page (one embedded HTML file, no external assets)
+//	GET /ws          the WebSocket (query: chat_id=<id>)
+//	GET /media/{id}  audio and images the channel sent in a parts frame
+//
+// Every route answers only to a Host that is an IP literal, localhost (or *.localhost), or
+// listed in allowed_hosts, and the WebSocket refuses an Origin that is neither the page's own
+// origin nor a loopback host: a page on another site cannot talk to the chat, not even
+// through DNS rebinding.
+//
+// # Wire protocol
+//
+// One JSON object per WebSocket text message.
+//
+// Client to server:
+//
+//	{"type":"message","id":"<client msg id>","chat_id":"<id>","user_id":"<optional>",
+//	 "text":"hello","audio":{"mime":"audio/webm","data":"<base64>"}}
+//
+// id is chosen by the client and reused when the client resends after a reconnect; a
+// redelivered id is acknowledged again and dropped. chat_id and id are 1-128 characters of
+// [A-Za-z0-9_.:-]; the socket binds to the chat_id of its query or of its first message. A
+// message carries text, audio, or both; audio arrives at the gateway as an AudioPart with
+// Voice set and the message marked IsVoice. user_id is optional ("web" when absent): the web
+// chat has no accounts, so it is a label, not an identity.
+//
+// Server to client:
+//
+//	{"type":"hello","chat_id":"<id>","max_upload_bytes":20000000}   the socket is ready
+//	{"type":"ack","reply_to":"<client msg id>"}                     the gateway took the message
+//	{"type":"start|delta|tool|status|parts|done|error","text":"...",
+//	 "tool":{"id":"...","name":"current_time","phase":"start|end","is_error":false,"summary":"..."},
+//	 "parts":[{"type":"audio","mime":"audio/ogg","url":"/media/<id>","voice":true,"duration":1.5}],
+//	 "reply_to":"<client msg id>"}
+//
+// The answer frames are channels.Frame with reply_to added (the user's message id, when the
+// answer has one). An error frame also reports a message that was not taken (too large,
+// malformed, gateway busy or stopping), with reply_to naming it and a plain-language text.
+// A message larger than the socket's read limit (a little above max_upload_bytes*4/3) closes
+// the socket with status 1009 (message too big); nothing of it is delivered.
+package web

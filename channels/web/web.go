@@ -1,0 +1,301 @@
+package web
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"gateway/channels"
+)
+
+// Name is the channel's name in messages, targets and session keys.
+const Name = "web"
+
+// DefaultMaxUploadBytes bounds one voice note (the same default as stt.max_bytes).
+const DefaultMaxUploadBytes = 20_000_000
+
+const (
+	maxSockets      = 32               // open sockets in all; each may buffer one upload
+	maxSocketsChat  = 8                // tabs open on one chat
+	maxTextBytes    = 64 << 10         // one typed message
+	maxIDLen        = 128              // chat, message and user ids
+	dedupSize       = 1024             // recent message ids remembered
+	deliverTimeout  = 30 * time.Second // the gateway queues quickly or says no
+	writeTimeout    = 10 * time.Second // a tab that cannot take a frame in this time is closed
+	pingInterval    = 30 * time.Second
+	pingTimeout     = 15 * time.Second
+	readLimitMargin = 64 << 10 // JSON around the base64 audio
+)
+
+// Config is the web channel's configuration (channels.web).
+type Config struct {
+	Enabled        bool  `mapstructure:"enabled"`
+	MaxUploadBytes int64 `mapstructure:"max_upload_bytes"` // one voice note; default 20 MB
+	// AllowedHosts are host names (without port) the chat answers to besides IP literals and
+	// localhost, e.g. a LAN name. Other names are refused to defeat DNS rebinding.
+	AllowedHosts []string `mapstructure:"allowed_hosts"`
+}
+
+// Options are the channel's collaborators.
+type Options struct {
+	Logger   *slog.Logger
+	MediaDir string // where uploaded audio is written; a private temp dir when empty
+}
+
+//go:embed page.html
+var page []byte
+
+// Channel is the web chat. Create it with New, register Routes, then Start.
+type Channel struct {
+	cfg       Config
+	log       *slog.Logger
+	readLimit int64
+	dedup     *channels.Dedup
+	media     *mediaStore
+	pageCSP   string
+
+	mu       sync.Mutex
+	state    int // stateNew, stateRunning, stateStopped
+	sink     channels.Sink
+	mediaDir string
+	tempDir  bool // mediaDir was created by Start and is removed by Stop
+	ctx      context.Context
+	cancel   context.CancelFunc
+	all      map[*conn]struct{}
+	byChat   map[string]map[*conn]struct{}
+	wg       sync.WaitGroup // socket handlers and their pingers
+}
+
+const (
+	stateNew = iota
+	stateRunning
+	stateStopped
+)
+
+var (
+	_ channels.Channel     = (*Channel)(nil)
+	_ channels.HTTPChannel = (*Channel)(nil)
+)
+
+// New returns a web channel; nothing is served until Routes is mounted and Start is called.
+func New(cfg Config, opts Options) *Channel {
+	if cfg.MaxUploadBytes <= 0 {
+		cfg.MaxUploadBytes = DefaultMaxUploadBytes
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Channel{
+		cfg:       cfg,
+		log:       log.With("channel", Name),
+		readLimit: cfg.MaxUploadBytes*4/3 + readLimitMargin,
+		dedup:     channels.NewDedup(dedupSize),
+		media:     newMediaStore(),
+		pageCSP:   pageCSP(page),
+		mediaDir:  opts.MediaDir,
+		all:       map[*conn]struct{}{},
+		byChat:    map[string]map[*conn]struct{}{},
+	}
+}
+
+// Name returns "web".
+func (c *Channel) Name() string { return Name }
+
+// Routes registers the page, the WebSocket and the media route.
+func (c *Channel) Routes(mux *http.ServeMux) {
+	mux.Handle("GET /{$}", c.hostGuard(http.HandlerFunc(c.servePage)))
+	mux.Handle("GET /ws", c.hostGuard(http.HandlerFunc(c.serveWS)))
+	mux.Handle("GET /media/{id}", c.hostGuard(http.HandlerFunc(c.serveMedia)))
+}
+
+// Start makes the chat available. The web chat is connected as soon as it runs: the
+// browser connects to us, not the other way round.
+func (c *Channel) Start(ctx context.Context, sink channels.Sink) error {
+	if sink == nil {
+		return errors.New("web: start: nil sink")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch c.state {
+	case stateRunning:
+		return nil
+	case stateStopped:
+		return errors.New("web: start: the channel was stopped; create a new one")
+	}
+	if c.mediaDir == "" {
+		dir, err := os.MkdirTemp("", "gateway-web-*")
+		if err != nil {
+			return fmt.Errorf("web: start: create a media directory: %w", err)
+		}
+		c.mediaDir, c.tempDir = dir, true
+	} else if err := os.MkdirAll(c.mediaDir, 0o700); err != nil {
+		return fmt.Errorf("web: start: create media directory %s: %w", c.mediaDir, err)
+	}
+	c.sink = sink
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.state = stateRunning
+	sink.Connected(Name, true, nil)
+	return nil
+}
+
+// Stop closes every socket and returns once their goroutines have ended, or ctx is done.
+func (c *Channel) Stop(ctx context.Context) error {
+	c.mu.Lock()
+	if c.state != stateRunning {
+		c.state = stateStopped
+		c.mu.Unlock()
+		return nil
+	}
+	c.state = stateStopped
+	conns := make([]*conn, 0, len(c.all))
+	for k := range c.all {
+		conns = append(conns, k)
+	}
+	c.mu.Unlock()
+
+	// Close with a status so the page knows the server went away (it reconnects with backoff).
+	var closing sync.WaitGroup
+	for _, k := range conns {
+		closing.Go(func() { _ = k.ws.Close(websocket.StatusGoingAway, "gateway stopping") })
+	}
+	closing.Wait()
+	c.cancel() // ends Deliver calls in flight and sockets accepted meanwhile
+
+	done := make(chan struct{})
+	go func() { c.wg.Wait(); close(done) }()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = fmt.Errorf("web: stop: %w", ctx.Err())
+	}
+	c.media.clear()
+	if c.tempDir {
+		_ = os.RemoveAll(c.mediaDir)
+	}
+	c.sink.Connected(Name, false, nil)
+	return err
+}
+
+// Open returns a stream that writes frames to every socket open on target's chat. A chat
+// with no open socket is not an error: the browser went away, and the page shows the
+// conversation again when the user comes back only as far as it had seen it.
+func (c *Channel) Open(ctx context.Context, target channels.Target) (channels.Stream, error) {
+	c.mu.Lock()
+	state := c.state
+	c.mu.Unlock()
+	if state != stateRunning {
+		return nil, errors.New("web: open: the channel is not running")
+	}
+	return &stream{c: c, chatID: target.ChatID, replyTo: target.ReplyToID}, nil
+}
+
+type stream struct {
+	c       *Channel
+	chatID  string
+	replyTo string
+}
+
+// Send writes f to the chat's sockets; it returns when every socket has taken it.
+func (s *stream) Send(ctx context.Context, f channels.Frame) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	wf := wireFrame{Type: string(f.Type), Text: f.Text, Tool: f.Tool, ReplyTo: s.replyTo}
+	for _, p := range f.Parts {
+		wp, err := s.c.publish(p)
+		if err != nil {
+			// Deliver the rest of the answer; the user sees a note instead of this part.
+			s.c.log.Warn("part not delivered", "chat", s.chatID, "type", p.Type, "err", err)
+			wp = wirePart{Type: string(channels.PartText), Text: "(an attachment could not be delivered)"}
+		}
+		wf.Parts = append(wf.Parts, wp)
+	}
+	s.c.broadcast(ctx, s.chatID, wf)
+	return ctx.Err()
+}
+
+// broadcast writes one frame to every socket of chat. A socket that fails is closed (the page
+// reconnects); that is not the answer's failure.
+func (c *Channel) broadcast(ctx context.Context, chat string, f wireFrame) {
+	c.mu.Lock()
+	targets := make([]*conn, 0, len(c.byChat[chat]))
+	for k := range c.byChat[chat] {
+		targets = append(targets, k)
+	}
+	c.mu.Unlock()
+	for _, k := range targets {
+		if err := k.send(ctx, f); err != nil && ctx.Err() == nil {
+			c.log.Debug("frame not written; closing the socket", "chat", chat, "frame", f.Type, "err", err)
+			_ = k.ws.CloseNow()
+		}
+	}
+}
+
+// hostGuard refuses requests whose Host could be a rebinding attacker's name.
+func (c *Channel) hostGuard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !hostAllowed(r.Host, c.cfg.AllowedHosts) {
+			c.log.Warn("request refused: host not allowed", "host", r.Host, "path", r.URL.Path)
+			http.Error(w, fmt.Sprintf("The web chat does not answer to host %q. Open it via 127.0.0.1 or localhost, or add the name to channels.web.allowed_hosts.", hostOnly(r.Host)), http.StatusForbidden)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (c *Channel) servePage(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Content-Security-Policy", c.pageCSP)
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Cache-Control", "no-cache")
+	_, _ = w.Write(page)
+}
+
+// pageCSP allows exactly the page's own inline script (by hash), so that even a mistake in
+// the markdown renderer could not run injected script.
+func pageCSP(html []byte) string {
+	s := string(html)
+	var hashes []string
+	for {
+		i := strings.Index(s, "<script>")
+		if i < 0 {
+			break
+		}
+		s = s[i+len("<script>"):]
+		j := strings.Index(s, "</script>")
+		if j < 0 {
+			break
+		}
+		sum := sha256.Sum256([]byte(s[:j]))
+		hashes = append(hashes, "'sha256-"+base64.StdEncoding.EncodeToString(sum[:])+"'")
+		s = s[j:]
+	}
+	return "default-src 'none'; script-src " + strings.Join(hashes, " ") +
+		"; style-src 'unsafe-inline'; connect-src 'self'; media-src 'self' blob:; img-src 'self' blob: data:" +
+		"; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+}
+
+// randomID returns n random bytes in hex.
+func randomID(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // never fails since Go 1.24
+	return hex.EncodeToString(b)
+}
