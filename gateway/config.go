@@ -1,0 +1,90 @@
+// Package gateway is the heart of the daemon: it owns the channels' lifecycle, routes each
+// inbound message through the hook bus to a per-chat session actor, runs one turn at a time
+// per chat (many chats in parallel) and delivers the answer's frames back to the chat.
+package gateway
+
+import (
+	"fmt"
+	"time"
+)
+
+// Queue modes: what happens to a message that arrives while its chat's turn is running.
+const (
+	QueueFollowup  = "followup"  // run it after the current turn (default)
+	QueueSteer     = "steer"     // inject it into the running turn at its next save point
+	QueueCollect   = "collect"   // merge everything that arrived into one later turn
+	QueueInterrupt = "interrupt" // abort the running turn and answer the newest message
+)
+
+// Config is the `sessions:` config section.
+type Config struct {
+	// MaxConcurrentTurns bounds model turns running at once across all chats.
+	MaxConcurrentTurns int `mapstructure:"max_concurrent_turns" json:"max_concurrent_turns"`
+	// QueueSize bounds messages waiting per chat; past it the user is told to wait.
+	QueueSize int `mapstructure:"queue_size" json:"queue_size"`
+	// MaxSessions bounds chats kept in memory; idle ones are evicted first.
+	MaxSessions int `mapstructure:"max_sessions" json:"max_sessions"`
+	// IdleEvict frees an idle chat's memory after this long (its history stays on disk).
+	IdleEvict time.Duration `mapstructure:"idle_evict" json:"idle_evict"`
+	// TurnTimeout bounds one turn, tools and retries included.
+	TurnTimeout time.Duration `mapstructure:"turn_timeout" json:"turn_timeout"`
+	// QueueMode is the default queue mode; profiles may override it.
+	QueueMode string `mapstructure:"queue_mode" json:"queue_mode"`
+	// EchoTranscript shows the user what was heard in a voice note before answering.
+	EchoTranscript bool `mapstructure:"echo_transcript" json:"echo_transcript"`
+}
+
+// Defaults returns the configuration used for unset keys.
+func Defaults() Config {
+	return Config{
+		MaxConcurrentTurns: 128,
+		QueueSize:          20,
+		MaxSessions:        10_000,
+		IdleEvict:          15 * time.Minute,
+		TurnTimeout:        10 * time.Minute,
+		QueueMode:          QueueFollowup,
+	}
+}
+
+func (c Config) withDefaults() Config {
+	d := Defaults()
+	if c.MaxConcurrentTurns <= 0 {
+		c.MaxConcurrentTurns = d.MaxConcurrentTurns
+	}
+	if c.QueueSize <= 0 {
+		c.QueueSize = d.QueueSize
+	}
+	if c.MaxSessions <= 0 {
+		c.MaxSessions = d.MaxSessions
+	}
+	if c.IdleEvict <= 0 {
+		c.IdleEvict = d.IdleEvict
+	}
+	if c.TurnTimeout <= 0 {
+		c.TurnTimeout = d.TurnTimeout
+	}
+	if c.QueueMode == "" {
+		c.QueueMode = d.QueueMode
+	}
+	return c
+}
+
+// ValidQueueMode reports whether m names a queue mode.
+func ValidQueueMode(m string) bool {
+	switch m {
+	case QueueFollowup, QueueSteer, QueueCollect, QueueInterrupt:
+		return true
+	}
+	return false
+}
+
+// Validate names the first bad key.
+func (c Config) Validate() error {
+	if c.QueueMode != "" && !ValidQueueMode(c.QueueMode) {
+		return fmt.Errorf("sessions.queue_mode: %q is not one of followup, steer, collect, interrupt", c.QueueMode)
+	}
+	if c.MaxConcurrentTurns < 0 || c.QueueSize < 0 || c.MaxSessions < 0 {
+		return fmt.Errorf("sessions: limits must not be negative")
+	}
+	return nil
+}

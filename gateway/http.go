@@ -1,0 +1,91 @@
+package gateway
+
+import (
+	"encoding/json"
+	"net"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// HTTPOptions configure the gateway's HTTP routes.
+type HTTPOptions struct {
+	Gatherer prometheus.Gatherer // for /metrics
+	// Reload re-reads profiles and hook directories (POST /admin/reload); nil disables it.
+	Reload func() error
+}
+
+// Handler serves /healthz, /readyz, /metrics, the admin endpoints and every HTTP channel's routes.
+func (g *Gateway) Handler(opts HTTPOptions) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if !g.Ready() {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "not ready", "channels": g.connState()})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "channels": g.connState()})
+	})
+	if opts.Gatherer != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{}))
+	}
+	if opts.Reload != nil {
+		mux.Handle("POST /admin/reload", adminOnly(func(w http.ResponseWriter, r *http.Request) {
+			if err := opts.Reload(); err != nil {
+				writeJSON(w, http.StatusUnprocessableEntity, map[string]any{"status": "kept the previous configuration", "error": err.Error()})
+				return
+			}
+			writeJSON(w, http.StatusOK, map[string]any{"status": "reloaded"})
+		}))
+	}
+	g.Routes(mux)
+	return mux
+}
+
+func (g *Gateway) connState() map[string]bool {
+	g.connMu.Lock()
+	defer g.connMu.Unlock()
+	out := make(map[string]bool, len(g.conn))
+	for k, v := range g.conn {
+		out[k] = v
+	}
+	return out
+}
+
+// adminOnly admits requests from loopback whose Host is a loopback name and which carry no
+// cross-site Origin: a browser page elsewhere cannot reach it through DNS rebinding.
+func adminOnly(h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host, _, err := net.SplitHostPort(r.RemoteAddr)
+		if err != nil || !isLoopback(host) {
+			writeJSON(w, http.StatusForbidden, map[string]any{"error": "the admin endpoint answers loopback clients only"})
+			return
+		}
+		reqHost := r.Host
+		if h, _, err := net.SplitHostPort(reqHost); err == nil {
+			reqHost = h
+		}
+		if !isLoopback(reqHost) || r.Header.Get("Origin") != "" {
+			writeJSON(w, http.StatusForbidden, map[string]any{"error": "the admin endpoint refuses cross-site requests"})
+			return
+		}
+		h(w, r)
+	})
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,273 @@
+package gateway
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"gateway/channels"
+	"gateway/harness"
+	"gateway/hooks"
+	"gateway/profiles"
+)
+
+// session is one chat's actor. Its loop goroutine owns every field below mailbox except
+// where noted; the running turn is a second goroutine the loop starts and waits for.
+type session struct {
+	g   *Gateway
+	key string
+
+	mailbox chan *channels.Message // bounded: Deliver never blocks on a busy chat
+	evict   chan struct{}          // closed by the gateway to make room (only when idle)
+	closed  bool                   // guarded by g.mu
+	idle    atomic.Bool            // nothing running or queued
+
+	pending  []*turnReq
+	running  *runningTurn
+	turnDone chan turnOutcome
+
+	agent        *harness.Session
+	agentRT      *Runtime
+	agentProfile *profiles.Profile
+	ttsMode      string // the chat's /voice choice; "" follows the profile/config
+}
+
+// turnReq is one turn to run: the prompt and where to answer.
+type turnReq struct {
+	msgs    []*channels.Message // the messages it answers (several in collect mode)
+	prompt  string
+	isVoice bool
+	profile *profiles.Profile
+	info    hooks.Session
+	target  channels.Target
+}
+
+type runningTurn struct {
+	cancel context.CancelCauseFunc
+	req    *turnReq
+}
+
+type turnOutcome struct{}
+
+func newSession(g *Gateway, key string) *session {
+	s := &session{
+		g:        g,
+		key:      key,
+		mailbox:  make(chan *channels.Message, g.cfg.QueueSize),
+		evict:    make(chan struct{}),
+		turnDone: make(chan turnOutcome, 1),
+	}
+	return s
+}
+
+// loop is the actor: it takes messages in order, runs their receive hooks and commands,
+// queues turns per the queue mode and starts them one at a time.
+func (s *session) loop() {
+	defer s.g.actors.Done()
+	idle := time.NewTimer(s.g.cfg.IdleEvict)
+	defer idle.Stop()
+	draining := s.g.draining // set to nil once Stop began: serve what is queued, then exit
+	for {
+		s.idle.Store(s.running == nil && len(s.pending) == 0 && len(s.mailbox) == 0)
+		select {
+		case msg := <-s.mailbox:
+			s.idle.Store(false)
+			s.intake(msg)
+			s.startNext()
+		case <-s.turnDone:
+			s.running = nil
+			s.startNext()
+		case <-idle.C:
+			if s.running == nil && len(s.pending) == 0 && s.g.removeSession(s) {
+				return
+			}
+		case <-s.evict:
+			return
+		case <-draining:
+			draining = nil
+		case <-s.g.ctx.Done():
+			s.abortAll("the gateway is shutting down")
+			return
+		}
+		if s.running == nil && len(s.pending) == 0 {
+			idle.Reset(s.g.cfg.IdleEvict)
+			if s.g.stopping.Load() && len(s.mailbox) == 0 && s.g.removeSession(s) {
+				return
+			}
+		}
+	}
+}
+
+// abortAll cancels the running turn and waits for it to end (at shutdown).
+func (s *session) abortAll(reason string) {
+	if s.running != nil {
+		s.running.cancel(errCancelled(reason))
+		<-s.turnDone
+		s.running = nil
+	}
+}
+
+// intake runs one message through message:receive, commands and the queue mode.
+func (s *session) intake(msg *channels.Message) {
+	g := s.g
+	rt, release := g.acquire()
+	defer release()
+	prof := rt.Profiles.Resolve(msg.Channel, msg.ChatID, msg.ThreadID, msg.UserID)
+	info := hooks.Session{SessionKey: s.key, Channel: msg.Channel, ChatID: msg.ChatID, ThreadID: msg.ThreadID, UserID: msg.UserID, Profile: prof.Name}
+
+	ev := &hooks.MessageReceive{
+		Session: info, MessageID: msg.ID, ChatType: msg.ChatType, Mentioned: msg.Mentioned,
+		ReplyTo: msg.ReplyTo, Parts: msg.Parts, IsVoice: msg.IsVoice, Language: prof.Language,
+	}
+	ctx, cancel := context.WithTimeout(g.ctx, g.cfg.TurnTimeout)
+	rejected := rt.Bus.Receive(ctx, ev)
+	cancel()
+	if rejected != nil {
+		reason := rejected.Reason
+		if reason == "" {
+			reason = "Sorry, this message was not accepted."
+		}
+		g.reject(msg, "hook", reason)
+		return
+	}
+	msg.Parts, msg.IsVoice = ev.Parts, ev.IsVoice
+	text := strings.TrimSpace(ev.Text)
+
+	if cmd, arg, ok := parseCommand(text); ok && s.command(cmd, arg, msg, prof, info) {
+		return
+	}
+	if msg.IsVoice && g.cfg.EchoTranscript && text != "" {
+		g.notify(g.ctx, channels.TargetOf(msg), "🎤 "+text)
+	}
+	prompt := buildPrompt(msg, text)
+	if prompt == "" {
+		g.reject(msg, "empty", "I received an empty message, so there is nothing to answer.")
+		return
+	}
+	req := &turnReq{msgs: []*channels.Message{msg}, prompt: prompt, isVoice: msg.IsVoice, profile: prof, info: info, target: channels.TargetOf(msg)}
+	s.dispatch(req, queueMode(g.cfg.QueueMode, prof))
+}
+
+func queueMode(def string, p *profiles.Profile) string {
+	if p != nil && ValidQueueMode(p.QueueMode) {
+		return p.QueueMode
+	}
+	return def
+}
+
+// dispatch applies the queue mode to a new turn request.
+func (s *session) dispatch(req *turnReq, mode string) {
+	if s.running == nil {
+		s.pending = append(s.pending, req)
+		return
+	}
+	switch mode {
+	case QueueSteer:
+		if s.agent != nil && s.agent.Steer(req.prompt) {
+			return // the running turn answers it
+		}
+		s.pending = append(s.pending, req)
+	case QueueCollect:
+		if n := len(s.pending); n > 0 {
+			last := s.pending[n-1]
+			last.msgs = append(last.msgs, req.msgs...)
+			last.prompt += "\n\n" + req.prompt
+			last.isVoice = last.isVoice || req.isVoice
+			last.target = req.target
+			return
+		}
+		s.pending = append(s.pending, req)
+	case QueueInterrupt:
+		s.pending = append(s.pending[:0], req)
+		s.cancelRunning("interrupted by a newer message")
+	default: // followup
+		s.pending = append(s.pending, req)
+	}
+}
+
+// cancelRunning stops the running turn (its goroutine reports on turnDone) and emits message:cancel.
+func (s *session) cancelRunning(reason string) bool {
+	if s.running == nil {
+		return false
+	}
+	s.running.cancel(errCancelled(reason))
+	s.g.Runtime().Bus.Emit(context.Background(), &hooks.MessageCancel{Session: s.running.req.info, Reason: reason})
+	return true
+}
+
+// startNext starts the next pending turn when none is running.
+func (s *session) startNext() {
+	if s.running != nil || len(s.pending) == 0 {
+		return
+	}
+	req := s.pending[0]
+	s.pending[0] = nil
+	s.pending = s.pending[1:]
+	ctx, cancel := context.WithCancelCause(s.g.ctx)
+	s.running = &runningTurn{cancel: cancel, req: req}
+	agent, err := s.ensureAgent(req)
+	go func() {
+		defer cancel(nil)
+		s.runTurn(ctx, req, agent, err)
+		s.turnDone <- turnOutcome{}
+	}()
+}
+
+// ensureAgent opens the chat's harness session, reopening it when a reload or a different
+// binding changed its profile or runtime (history lives in the store, so nothing is lost).
+func (s *session) ensureAgent(req *turnReq) (*harness.Session, error) {
+	rt := s.g.Runtime()
+	if s.agent != nil && s.agentRT == rt && s.agentProfile == req.profile {
+		return s.agent, nil
+	}
+	cfg := mergeLLM(rt.LLM, req.profile.LLM)
+	prov, err := s.g.provider(cfg)
+	if err != nil {
+		return nil, err
+	}
+	var tools []harness.Tool
+	if rt.Tools != nil && len(req.profile.Tools) > 0 {
+		if tools, err = rt.Tools(req.profile.Tools); err != nil {
+			return nil, err
+		}
+	}
+	agent, err := harness.OpenSession(harness.SessionOptions{
+		Key: s.key, Info: req.info, Store: s.g.store, Provider: prov, Model: cfg.Model,
+		System: req.profile.System, Tools: tools, Bus: rt.Bus, Logger: s.g.log,
+		MaxRetries: cfg.MaxRetries, Timeout: cfg.Timeout, MaxTokens: cfg.MaxTokens,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.agent, s.agentRT, s.agentProfile = agent, rt, req.profile
+	return agent, nil
+}
+
+// mergeLLM overlays a profile's llm settings on the global ones, field by field.
+func mergeLLM(base, over harness.Config) harness.Config {
+	if over.Provider != "" && over.Provider != base.Provider {
+		// A different provider does not inherit the global endpoint or key.
+		base.BaseURL, base.APIKey, base.Model = "", "", ""
+		base.Provider = over.Provider
+	}
+	if over.Model != "" {
+		base.Model = over.Model
+	}
+	if over.BaseURL != "" {
+		base.BaseURL = over.BaseURL
+	}
+	if over.APIKey != "" {
+		base.APIKey = over.APIKey
+	}
+	if over.Timeout > 0 {
+		base.Timeout = over.Timeout
+	}
+	if over.MaxRetries > 0 {
+		base.MaxRetries = over.MaxRetries
+	}
+	if over.MaxTokens > 0 {
+		base.MaxTokens = over.MaxTokens
+	}
+	return base
+}
