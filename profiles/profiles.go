@@ -1,8 +1,13 @@
 // Package profiles holds the profiles admins define (system prompt, model, voice, tools,
 // hooks) and the bindings that route a chat to one of them.
+//
+// A profile is a directory profiles.dir/NAME/ (see Load). Bindings route chats to profiles; the
+// order in which they are matched is documented on Set.Resolve.
 package profiles
 
 import (
+	"slices"
+	"strings"
 	"time"
 
 	"gateway/harness"
@@ -28,21 +33,26 @@ type Binding struct {
 	Match   Match  `mapstructure:"match" json:"match"`
 }
 
-// Profile is one configured persona of the gateway.
+// Profile is one configured persona of the gateway. Treat it as read-only: a Set shares it.
 type Profile struct {
-	Name   string
-	Dir    string // "" for the built-in default
-	System string // SYSTEM.md
-	// LLM overrides the global llm section field by field (zero fields inherit).
+	Name        string
+	Dir         string // "" for the built-in default
+	Description string // profile.yaml description, for `gateway profiles list`
+	System      string // SYSTEM.md, trimmed; DefaultSystemPrompt when absent or blank
+	// LLM overrides the global llm section field by field (zero fields inherit). Only Provider,
+	// Model, BaseURL and APIKey are ever set from profile.yaml.
 	LLM       harness.Config
-	QueueMode string // followup (default) | steer | collect | interrupt
-	Tools     []string
-	// Voice overrides.
-	TTSMode   string
-	TTSVoice  string
-	Language  string
-	IdleReset time.Duration // start a fresh history after this long without messages (0: never)
-	HooksDir  string        // Dir/hooks when it exists
+	QueueMode string // followup (default) | steer | collect | interrupt; never ""
+	// Tools lists the enabled tools. nil: the profile did not say (use the gateway's default set);
+	// empty but non-nil (`tools: []`): no tools.
+	Tools []string
+	// Voice overrides; "" inherits the global stt/tts config.
+	TTSMode     string // off | inbound | always
+	TTSVoice    string
+	Language    string        // stt.language: the spoken-language hint for transcription
+	TTSLanguage string        // tts.language, or Language when tts.language is not set
+	IdleReset   time.Duration // start a fresh history after this long without messages (0: never)
+	HooksDir    string        // Dir/hooks when it exists
 }
 
 // DefaultSystemPrompt is the built-in default profile's system prompt.
@@ -55,7 +65,14 @@ type Set struct {
 	def      string
 }
 
-// Resolve returns the profile for a chat: the most specific matching binding, else the default.
+// Resolve returns the profile for a chat; it never returns nil.
+//
+// Resolution order: a binding matches when every non-empty field of its Match equals the chat's
+// value. Among matching bindings the most specific wins, scored by summing the weights of its set
+// fields: user 8, thread 4, chat 2, channel 1 (so any user binding beats any binding without a user,
+// a thread binding beats chat+channel, and so on). On equal scores the binding listed first in the
+// config wins. A binding with an empty Match matches everything at score 0, still ahead of the
+// default. A chat no binding matches gets the default profile (profiles.default).
 func (s *Set) Resolve(channel, chat, thread, user string) *Profile {
 	best, bestScore := "", -1
 	for _, b := range s.bindings {
@@ -95,9 +112,56 @@ func (s *Set) Get(name string) *Profile { return s.byName[name] }
 func (s *Set) Default() *Profile { return s.byName[s.def] }
 
 // Builtin returns a set with only the built-in default profile (no profiles directory).
+// An empty name means DefaultName.
 func Builtin(name string) *Set {
 	if name == "" {
-		name = "assistant"
+		name = DefaultName
 	}
-	return &Set{byName: map[string]*Profile{name: {Name: name, System: DefaultSystemPrompt}}, def: name}
+	return &Set{byName: map[string]*Profile{name: builtinProfile(name)}, def: name}
+}
+
+// Names returns the names of all profiles, sorted.
+func (s *Set) Names() []string { return sortedNames(s.byName) }
+
+// Bindings returns a copy of the bindings in config order.
+func (s *Set) Bindings() []Binding { return slices.Clone(s.bindings) }
+
+// ProfileInfo describes one profile for `gateway profiles list`.
+type ProfileInfo struct {
+	Name        string
+	Dir         string // "" for the built-in default
+	Description string
+	Default     bool      // profiles.default names it
+	Bindings    []Binding // the bindings that name it, in config order
+	HooksDir    string
+}
+
+// List describes every profile, sorted by name.
+func (s *Set) List() []ProfileInfo {
+	out := make([]ProfileInfo, 0, len(s.byName))
+	for _, name := range s.Names() {
+		p := s.byName[name]
+		info := ProfileInfo{Name: name, Dir: p.Dir, Description: p.Description, Default: name == s.def, HooksDir: p.HooksDir}
+		for _, b := range s.bindings {
+			if b.Profile == name {
+				info.Bindings = append(info.Bindings, b)
+			}
+		}
+		out = append(out, info)
+	}
+	return out
+}
+
+// String describes what a match selects, e.g. "channel=telegram chat=123", or "any chat".
+func (m Match) String() string {
+	var parts []string
+	for _, f := range [][2]string{{"channel", m.Channel}, {"chat", m.Chat}, {"thread", m.Thread}, {"user", m.User}} {
+		if f[1] != "" {
+			parts = append(parts, f[0]+"="+f[1])
+		}
+	}
+	if len(parts) == 0 {
+		return "any chat"
+	}
+	return strings.Join(parts, " ")
 }

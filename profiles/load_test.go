@@ -1,0 +1,294 @@
+package profiles
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"gateway/internal/secret"
+)
+
+// writeTree creates files under root; keys are slash paths, a trailing "/" makes a directory.
+func writeTree(t *testing.T, root string, files map[string]string) {
+	t.Helper()
+	for name, body := range files {
+		path := filepath.Join(root, filepath.FromSlash(name))
+		if strings.HasSuffix(name, "/") {
+			if err := os.MkdirAll(path, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// loadErr loads a tree that must fail and returns the error text.
+func loadErr(t *testing.T, files map[string]string, bindings []Binding) string {
+	t.Helper()
+	dir := t.TempDir()
+	writeTree(t, dir, files)
+	set, err := Load(Config{Dir: dir}, bindings)
+	if err == nil {
+		t.Fatalf("Load succeeded, want an error; profiles: %v", set.Names())
+	}
+	if set != nil {
+		t.Errorf("Load returned a set along with its error")
+	}
+	return err.Error()
+}
+
+func mustContain(t *testing.T, got string, wants ...string) {
+	t.Helper()
+	for _, w := range wants {
+		if !strings.Contains(got, w) {
+			t.Errorf("error %q\ndoes not contain %q", got, w)
+		}
+	}
+}
+
+func TestLoadTree(t *testing.T) {
+	t.Setenv("SUPPORT_KEY", "sk-support-123")
+	dir := t.TempDir()
+	writeTree(t, dir, map[string]string{
+		"support/profile.yaml": `
+description: Customer support
+llm: {provider: anthropic, model: claude-x, base_url: "http://127.0.0.1:9/v1", api_key: "${SUPPORT_KEY}"}
+queue_mode: interrupt
+tools: [search, calculator]
+stt: {language: de}
+tts: {mode: always, voice: nova}
+idle_reset: 30m
+`,
+		"support/SYSTEM.md":   "  You help customers of ACME.\n\n",
+		"support/hooks/":      "",
+		"coder/profile.yaml":  "queue_mode: steer\ntools: []\ntts: {language: fr}\n",
+		"coder/SYSTEM.md":     "You write Go.",
+		"assistant/SYSTEM.md": "Be nice.",
+		"README.md":           "not a profile: files are ignored",
+		".git/":               "",
+	})
+	set, err := Load(Config{Dir: dir, Default: "assistant"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := set.Names(), []string{"assistant", "coder", "support"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("Names() = %v, want %v", got, want)
+	}
+
+	s := set.Get("support")
+	want := &Profile{
+		Name:        "support",
+		Dir:         filepath.Join(dir, "support"),
+		Description: "Customer support",
+		System:      "You help customers of ACME.",
+		QueueMode:   QueueInterrupt,
+		Tools:       []string{"search", "calculator"},
+		TTSMode:     TTSAlways,
+		TTSVoice:    "nova",
+		Language:    "de",
+		TTSLanguage: "de", // falls back to stt.language
+		IdleReset:   30 * time.Minute,
+		HooksDir:    filepath.Join(dir, "support", "hooks"),
+	}
+	want.LLM.Provider, want.LLM.Model, want.LLM.BaseURL = "anthropic", "claude-x", "http://127.0.0.1:9/v1"
+	want.LLM.APIKey = secret.Secret("sk-support-123")
+	if !reflect.DeepEqual(s, want) {
+		t.Errorf("support profile:\n got %+v\nwant %+v", *s, *want)
+	}
+	if out := fmt.Sprintf("%+v %#v", *s, *s); strings.Contains(out, "sk-support-123") {
+		t.Errorf("printing a profile shows its API key: %s", out)
+	}
+
+	c := set.Get("coder")
+	if c.QueueMode != QueueSteer || c.System != "You write Go." || c.HooksDir != "" || c.TTSLanguage != "fr" || c.Language != "" {
+		t.Errorf("coder profile: %+v", *c)
+	}
+	if c.Tools == nil || len(c.Tools) != 0 {
+		t.Errorf("tools: [] should mean no tools (empty, non-nil), got %#v", c.Tools)
+	}
+	if c.LLM.APIKey.IsSet() || c.LLM.Provider != "" {
+		t.Errorf("coder has no llm override, got %+v", c.LLM)
+	}
+
+	// The default has a directory without profile.yaml: its SYSTEM.md, every other setting default.
+	d := set.Default()
+	if d.Name != "assistant" || d.System != "Be nice." || d.QueueMode != QueueFollowup || d.Tools != nil || d.Dir == "" {
+		t.Errorf("default profile: %+v", *d)
+	}
+}
+
+func TestLoadDefaultWithoutDirectoryIsBuiltin(t *testing.T) {
+	dir := t.TempDir()
+	writeTree(t, dir, map[string]string{"other/SYSTEM.md": "x"})
+	set, err := Load(Config{Dir: dir, Default: "helper"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := set.Default()
+	if d.Name != "helper" || d.System != DefaultSystemPrompt || d.Dir != "" || d.QueueMode != QueueFollowup {
+		t.Errorf("default: %+v", *d)
+	}
+	if got := set.Names(); !reflect.DeepEqual(got, []string{"helper", "other"}) {
+		t.Errorf("Names() = %v", got)
+	}
+}
+
+func TestLoadMissingDirIsBuiltin(t *testing.T) {
+	for _, cfg := range []Config{{Dir: filepath.Join(t.TempDir(), "nope")}, {}} {
+		set, err := Load(cfg, nil)
+		if err != nil {
+			t.Fatalf("%+v: %v", cfg, err)
+		}
+		if got := set.Names(); !reflect.DeepEqual(got, []string{DefaultName}) {
+			t.Errorf("%+v: Names() = %v, want only the builtin", cfg, got)
+		}
+		if d := set.Default(); d.System != DefaultSystemPrompt || d.Name != DefaultName {
+			t.Errorf("%+v: default = %+v", cfg, *d)
+		}
+		if p := set.Resolve("telegram", "1", "", "2"); p != set.Default() {
+			t.Errorf("%+v: unbound chat got %q", cfg, p.Name)
+		}
+	}
+}
+
+func TestLoadDirIsAFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "profiles")
+	if err := os.WriteFile(path, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load(Config{Dir: path}, nil)
+	if err == nil {
+		t.Fatal("want an error when profiles.dir is a file")
+	}
+	mustContain(t, err.Error(), "profiles.dir")
+}
+
+func TestLoadUnknownKey(t *testing.T) {
+	msg := loadErr(t, map[string]string{
+		"support/profile.yaml": "description: x\nllm:\n  modle: gpt\ntts: {mode: off}\nvoice: alloy\n",
+	}, nil)
+	path := filepath.Join("support", "profile.yaml")
+	mustContain(t, msg, path+`: unknown key "llm.modle" (line 3)`, path+`: unknown key "voice" (line 5)`)
+}
+
+func TestLoadReportsEveryProblem(t *testing.T) {
+	msg := loadErr(t, map[string]string{
+		"a/profile.yaml":     "queue_mode: fast\nllm: {modle: x}\n",
+		"b/profile.yaml":     "description: b\nidle_reset: 30 minutes\n",
+		"c/profile.yaml":     "idle_reset: -5m\n",
+		"d/profile.yaml":     "tts:\n  mode: sometimes\n",
+		"e/profile.yaml":     "llm: {base_url: \"ftp://user:hunter2@example\"}\n",
+		"f/profile.yaml":     "tools: [a, \"\", a]\n",
+		"g/profile.yaml":     "tools: search\n",
+		"h/profile.yaml":     "llm: sk-secret-value\n",
+		"i/profile.yaml":     "- a list\n",
+		"j/profile.yaml":     "description: [unclosed\n",
+		"Bad.Name/SYSTEM.md": "x",
+		"UPPER/":             "",
+		"ok/SYSTEM.md":       "fine",
+	}, []Binding{
+		{Profile: "ok", Match: Match{Channel: "web"}},
+		{Profile: "ghost", Match: Match{Chat: "1"}},
+		{Match: Match{User: "2"}},
+	})
+	mustContain(t, msg,
+		filepath.Join("a", "profile.yaml")+`: queue_mode: "fast" is not a queue mode`,
+		filepath.Join("a", "profile.yaml")+`: unknown key "llm.modle" (line 2)`,
+		filepath.Join("b", "profile.yaml")+`: idle_reset: "30 minutes" is not a duration; write e.g. 30m, 2h or 0 (never) (line 2)`,
+		filepath.Join("c", "profile.yaml")+`: idle_reset: "-5m" is negative`,
+		filepath.Join("d", "profile.yaml")+`: tts.mode: "sometimes" is not a TTS mode; use off, inbound or always (line 2)`,
+		filepath.Join("e", "profile.yaml")+`: llm.base_url: must be an http:// or https:// URL`,
+		filepath.Join("f", "profile.yaml")+`: tools.1: empty tool name`,
+		filepath.Join("f", "profile.yaml")+`: tools.2: tool "a" listed twice`,
+		filepath.Join("g", "profile.yaml")+`: tools: expected a list, got text (line 1)`,
+		filepath.Join("h", "profile.yaml")+`: llm: expected a mapping, got text (line 1)`,
+		filepath.Join("i", "profile.yaml")+`: expected a mapping of keys (line 1)`,
+		filepath.Join("j", "profile.yaml")+`: `,
+		`Bad.Name: invalid profile name "Bad.Name"`,
+		`UPPER: invalid profile name "UPPER"`,
+		`bindings[1].profile: unknown profile "ghost"; known profiles: assistant, ok`,
+		`bindings[2].profile: missing`,
+	)
+	for _, leak := range []string{"hunter2", "sk-secret-value"} {
+		if strings.Contains(msg, leak) {
+			t.Errorf("error shows a secret value %q:\n%s", leak, msg)
+		}
+	}
+	// Profiles with errors are not offered as binding targets.
+	if strings.Contains(msg, "known profiles: a,") {
+		t.Errorf("a broken profile is listed as known:\n%s", msg)
+	}
+	if strings.Contains(msg, "bindings[0]") {
+		t.Errorf("a valid binding was reported:\n%s", msg)
+	}
+}
+
+func TestLoadBadDefaultName(t *testing.T) {
+	_, err := Load(Config{Dir: t.TempDir(), Default: "../etc"}, nil)
+	if err == nil {
+		t.Fatal("want an error")
+	}
+	mustContain(t, err.Error(), `profiles.default: invalid profile name "../etc"`)
+}
+
+func TestLoadExpandsEnvironment(t *testing.T) {
+	t.Setenv("GW_TEST_MODEL", "llama3")
+	t.Setenv("GW_TEST_HOST", "127.0.0.1:11434")
+	t.Setenv("GW_TEST_MODE", "collect")
+	dir := t.TempDir()
+	writeTree(t, dir, map[string]string{
+		"p/profile.yaml": `llm: {model: "$GW_TEST_MODEL", base_url: "http://${GW_TEST_HOST}/v1", api_key: "pa$$word${GW_TEST_UNSET}"}
+queue_mode: ${GW_TEST_MODE}
+tools: ["${GW_TEST_MODEL}-tool"]
+`,
+	})
+	set, err := Load(Config{Dir: dir}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := set.Get("p")
+	if p.LLM.Model != "llama3" || p.LLM.BaseURL != "http://127.0.0.1:11434/v1" || p.QueueMode != QueueCollect {
+		t.Errorf("not expanded: %+v", *p)
+	}
+	if got := p.LLM.APIKey.Reveal(); got != "pa$word" {
+		t.Errorf("api_key = %q, want %q ($$ is a literal $, unset vars are empty)", got, "pa$word")
+	}
+	if !reflect.DeepEqual(p.Tools, []string{"llama3-tool"}) {
+		t.Errorf("tools = %v", p.Tools)
+	}
+}
+
+func TestLoadEmptyProfileFile(t *testing.T) {
+	dir := t.TempDir()
+	writeTree(t, dir, map[string]string{"p/profile.yaml": "# nothing yet\n", "p/SYSTEM.md": "   \n"})
+	set, err := Load(Config{Dir: dir}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := set.Get("p"); p.System != DefaultSystemPrompt || p.QueueMode != QueueFollowup {
+		t.Errorf("empty profile: %+v", *p)
+	}
+}
+
+func TestValidateName(t *testing.T) {
+	for _, ok := range []string{"a", "support", "team-1", "x_y", "0", strings.Repeat("a", 64)} {
+		if err := ValidateName(ok); err != nil {
+			t.Errorf("ValidateName(%q) = %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", ".", "..", "../x", "a/b", "a.b", "-a", "_a", "A", "é", "a b", strings.Repeat("a", 65)} {
+		if err := ValidateName(bad); err == nil {
+			t.Errorf("ValidateName(%q) = nil, want an error", bad)
+		}
+	}
+}
