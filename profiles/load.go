@@ -128,6 +128,7 @@ func Load(cfg Config, bindings []Binding) (*Set, error) {
 	}
 
 	byName := map[string]*Profile{}
+	broken := map[string]bool{} // already reported; a binding to one is not "unknown" too
 	if cfg.Dir != "" {
 		entries, err := os.ReadDir(cfg.Dir)
 		switch {
@@ -150,11 +151,13 @@ func Load(cfg Config, bindings []Binding) (*Set, error) {
 				errs = append(errs, perrs...)
 				if p != nil {
 					byName[name] = p
+				} else {
+					broken[name] = true
 				}
 			}
 		}
 	}
-	if _, ok := byName[def]; !ok {
+	if _, ok := byName[def]; !ok && !broken[def] {
 		byName[def] = builtinProfile(def)
 	}
 
@@ -162,7 +165,7 @@ func Load(cfg Config, bindings []Binding) (*Set, error) {
 		switch _, ok := byName[b.Profile]; {
 		case b.Profile == "":
 			errs = append(errs, fmt.Errorf("bindings[%d].profile: missing; name one of: %s", i, strings.Join(sortedNames(byName), ", ")))
-		case !ok:
+		case !ok && !broken[b.Profile]:
 			errs = append(errs, fmt.Errorf("bindings[%d].profile: unknown profile %q; known profiles: %s", i, b.Profile, strings.Join(sortedNames(byName), ", ")))
 		}
 	}
