@@ -1,0 +1,165 @@
+package telegram
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"gateway/channels"
+	"gateway/internal/secret"
+)
+
+// Modes of receiving updates.
+const (
+	ModePolling = "polling"
+	ModeWebhook = "webhook"
+)
+
+// DefaultAPIURL is Telegram's Bot API server.
+const DefaultAPIURL = "https://api.telegram.org"
+
+// DefaultMaxFileBytes is the largest media file downloaded from users, Telegram's own
+// getFile limit.
+const DefaultMaxFileBytes = 20 << 20
+
+// WebhookPath is where webhook mode serves Telegram's POSTs on the gateway's listener.
+const WebhookPath = "/telegram/webhook"
+
+// Config is channels.telegram in the gateway's configuration.
+type Config struct {
+	Enabled bool          `mapstructure:"enabled"`
+	Token   secret.Secret `mapstructure:"token"`
+	APIURL  string        `mapstructure:"api_url"`
+	Mode    string        `mapstructure:"mode"` // polling (default) or webhook
+	// WebhookSecret is checked against X-Telegram-Bot-Api-Secret-Token on every webhook POST.
+	WebhookSecret secret.Secret `mapstructure:"webhook_secret"`
+	// WebhookURL is the public https URL Telegram should POST to (ending in /telegram/webhook).
+	// When set, Start registers it with setWebhook; when empty in webhook mode the admin
+	// registers it (with the same secret) and Start leaves Telegram's setting alone.
+	WebhookURL      string `mapstructure:"webhook_url"`
+	MaxFileBytes    int64  `mapstructure:"max_file_bytes"`
+	channels.Access `mapstructure:",squash"`
+}
+
+// Validate reports the first problem with the configuration, naming its key.
+func (c Config) Validate() error {
+	if !c.Enabled {
+		return nil
+	}
+	var errs []error
+	if !c.Token.IsSet() {
+		errs = append(errs, errors.New("channels.telegram.token is required when channels.telegram.enabled is true (the token @BotFather gave you)"))
+	}
+	if c.APIURL != "" {
+		if u, err := url.Parse(c.APIURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("channels.telegram.api_url: %q is not an http(s) URL", c.APIURL))
+		}
+	}
+	switch c.Mode {
+	case "", ModePolling:
+	case ModeWebhook:
+		if !c.WebhookSecret.IsSet() {
+			errs = append(errs, errors.New("channels.telegram.webhook_secret is required in webhook mode, so that only Telegram can post updates"))
+		}
+		if c.WebhookURL != "" {
+			if u, err := url.Parse(c.WebhookURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				errs = append(errs, fmt.Errorf("channels.telegram.webhook_url: %q is not an http(s) URL", c.WebhookURL))
+			}
+		}
+	default:
+		errs = append(errs, fmt.Errorf("channels.telegram.mode: %q is not one of polling, webhook", c.Mode))
+	}
+	if c.MaxFileBytes < 0 {
+		errs = append(errs, fmt.Errorf("channels.telegram.max_file_bytes: %d is negative", c.MaxFileBytes))
+	}
+	switch c.DMPolicy {
+	case "", channels.DMAllowlist, channels.DMOpen:
+	default:
+		errs = append(errs, fmt.Errorf("channels.telegram.dm_policy: %q is not one of allowlist, open", c.DMPolicy))
+	}
+	for _, id := range c.AllowFrom {
+		if _, err := strconv.ParseInt(id, 10, 64); err != nil {
+			errs = append(errs, fmt.Errorf("channels.telegram.allow_from: %q is not a numeric Telegram user id (usernames can change; ids cannot)", id))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// withDefaults fills in what an empty key means.
+func (c Config) withDefaults() Config {
+	if c.APIURL == "" {
+		c.APIURL = DefaultAPIURL
+	}
+	if c.Mode == "" {
+		c.Mode = ModePolling
+	}
+	if c.MaxFileBytes == 0 {
+		c.MaxFileBytes = DefaultMaxFileBytes
+	}
+	if c.DMPolicy == "" {
+		c.DMPolicy = channels.DMAllowlist
+	}
+	return c
+}
+
+// Options are the adapter's non-config dependencies and tuning. Zero values mean the
+// defaults that suit the real Telegram.
+type Options struct {
+	Logger     *slog.Logger
+	StateDir   string       // required: the update offset and downloaded media live under StateDir/telegram
+	HTTPClient *http.Client // for every Bot API call and download; timeouts come from contexts
+	Pacing     Pacing
+
+	PollTimeout    time.Duration // long-poll wait of one getUpdates (default 30s)
+	Watchdog       time.Duration // restart polling that completed nothing for this long (default 2×PollTimeout+30s)
+	EditInterval   time.Duration // least time between streaming edits (default 1s)
+	TypingInterval time.Duration // typing indicator refresh (default 4s; Telegram shows it ~5s)
+	MediaTTL       time.Duration // downloaded media older than this is deleted (default 24h)
+}
+
+// Pacing is the outbound limiter's tuning. Zero means Telegram's limits; a negative value
+// turns that limit off (for benchmarks against the fake only).
+type Pacing struct {
+	GlobalPerSecond float64       // sends per second for the whole bot (default 30)
+	PerChatInterval time.Duration // least time between sends to one private chat (default 1s)
+	GroupInterval   time.Duration // least time between sends to one group (default 3s: 20 a minute)
+}
+
+func (o Options) withDefaults() Options {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.HTTPClient == nil {
+		// A backstop only: every call also carries its own deadline.
+		o.HTTPClient = &http.Client{Timeout: 10 * time.Minute}
+	}
+	if o.PollTimeout <= 0 {
+		o.PollTimeout = 30 * time.Second
+	}
+	if o.Watchdog <= 0 {
+		o.Watchdog = 2*o.PollTimeout + 30*time.Second
+	}
+	if o.EditInterval <= 0 {
+		o.EditInterval = time.Second
+	}
+	if o.TypingInterval <= 0 {
+		o.TypingInterval = 4 * time.Second
+	}
+	if o.MediaTTL <= 0 {
+		o.MediaTTL = 24 * time.Hour
+	}
+	if o.Pacing.GlobalPerSecond == 0 {
+		o.Pacing.GlobalPerSecond = 30
+	}
+	if o.Pacing.PerChatInterval == 0 {
+		o.Pacing.PerChatInterval = time.Second
+	}
+	if o.Pacing.GroupInterval == 0 {
+		o.Pacing.GroupInterval = 3 * time.Second
+	}
+	return o
+}

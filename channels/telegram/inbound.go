@@ -1,0 +1,213 @@
+package telegram
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf16"
+
+	"github.com/go-telegram/bot"
+	"github.com/go-telegram/bot/models"
+
+	"gateway/channels"
+)
+
+// handleUpdate normalises one update, applies the access policy and hands it to the
+// gateway. A nil error means the update is done with (delivered, or deliberately dropped)
+// and may be acknowledged; an error means it must come again (the gateway did not take it,
+// or a download failed for a reason that may pass).
+func (c *Channel) handleUpdate(ctx context.Context, u *models.Update) error {
+	msg := u.Message
+	if msg == nil || msg.From == nil || msg.From.IsBot {
+		return nil // edits, channel posts, service updates, our own and other bots' messages
+	}
+	if msg.Chat.Type == models.ChatTypeChannel {
+		return nil
+	}
+	m, forUs := c.normalise(msg)
+	if !forUs {
+		return nil
+	}
+	key := m.ChatID + ":" + m.ID
+	if c.dedup.Seen(key) {
+		c.log.Debug("dropped a redelivered message", "chat", m.ChatID, "message", m.ID)
+		return nil
+	}
+	switch c.cfg.Access.Check(m) {
+	case channels.NotAllowed:
+		c.log.Info("message from a user not on allow_from", "user", m.UserID, "chat", m.ChatID)
+		if m.ChatType == channels.ChatDM && c.strangers.Allow(m.UserID, time.Now()) {
+			c.notify(ctx, msg, channels.NotAllowedText(m.UserID))
+		}
+		return nil
+	case channels.NotMentioned:
+		return nil
+	}
+	parts, refusal, err := c.media(ctx, msg)
+	if err != nil {
+		c.dedup.Forget(key)
+		return err
+	}
+	if refusal != "" {
+		c.notify(ctx, msg, refusal)
+		return nil
+	}
+	m.Parts = append(m.Parts, parts...)
+	for _, p := range parts {
+		if p.Type == channels.PartAudio && p.Voice {
+			m.IsVoice = true
+		}
+	}
+	if len(m.Parts) == 0 {
+		return nil // nothing we can show the agent (a service message)
+	}
+	if err := c.deliver(ctx, m); err != nil {
+		c.dedup.Forget(key)
+		return err
+	}
+	return nil
+}
+
+func (c *Channel) deliver(ctx context.Context, m *channels.Message) error {
+	c.mu.Lock()
+	sink := c.sink
+	c.mu.Unlock()
+	if err := sink.Deliver(ctx, m); err != nil {
+		return fmt.Errorf("telegram: the gateway did not take message %s in chat %s: %w", m.ID, m.ChatID, err)
+	}
+	return nil
+}
+
+// notify answers msg in its chat with plain text (access refusals, size limits), quoting
+// it in groups. Failures are logged: the update itself is done with.
+func (c *Channel) notify(ctx context.Context, msg *models.Message, text string) {
+	p := &bot.SendMessageParams{ChatID: msg.Chat.ID, Text: text}
+	if msg.IsTopicMessage {
+		p.MessageThreadID = msg.MessageThreadID
+	}
+	if msg.Chat.Type != models.ChatTypePrivate {
+		p.ReplyParameters = &models.ReplyParameters{MessageID: msg.ID, AllowSendingWithoutReply: true}
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	err := c.send(ctx, msg.Chat.ID, 30*time.Second, func(ctx context.Context) error {
+		_, err := c.api.SendMessage(ctx, p)
+		return err
+	})
+	if err != nil {
+		c.log.Warn("telegram: could not send a notice", "chat", msg.Chat.ID, "err", err)
+	}
+}
+
+// normalise turns a Telegram message into the gateway's model (text, mention, reply,
+// chat type, topic). forUs is false for a command addressed to another bot.
+func (c *Channel) normalise(msg *models.Message) (m *channels.Message, forUs bool) {
+	me := c.bot()
+	m = &channels.Message{
+		ID:       strconv.Itoa(msg.ID),
+		Channel:  Name,
+		ChatID:   strconv.FormatInt(msg.Chat.ID, 10),
+		UserID:   strconv.FormatInt(msg.From.ID, 10),
+		UserName: userName(msg.From),
+		ChatType: channels.ChatGroup,
+		Time:     time.Unix(int64(msg.Date), 0),
+	}
+	if msg.Chat.Type == models.ChatTypePrivate {
+		m.ChatType = channels.ChatDM
+	}
+	if msg.IsTopicMessage && msg.MessageThreadID != 0 {
+		m.ThreadID = strconv.Itoa(msg.MessageThreadID)
+	}
+	text, entities := msg.Text, msg.Entities
+	if text == "" {
+		text, entities = msg.Caption, msg.CaptionEntities
+	}
+	text, m.Mentioned, forUs = c.mentions(text, entities, me)
+	if text != "" {
+		m.Parts = append(m.Parts, channels.TextPart(text))
+	}
+	// In a forum every topic message "replies" to the topic's first message; that is
+	// not the user answering anyone.
+	if r := msg.ReplyToMessage; r != nil && r.ForumTopicCreated == nil {
+		rt := r.Text
+		if rt == "" {
+			rt = r.Caption
+		}
+		m.ReplyTo = &channels.Reply{ID: strconv.Itoa(r.ID), Text: rt}
+		if r.From != nil {
+			m.ReplyTo.UserID = strconv.FormatInt(r.From.ID, 10)
+			m.ReplyTo.FromBot = r.From.ID == me.ID
+		}
+		if m.ReplyTo.FromBot {
+			m.Mentioned = true
+		}
+	}
+	return m, forUs
+}
+
+// mentions finds whether text addresses the bot (an @mention, a text mention, or a
+// /command@bot), and removes the bot's @name so the agent and the command parser see
+// what the user meant ("/new@bot" becomes "/new"). forUs is false for /command@otherbot.
+func (c *Channel) mentions(text string, entities []models.MessageEntity, me models.User) (string, bool, bool) {
+	handle := "@" + strings.ToLower(me.Username)
+	mentioned, forUs := false, true
+	var cut [][2]int // byte ranges to remove
+	for _, e := range entities {
+		s, from, to := utf16Slice(text, e.Offset, e.Length)
+		switch e.Type {
+		case models.MessageEntityTypeMention:
+			if me.Username != "" && strings.ToLower(s) == handle {
+				mentioned = true
+				cut = append(cut, [2]int{from, to})
+			}
+		case models.MessageEntityTypeTextMention:
+			if e.User != nil && e.User.ID == me.ID {
+				mentioned = true
+			}
+		case models.MessageEntityTypeBotCommand:
+			if i := strings.IndexByte(s, '@'); i >= 0 {
+				if strings.ToLower(s[i:]) == handle {
+					mentioned = true
+					cut = append(cut, [2]int{from + i, to})
+				} else {
+					forUs = false
+				}
+			}
+		}
+	}
+	if len(cut) == 0 && me.Username != "" && strings.Contains(strings.ToLower(text), handle) {
+		mentioned = true // clients always send an entity; this catches hand-made updates
+	}
+	for i := len(cut) - 1; i >= 0; i-- {
+		text = text[:cut[i][0]] + text[cut[i][1]:]
+	}
+	return strings.TrimSpace(text), mentioned, forUs
+}
+
+// utf16Slice returns the part of s at Telegram's UTF-16 offset and length, and its byte range.
+func utf16Slice(s string, off, length int) (string, int, int) {
+	from, to, units := -1, len(s), 0
+	for i, r := range s {
+		if units == off && from < 0 {
+			from = i
+		}
+		if units == off+length {
+			to = i
+			break
+		}
+		units += utf16.RuneLen(r)
+	}
+	if from < 0 {
+		return "", len(s), len(s)
+	}
+	return s[from:to], from, to
+}
+
+func userName(u *models.User) string {
+	if u.Username != "" {
+		return u.Username
+	}
+	return strings.TrimSpace(u.FirstName + " " + u.LastName)
+}

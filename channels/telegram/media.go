@@ -1,0 +1,229 @@
+package telegram
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/go-telegram/bot"
+	"github.com/go-telegram/bot/models"
+
+	"gateway/channels"
+	"gateway/internal/pace"
+)
+
+// attachment is one media file of a message, before download.
+type attachment struct {
+	what     string // how a user would name it: "voice note", "photo", ...
+	typ      channels.PartType
+	fileID   string
+	size     int64 // as Telegram announced it; 0 when unknown
+	mime     string
+	name     string
+	voice    bool
+	duration float64
+}
+
+// attachments lists the files of msg worth downloading, and notes (as text) what arrived
+// that the agent cannot receive as a file, so that it is told even so.
+func attachments(msg *models.Message) (list []attachment, notes []string) {
+	if v := msg.Voice; v != nil {
+		list = append(list, attachment{what: "voice note", typ: channels.PartAudio, fileID: v.FileID, size: v.FileSize,
+			mime: orDefault(v.MimeType, "audio/ogg"), voice: true, duration: float64(v.Duration)})
+	}
+	if a := msg.Audio; a != nil {
+		list = append(list, attachment{what: "audio file", typ: channels.PartAudio, fileID: a.FileID, size: a.FileSize,
+			mime: orDefault(a.MimeType, "audio/mpeg"), name: a.FileName, duration: float64(a.Duration)})
+	}
+	if v := msg.VideoNote; v != nil {
+		// A round video message is someone speaking: its sound is transcribed like a voice note.
+		list = append(list, attachment{what: "video note", typ: channels.PartAudio, fileID: v.FileID, size: int64(v.FileSize),
+			mime: "video/mp4", voice: true, duration: float64(v.Duration)})
+	}
+	if len(msg.Photo) > 0 {
+		p := msg.Photo[len(msg.Photo)-1] // sizes come smallest first
+		list = append(list, attachment{what: "photo", typ: channels.PartImage, fileID: p.FileID, size: int64(p.FileSize), mime: "image/jpeg"})
+	}
+	if d := msg.Document; d != nil {
+		typ := channels.PartFile
+		if strings.HasPrefix(d.MimeType, "image/") {
+			typ = channels.PartImage
+		}
+		list = append(list, attachment{what: "document", typ: typ, fileID: d.FileID, size: d.FileSize,
+			mime: orDefault(d.MimeType, "application/octet-stream"), name: d.FileName})
+	}
+	switch {
+	case msg.Sticker != nil:
+		notes = append(notes, fmt.Sprintf("[The user sent a sticker %s]", msg.Sticker.Emoji))
+	case msg.Video != nil:
+		notes = append(notes, fmt.Sprintf("[The user sent a video (%d s); videos are not passed on]", msg.Video.Duration))
+	case msg.Animation != nil:
+		notes = append(notes, "[The user sent a GIF animation; animations are not passed on]")
+	case msg.Location != nil:
+		notes = append(notes, fmt.Sprintf("[The user shared a location: %.5f, %.5f]", msg.Location.Latitude, msg.Location.Longitude))
+	case msg.Contact != nil:
+		notes = append(notes, fmt.Sprintf("[The user shared a contact: %s %s, %s]", msg.Contact.FirstName, msg.Contact.LastName, msg.Contact.PhoneNumber))
+	case msg.Poll != nil:
+		notes = append(notes, fmt.Sprintf("[The user sent a poll: %s]", msg.Poll.Question))
+	}
+	return list, notes
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// media downloads msg's files into parts. refusal, when set, is what to tell the user
+// instead of delivering (a file over max_file_bytes). err means try the update again later.
+func (c *Channel) media(ctx context.Context, msg *models.Message) (parts []channels.Part, refusal string, err error) {
+	list, notes := attachments(msg)
+	for _, n := range notes {
+		parts = append(parts, channels.TextPart(n))
+	}
+	for i, a := range list {
+		if a.size > c.cfg.MaxFileBytes {
+			return nil, c.tooBig(a, a.size), nil
+		}
+		p, refusal, err := c.download(ctx, msg, i, a)
+		if err != nil || refusal != "" {
+			return nil, refusal, err
+		}
+		parts = append(parts, p)
+	}
+	return parts, "", nil
+}
+
+func (c *Channel) tooBig(a attachment, size int64) string {
+	if size <= 0 {
+		return fmt.Sprintf("That %s is too big for me; the limit is %s.", a.what, humanSize(c.cfg.MaxFileBytes))
+	}
+	return fmt.Sprintf("That %s is %s; the limit is %s.", a.what, humanSize(size), humanSize(c.cfg.MaxFileBytes))
+}
+
+// download fetches one attachment with getFile and the file URL, writes it under the
+// media directory and returns its part.
+func (c *Channel) download(ctx context.Context, msg *models.Message, idx int, a attachment) (channels.Part, string, error) {
+	var f *models.File
+	err := c.retry(ctx, func(ctx context.Context) (err error) {
+		f, err = c.api.GetFile(ctx, &bot.GetFileParams{FileID: a.fileID})
+		return err
+	})
+	switch {
+	case err != nil && strings.Contains(err.Error(), "file is too big"):
+		return channels.Part{}, c.tooBig(a, a.size), nil
+	case err != nil && errors.Is(err, bot.ErrorBadRequest):
+		c.log.Warn("telegram: getFile refused a file", "what", a.what, "err", err)
+		return channels.TextPart(fmt.Sprintf("[The user sent a %s that could not be downloaded]", a.what)), "", nil
+	case err != nil:
+		return channels.Part{}, "", fmt.Errorf("telegram: getFile for a %s: %w", a.what, err)
+	}
+	if f.FileSize > c.cfg.MaxFileBytes {
+		return channels.Part{}, c.tooBig(a, f.FileSize), nil
+	}
+	ext := path.Ext(f.FilePath)
+	if len(ext) > 8 || strings.ContainsAny(ext, `/\`) {
+		ext = ""
+	}
+	dest := filepath.Join(c.mediaDir, fmt.Sprintf("%d_%d_%d%s", msg.Chat.ID, msg.ID, idx, ext))
+	var size int64
+	err = pace.Do(ctx, pace.Policy{Attempts: 3}, func(ctx context.Context) (err error) {
+		size, err = c.fetch(ctx, f.FilePath, dest)
+		return err
+	})
+	if errors.Is(err, errTooBig) {
+		return channels.Part{}, c.tooBig(a, size), nil
+	}
+	if err != nil {
+		return channels.Part{}, "", err
+	}
+	return channels.Part{Type: a.typ, MIME: a.mime, Path: dest, Name: a.name, Size: size, Duration: a.duration, Voice: a.voice}, "", nil
+}
+
+// errTooBig: the download ran past max_file_bytes.
+var errTooBig = errors.New("file over the size limit")
+
+// fetch downloads a file path of the Bot API into dest, reading at most max_file_bytes.
+func (c *Channel) fetch(ctx context.Context, filePath, dest string) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	url := strings.TrimRight(c.cfg.APIURL, "/") + "/file/bot" + c.cfg.Token.Reveal() + "/" + filePath
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, c.scrub.wrap(err)
+	}
+	resp, err := c.opts.HTTPClient.Do(req)
+	if err != nil {
+		return 0, pace.Transient(fmt.Errorf("telegram: downloading a file: %w", c.scrub.wrap(err)))
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		err := fmt.Errorf("telegram: downloading a file: HTTP %d", resp.StatusCode)
+		if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests {
+			return 0, pace.Transient(err)
+		}
+		return 0, err
+	}
+	tmp, err := os.CreateTemp(c.mediaDir, ".download-*")
+	if err != nil {
+		return 0, fmt.Errorf("telegram: saving a file: %w", err)
+	}
+	defer os.Remove(tmp.Name()) // a no-op after the rename
+	n, err := io.Copy(tmp, io.LimitReader(resp.Body, c.cfg.MaxFileBytes+1))
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return 0, pace.Transient(fmt.Errorf("telegram: downloading a file: %w", c.scrub.wrap(err)))
+	}
+	if n > c.cfg.MaxFileBytes {
+		return n, errTooBig
+	}
+	if err := os.Rename(tmp.Name(), dest); err != nil {
+		return 0, fmt.Errorf("telegram: saving a file: %w", err)
+	}
+	return n, nil
+}
+
+// humanSize says a byte count the way people read file sizes.
+func humanSize(n int64) string {
+	const mb = 1 << 20
+	switch {
+	case n >= 10*mb:
+		return fmt.Sprintf("%d MB", (n+mb/2)/mb)
+	case n >= mb:
+		return fmt.Sprintf("%.1f MB", float64(n)/mb)
+	case n >= 1<<10:
+		return fmt.Sprintf("%d KB", (n+512)>>10)
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
+// janitor deletes downloaded media older than MediaTTL, at start and then hourly, so
+// the media directory does not grow without bound.
+func (c *Channel) janitor(ctx context.Context) {
+	t := time.NewTicker(time.Hour)
+	defer t.Stop()
+	for {
+		entries, _ := os.ReadDir(c.mediaDir)
+		for _, e := range entries {
+			if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > c.opts.MediaTTL {
+				_ = os.Remove(filepath.Join(c.mediaDir, e.Name()))
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

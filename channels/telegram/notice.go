@@ -1,0 +1,47 @@
+package telegram
+
+import (
+	"sync"
+	"time"
+)
+
+// noticeLimiter decides whether a stranger gets the "not allowed" answer again: once per
+// window per user, remembering at most size users (the oldest are forgotten first), so a
+// flood of strangers costs bounded memory and at most one answer each per window.
+type noticeLimiter struct {
+	mu     sync.Mutex
+	size   int
+	window time.Duration
+	last   map[string]time.Time
+}
+
+func newNoticeLimiter(size int, window time.Duration) *noticeLimiter {
+	return &noticeLimiter{size: size, window: window, last: make(map[string]time.Time, size)}
+}
+
+// Allow reports whether user may be answered now, and records it if so.
+func (n *noticeLimiter) Allow(user string, now time.Time) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if t, ok := n.last[user]; ok && now.Sub(t) < n.window {
+		return false
+	}
+	if len(n.last) >= n.size {
+		var oldest string
+		var when time.Time
+		for u, t := range n.last {
+			if now.Sub(t) >= n.window {
+				delete(n.last, u)
+				continue
+			}
+			if oldest == "" || t.Before(when) {
+				oldest, when = u, t
+			}
+		}
+		if len(n.last) >= n.size {
+			delete(n.last, oldest)
+		}
+	}
+	n.last[user] = now
+	return true
+}

@@ -1,0 +1,407 @@
+package telegram
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"mime"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-telegram/bot"
+	"github.com/go-telegram/bot/models"
+
+	"gateway/channels"
+	"gateway/internal/audio"
+	"gateway/internal/markdown"
+)
+
+// maxTyping bounds the typing indicator of an answer whose done never comes.
+const maxTyping = 10 * time.Minute
+
+// maxUpload is Telegram's limit for files a bot uploads.
+const maxUpload = 50 << 20
+
+// Open starts an answer in target's chat (and topic). In groups the answer quotes the
+// user's message (target.ReplyToID).
+func (c *Channel) Open(ctx context.Context, t channels.Target) (channels.Stream, error) {
+	c.mu.Lock()
+	running := c.state == stateRunning
+	c.mu.Unlock()
+	if !running {
+		return nil, errors.New("telegram: the channel is not running")
+	}
+	chat, err := strconv.ParseInt(t.ChatID, 10, 64)
+	if err != nil {
+		return nil, fmt.Errorf("telegram: %q is not a Telegram chat id", t.ChatID)
+	}
+	s := &stream{c: c, chat: chat}
+	if t.ThreadID != "" {
+		if s.thread, err = strconv.Atoi(t.ThreadID); err != nil {
+			return nil, fmt.Errorf("telegram: %q is not a Telegram topic id", t.ThreadID)
+		}
+	}
+	if t.ChatType == channels.ChatGroup && t.ReplyToID != "" {
+		s.replyTo, _ = strconv.Atoi(t.ReplyToID)
+	}
+	return s, nil
+}
+
+// stream renders one answer. Frames come from one goroutine, so it needs no lock.
+type stream struct {
+	c       *Channel
+	chat    int64
+	thread  int
+	replyTo int
+
+	text       strings.Builder // Markdown streamed so far
+	sent       []sentMsg       // the answer's messages, in order
+	lastFlush  time.Time
+	pauseUntil time.Time // after a 429 on a preview edit
+	stopTyping func()
+	finished   bool
+}
+
+type sentMsg struct {
+	id   int
+	html string // the chunk it shows
+}
+
+func (s *stream) Send(ctx context.Context, f channels.Frame) error {
+	if s.finished {
+		return errors.New("telegram: this answer is already finished")
+	}
+	switch f.Type {
+	case channels.FrameStart:
+		s.startTyping()
+	case channels.FrameDelta:
+		s.text.WriteString(f.Text)
+		if time.Since(s.lastFlush) >= s.c.opts.EditInterval && time.Now().After(s.pauseUntil) {
+			s.preview(ctx)
+		}
+	case channels.FrameTool, channels.FrameStatus:
+		// The typing indicator already says work is going on.
+	case channels.FrameParts:
+		// The text so far goes first, so a voice note follows the words it speaks.
+		if s.text.Len() > 0 {
+			if err := s.sync(ctx, s.text.String()); err != nil {
+				return err
+			}
+		}
+		for _, p := range f.Parts {
+			if err := s.sendPart(ctx, p); err != nil {
+				return err
+			}
+		}
+	case channels.FrameDone:
+		s.finish()
+		text := f.Text
+		if text == "" {
+			text = s.text.String()
+		}
+		return s.sync(ctx, text)
+	case channels.FrameError:
+		s.finish()
+		text := f.Text
+		if text == "" {
+			text = "Sorry, something went wrong with this answer."
+		}
+		return s.sendPlain(ctx, text)
+	}
+	return nil
+}
+
+func (s *stream) finish() {
+	s.finished = true
+	if s.stopTyping != nil {
+		s.stopTyping()
+	}
+}
+
+// startTyping shows "typing…" now and every TypingInterval until the answer ends, the
+// channel stops, or maxTyping passes.
+func (s *stream) startTyping() {
+	if s.stopTyping != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), maxTyping)
+	done := make(chan struct{})
+	ok := s.c.goRun(func(life context.Context) {
+		defer close(done)
+		unlink := context.AfterFunc(life, cancel)
+		defer unlink()
+		s.c.typingLoop(ctx, s.chat, s.thread)
+	})
+	if !ok {
+		cancel()
+		return
+	}
+	// Waiting for the loop means no typing action lands after the answer.
+	s.stopTyping = func() { cancel(); <-done }
+}
+
+func (c *Channel) typingLoop(ctx context.Context, chat int64, thread int) {
+	t := time.NewTicker(c.opts.TypingInterval)
+	defer t.Stop()
+	for {
+		// Typing is a hint: it takes a slot only when the bot has one free, never a chat's.
+		if c.global == nil || c.tryGlobal(ctx) {
+			actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			_, err := c.api.SendChatAction(actx, &bot.SendChatActionParams{ChatID: chat, MessageThreadID: thread, Action: models.ChatActionTyping})
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				c.log.Debug("telegram: typing indicator failed", "chat", chat, "err", c.scrub.wrap(err))
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (c *Channel) tryGlobal(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	return c.global.Wait(ctx, "") == nil
+}
+
+// render turns the answer's Markdown into the HTML of each message.
+func render(md string) []string {
+	return markdown.SplitTelegramHTML(markdown.TelegramHTML(md), MaxText)
+}
+
+// preview shows the text so far with at most one call, and only when a send slot is free
+// now: a streaming preview never holds up the answer, and the final sync fixes any gap.
+func (s *stream) preview(ctx context.Context) {
+	s.lastFlush = time.Now()
+	chunks := render(s.text.String())
+	i := 0
+	for i < len(chunks) && i < len(s.sent) && s.sent[i].html == chunks[i] {
+		i++
+	}
+	if i == len(chunks) || !s.c.tryWait(ctx, s.chat) {
+		return
+	}
+	actx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	var err error
+	if i < len(s.sent) {
+		_, err = s.c.api.EditMessageText(actx, &bot.EditMessageTextParams{ChatID: s.chat, MessageID: s.sent[i].id, Text: chunks[i], ParseMode: models.ParseModeHTML})
+		if err == nil || isNotModified(err) {
+			s.sent[i].html, err = chunks[i], nil
+		}
+	} else {
+		var m *models.Message
+		m, err = s.c.api.SendMessage(actx, s.messageParams(chunks[i], true))
+		if err == nil {
+			s.sent = append(s.sent, sentMsg{id: m.ID, html: chunks[i]})
+		}
+	}
+	if err != nil {
+		var tmr *bot.TooManyRequestsError
+		if errors.As(err, &tmr) {
+			s.pauseUntil = time.Now().Add(time.Duration(tmr.RetryAfter) * time.Second)
+		}
+		s.c.log.Debug("telegram: streaming preview skipped", "chat", s.chat, "err", s.c.scrub.wrap(err))
+	}
+}
+
+// sync makes the answer's messages show md in full: edits where a message differs, new
+// messages for the rest. Each call is paced and retried; Telegram refusing the HTML
+// sends that piece as plain text instead.
+func (s *stream) sync(ctx context.Context, md string) error {
+	for i, chunk := range render(md) {
+		if i < len(s.sent) {
+			if s.sent[i].html == chunk {
+				continue
+			}
+			if err := s.edit(ctx, i, chunk); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := s.sendNew(ctx, chunk); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *stream) edit(ctx context.Context, i int, chunk string) error {
+	try := func(text string, mode models.ParseMode) error {
+		err := s.c.send(ctx, s.chat, 30*time.Second, func(ctx context.Context) error {
+			_, err := s.c.api.EditMessageText(ctx, &bot.EditMessageTextParams{ChatID: s.chat, MessageID: s.sent[i].id, Text: text, ParseMode: mode})
+			return err
+		})
+		if isNotModified(err) {
+			return nil
+		}
+		return err
+	}
+	err := try(chunk, models.ParseModeHTML)
+	if isParseError(err) {
+		s.c.log.Warn("telegram: Telegram refused the HTML of an answer; sending it as plain text", "chat", s.chat, "err", err)
+		err = try(markdown.TelegramText(chunk), "")
+	}
+	if err != nil {
+		return fmt.Errorf("telegram: editing the answer in chat %d: %w", s.chat, err)
+	}
+	s.sent[i].html = chunk
+	return nil
+}
+
+func (s *stream) sendNew(ctx context.Context, chunk string) error {
+	var m *models.Message
+	try := func(p *bot.SendMessageParams) error {
+		return s.c.send(ctx, s.chat, 30*time.Second, func(ctx context.Context) (err error) {
+			m, err = s.c.api.SendMessage(ctx, p)
+			return err
+		})
+	}
+	err := try(s.messageParams(chunk, true))
+	if isParseError(err) {
+		s.c.log.Warn("telegram: Telegram refused the HTML of an answer; sending it as plain text", "chat", s.chat, "err", err)
+		err = try(s.messageParams(markdown.TelegramText(chunk), false))
+	}
+	if err != nil {
+		return fmt.Errorf("telegram: sending the answer to chat %d: %w", s.chat, err)
+	}
+	s.sent = append(s.sent, sentMsg{id: m.ID, html: chunk})
+	return nil
+}
+
+// messageParams builds a new message of the answer; its first message quotes the user in groups.
+func (s *stream) messageParams(text string, html bool) *bot.SendMessageParams {
+	p := &bot.SendMessageParams{ChatID: s.chat, MessageThreadID: s.thread, Text: text}
+	if html {
+		p.ParseMode = models.ParseModeHTML
+	}
+	if s.replyTo != 0 && len(s.sent) == 0 {
+		p.ReplyParameters = &models.ReplyParameters{MessageID: s.replyTo, AllowSendingWithoutReply: true}
+	}
+	return p
+}
+
+// sendPlain sends text as it is (error notices), split at the limit.
+func (s *stream) sendPlain(ctx context.Context, text string) error {
+	for _, chunk := range markdown.SplitTelegramHTML(markdown.EscapeHTML(text), MaxText) {
+		plain := markdown.TelegramText(chunk)
+		err := s.c.send(ctx, s.chat, 30*time.Second, func(ctx context.Context) error {
+			_, err := s.c.api.SendMessage(ctx, s.messageParams(plain, false))
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("telegram: sending a notice to chat %d: %w", s.chat, err)
+		}
+	}
+	return nil
+}
+
+// sendPart delivers one extra part: audio as a native voice note (Ogg/Opus, converted when
+// needed) or an audio file, images as photos, other files as documents, text as a message.
+func (s *stream) sendPart(ctx context.Context, p channels.Part) error {
+	if p.Type == channels.PartText {
+		if strings.TrimSpace(p.Text) == "" {
+			return nil
+		}
+		for _, chunk := range render(p.Text) {
+			if err := s.sendNew(ctx, chunk); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	data, err := partData(p)
+	if err != nil {
+		return err
+	}
+	name := p.Name
+	if name == "" && p.Path != "" {
+		name = filepath.Base(p.Path)
+	}
+	mt, _, _ := mime.ParseMediaType(p.MIME)
+	method := "document"
+	switch {
+	case p.Type == channels.PartAudio && (p.Voice || mt == "audio/ogg"):
+		method, name = "voice", "voice.ogg"
+		if mt != "audio/ogg" && !audio.IsOggOpus(data) {
+			if data, err = s.c.toOggOpus(ctx, data); err != nil {
+				return err
+			}
+		}
+	case p.Type == channels.PartAudio:
+		method = "audio"
+	case p.Type == channels.PartImage:
+		method = "photo"
+	}
+	if name == "" {
+		name = "file"
+	}
+	reply := s.messageParams("", false).ReplyParameters
+	err = s.c.send(ctx, s.chat, 2*time.Minute, func(ctx context.Context) error {
+		// A fresh reader per attempt: a retry must upload the whole file again.
+		f := &models.InputFileUpload{Filename: name, Data: bytes.NewReader(data)}
+		var err error
+		switch method {
+		case "voice":
+			_, err = s.c.api.SendVoice(ctx, &bot.SendVoiceParams{ChatID: s.chat, MessageThreadID: s.thread, Voice: f, Duration: int(p.Duration + 0.5), ReplyParameters: reply})
+		case "audio":
+			_, err = s.c.api.SendAudio(ctx, &bot.SendAudioParams{ChatID: s.chat, MessageThreadID: s.thread, Audio: f, Duration: int(p.Duration + 0.5), ReplyParameters: reply})
+		case "photo":
+			_, err = s.c.api.SendPhoto(ctx, &bot.SendPhotoParams{ChatID: s.chat, MessageThreadID: s.thread, Photo: f, ReplyParameters: reply})
+		default:
+			_, err = s.c.api.SendDocument(ctx, &bot.SendDocumentParams{ChatID: s.chat, MessageThreadID: s.thread, Document: f, ReplyParameters: reply})
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("telegram: sending a %s to chat %d: %w", method, s.chat, err)
+	}
+	return nil
+}
+
+// partData reads a media part, refusing what Telegram would refuse anyway.
+func partData(p channels.Part) ([]byte, error) {
+	if p.Data != nil {
+		if len(p.Data) > maxUpload {
+			return nil, fmt.Errorf("telegram: a %s part of %s is over Telegram's 50 MB upload limit", p.Type, humanSize(int64(len(p.Data))))
+		}
+		return p.Data, nil
+	}
+	if p.Path == "" {
+		return nil, fmt.Errorf("telegram: a %s part has neither data nor a path", p.Type)
+	}
+	info, err := os.Stat(p.Path)
+	if err != nil {
+		return nil, fmt.Errorf("telegram: reading a %s part: %w", p.Type, err)
+	}
+	if info.Size() > maxUpload {
+		return nil, fmt.Errorf("telegram: %s is %s, over Telegram's 50 MB upload limit", filepath.Base(p.Path), humanSize(info.Size()))
+	}
+	return os.ReadFile(p.Path)
+}
+
+// toOggOpus converts audio to Telegram's voice-note format with ffmpeg.
+func (c *Channel) toOggOpus(ctx context.Context, data []byte) ([]byte, error) {
+	dir, err := os.MkdirTemp(c.mediaDir, ".voice-*")
+	if err != nil {
+		return nil, fmt.Errorf("telegram: converting a voice note: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	in, out := filepath.Join(dir, "in"), filepath.Join(dir, "out.ogg")
+	if err := os.WriteFile(in, data, 0o600); err != nil {
+		return nil, fmt.Errorf("telegram: converting a voice note: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := audio.ToOggOpus(ctx, in, out); err != nil {
+		return nil, fmt.Errorf("telegram: converting a voice note to Ogg/Opus: %w", err)
+	}
+	return os.ReadFile(out)
+}

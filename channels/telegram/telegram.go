@@ -1,0 +1,330 @@
+// Package telegram is the Telegram channel adapter, on github.com/go-telegram/bot.
+//
+// Updates arrive by long polling (a getUpdates loop of our own: per-chat order, retry_after
+// honoured, the offset saved under state_dir only after the gateway took the update) or by
+// webhook on the gateway's HTTP listener. Answers stream by editing one message, rendered
+// from Markdown to Telegram HTML, split at 4096 UTF-16 units, through one outbound pacer.
+package telegram
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/go-telegram/bot"
+	"github.com/go-telegram/bot/models"
+	"golang.org/x/time/rate"
+
+	"gateway/channels"
+	"gateway/internal/pace"
+)
+
+// Name is the channel's name in config, session keys and logs.
+const Name = "telegram"
+
+// MaxText is Telegram's limit for one message, in UTF-16 units after entity parsing.
+const MaxText = 4096
+
+// Channel is the Telegram adapter. It implements channels.Channel and channels.HTTPChannel.
+type Channel struct {
+	cfg   Config
+	opts  Options
+	log   *slog.Logger
+	scrub scrubber
+	api   *bot.Bot
+
+	global *pace.Pacer // whole bot
+	dms    *pace.Pacer // per private chat
+	groups *pace.Pacer // per group
+	policy pace.Policy
+
+	dedup     *channels.Dedup
+	strangers *noticeLimiter
+	stripes   [64]sync.Mutex // per-chat order of webhook updates, bounded by hashing
+
+	dir      string // StateDir/telegram
+	mediaDir string
+
+	mu        sync.Mutex
+	state     int // stateNew, stateRunning, stateStopped
+	sink      channels.Sink
+	me        models.User
+	ctx       context.Context // lives from Start to Stop
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	connected bool
+}
+
+const (
+	stateNew = iota
+	stateRunning
+	stateStopped
+)
+
+// New checks cfg and opts and returns an adapter that is not yet connected.
+func New(cfg Config, opts Options) (*Channel, error) {
+	cfg.Enabled = true
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("telegram: %w", err)
+	}
+	if opts.StateDir == "" {
+		return nil, errors.New("telegram: a state directory is required (state_dir) to keep the update offset and downloaded media")
+	}
+	cfg, opts = cfg.withDefaults(), opts.withDefaults()
+	c := &Channel{
+		cfg: cfg, opts: opts, log: opts.Logger.With("channel", Name),
+		scrub:     scrubber{token: cfg.Token.Reveal()},
+		dedup:     channels.NewDedup(4096),
+		strangers: newNoticeLimiter(1024, time.Hour),
+		dir:       filepath.Join(opts.StateDir, Name),
+		policy:    pace.Policy{Attempts: 5, Base: 500 * time.Millisecond, Max: 2 * time.Minute},
+	}
+	c.mediaDir = filepath.Join(c.dir, "media")
+	p := opts.Pacing
+	if p.GlobalPerSecond > 0 {
+		c.global = pace.New(pace.Limits{Global: rate.Limit(p.GlobalPerSecond), GlobalBurst: max(1, int(p.GlobalPerSecond))})
+	}
+	if p.PerChatInterval > 0 {
+		c.dms = pace.New(pace.Limits{PerKey: rate.Every(p.PerChatInterval), PerKeyBurst: 1})
+	}
+	if p.GroupInterval > 0 {
+		c.groups = pace.New(pace.Limits{PerKey: rate.Every(p.GroupInterval), PerKeyBurst: 1})
+	}
+	api, err := bot.New(cfg.Token.Reveal(),
+		bot.WithSkipGetMe(),
+		bot.WithServerURL(cfg.APIURL),
+		bot.WithHTTPClient(opts.PollTimeout, opts.HTTPClient),
+		bot.WithErrorsHandler(func(err error) { c.log.Warn("telegram client", "err", c.scrub.wrap(err)) }),
+		bot.WithDebugHandler(func(string, ...any) {}),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("telegram: %w", c.scrub.wrap(err))
+	}
+	c.api = api
+	return c, nil
+}
+
+// Name returns "telegram".
+func (c *Channel) Name() string { return Name }
+
+// Start checks the token with getMe, prepares polling or the webhook, registers the bot's
+// commands and starts receiving. It returns once Telegram answered, or with an error that
+// names the problem and never the token.
+func (c *Channel) Start(ctx context.Context, sink channels.Sink) error {
+	c.mu.Lock()
+	if c.state != stateNew {
+		c.mu.Unlock()
+		return errors.New("telegram: Start called twice (a stopped channel cannot be restarted; make a new one)")
+	}
+	c.state = stateRunning
+	c.sink = sink
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.mu.Unlock()
+
+	if err := c.connect(ctx); err != nil {
+		c.mu.Lock()
+		c.state = stateStopped
+		c.cancel()
+		c.mu.Unlock()
+		return err
+	}
+	if err := os.MkdirAll(c.mediaDir, 0o700); err != nil {
+		c.Stop(context.Background())
+		return fmt.Errorf("telegram: cannot create the media directory: %w", err)
+	}
+	c.registerCommands(ctx)
+	c.goRun(c.janitor)
+	if c.cfg.Mode == ModePolling {
+		c.goRun(c.superviseLongPolling)
+	}
+	c.setConnected(true, nil)
+	c.log.Info("telegram connected", "bot", "@"+c.me.Username, "mode", c.cfg.Mode)
+	return nil
+}
+
+// connect runs the start-up calls: getMe, then deleteWebhook or setWebhook.
+func (c *Channel) connect(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var me *models.User
+	err := c.retry(ctx, func(ctx context.Context) (err error) {
+		me, err = c.api.GetMe(ctx)
+		return err
+	})
+	if err != nil {
+		if errors.Is(err, bot.ErrorUnauthorized) || errors.Is(err, bot.ErrorNotFound) {
+			return errors.New("telegram: the bot token was rejected (401 Unauthorized); check channels.telegram.token")
+		}
+		return fmt.Errorf("telegram: cannot reach the Bot API at %s: %w", c.cfg.APIURL, err)
+	}
+	c.mu.Lock()
+	c.me = *me
+	c.mu.Unlock()
+	switch {
+	case c.cfg.Mode == ModePolling:
+		// A webhook left set would make every getUpdates fail with 409.
+		err = c.retry(ctx, func(ctx context.Context) error {
+			_, err := c.api.DeleteWebhook(ctx, &bot.DeleteWebhookParams{})
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("telegram: deleteWebhook before polling failed: %w", err)
+		}
+	case c.cfg.WebhookURL != "":
+		err = c.retry(ctx, func(ctx context.Context) error {
+			_, err := c.api.SetWebhook(ctx, &bot.SetWebhookParams{URL: c.cfg.WebhookURL, SecretToken: c.cfg.WebhookSecret.Reveal(),
+				AllowedUpdates: []string{"message"}})
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("telegram: setWebhook to %s failed: %w", c.cfg.WebhookURL, err)
+		}
+	}
+	return nil
+}
+
+// Commands are the native commands shown in Telegram's menu; the gateway handles them.
+func Commands() []models.BotCommand {
+	return []models.BotCommand{
+		{Command: "new", Description: "Start a new conversation"},
+		{Command: "stop", Description: "Stop the answer in progress"},
+		{Command: "status", Description: "Show this chat's session"},
+		{Command: "help", Description: "What this bot can do"},
+	}
+}
+
+func (c *Channel) registerCommands(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	err := c.retry(ctx, func(ctx context.Context) error {
+		_, err := c.api.SetMyCommands(ctx, &bot.SetMyCommandsParams{Commands: Commands()})
+		return err
+	})
+	if err != nil {
+		// The commands still work when typed; only the menu is missing.
+		c.log.Warn("telegram: setMyCommands failed; the command menu may be out of date", "err", err)
+	}
+}
+
+// Stop ends polling, the webhook handler and every goroutine the adapter started.
+func (c *Channel) Stop(ctx context.Context) error {
+	c.mu.Lock()
+	if c.state != stateRunning {
+		c.state = stateStopped
+		c.mu.Unlock()
+		return nil
+	}
+	c.state = stateStopped
+	c.cancel()
+	c.mu.Unlock()
+	done := make(chan struct{})
+	go func() { c.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return fmt.Errorf("telegram: stop: %w", ctx.Err())
+	}
+	c.setConnected(false, nil)
+	return nil
+}
+
+// goRun runs fn on a goroutine that Stop waits for. It reports false after Stop.
+func (c *Channel) goRun(fn func(ctx context.Context)) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state != stateRunning {
+		return false
+	}
+	c.wg.Add(1)
+	ctx := c.ctx
+	go func() {
+		defer c.wg.Done()
+		fn(ctx)
+	}()
+	return true
+}
+
+// enter registers work Stop must wait for (a webhook request); false once stopping.
+func (c *Channel) enter() (context.Context, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state != stateRunning {
+		return nil, false
+	}
+	c.wg.Add(1)
+	return c.ctx, true
+}
+
+func (c *Channel) setConnected(up bool, err error) {
+	c.mu.Lock()
+	changed := c.connected != up
+	c.connected = up
+	sink := c.sink
+	c.mu.Unlock()
+	if changed && sink != nil {
+		sink.Connected(Name, up, err)
+	}
+}
+
+func (c *Channel) bot() models.User {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.me
+}
+
+// retry runs one unpaced Bot API call (start-up, getFile) with the retry policy.
+func (c *Channel) retry(ctx context.Context, fn func(ctx context.Context) error) error {
+	return pace.Do(ctx, pace.Policy{Attempts: 3, Base: 300 * time.Millisecond, Max: 30 * time.Second}, func(ctx context.Context) error {
+		actx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		return c.scrub.classify(ctx, fn(actx))
+	})
+}
+
+// send runs one message-sending call to chat through the pacer and the retry policy:
+// each attempt waits for the chat's and the bot's slot; 429 waits retry_after; 5xx and
+// network errors back off. The error is final and free of the token.
+func (c *Channel) send(ctx context.Context, chat int64, timeout time.Duration, fn func(ctx context.Context) error) error {
+	return pace.Do(ctx, c.policy, func(ctx context.Context) error {
+		if err := c.wait(ctx, chat); err != nil {
+			return err
+		}
+		actx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		return c.scrub.classify(ctx, fn(actx))
+	})
+}
+
+// wait blocks for a send slot in chat.
+func (c *Channel) wait(ctx context.Context, chat int64) error {
+	if p := c.chatPacer(chat); p != nil {
+		if err := p.Wait(ctx, strconv.FormatInt(chat, 10)); err != nil {
+			return err
+		}
+	}
+	if c.global != nil {
+		return c.global.Wait(ctx, "")
+	}
+	return nil
+}
+
+// tryWait takes a send slot only if one is free now: streaming edits skip a beat rather
+// than hold up the answer.
+func (c *Channel) tryWait(ctx context.Context, chat int64) bool {
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	return c.wait(ctx, chat) == nil
+}
+
+func (c *Channel) chatPacer(chat int64) *pace.Pacer {
+	if chat < 0 {
+		return c.groups // group and supergroup ids are negative
+	}
+	return c.dms
+}

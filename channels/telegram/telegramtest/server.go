@@ -1,0 +1,610 @@
+// Package telegramtest is a fake Telegram Bot API server for tests. It listens on
+// 127.0.0.1, speaks the Bot API's JSON, multipart and form bodies at /bot<token>/<method>,
+// serves downloads at /file/bot<token>/<path>, and checks what real Telegram checks where a
+// user would notice: the token (401), the 4096-unit limit after entity parsing ("message is
+// too long"), HTML entity parsing ("can't parse entities"), unchanged edits ("message is not
+// modified"). Tests inject user updates, make sends fail (429 with retry_after, 5xx) or slow,
+// and read what the bot posted and every call it made. In webhook mode (after setWebhook)
+// the fake POSTs updates to the registered URL with the secret header and redelivers on any
+// non-2xx answer, as Telegram does.
+package telegramtest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-telegram/bot/models"
+)
+
+// Defaults of a new Server.
+const (
+	Token       = "7000001:AAFakeSecretTokenForTests-xyz"
+	BotID       = 7000001
+	BotUsername = "gateway_test_bot"
+	// MaxText is Telegram's limit for one message, in UTF-16 units after entity parsing.
+	MaxText = 4096
+	// MaxDownload is what getFile serves at most, like Telegram's 20 MB.
+	MaxDownload = 20 << 20
+)
+
+// Call is one request the bot made.
+type Call struct {
+	Method string
+	Time   time.Time
+	Params map[string]string
+	Files  map[string][]byte
+	Status int // HTTP status answered
+}
+
+// Message is a message the bot has in a chat, as it stands now.
+type Message struct {
+	ID        int
+	ChatID    int64
+	ThreadID  int
+	Kind      string // "text", "voice", "audio", "document", "photo"
+	Text      string // visible text after entity parsing (caption for media)
+	Raw       string // text exactly as sent (HTML when ParseMode is HTML)
+	ParseMode string
+	Edits     int
+	ReplyTo   int // message_id of reply_parameters, 0 when none
+	File      []byte
+	FileName  string
+	Opus      bool // the voice payload is Ogg with an Opus stream
+	Time      time.Time
+	Updated   time.Time
+}
+
+// Server is the fake. Its methods are safe for concurrent use.
+type Server struct {
+	URL   string // pass as api_url
+	Token string
+
+	srv    *httptest.Server
+	client *http.Client
+	ctx    context.Context // ends at Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu          sync.Mutex
+	notify      chan struct{} // closed and replaced when updates arrive or the webhook changes
+	pending     []json.RawMessage
+	pendingIDs  []int64
+	sent        map[int64]json.RawMessage // every update ever queued, for Redeliver
+	nextUpdate  int64
+	nextMsg     int
+	nextFile    int
+	msgs        map[int64][]*Message
+	typing      map[int64]int
+	calls       []Call
+	files       map[string]fileEntry // by file_id
+	paths       map[string]string    // file_path -> file_id
+	fails       []failure
+	slow        map[string]time.Duration
+	commands    []models.BotCommand
+	hookURL     string
+	hookSecret  string
+	hookTries   int
+	pollStop    context.CancelFunc // the getUpdates in flight
+	pollGen     int
+	holdConfirm bool
+}
+
+type fileEntry struct {
+	data []byte
+	size int64 // claimed size; may exceed len(data) to test limits without big payloads
+	path string
+}
+
+type failure struct {
+	status     int
+	desc       string
+	retryAfter int
+}
+
+// NewServer starts a fake on 127.0.0.1, closed when the test ends.
+func NewServer(t testing.TB) *Server {
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Server{
+		Token: Token, ctx: ctx, cancel: cancel,
+		client:     &http.Client{Timeout: 10 * time.Second},
+		notify:     make(chan struct{}),
+		sent:       map[int64]json.RawMessage{},
+		nextUpdate: 100, nextMsg: 1000,
+		msgs: map[int64][]*Message{}, typing: map[int64]int{},
+		files: map[string]fileEntry{}, paths: map[string]string{}, slow: map[string]time.Duration{},
+	}
+	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
+	s.URL = s.srv.URL
+	s.wg.Add(1)
+	go s.pushWebhook()
+	t.Cleanup(s.Close)
+	return s
+}
+
+// Close stops the fake and its webhook pusher.
+func (s *Server) Close() {
+	s.cancel()
+	s.srv.CloseClientConnections()
+	s.srv.Close()
+	s.wg.Wait()
+}
+
+// --- failure injection ---
+
+// isSend reports whether method puts or changes a message in a chat.
+func isSend(method string) bool {
+	switch method {
+	case "sendMessage", "editMessageText", "sendVoice", "sendAudio", "sendDocument", "sendPhoto":
+		return true
+	}
+	return false
+}
+
+// FailNext makes the next n message-sending calls fail: with 429 and retry_after (rounded up
+// to whole seconds, as Telegram sends it) when retryAfter > 0, else with 502.
+func (s *Server) FailNext(n int, retryAfter time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for range n {
+		if retryAfter > 0 {
+			secs := int((retryAfter + time.Second - 1) / time.Second)
+			s.fails = append(s.fails, failure{429, "Too Many Requests: retry after " + strconv.Itoa(secs), secs})
+		} else {
+			s.fails = append(s.fails, failure{502, "Bad Gateway", 0})
+		}
+	}
+}
+
+// Slow delays every answer to method by d (the request's context still ends it).
+func (s *Server) Slow(method string, d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.slow[method] = d
+}
+
+// --- reading what happened ---
+
+// Calls lists the calls made to method ("" for all), oldest first.
+func (s *Server) Calls(method string) []Call {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []Call
+	for _, c := range s.calls {
+		if method == "" || c.Method == method {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Messages lists what the bot has in chat, oldest first (copies).
+func (s *Server) Messages(chatID int64) []Message {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Message, 0, len(s.msgs[chatID]))
+	for _, m := range s.msgs[chatID] {
+		out = append(out, *m)
+	}
+	return out
+}
+
+// Typing is how many typing actions the bot sent to chat.
+func (s *Server) Typing(chatID int64) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.typing[chatID]
+}
+
+// Commands is the command list the bot registered with setMyCommands.
+func (s *Server) Commands() []models.BotCommand {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.commands)
+}
+
+// Webhook is the registered webhook URL and secret ("" when polling).
+func (s *Server) Webhook() (url, secret string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.hookURL, s.hookSecret
+}
+
+// WebhookTries is how many webhook POSTs the fake has made.
+func (s *Server) WebhookTries() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.hookTries
+}
+
+// Pending is how many updates are waiting to be fetched or pushed.
+func (s *Server) Pending() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.pending)
+}
+
+// BotMessage returns a message the bot posted, as Telegram shows it in reply_to_message.
+func (s *Server) BotMessage(chatID int64, id int) *models.Message {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, m := range s.msgs[chatID] {
+		if m.ID == id {
+			return &models.Message{ID: m.ID, Date: int(m.Time.Unix()), Chat: chatOf(chatID, m.ThreadID), Text: m.Text,
+				From: &models.User{ID: BotID, IsBot: true, FirstName: "Gateway", Username: BotUsername}}
+		}
+	}
+	return nil
+}
+
+// --- the HTTP side ---
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	if rest, ok := strings.CutPrefix(r.URL.Path, "/file/bot"); ok {
+		s.serveFile(w, r, rest)
+		return
+	}
+	rest, ok := strings.CutPrefix(r.URL.Path, "/bot")
+	token, method, ok2 := strings.Cut(rest, "/")
+	if !ok || !ok2 {
+		writeJSON(w, 404, map[string]any{"ok": false, "error_code": 404, "description": "Not Found"})
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, 60<<20)
+	params, files, err := parseParams(r)
+	call := Call{Method: method, Time: time.Now(), Params: params, Files: files}
+	status, body := 0, any(nil)
+	switch {
+	case token != s.Token:
+		status, body = 401, apiErr(401, "Unauthorized", 0)
+	case err != nil:
+		status, body = 400, apiErr(400, "Bad Request: "+err.Error(), 0)
+	default:
+		status, body = s.handle(r.Context(), method, params, files)
+	}
+	call.Status = status
+	s.mu.Lock()
+	s.calls = append(s.calls, call)
+	s.mu.Unlock()
+	writeJSON(w, status, body)
+}
+
+func (s *Server) handle(ctx context.Context, method string, p map[string]string, files map[string][]byte) (int, any) {
+	s.mu.Lock()
+	delay := s.slow[method]
+	var fail *failure
+	if isSend(method) && len(s.fails) > 0 {
+		fail = &s.fails[0]
+		s.fails = s.fails[1:]
+	}
+	s.mu.Unlock()
+	if delay > 0 {
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+			return 499, apiErr(499, "client gone", 0)
+		}
+	}
+	if fail != nil {
+		return fail.status, apiErr(fail.status, fail.desc, fail.retryAfter)
+	}
+	switch method {
+	case "getMe":
+		return ok(models.User{ID: BotID, IsBot: true, FirstName: "Gateway", Username: BotUsername})
+	case "getUpdates":
+		return s.getUpdates(ctx, p)
+	case "deleteWebhook":
+		s.setHook("", "")
+		return ok(true)
+	case "setWebhook":
+		s.setHook(p["url"], p["secret_token"])
+		return ok(true)
+	case "getWebhookInfo":
+		u, _ := s.Webhook()
+		return ok(models.WebhookInfo{URL: u, PendingUpdateCount: s.Pending()})
+	case "setMyCommands":
+		var cmds []models.BotCommand
+		if err := json.Unmarshal([]byte(p["commands"]), &cmds); err != nil {
+			return 400, apiErr(400, "Bad Request: can't parse commands JSON", 0)
+		}
+		s.mu.Lock()
+		s.commands = cmds
+		s.mu.Unlock()
+		return ok(true)
+	case "sendChatAction":
+		chat, err := chatID(p)
+		if err != nil {
+			return 400, apiErr(400, err.Error(), 0)
+		}
+		if p["action"] == "typing" {
+			s.mu.Lock()
+			s.typing[chat]++
+			s.mu.Unlock()
+		}
+		return ok(true)
+	case "sendMessage":
+		return s.sendMessage(p)
+	case "editMessageText":
+		return s.editMessage(p)
+	case "sendVoice", "sendAudio", "sendDocument", "sendPhoto":
+		return s.sendMedia(method, p, files)
+	case "getFile":
+		return s.getFile(p["file_id"])
+	}
+	return 404, apiErr(404, "Not Found: method not found", 0)
+}
+
+func ok(v any) (int, any) { return 200, map[string]any{"ok": true, "result": v} }
+
+func apiErr(code int, desc string, retryAfter int) map[string]any {
+	m := map[string]any{"ok": false, "error_code": code, "description": desc}
+	if retryAfter > 0 {
+		m["parameters"] = map[string]any{"retry_after": retryAfter}
+	}
+	return m
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// parseParams reads a Bot API request's parameters from the query and from a JSON,
+// multipart or urlencoded body. JSON values that are not strings are kept as JSON text,
+// the way multipart clients send them.
+func parseParams(r *http.Request) (map[string]string, map[string][]byte, error) {
+	p := map[string]string{}
+	files := map[string][]byte{}
+	for k, v := range r.URL.Query() {
+		p[k] = v[0]
+	}
+	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	switch ct {
+	case "application/json":
+		var m map[string]json.RawMessage
+		if err := json.NewDecoder(r.Body).Decode(&m); err != nil && err != io.EOF {
+			return nil, nil, fmt.Errorf("invalid JSON body: %v", err)
+		}
+		for k, v := range m {
+			var str string
+			if json.Unmarshal(v, &str) == nil {
+				p[k] = str
+			} else {
+				p[k] = string(v)
+			}
+		}
+	case "multipart/form-data":
+		if err := r.ParseMultipartForm(8 << 20); err != nil {
+			return nil, nil, fmt.Errorf("invalid multipart body: %v", err)
+		}
+		for k, v := range r.MultipartForm.Value {
+			p[k] = v[0]
+		}
+		for k, fhs := range r.MultipartForm.File {
+			f, err := fhs[0].Open()
+			if err != nil {
+				return nil, nil, err
+			}
+			b, err := io.ReadAll(f)
+			f.Close()
+			if err != nil {
+				return nil, nil, err
+			}
+			files[k] = b
+			p[k+".filename"] = fhs[0].Filename
+		}
+	case "application/x-www-form-urlencoded":
+		if err := r.ParseForm(); err != nil {
+			return nil, nil, fmt.Errorf("invalid form body: %v", err)
+		}
+		for k, v := range r.PostForm {
+			p[k] = v[0]
+		}
+	}
+	return p, files, nil
+}
+
+func chatID(p map[string]string) (int64, error) {
+	id, err := strconv.ParseInt(p["chat_id"], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("Bad Request: chat not found")
+	}
+	return id, nil
+}
+
+// visible parses text as Telegram would for parse_mode and returns what the user sees.
+func visible(text, parseMode string) (string, error) {
+	switch strings.ToUpper(parseMode) {
+	case "":
+		return text, nil
+	case "HTML":
+		return ParseHTML(text)
+	}
+	return "", fmt.Errorf("unsupported parse_mode %q", parseMode)
+}
+
+func (s *Server) checkText(text, parseMode string) (string, int, any) {
+	vis, err := visible(text, parseMode)
+	if err != nil {
+		return "", 400, apiErr(400, "Bad Request: can't parse entities: "+err.Error(), 0)
+	}
+	if strings.TrimSpace(vis) == "" {
+		return "", 400, apiErr(400, "Bad Request: message text is empty", 0)
+	}
+	if UTF16Len(vis) > MaxText {
+		return "", 400, apiErr(400, "Bad Request: message is too long", 0)
+	}
+	return vis, 0, nil
+}
+
+func replyTo(p map[string]string) int {
+	var rp models.ReplyParameters
+	if p["reply_parameters"] != "" && json.Unmarshal([]byte(p["reply_parameters"]), &rp) == nil {
+		return rp.MessageID
+	}
+	return 0
+}
+
+func (s *Server) sendMessage(p map[string]string) (int, any) {
+	chat, err := chatID(p)
+	if err != nil {
+		return 400, apiErr(400, err.Error(), 0)
+	}
+	vis, status, body := s.checkText(p["text"], p["parse_mode"])
+	if status != 0 {
+		return status, body
+	}
+	thread, _ := strconv.Atoi(p["message_thread_id"])
+	now := time.Now()
+	s.mu.Lock()
+	s.nextMsg++
+	m := &Message{ID: s.nextMsg, ChatID: chat, ThreadID: thread, Kind: "text", Text: vis, Raw: p["text"],
+		ParseMode: p["parse_mode"], ReplyTo: replyTo(p), Time: now, Updated: now}
+	s.msgs[chat] = append(s.msgs[chat], m)
+	s.mu.Unlock()
+	return ok(s.apiMessage(m))
+}
+
+func (s *Server) editMessage(p map[string]string) (int, any) {
+	chat, err := chatID(p)
+	if err != nil {
+		return 400, apiErr(400, err.Error(), 0)
+	}
+	id, _ := strconv.Atoi(p["message_id"])
+	vis, status, body := s.checkText(p["text"], p["parse_mode"])
+	if status != 0 {
+		return status, body
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, m := range s.msgs[chat] {
+		if m.ID != id || m.Kind != "text" {
+			continue
+		}
+		if m.Raw == p["text"] && m.ParseMode == p["parse_mode"] {
+			return 400, apiErr(400, "Bad Request: message is not modified: specified new message content and reply markup are exactly the same as a current content and reply markup of the message", 0)
+		}
+		m.Text, m.Raw, m.ParseMode = vis, p["text"], p["parse_mode"]
+		m.Edits++
+		m.Updated = time.Now()
+		return ok(s.apiMessage(m))
+	}
+	return 400, apiErr(400, "Bad Request: message to edit not found", 0)
+}
+
+func (s *Server) sendMedia(method string, p map[string]string, files map[string][]byte) (int, any) {
+	chat, err := chatID(p)
+	if err != nil {
+		return 400, apiErr(400, err.Error(), 0)
+	}
+	field := strings.TrimPrefix(strings.ToLower(method), "send")
+	data, has := files[field]
+	if !has {
+		return 400, apiErr(400, "Bad Request: there is no "+field+" in the request", 0)
+	}
+	if len(data) == 0 {
+		return 400, apiErr(400, "Bad Request: file must be non-empty", 0)
+	}
+	m := &Message{Kind: field, File: data, FileName: p[field+".filename"], Raw: p["caption"], ParseMode: p["parse_mode"], ReplyTo: replyTo(p)}
+	if field == "voice" {
+		// Telegram shows a voice note only for Ogg/Opus (or MP3/M4A); the gateway sends Ogg.
+		if !bytes.HasPrefix(data, []byte("OggS")) {
+			return 400, apiErr(400, "Bad Request: wrong file type: a voice note must be OGG/Opus", 0)
+		}
+		head := data[:min(len(data), 200)]
+		m.Opus = bytes.Contains(head, []byte("OpusHead"))
+	}
+	if m.Raw != "" {
+		vis, err := visible(m.Raw, m.ParseMode)
+		if err != nil {
+			return 400, apiErr(400, "Bad Request: can't parse entities: "+err.Error(), 0)
+		}
+		if UTF16Len(vis) > 1024 {
+			return 400, apiErr(400, "Bad Request: message caption is too long", 0)
+		}
+		m.Text = vis
+	}
+	m.ThreadID, _ = strconv.Atoi(p["message_thread_id"])
+	m.ChatID = chat
+	m.Time = time.Now()
+	m.Updated = m.Time
+	s.mu.Lock()
+	s.nextMsg++
+	m.ID = s.nextMsg
+	s.msgs[chat] = append(s.msgs[chat], m)
+	s.mu.Unlock()
+	return ok(s.apiMessage(m))
+}
+
+func (s *Server) apiMessage(m *Message) models.Message {
+	out := models.Message{ID: m.ID, Date: int(m.Time.Unix()), Chat: chatOf(m.ChatID, m.ThreadID), MessageThreadID: m.ThreadID,
+		From: &models.User{ID: BotID, IsBot: true, FirstName: "Gateway", Username: BotUsername}}
+	switch m.Kind {
+	case "text":
+		out.Text = m.Text
+	case "voice":
+		out.Voice = &models.Voice{FileID: fmt.Sprintf("sent-%d", m.ID), MimeType: "audio/ogg", FileSize: int64(len(m.File))}
+	case "audio":
+		out.Audio = &models.Audio{FileID: fmt.Sprintf("sent-%d", m.ID), FileSize: int64(len(m.File))}
+	default:
+		out.Document = &models.Document{FileID: fmt.Sprintf("sent-%d", m.ID), FileName: m.FileName, FileSize: int64(len(m.File))}
+	}
+	if m.Kind != "text" {
+		out.Caption = m.Text
+	}
+	return out
+}
+
+func chatOf(id int64, thread int) models.Chat {
+	switch {
+	case id > 0:
+		return models.Chat{ID: id, Type: models.ChatTypePrivate, FirstName: "User"}
+	case thread != 0:
+		return models.Chat{ID: id, Type: models.ChatTypeSupergroup, Title: "Forum", IsForum: true}
+	default:
+		return models.Chat{ID: id, Type: models.ChatTypeSupergroup, Title: "Group"}
+	}
+}
+
+func (s *Server) getFile(id string) (int, any) {
+	s.mu.Lock()
+	f, found := s.files[id]
+	s.mu.Unlock()
+	if !found {
+		return 400, apiErr(400, "Bad Request: invalid file_id", 0)
+	}
+	if f.size > MaxDownload {
+		return 400, apiErr(400, "Bad Request: file is too big", 0)
+	}
+	return ok(models.File{FileID: id, FileUniqueID: "u" + id, FileSize: f.size, FilePath: f.path})
+}
+
+func (s *Server) serveFile(w http.ResponseWriter, r *http.Request, rest string) {
+	token, path, _ := strings.Cut(rest, "/")
+	s.mu.Lock()
+	s.calls = append(s.calls, Call{Method: "file", Time: time.Now(), Params: map[string]string{"path": path}})
+	id, found := s.paths[path]
+	f := s.files[id]
+	s.mu.Unlock()
+	switch {
+	case token != s.Token:
+		writeJSON(w, 401, apiErr(401, "Unauthorized", 0))
+	case !found:
+		writeJSON(w, 404, apiErr(404, "Not Found", 0))
+	default:
+		w.Header().Set("Content-Length", strconv.Itoa(len(f.data)))
+		_, _ = w.Write(f.data)
+	}
+}
