@@ -1,0 +1,149 @@
+package audio
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"strings"
+	"time"
+)
+
+// DefaultToolTimeout bounds one ffmpeg/ffprobe run when the caller's ctx allows longer.
+// Decoding a few minutes of speech takes well under a second; this is a backstop.
+const DefaultToolTimeout = 2 * time.Minute
+
+// stderrTail is how much of a program's stderr an error quotes.
+const stderrTail = 1024
+
+// ErrOutputTooLarge is returned when a program writes more to stdout than allowed.
+var ErrOutputTooLarge = errors.New("output too large")
+
+// RunError is a program that failed: it could not start, exited non-zero or timed out.
+type RunError struct {
+	Program  string
+	ExitCode int // -1 when it did not exit on its own
+	TimedOut bool
+	Stderr   string // the last part of its stderr, trimmed
+	Err      error
+}
+
+func (e *RunError) Error() string {
+	var b strings.Builder
+	b.WriteString(e.Program)
+	switch {
+	case e.TimedOut:
+		b.WriteString(": timed out")
+	case e.ExitCode >= 0:
+		fmt.Fprintf(&b, ": exit status %d", e.ExitCode)
+	default:
+		fmt.Fprintf(&b, ": %v", e.Err)
+	}
+	if e.Stderr != "" {
+		b.WriteString(": ")
+		b.WriteString(e.Stderr)
+	}
+	return b.String()
+}
+
+func (e *RunError) Unwrap() error { return e.Err }
+
+// Cmd describes one run of a program. The argument list goes to the program as is:
+// there is never a shell in between.
+type Cmd struct {
+	Argv      []string
+	Stdin     io.Reader
+	Timeout   time.Duration // 0: DefaultToolTimeout
+	MaxStdout int64         // 0: stdout is discarded; beyond it, Run returns ErrOutputTooLarge
+}
+
+// Run runs c under ctx and returns its stdout. The program and its children are killed
+// when ctx ends or the timeout passes; stdout beyond MaxStdout is dropped (the program is
+// left to finish) and reported as ErrOutputTooLarge.
+func Run(ctx context.Context, c Cmd) ([]byte, error) {
+	if len(c.Argv) == 0 || c.Argv[0] == "" {
+		return nil, errors.New("no program to run")
+	}
+	timeout := c.Timeout
+	if timeout <= 0 {
+		timeout = DefaultToolTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+
+	cmd := exec.CommandContext(ctx, c.Argv[0], c.Argv[1:]...)
+	setProcessGroup(cmd)
+	// Children that keep the pipes open must not hold Wait forever.
+	cmd.WaitDelay = 2 * time.Second
+	cmd.Stdin = c.Stdin
+	stdout := &limitBuffer{max: c.MaxStdout}
+	stderr := &tailBuffer{max: stderrTail}
+	cmd.Stdout = stdout
+	cmd.Stderr = stderr
+	err := cmd.Run()
+	if err != nil {
+		re := &RunError{Program: c.Argv[0], ExitCode: -1, Stderr: stderr.String(), Err: err}
+		var ee *exec.ExitError
+		if ctx.Err() != nil {
+			re.TimedOut = true
+			re.Err = ctx.Err()
+		} else if errors.As(err, &ee) {
+			re.ExitCode = ee.ExitCode()
+		}
+		return nil, re
+	}
+	if stdout.over {
+		return stdout.buf.Bytes(), fmt.Errorf("%s: %w (more than %d bytes)", c.Argv[0], ErrOutputTooLarge, c.MaxStdout)
+	}
+	return stdout.buf.Bytes(), nil
+}
+
+// limitBuffer keeps up to max bytes and drops the rest, remembering that it did.
+type limitBuffer struct {
+	buf  bytes.Buffer
+	max  int64
+	over bool
+}
+
+func (l *limitBuffer) Write(p []byte) (int, error) {
+	room := l.max - int64(l.buf.Len())
+	if room <= 0 {
+		if len(p) > 0 && l.max > 0 {
+			l.over = true
+		}
+		return len(p), nil
+	}
+	if int64(len(p)) > room {
+		l.buf.Write(p[:room])
+		l.over = true
+		return len(p), nil
+	}
+	l.buf.Write(p)
+	return len(p), nil
+}
+
+// tailBuffer keeps the last max bytes written.
+type tailBuffer struct {
+	buf []byte
+	max int
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	n := len(p)
+	if len(p) >= t.max {
+		t.buf = append(t.buf[:0], p[len(p)-t.max:]...)
+		return n, nil
+	}
+	if over := len(t.buf) + len(p) - t.max; over > 0 {
+		t.buf = append(t.buf[:0], t.buf[over:]...)
+	}
+	t.buf = append(t.buf, p...)
+	return n, nil
+}
+
+func (t *tailBuffer) String() string {
+	s := strings.ToValidUTF8(string(t.buf), "")
+	return strings.Join(strings.Fields(s), " ")
+}
