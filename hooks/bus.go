@@ -4,18 +4,28 @@
 package hooks
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
+	"reflect"
+	"slices"
 	"sync"
 	"time"
 )
 
 // Handler participates in an event. It returns the event's result type as a pointer
 // (e.g. *ReceiveResult for message:receive) or nil for "no result".
+//
+// ctx is cancelled when the handler's timeout passes or the caller gives up. The bus
+// stops waiting at that moment and continues without the handler; a handler that
+// ignores ctx keeps its goroutine until it returns, so long work must watch ctx.
+// The event a handler receives is its own shallow copy: changing it has no effect
+// (return a result instead), and it stays valid after the handler timed out.
 type Handler func(ctx context.Context, ev Event) (any, error)
 
-// Observer sees every event, read-only.
+// Observer sees every event, read-only. It is called like a Handler (same timeout and
+// ctx rules) and before the event's handlers.
 type Observer func(ctx context.Context, ev Event)
 
 // Options configure a Bus.
@@ -24,6 +34,7 @@ type Options struct {
 	Timeout time.Duration
 	Logger  *slog.Logger
 	// OnError is told of every handler that failed, panicked or timed out (for metrics).
+	// It is called synchronously from the emitting goroutine and must be quick.
 	OnError func(source, event string, err error)
 }
 
@@ -42,13 +53,13 @@ func ForProfile(name string) HandlerOption {
 }
 
 type registration struct {
-	id      uint64
-	event   string // "" for observers
-	source  string
-	handler Handler
-	observe Observer
-	timeout time.Duration
-	profile string
+	id       uint64
+	event    string // "" for observers
+	observer bool   // sees every event; its result is ignored
+	source   string
+	handler  Handler
+	timeout  time.Duration
+	profile  string
 }
 
 // HandlerInfo describes one registration, for `gateway hooks list`.
@@ -59,13 +70,14 @@ type HandlerInfo struct {
 }
 
 // Bus is safe for concurrent use. Registration while events are being emitted is allowed:
-// an emit works on the handler list as it was when the emit started.
+// an emit works on the handler list as it was when the emit started. The methods that
+// emit (Emit, Receive, Send, ...) are safe on a nil *Bus, which has no handlers.
 type Bus struct {
 	opts Options
 
 	mu        sync.RWMutex
 	nextID    uint64
-	handlers  map[string][]*registration
+	handlers  map[string][]*registration // lists are replaced, never mutated in place
 	observers []*registration
 }
 
@@ -81,6 +93,7 @@ func NewBus(opts Options) *Bus {
 }
 
 // On registers h for the named event on behalf of source and returns a func that removes it.
+// Handlers of one event run in registration order.
 func (b *Bus) On(event, source string, h Handler, opts ...HandlerOption) (unsubscribe func()) {
 	r := &registration{event: event, source: source, handler: h}
 	for _, o := range opts {
@@ -89,21 +102,32 @@ func (b *Bus) On(event, source string, h Handler, opts ...HandlerOption) (unsubs
 	b.mu.Lock()
 	b.nextID++
 	r.id = b.nextID
-	b.handlers[event] = append(b.handlers[event], r)
+	// A fresh slice, so emits that took the old one keep a stable list.
+	list := b.handlers[event]
+	b.handlers[event] = append(list[:len(list):len(list)], r)
 	b.mu.Unlock()
 	return func() { b.remove(r) }
 }
 
 // Observe registers o for every event and returns a func that removes it.
 func (b *Bus) Observe(source string, o Observer, opts ...HandlerOption) (unsubscribe func()) {
-	r := &registration{source: source, observe: o}
+	return b.observe(source, func(ctx context.Context, ev Event) (any, error) {
+		o(ctx, ev)
+		return nil, nil
+	}, opts...)
+}
+
+// observe registers an observer that can fail like a handler (hook programs do): its
+// errors follow the error policy, its result is ignored.
+func (b *Bus) observe(source string, h Handler, opts ...HandlerOption) (unsubscribe func()) {
+	r := &registration{source: source, observer: true, handler: h}
 	for _, opt := range opts {
 		opt(r)
 	}
 	b.mu.Lock()
 	b.nextID++
 	r.id = b.nextID
-	b.observers = append(b.observers, r)
+	b.observers = append(b.observers[:len(b.observers):len(b.observers)], r)
 	b.mu.Unlock()
 	return func() { b.remove(r) }
 }
@@ -111,37 +135,42 @@ func (b *Bus) Observe(source string, o Observer, opts ...HandlerOption) (unsubsc
 func (b *Bus) remove(r *registration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	del := func(list []*registration) []*registration {
-		out := make([]*registration, 0, len(list))
-		for _, x := range list {
-			if x != r {
-				out = append(out, x)
-			}
+	without := func(list []*registration) []*registration {
+		i := slices.Index(list, r)
+		if i < 0 {
+			return list // already removed: unsubscribe is idempotent
 		}
-		return out
+		out := make([]*registration, 0, len(list)-1)
+		return append(append(out, list[:i]...), list[i+1:]...)
 	}
-	if r.event == "" {
-		b.observers = del(b.observers)
+	if r.observer {
+		b.observers = without(b.observers)
 		return
 	}
-	b.handlers[r.event] = del(b.handlers[r.event])
-	if len(b.handlers[r.event]) == 0 {
+	list := without(b.handlers[r.event])
+	if len(list) == 0 {
 		delete(b.handlers, r.event)
+		return
 	}
+	b.handlers[r.event] = list
 }
 
-// Handlers lists the current registrations in registration order per event.
+// Handlers lists the current registrations in registration order.
 func (b *Bus) Handlers() []HandlerInfo {
 	b.mu.RLock()
-	defer b.mu.RUnlock()
-	var out []HandlerInfo
-	for _, r := range b.observers {
-		out = append(out, HandlerInfo{Source: r.source, Event: "*", Profile: r.profile})
-	}
+	regs := slices.Clone(b.observers)
 	for _, list := range b.handlers {
-		for _, r := range list {
-			out = append(out, HandlerInfo{Source: r.source, Event: r.event, Profile: r.profile})
+		regs = append(regs, list...)
+	}
+	b.mu.RUnlock()
+	slices.SortFunc(regs, func(x, y *registration) int { return cmp.Compare(x.id, y.id) })
+	out := make([]HandlerInfo, 0, len(regs))
+	for _, r := range regs {
+		ev := r.event
+		if r.observer {
+			ev = "*"
 		}
+		out = append(out, HandlerInfo{Source: r.source, Event: ev, Profile: r.profile})
 	}
 	return out
 }
@@ -161,43 +190,59 @@ func (r *registration) sees(ev Event) bool {
 	return ok && s.SessionInfo().Profile == r.profile
 }
 
+// clone gives a handler its own shallow copy of the event, so that the reducer can
+// update the caller's event between handlers while a handler that outlived its timeout
+// still reads the version it was given (no data race, no torn reads).
+func clone(ev Event) Event {
+	v := reflect.ValueOf(ev)
+	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
+		return ev
+	}
+	c := reflect.New(v.Elem().Type())
+	c.Elem().Set(v.Elem())
+	if e, ok := c.Interface().(Event); ok {
+		return e
+	}
+	return ev
+}
+
 // call runs one handler under its timeout, turning errors, panics and timeouts into a
 // logged, counted failure and a nil result: the pipeline continues as if it returned nothing.
-func (b *Bus) call(ctx context.Context, r *registration, ev Event) any {
+// If the caller's ctx ends first, the handler is not blamed.
+func (b *Bus) call(parent context.Context, r *registration, ev Event) any {
 	timeout := r.timeout
 	if timeout <= 0 {
 		timeout = b.opts.Timeout
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
+	ctx, cancel := context.WithTimeout(parent, timeout)
+	defer cancel() // also tells a handler still running that nobody waits for it
 	type outcome struct {
 		res any
 		err error
 	}
-	done := make(chan outcome, 1)
+	done := make(chan outcome, 1) // buffered: a late handler never blocks on send
 	go func() {
 		defer func() {
 			if p := recover(); p != nil {
 				done <- outcome{err: fmt.Errorf("panic: %v", p)}
 			}
 		}()
-		if r.observe != nil {
-			r.observe(ctx, ev)
-			done <- outcome{}
-			return
-		}
 		res, err := r.handler(ctx, ev)
 		done <- outcome{res, err}
 	}()
 	select {
 	case o := <-done:
 		if o.err != nil {
-			b.fail(r, ev, o.err)
+			if parent.Err() == nil {
+				b.fail(r, ev, o.err)
+			}
 			return nil
 		}
 		return o.res
 	case <-ctx.Done():
-		b.fail(r, ev, fmt.Errorf("timed out after %s: %w", timeout, ctx.Err()))
+		if parent.Err() == nil {
+			b.fail(r, ev, fmt.Errorf("timed out after %s", timeout))
+		}
 		return nil
 	}
 }
@@ -209,21 +254,45 @@ func (b *Bus) fail(r *registration, ev Event, err error) {
 	}
 }
 
-// run calls the observers, then each handler in order, passing each result to fold.
-// fold returns false to stop the chain.
-func (b *Bus) run(ctx context.Context, ev Event, fold func(res any) bool) {
+// fold is told each handler's non-nil result. It returns stop to end the chain, or an
+// error when the result is not of the event's result type (counted as a failed handler).
+type fold func(res any) (stop bool, err error)
+
+// run calls the observers, then each handler in order, passing each result to f.
+// Once ctx is done no further handler is called.
+func (b *Bus) run(ctx context.Context, ev Event, f fold) {
+	if b == nil {
+		return
+	}
 	handlers, observers := b.snapshot(ev.EventName())
+	if len(handlers) == 0 && len(observers) == 0 {
+		return // the fast path: no allocation
+	}
 	for _, r := range observers {
+		if ctx.Err() != nil {
+			return
+		}
 		if r.sees(ev) {
-			b.call(ctx, r, ev)
+			b.call(ctx, r, clone(ev))
 		}
 	}
 	for _, r := range handlers {
+		if ctx.Err() != nil {
+			return
+		}
 		if !r.sees(ev) {
 			continue
 		}
-		res := b.call(ctx, r, ev)
-		if fold != nil && res != nil && !fold(res) {
+		res := b.call(ctx, r, clone(ev))
+		if f == nil || res == nil {
+			continue
+		}
+		stop, err := f(res)
+		if err != nil {
+			b.fail(r, ev, err)
+			continue
+		}
+		if stop {
 			return
 		}
 	}
@@ -231,3 +300,15 @@ func (b *Bus) run(ctx context.Context, ev Event, fold func(res any) bool) {
 
 // Emit delivers an observation event: observers and handlers run, results are ignored.
 func (b *Bus) Emit(ctx context.Context, ev Event) { b.run(ctx, ev, nil) }
+
+// asResult checks a handler's result against the event's result type T. A nil pointer of
+// any type means "no result"; another type is an error naming both.
+func asResult[T any](res any) (*T, error) {
+	if r, ok := res.(*T); ok {
+		return r, nil
+	}
+	if v := reflect.ValueOf(res); v.Kind() == reflect.Pointer && v.IsNil() {
+		return nil, nil
+	}
+	return nil, fmt.Errorf("handler returned %T, want %T", res, (*T)(nil))
+}

@@ -10,22 +10,28 @@ import (
 
 // Receive runs the message:receive chain on ev, updating ev.Parts, ev.Text and ev.IsVoice as
 // transforms apply. It returns the reject result that stopped the chain, or nil.
+//
+// A transform with Parts replaces every part. A transform with only Text replaces the text
+// parts by that text and keeps the media parts after it. A transform with neither changes
+// no part (it may still set IsVoice): removing content takes an explicit Parts list.
 func (b *Bus) Receive(ctx context.Context, ev *MessageReceive) (rejected *ReceiveResult) {
-	ev.Text = channels.JoinText(ev.Parts)
-	b.run(ctx, ev, func(res any) bool {
-		r, ok := res.(*ReceiveResult)
-		if !ok || r == nil {
-			return true
+	ev.Text = joinText(ev.Parts)
+	b.run(ctx, ev, func(res any) (bool, error) {
+		r, err := asResult[ReceiveResult](res)
+		if r == nil {
+			return false, err
 		}
 		switch r.Action {
 		case ActionReject:
 			rejected = r
-			return false
+			return true, nil
 		case ActionTransform:
-			if r.Parts != nil {
+			switch {
+			case r.Parts != nil:
 				ev.Parts = r.Parts
-			} else {
-				parts := []channels.Part{channels.TextPart(r.Text)}
+			case r.Text != "":
+				parts := make([]channels.Part, 0, len(ev.Parts)+1)
+				parts = append(parts, channels.TextPart(r.Text))
 				for _, p := range ev.Parts {
 					if p.Type != channels.PartText {
 						parts = append(parts, p)
@@ -36,46 +42,66 @@ func (b *Bus) Receive(ctx context.Context, ev *MessageReceive) (rejected *Receiv
 			if r.IsVoice != nil {
 				ev.IsVoice = *r.IsVoice
 			}
-			ev.Text = channels.JoinText(ev.Parts)
+			ev.Text = joinText(ev.Parts)
 		}
-		return true
+		return false, nil
 	})
 	return rejected
+}
+
+// joinText is channels.JoinText without the allocation in the common one-text-part case.
+func joinText(parts []channels.Part) string {
+	var only string
+	n := 0
+	for _, p := range parts {
+		if p.Type == channels.PartText && p.Text != "" {
+			only = p.Text
+			n++
+		}
+	}
+	if n <= 1 {
+		return only
+	}
+	return channels.JoinText(parts)
 }
 
 // Send collects the parts of every message:send handler, in registration order.
 func (b *Bus) Send(ctx context.Context, ev *MessageSend) []channels.Part {
 	var parts []channels.Part
-	b.run(ctx, ev, func(res any) bool {
-		if r, ok := res.(*SendResult); ok && r != nil {
+	b.run(ctx, ev, func(res any) (bool, error) {
+		r, err := asResult[SendResult](res)
+		if r != nil {
 			parts = append(parts, r.Parts...)
 		}
-		return true
+		return false, err
 	})
 	return parts
 }
 
 // Context chains the message list; each handler sees the list as the previous one left it.
+// A result with nil Messages changes nothing; an empty non-nil list empties it.
 func (b *Bus) Context(ctx context.Context, ev *Context) []llm.Message {
-	b.run(ctx, ev, func(res any) bool {
-		if r, ok := res.(*ContextResult); ok && r != nil && r.Messages != nil {
+	b.run(ctx, ev, func(res any) (bool, error) {
+		r, err := asResult[ContextResult](res)
+		if r != nil && r.Messages != nil {
 			ev.Messages = r.Messages
 		}
-		return true
+		return false, err
 	})
 	return ev.Messages
 }
 
-// BeforeAgentStart chains the system prompt and collects injected messages.
+// BeforeAgentStart chains the system prompt and collects injected messages, in order.
 func (b *Bus) BeforeAgentStart(ctx context.Context, ev *BeforeAgentStart) (system string, inject []llm.Message) {
-	b.run(ctx, ev, func(res any) bool {
-		if r, ok := res.(*BeforeAgentStartResult); ok && r != nil {
+	b.run(ctx, ev, func(res any) (bool, error) {
+		r, err := asResult[BeforeAgentStartResult](res)
+		if r != nil {
 			inject = append(inject, r.Messages...)
 			if r.SystemPrompt != nil {
 				ev.SystemPrompt = *r.SystemPrompt
 			}
 		}
-		return true
+		return false, err
 	})
 	return ev.SystemPrompt, inject
 }
@@ -84,27 +110,28 @@ func (b *Bus) BeforeAgentStart(ctx context.Context, ev *BeforeAgentStart) (syste
 // first block wins. It returns the block (nil when the call may run); ev.Arguments holds
 // the arguments to run with.
 func (b *Bus) ToolCall(ctx context.Context, ev *ToolCall) (blocked *ToolCallResult) {
-	b.run(ctx, ev, func(res any) bool {
-		r, ok := res.(*ToolCallResult)
-		if !ok || r == nil {
-			return true
+	b.run(ctx, ev, func(res any) (bool, error) {
+		r, err := asResult[ToolCallResult](res)
+		if r == nil {
+			return false, err
 		}
 		if r.Block {
 			blocked = r
-			return false
+			return true, nil
 		}
 		if len(r.Arguments) > 0 {
 			ev.Arguments = r.Arguments
 		}
-		return true
+		return false, nil
 	})
 	return blocked
 }
 
 // ToolResult accumulates patches into ev; each handler sees the patched result.
 func (b *Bus) ToolResult(ctx context.Context, ev *ToolResult) {
-	b.run(ctx, ev, func(res any) bool {
-		if r, ok := res.(*ToolResultPatch); ok && r != nil {
+	b.run(ctx, ev, func(res any) (bool, error) {
+		r, err := asResult[ToolResultPatch](res)
+		if r != nil {
 			if r.Content != nil {
 				ev.Content = *r.Content
 			}
@@ -112,40 +139,44 @@ func (b *Bus) ToolResult(ctx context.Context, ev *ToolResult) {
 				ev.IsError = *r.IsError
 			}
 		}
-		return true
+		return false, err
 	})
 }
 
 // SessionBefore runs a session_before_* event; the first cancel wins.
 func (b *Bus) SessionBefore(ctx context.Context, ev Event) (cancel *CancelResult) {
-	b.run(ctx, ev, func(res any) bool {
-		if r, ok := res.(*CancelResult); ok && r != nil && r.Cancel {
+	b.run(ctx, ev, func(res any) (bool, error) {
+		r, err := asResult[CancelResult](res)
+		if r != nil && r.Cancel {
 			cancel = r
-			return false
+			return true, nil
 		}
-		return true
+		return false, err
 	})
 	return cancel
 }
 
-// BeforeProviderRequest chains the request options.
+// BeforeProviderRequest chains the request options. A result whose options are all zero
+// (e.g. an empty object from a hook program) changes nothing.
 func (b *Bus) BeforeProviderRequest(ctx context.Context, ev *BeforeProviderRequest) ProviderOptions {
-	b.run(ctx, ev, func(res any) bool {
-		if r, ok := res.(*ProviderRequestResult); ok && r != nil {
+	b.run(ctx, ev, func(res any) (bool, error) {
+		r, err := asResult[ProviderRequestResult](res)
+		if r != nil && r.Options != (ProviderOptions{}) {
 			ev.Options = r.Options
 		}
-		return true
+		return false, err
 	})
 	return ev.Options
 }
 
-// BeforeProviderPayload chains the JSON payload.
+// BeforeProviderPayload chains the JSON payload. An empty payload changes nothing.
 func (b *Bus) BeforeProviderPayload(ctx context.Context, ev *BeforeProviderPayload) json.RawMessage {
-	b.run(ctx, ev, func(res any) bool {
-		if r, ok := res.(*ProviderPayloadResult); ok && r != nil && len(r.Payload) > 0 {
+	b.run(ctx, ev, func(res any) (bool, error) {
+		r, err := asResult[ProviderPayloadResult](res)
+		if r != nil && len(r.Payload) > 0 {
 			ev.Payload = r.Payload
 		}
-		return true
+		return false, err
 	})
 	return ev.Payload
 }

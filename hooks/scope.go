@@ -33,6 +33,11 @@ func (s *Scope) Observe(o Observer, opts ...HandlerOption) func() {
 	return s.track(s.bus.Observe(s.source, o, opts...))
 }
 
+// observe registers a failing-capable observer within the scope (see Bus.observe).
+func (s *Scope) observe(h Handler, opts ...HandlerOption) func() {
+	return s.track(s.bus.observe(s.source, h, opts...))
+}
+
 func (s *Scope) track(unsub func()) func() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -44,14 +49,21 @@ func (s *Scope) track(unsub func()) func() {
 	return unsub
 }
 
-// Defer adds a cleanup that Close runs (in reverse order of adding).
+// Defer adds a cleanup that Close runs (in reverse order of adding). On a scope that is
+// already closed the cleanup runs at once, so nothing is left behind.
 func (s *Scope) Defer(cleanup func()) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	if s.closed {
+		s.mu.Unlock()
+		cleanup()
+		return
+	}
 	s.cleanups = append(s.cleanups, cleanup)
+	s.mu.Unlock()
 }
 
-// Close removes every handler of the scope and runs its cleanups. It is idempotent.
+// Close removes every handler of the scope, then runs its cleanups. It is idempotent.
+// Handlers already running finish on their own (their ctx rules are the bus's).
 func (s *Scope) Close() {
 	s.mu.Lock()
 	if s.closed {

@@ -1,0 +1,370 @@
+package hooks
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// HookFile is the name of the file that describes a hook in its folder.
+const HookFile = "HOOK.yaml"
+
+// Hook kinds.
+const (
+	KindCommand = "command"
+	KindURL     = "url"
+)
+
+const (
+	maxHookFile = 64 << 10 // a HOOK.yaml is a few lines
+	maxOutput   = 1 << 20  // stdout of a program / body of a response
+	maxStderr   = 4 << 10  // tail of stderr kept for the error message
+)
+
+// DirOptions configure how a hook directory loads.
+type DirOptions struct {
+	// Source prefixes each hook's source, e.g. "dir:/etc/gateway/hooks" or
+	// "profile:NAME:hooks"; a hook's source is Source + "/" + its folder name.
+	// Default "dir:" + the directory.
+	Source string
+	// Profile, when set, makes every hook see only events of sessions bound to it.
+	Profile string
+	// Timeout is the default for hooks whose HOOK.yaml sets none (zero: the bus default).
+	Timeout time.Duration
+	// HTTPClient is used by url hooks. Default: a client with the hook's timeout that
+	// does not follow redirects.
+	HTTPClient *http.Client
+	Logger     *slog.Logger
+}
+
+// LoadedHook describes one hook found in a directory.
+type LoadedHook struct {
+	Name    string        `json:"name"`
+	Source  string        `json:"source"`
+	Dir     string        `json:"dir"`
+	Kind    string        `json:"kind"` // KindCommand or KindURL
+	Events  []string      `json:"events"`
+	Enabled bool          `json:"enabled"`
+	Timeout time.Duration `json:"timeout,omitempty"` // from HOOK.yaml; 0: the default
+}
+
+// LoadError is a hook that could not be loaded, and why.
+type LoadError struct {
+	Path string // the hook's folder or HOOK.yaml, or the directory itself
+	Err  error
+}
+
+func (e LoadError) Error() string { return e.Path + ": " + e.Err.Error() }
+func (e LoadError) Unwrap() error { return e.Err }
+
+// Dir is a loaded hook directory: its hooks are registered on the bus until Close.
+type Dir struct {
+	path   string
+	hooks  []LoadedHook
+	errs   []LoadError
+	mu     sync.Mutex
+	scopes []*Scope
+}
+
+// hookSpec is a validated HOOK.yaml.
+type hookSpec struct {
+	LoadedHook
+	command []string // argv; argv[0] absolute when it was a path
+	url     *url.URL
+	env     []string // names passed through from the gateway's environment
+}
+
+// LoadDir loads every hook folder of dir and registers the enabled ones on bus, each
+// through its own Scope. It never fails as a whole: hooks that cannot load are listed in
+// Errors and the others still load. A missing directory loads nothing.
+func LoadDir(bus *Bus, dir string, opts DirOptions) *Dir {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Source == "" {
+		opts.Source = "dir:" + dir
+	}
+	specs, errs := scanDir(dir, opts.Source)
+	d := &Dir{path: dir, errs: errs}
+	for _, e := range errs {
+		opts.Logger.Warn("hook not loaded", "path", e.Path, "err", e.Err)
+	}
+	for _, s := range specs {
+		d.hooks = append(d.hooks, s.LoadedHook)
+		if !s.Enabled {
+			opts.Logger.Info("hook disabled", "source", s.Source)
+			continue
+		}
+		d.scopes = append(d.scopes, register(bus, s, opts))
+		opts.Logger.Info("hook loaded", "source", s.Source, "kind", s.Kind, "events", s.Events)
+	}
+	return d
+}
+
+// CheckDir validates dir as LoadDir would, registering nothing (for `gateway check`).
+func CheckDir(dir string) ([]LoadedHook, []LoadError) {
+	specs, errs := scanDir(dir, "dir:"+dir)
+	hooks := make([]LoadedHook, 0, len(specs))
+	for _, s := range specs {
+		hooks = append(hooks, s.LoadedHook)
+	}
+	return hooks, errs
+}
+
+// Path is the directory that was loaded.
+func (d *Dir) Path() string { return d.path }
+
+// Hooks lists the hooks that loaded, disabled ones included, in folder-name order.
+func (d *Dir) Hooks() []LoadedHook { return slices.Clone(d.hooks) }
+
+// Errors lists the hooks that failed to load.
+func (d *Dir) Errors() []LoadError { return slices.Clone(d.errs) }
+
+// Close removes the directory's handlers from the bus. It is idempotent.
+func (d *Dir) Close() {
+	d.mu.Lock()
+	scopes := d.scopes
+	d.scopes = nil
+	d.mu.Unlock()
+	for _, s := range scopes {
+		s.Close()
+	}
+}
+
+func scanDir(dir, source string) ([]hookSpec, []LoadError) {
+	entries, err := os.ReadDir(dir) // sorted by name: the load order
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, []LoadError{{Path: dir, Err: err}}
+	}
+	var specs []hookSpec
+	var errs []LoadError
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		folder := filepath.Join(dir, e.Name())
+		if fi, err := os.Stat(folder); err != nil || !fi.IsDir() {
+			continue // files beside the hook folders (a README) are not hooks
+		}
+		s, err := parseHook(folder)
+		if err != nil {
+			errs = append(errs, LoadError{Path: folder, Err: err})
+			continue
+		}
+		s.Source = source + "/" + e.Name()
+		specs = append(specs, s)
+	}
+	return specs, errs
+}
+
+// isEnvName reports whether n is a portable environment variable name.
+func isEnvName(n string) bool {
+	for i, c := range n {
+		ok := c == '_' || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (i > 0 && c >= '0' && c <= '9')
+		if !ok {
+			return false
+		}
+	}
+	return n != ""
+}
+
+// parseHook reads and validates folder/HOOK.yaml. Errors name the key at fault.
+func parseHook(folder string) (hookSpec, error) {
+	s := hookSpec{LoadedHook: LoadedHook{Name: filepath.Base(folder), Dir: folder, Enabled: true}}
+	f, err := os.Open(filepath.Join(folder, HookFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return s, fmt.Errorf("no %s in this folder", HookFile)
+	}
+	if err != nil {
+		return s, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxHookFile+1))
+	if err != nil {
+		return s, err
+	}
+	if len(data) > maxHookFile {
+		return s, fmt.Errorf("%s is larger than %d KiB", HookFile, maxHookFile>>10)
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return s, fmt.Errorf("%s: %w", HookFile, err)
+	}
+	if len(doc.Content) == 0 {
+		return s, fmt.Errorf("%s is empty: it needs at least events and command (or url)", HookFile)
+	}
+	m := doc.Content[0]
+	if m.Kind != yaml.MappingNode {
+		return s, fmt.Errorf("%s: want a mapping of keys (name, events, command, ...)", HookFile)
+	}
+	seen := map[string]bool{}
+	var urlText string
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		k, v := m.Content[i].Value, m.Content[i+1]
+		if seen[k] {
+			return s, fmt.Errorf("%s line %d: key %q given twice", HookFile, m.Content[i].Line, k)
+		}
+		seen[k] = true
+		bad := func(format string, args ...any) error {
+			return fmt.Errorf("%s line %d: %s: %s", HookFile, v.Line, k, fmt.Sprintf(format, args...))
+		}
+		switch k {
+		case "name":
+			if v.Kind != yaml.ScalarNode || strings.TrimSpace(v.Value) == "" {
+				return s, bad("want a non-empty string")
+			}
+			s.Name = v.Value
+		case "events":
+			if v.Kind != yaml.SequenceNode {
+				return s, bad("want a list, e.g. events: [message:receive]")
+			}
+			if err := v.Decode(&s.Events); err != nil {
+				return s, bad("%v", err)
+			}
+		case "command":
+			if v.Kind != yaml.SequenceNode {
+				return s, bad(`want a list of arguments, e.g. command: ["./run.sh"] (it never runs through a shell)`)
+			}
+			if err := v.Decode(&s.command); err != nil {
+				return s, bad("%v", err)
+			}
+			if len(s.command) == 0 || s.command[0] == "" {
+				return s, bad("the list is empty: it needs at least the program")
+			}
+		case "url":
+			if v.Kind != yaml.ScalarNode {
+				return s, bad("want a URL")
+			}
+			urlText = v.Value
+		case "timeout":
+			d, err := time.ParseDuration(v.Value)
+			if v.Kind != yaml.ScalarNode || err != nil || d <= 0 {
+				return s, bad("%q is not a positive duration (write e.g. 5s or 500ms)", v.Value)
+			}
+			s.Timeout = d
+		case "enabled":
+			if err := v.Decode(&s.Enabled); err != nil {
+				return s, bad("want true or false")
+			}
+		case "env":
+			if v.Kind != yaml.SequenceNode || v.Decode(&s.env) != nil {
+				return s, bad("want a list of variable names, e.g. env: [MY_API_KEY]")
+			}
+			for _, n := range s.env {
+				if !isEnvName(n) {
+					return s, bad("%q is not a variable name", n)
+				}
+			}
+		default:
+			return s, fmt.Errorf("%s line %d: unknown key %q (known: name, events, command, url, timeout, enabled, env)",
+				HookFile, m.Content[i].Line, k)
+		}
+	}
+	if len(s.Events) == 0 {
+		return s, fmt.Errorf("%s: events is missing: list the events this hook handles, or [\"*\"] to observe all", HookFile)
+	}
+	for _, ev := range s.Events {
+		if ev == "*" {
+			if len(s.Events) > 1 {
+				return s, fmt.Errorf("%s: events: \"*\" already observes every event; list it alone", HookFile)
+			}
+			continue
+		}
+		if _, ok := LookupEvent(ev); !ok {
+			return s, fmt.Errorf("%s: events: unknown event %q", HookFile, ev)
+		}
+	}
+	if sorted := slices.Sorted(slices.Values(s.Events)); len(slices.Compact(sorted)) != len(s.Events) {
+		return s, fmt.Errorf("%s: events: an event is listed twice", HookFile)
+	}
+	switch {
+	case s.command != nil && urlText != "":
+		return s, fmt.Errorf("%s: give either command or url, not both", HookFile)
+	case s.command != nil:
+		s.Kind = KindCommand
+		if err := resolveCommand(folder, s.command); err != nil {
+			return s, fmt.Errorf("%s: command: %w", HookFile, err)
+		}
+	case urlText != "":
+		s.Kind = KindURL
+		u, err := url.Parse(urlText)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return s, fmt.Errorf("%s: url: want an http:// or https:// URL", HookFile)
+		}
+		s.url = u
+	default:
+		return s, fmt.Errorf("%s: command or url is missing: say what runs the hook", HookFile)
+	}
+	return s, nil
+}
+
+// resolveCommand makes a relative program path absolute against the hook folder (a bare
+// name is looked up in PATH, as a shell would) and checks that it can run.
+func resolveCommand(folder string, argv []string) error {
+	prog := argv[0]
+	if !strings.ContainsRune(prog, filepath.Separator) && !strings.ContainsRune(prog, '/') {
+		if _, err := exec.LookPath(prog); err != nil {
+			return fmt.Errorf("program %q not found in PATH", prog)
+		}
+		return nil
+	}
+	if !filepath.IsAbs(prog) {
+		prog = filepath.Join(folder, prog)
+	}
+	fi, err := os.Stat(prog)
+	if err != nil {
+		return fmt.Errorf("program %q not found", argv[0])
+	}
+	if fi.IsDir() || fi.Mode().Perm()&0o111 == 0 {
+		return fmt.Errorf("program %q is not executable (chmod +x it)", argv[0])
+	}
+	argv[0] = prog
+	return nil
+}
+
+// register puts one hook on the bus through its own scope.
+func register(bus *Bus, s hookSpec, opts DirOptions) *Scope {
+	scope := bus.Scope(s.Source)
+	timeout := s.Timeout
+	if timeout <= 0 {
+		timeout = opts.Timeout
+	}
+	var hopts []HandlerOption
+	if timeout > 0 {
+		hopts = append(hopts, WithTimeout(timeout))
+	}
+	if opts.Profile != "" {
+		hopts = append(hopts, ForProfile(opts.Profile))
+	}
+	h := &hookHandler{name: s.Name, dir: s.Dir, observer: slices.Contains(s.Events, "*")}
+	switch s.Kind {
+	case KindCommand:
+		h.invoke = newExecRunner(s).invoke
+	case KindURL:
+		h.invoke = newURLRunner(s, timeout, opts.HTTPClient).invoke
+	}
+	for _, ev := range s.Events {
+		if ev == "*" {
+			scope.observe(h.handle, hopts...)
+			continue
+		}
+		scope.On(ev, h.handle, hopts...)
+	}
+	return scope
+}

@@ -1,0 +1,112 @@
+package hooks
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+)
+
+// passEnv names the variables of the gateway's environment a hook program gets. The rest
+// (API keys, platform tokens) stays out unless HOOK.yaml lists it under env.
+func passEnv() []string {
+	return []string{"PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR"}
+}
+
+// execRunner runs a hook program: the event as JSON on stdin, the result as JSON on stdout.
+// The program never runs through a shell and message text never reaches its arguments.
+type execRunner struct {
+	name string
+	dir  string
+	argv []string
+	env  []string
+}
+
+func newExecRunner(s hookSpec) *execRunner {
+	env := []string{"GATEWAY_HOOK_NAME=" + s.Name, "GATEWAY_HOOK_DIR=" + s.Dir}
+	for _, names := range [][]string{passEnv(), s.env} {
+		for _, n := range names {
+			if v, ok := os.LookupEnv(n); ok {
+				env = append(env, n+"="+v)
+			}
+		}
+	}
+	return &execRunner{name: s.Name, dir: s.Dir, argv: s.command, env: env}
+}
+
+func (x *execRunner) invoke(ctx context.Context, event string, body []byte) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, x.argv[0], x.argv[1:]...)
+	cmd.Dir = x.dir
+	cmd.Env = append(x.env[:len(x.env):len(x.env)], "GATEWAY_HOOK_EVENT="+event)
+	cmd.Stdin = bytes.NewReader(body)
+	stdout := &capBuffer{max: maxOutput}
+	stderr := &tailBuffer{max: maxStderr}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	ownProcessGroup(cmd) // at timeout the whole group is killed, not only the program
+	// If something the program started keeps stdout open, stop waiting for it soon.
+	cmd.WaitDelay = time.Second
+	err := cmd.Run()
+	if cmd.Process != nil {
+		killProcessGroup(cmd.Process.Pid) // whatever it left running in the background
+	}
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("hook %q: stopped (%v); its processes were killed%s", x.name, context.Cause(ctx), stderr.suffix())
+	}
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			if ee.ExitCode() >= 0 {
+				return nil, fmt.Errorf("hook %q exited with code %d%s", x.name, ee.ExitCode(), stderr.suffix())
+			}
+			return nil, fmt.Errorf("hook %q: %s%s", x.name, ee.String(), stderr.suffix())
+		}
+		return nil, fmt.Errorf("hook %q: %w", x.name, err)
+	}
+	if stdout.over {
+		return nil, fmt.Errorf("hook %q wrote more than %d KiB to stdout", x.name, maxOutput>>10)
+	}
+	return stdout.buf.Bytes(), nil
+}
+
+// capBuffer keeps the first max bytes and notes that more came.
+type capBuffer struct {
+	buf  bytes.Buffer
+	max  int
+	over bool
+}
+
+func (c *capBuffer) Write(p []byte) (int, error) {
+	if room := c.max - c.buf.Len(); len(p) > room {
+		c.buf.Write(p[:max(room, 0)])
+		c.over = true
+		return len(p), nil // keep draining, so the program is not stuck on a full pipe
+	}
+	return c.buf.Write(p)
+}
+
+// tailBuffer keeps the last max bytes written.
+type tailBuffer struct {
+	b   []byte
+	max int
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.b = append(t.b, p...)
+	if len(t.b) > t.max {
+		t.b = append(t.b[:0], t.b[len(t.b)-t.max:]...)
+	}
+	return len(p), nil
+}
+
+// suffix is ": <stderr tail>" for an error message, or "" when stderr was empty.
+func (t *tailBuffer) suffix() string {
+	s := strings.TrimSpace(strings.ToValidUTF8(string(t.b), "?"))
+	if s == "" {
+		return ""
+	}
+	return "; stderr: " + s
+}
