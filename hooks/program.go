@@ -16,7 +16,7 @@ type hookHandler struct {
 	name     string
 	dir      string
 	observer bool // registered for "*": the answer is not read
-	invoke func(ctx context.Context, event string, body []byte) ([]byte, error)
+	invoke   func(ctx context.Context, event string, body []byte) ([]byte, error)
 }
 
 func (h *hookHandler) handle(ctx context.Context, ev Event) (any, error) {
