@@ -126,7 +126,7 @@ func Serve(t testing.TB, ch channels.HTTPChannel) string {
 func Open(base string) chromedp.Action[chromedp.Void] {
 	return chromedp.Steps(
 		chromedp.Navigate(base+"/"),
-		chromedp.WaitVisible("#input"),
+		chromedp.WaitVisible(chromedp.CSS("#input")),
 		WaitOnline(),
 	)
 }
@@ -142,8 +142,8 @@ func WaitOnline() chromedp.Action[chromedp.Void] {
 // Say types text into the input and clicks send, as a user would.
 func Say(text string) chromedp.Action[chromedp.Void] {
 	return chromedp.Steps(
-		chromedp.SendKeys("#input", text),
-		chromedp.Click("#send"),
+		chromedp.SendKeys(chromedp.CSS("#input"), text),
+		chromedp.Click(chromedp.CSS("#send")),
 	)
 }
 
