@@ -140,28 +140,37 @@ func (s *stream) startTyping() {
 		cancel()
 		return
 	}
+	// The first signal goes out before Start returns, so even an instant answer shows it.
+	s.c.typing(ctx, s.chat, s.thread)
 	// Waiting for the loop means no typing action lands after the answer.
 	s.stopTyping = func() { cancel(); <-done }
 }
 
+// typingLoop refreshes the indicator until ctx ends.
 func (c *Channel) typingLoop(ctx context.Context, chat int64, thread int) {
 	t := time.NewTicker(c.opts.TypingInterval)
 	defer t.Stop()
 	for {
-		// Typing is a hint: it takes a slot only when the bot has one free, never a chat's.
-		if c.global == nil || c.tryGlobal(ctx) {
-			actx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			_, err := c.api.SendChatAction(actx, &bot.SendChatActionParams{ChatID: chat, MessageThreadID: thread, Action: models.ChatActionTyping})
-			cancel()
-			if err != nil && ctx.Err() == nil {
-				c.log.Debug("telegram: typing indicator failed", "chat", chat, "err", c.scrub.wrap(err))
-			}
-		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			c.typing(ctx, chat, thread)
 		}
+	}
+}
+
+// typing sends one typing action. It is a hint: it takes a send slot only when the bot
+// has one free, never a chat's, and its failures are only logged.
+func (c *Channel) typing(ctx context.Context, chat int64, thread int) {
+	if c.global != nil && !c.tryGlobal(ctx) {
+		return
+	}
+	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err := c.api.SendChatAction(actx, &bot.SendChatActionParams{ChatID: chat, MessageThreadID: thread, Action: models.ChatActionTyping})
+	if err != nil && ctx.Err() == nil {
+		c.log.Debug("telegram: typing indicator failed", "chat", chat, "err", c.scrub.wrap(err))
 	}
 }
 

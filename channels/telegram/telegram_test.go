@@ -1,0 +1,639 @@
+package telegram_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+
+	"log/slog"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-telegram/bot/models"
+
+	"gateway/channels"
+	"gateway/channels/channeltest"
+	"gateway/channels/telegram"
+	"gateway/channels/telegram/telegramtest"
+	"gateway/internal/secret"
+)
+
+// logBuf collects a channel's logs so tests can check them for secrets.
+type logBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// funcSink is a channeltest.Sink whose Deliver can be replaced.
+type funcSink struct {
+	*channeltest.Sink
+	deliver func(ctx context.Context, m *channels.Message) error
+}
+
+func (s funcSink) Deliver(ctx context.Context, m *channels.Message) error { return s.deliver(ctx, m) }
+
+type fixture struct {
+	t    *testing.T
+	srv  *telegramtest.Server
+	logs *logBuf
+	dir  string
+}
+
+func newFixture(t *testing.T) *fixture {
+	f := &fixture{t: t, srv: telegramtest.NewServer(t), logs: &logBuf{}, dir: t.TempDir()}
+	t.Cleanup(func() {
+		for _, s := range []string{telegramtest.Token, "hook-secret-0123456789"} {
+			if strings.Contains(f.logs.String(), s) {
+				t.Errorf("a secret appears in the logs")
+			}
+		}
+	})
+	return f
+}
+
+func (f *fixture) config() telegram.Config {
+	return telegram.Config{Enabled: true, Token: secret.Secret(telegramtest.Token), APIURL: f.srv.URL,
+		Access: channels.Access{AllowFrom: []string{strconv.Itoa(telegramtest.UserID)}, DMPolicy: channels.DMAllowlist, RequireMention: true}}
+}
+
+func (f *fixture) options() telegram.Options {
+	return telegram.Options{Logger: slogTo(f.logs), StateDir: f.dir, PollTimeout: 5 * time.Second,
+		Pacing: telegram.Pacing{GlobalPerSecond: -1, PerChatInterval: -1, GroupInterval: -1}}
+}
+
+// start builds and starts a channel; it is stopped when the test ends.
+func (f *fixture) start(cfg telegram.Config, opts telegram.Options, sink channels.Sink) *telegram.Channel {
+	f.t.Helper()
+	ch, err := telegram.New(cfg, opts)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return f.run(ch, sink)
+}
+
+func (f *fixture) run(ch *telegram.Channel, sink channels.Sink) *telegram.Channel {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := ch.Start(ctx, sink); err != nil {
+		f.t.Fatalf("Start: %v", err)
+	}
+	f.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := ch.Stop(ctx); err != nil {
+			f.t.Errorf("Stop: %v", err)
+		}
+	})
+	return ch
+}
+
+// answer writes frames to target.
+func answer(t *testing.T, ch channels.Channel, target channels.Target, frames ...channels.Frame) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := ch.Open(ctx, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fr := range frames {
+		if err := st.Send(ctx, fr); err != nil {
+			t.Fatalf("Send %s: %v", fr.Type, err)
+		}
+	}
+}
+
+func done(text string) channels.Frame { return channels.Frame{Type: channels.FrameDone, Text: text} }
+
+func stop(t *testing.T, ch channels.Channel) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := ch.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// eventually polls cond for up to 10s.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestRestartNeitherLosesNorRepeats(t *testing.T) {
+	f := newFixture(t)
+	// As if every process died before its confirming getUpdates reached Telegram:
+	// only the saved offset stands between a restart and a repeat.
+	f.srv.HoldConfirm(true)
+
+	// A gateway that takes nothing: the update must survive the restart.
+	refusing := funcSink{Sink: channeltest.NewSink(), deliver: func(context.Context, *channels.Message) error { return channels.ErrNotAccepted }}
+	ch1 := f.start(f.config(), f.options(), refusing)
+	f.srv.Send(telegramtest.Update{ChatID: 1001, Text: "first"})
+	eventually(t, "the refused delivery", func() bool { return len(f.srv.Calls("getUpdates")) >= 2 })
+	stop(t, ch1)
+
+	sink2 := channeltest.NewSink()
+	ch2 := f.start(f.config(), f.options(), sink2)
+	if m := sink2.Next(t); m.Text() != "first" {
+		t.Fatalf("after a refused delivery and a restart got %q; want the update again", m.Text())
+	}
+	stop(t, ch2)
+
+	sink3 := channeltest.NewSink()
+	f.start(f.config(), f.options(), sink3)
+	f.srv.Send(telegramtest.Update{ChatID: 1001, Text: "second"})
+	if m := sink3.Next(t); m.Text() != "second" {
+		t.Fatalf("after a restart with the same state_dir got %q; want only the new message", m.Text())
+	}
+	sink3.ExpectNone(t, 300*time.Millisecond)
+
+	// Control: without the saved offset, Telegram would hand the same updates over again.
+	other := f.options()
+	other.StateDir = t.TempDir()
+	sink4 := channeltest.NewSink()
+	f.start(f.config(), other, sink4)
+	if m := sink4.Next(t); m.Text() != "first" {
+		t.Fatalf("control: a fresh state_dir got %q; the fake should have repeated the held updates", m.Text())
+	}
+}
+
+func TestWebhook(t *testing.T) {
+	f := newFixture(t)
+	mux := http.NewServeMux()
+	hs := httptest.NewServer(mux)
+	defer hs.Close()
+	cfg := f.config()
+	cfg.Mode, cfg.WebhookSecret, cfg.WebhookURL = telegram.ModeWebhook, "hook-secret-0123456789", hs.URL+telegram.WebhookPath
+	var fails atomic.Int32
+	fails.Store(2)
+	base := channeltest.NewSink()
+	flaky := funcSink{Sink: base, deliver: func(ctx context.Context, m *channels.Message) error {
+		if m.Text() == "flaky" && fails.Add(-1) >= 0 {
+			return channels.ErrNotAccepted
+		}
+		return base.Deliver(ctx, m)
+	}}
+	ch, err := telegram.New(cfg, f.options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch.Routes(mux)
+	f.run(ch, flaky)
+	if u, s := f.srv.Webhook(); u != cfg.WebhookURL || s != "hook-secret-0123456789" {
+		t.Fatalf("setWebhook registered %q with secret %q", u, s)
+	}
+
+	post := func(secret string, body string) int {
+		req, _ := http.NewRequest(http.MethodPost, hs.URL+telegram.WebhookPath, strings.NewReader(body))
+		if secret != "" {
+			req.Header.Set("X-Telegram-Bot-Api-Secret-Token", secret)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	forged := `{"update_id":1,"message":{"message_id":1,"date":1,"chat":{"id":1001,"type":"private"},"from":{"id":1001,"first_name":"A"},"text":"forged"}}`
+	if code := post("wrong", forged); code != http.StatusUnauthorized {
+		t.Errorf("wrong secret answered %d; want 401", code)
+	}
+	if code := post("", forged); code != http.StatusUnauthorized {
+		t.Errorf("missing secret answered %d; want 401", code)
+	}
+	big := `{"update_id":2,"message":{"text":"` + strings.Repeat("x", 2<<20) + `"}}`
+	if code := post("hook-secret-0123456789", big); code != http.StatusRequestEntityTooLarge {
+		t.Errorf("a 2 MB body answered %d; want 413", code)
+	}
+	base.ExpectNone(t, 200*time.Millisecond)
+
+	id, _ := f.srv.Send(telegramtest.Update{ChatID: 1001, Text: "via webhook"})
+	if m := base.Next(t); m.Text() != "via webhook" {
+		t.Fatalf("delivered %q", m.Text())
+	}
+	f.srv.Redeliver(id)
+	eventually(t, "the redelivery to be answered", func() bool { return f.srv.Pending() == 0 })
+	base.ExpectNone(t, 300*time.Millisecond)
+
+	// The gateway refuses twice: the webhook answers 5xx, Telegram sends again, delivered once.
+	tries := f.srv.WebhookTries()
+	f.srv.Send(telegramtest.Update{ChatID: 1001, Text: "flaky"})
+	if m := base.Next(t); m.Text() != "flaky" {
+		t.Fatalf("delivered %q", m.Text())
+	}
+	// (The count moves once the fake has read the 200, just after the delivery.)
+	eventually(t, "three webhook posts of the refused update", func() bool { return f.srv.WebhookTries()-tries >= 3 })
+	base.ExpectNone(t, 300*time.Millisecond)
+	if got := f.srv.Calls("getUpdates"); len(got) != 0 {
+		t.Errorf("webhook mode called getUpdates %d times", len(got))
+	}
+}
+
+func TestOversizedVoiceIsRefusedInChat(t *testing.T) {
+	f := newFixture(t)
+	sink := channeltest.NewSink()
+	f.start(f.config(), f.options(), sink)
+	f.srv.Send(telegramtest.Update{ChatID: 1001, Voice: []byte("OggS tiny"), FileSize: 31 << 20})
+	eventually(t, "the refusal", func() bool { return len(f.srv.Messages(1001)) > 0 })
+	got := f.srv.Messages(1001)[0].Text
+	if got != "That voice note is 31 MB; the limit is 20 MB." {
+		t.Errorf("refusal = %q", got)
+	}
+	sink.ExpectNone(t, 300*time.Millisecond)
+	if n := len(f.srv.Calls("file")); n != 0 {
+		t.Errorf("the oversized file was downloaded (%d downloads)", n)
+	}
+
+	// A smaller max_file_bytes applies too, and the next message still goes through.
+	cfg := f.config()
+	cfg.MaxFileBytes = 1000
+	f2 := newFixture(t)
+	cfg.APIURL = f2.srv.URL
+	sink2 := channeltest.NewSink()
+	f2.start(cfg, f2.options(), sink2)
+	f2.srv.Send(telegramtest.Update{ChatID: 1001, Audio: bytes.Repeat([]byte("a"), 5000), AudioName: "song.mp3"})
+	f2.srv.Send(telegramtest.Update{ChatID: 1001, Text: "after"})
+	if m := sink2.Next(t); m.Text() != "after" {
+		t.Fatalf("delivered %q; want only the text after the refused audio", m.Text())
+	}
+	if msgs := f2.srv.Messages(1001); len(msgs) != 1 || msgs[0].Text != "That audio file is 5 KB; the limit is 1000 bytes." {
+		t.Errorf("bot posted %+v", msgs)
+	}
+}
+
+func TestPhotoDocumentAndOtherParts(t *testing.T) {
+	f := newFixture(t)
+	sink := channeltest.NewSink()
+	f.start(f.config(), f.options(), sink)
+	photo := bytes.Repeat([]byte{0xff, 0xd8, 1, 2}, 500)
+	f.srv.Send(telegramtest.Update{ChatID: 1001, Photo: photo, Caption: "what is this?"})
+	m := sink.Next(t)
+	if m.Text() != "what is this?" {
+		t.Errorf("caption = %q", m.Text())
+	}
+	var img *channels.Part
+	for i := range m.Parts {
+		if m.Parts[i].Type == channels.PartImage {
+			img = &m.Parts[i]
+		}
+	}
+	if img == nil || img.MIME != "image/jpeg" || !bytes.Equal(channeltest.PartBytes(t, *img), photo) {
+		t.Fatalf("parts = %+v; want the full-size photo as an image part", m.Parts)
+	}
+	if !strings.HasPrefix(img.Path, f.dir) {
+		t.Errorf("photo saved at %q, outside state_dir %q", img.Path, f.dir)
+	}
+
+	doc := []byte("%PDF-1.4 a tiny report")
+	f.srv.Send(telegramtest.Update{ChatID: 1001, Document: doc, DocumentName: "report.pdf", DocumentMIME: "application/pdf"})
+	m = sink.Next(t)
+	if len(m.Parts) != 1 || m.Parts[0].Type != channels.PartFile || m.Parts[0].Name != "report.pdf" ||
+		m.Parts[0].MIME != "application/pdf" || !bytes.Equal(channeltest.PartBytes(t, m.Parts[0]), doc) {
+		t.Fatalf("document parts = %+v", m.Parts)
+	}
+
+	f.srv.SendRaw(models.Update{Message: &models.Message{ID: 9001, Date: 1, Chat: models.Chat{ID: 1001, Type: models.ChatTypePrivate},
+		From: &models.User{ID: telegramtest.UserID, FirstName: "A"}, Sticker: &models.Sticker{FileID: "s", Emoji: "👍"}}})
+	if m := sink.Next(t); !strings.Contains(m.Text(), "sticker 👍") {
+		t.Errorf("a sticker arrived as %q; the agent should be told what it was", m.Text())
+	}
+}
+
+func TestMarkdownAsHTMLWithPlainFallback(t *testing.T) {
+	f := newFixture(t)
+	ch := f.start(f.config(), f.options(), channeltest.NewSink())
+	target := channels.Target{Channel: "telegram", ChatID: "1001", ChatType: channels.ChatDM}
+	answer(t, ch, target, done("**Bold** claim: 2 < 3 & `x>y`"))
+	msgs := f.srv.Messages(1001)
+	if len(msgs) != 1 || msgs[0].ParseMode != "HTML" || msgs[0].Raw != "<b>Bold</b> claim: 2 &lt; 3 &amp; <code>x&gt;y</code>" {
+		t.Fatalf("posted %+v; want the markdown rendered as Telegram HTML", msgs)
+	}
+	if msgs[0].Text != "Bold claim: 2 < 3 & x>y" {
+		t.Errorf("a user sees %q", msgs[0].Text)
+	}
+
+	f.srv.RejectHTML(1)
+	answer(t, ch, target, done("**Second** answer"))
+	msgs = f.srv.Messages(1001)
+	if len(msgs) != 2 || msgs[1].ParseMode != "" || msgs[1].Text != "Second answer" {
+		t.Fatalf("after Telegram refused the HTML, posted %+v; want the same text, plain", msgs[len(msgs)-1])
+	}
+}
+
+func TestBadTokenStartError(t *testing.T) {
+	f := newFixture(t)
+	cfg := f.config()
+	cfg.Token = badToken
+	ch, err := telegram.New(cfg, f.options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = ch.Start(context.Background(), channeltest.NewSink())
+	if err == nil {
+		t.Fatal("Start succeeded with a rejected token")
+	}
+	if want := "telegram: the bot token was rejected (401 Unauthorized); check channels.telegram.token"; err.Error() != want {
+		t.Errorf("Start error = %q; want %q", err, want)
+	}
+	if strings.Contains(f.logs.String(), badToken) {
+		t.Errorf("the token appears in the logs")
+	}
+}
+
+func TestStartRegistersCommandsAndDeletesWebhook(t *testing.T) {
+	f := newFixture(t)
+	f.start(f.config(), f.options(), channeltest.NewSink())
+	var names []string
+	for _, c := range f.srv.Commands() {
+		names = append(names, c.Command)
+	}
+	if !slices.Equal(names, []string{"new", "stop", "status", "help"}) {
+		t.Errorf("setMyCommands registered %v", names)
+	}
+	if len(f.srv.Calls("deleteWebhook")) != 1 {
+		t.Errorf("polling did not call deleteWebhook first")
+	}
+}
+
+func TestWatchdogRestartsStuckPolling(t *testing.T) {
+	f := newFixture(t)
+	var calls atomic.Int32
+	base := channeltest.NewSink()
+	stuck := funcSink{Sink: base, deliver: func(ctx context.Context, m *channels.Message) error {
+		if calls.Add(1) == 1 {
+			<-ctx.Done() // the gateway hangs on the first message
+			return ctx.Err()
+		}
+		return base.Deliver(ctx, m)
+	}}
+	opts := f.options()
+	opts.Watchdog = 500 * time.Millisecond
+	f.start(f.config(), opts, stuck)
+	f.srv.Send(telegramtest.Update{ChatID: 1001, Text: "are you there?"})
+	if m := base.Next(t); m.Text() != "are you there?" {
+		t.Fatalf("delivered %q", m.Text())
+	}
+	if !strings.Contains(f.logs.String(), "restarting") {
+		t.Errorf("the watchdog's restart was not logged")
+	}
+	base.ExpectNone(t, 300*time.Millisecond)
+}
+
+func TestGroupAnswersQuoteAndStayInTopic(t *testing.T) {
+	f := newFixture(t)
+	sink := channeltest.NewSink()
+	ch := f.start(f.config(), f.options(), sink)
+	_, id := f.srv.Send(telegramtest.Update{ChatID: -100, ThreadID: 42, Mention: true, Text: "hi"})
+	m := sink.Next(t)
+	if m.ThreadID != "42" || m.ChatType != channels.ChatGroup || !m.Mentioned || m.Text() != "hi" || m.ReplyTo != nil {
+		t.Fatalf("normalised %+v; want topic 42, group, mentioned, text without @bot, no reply (the topic root is not one)", m)
+	}
+	answer(t, ch, channels.TargetOf(m), channels.Frame{Type: channels.FrameStart}, done("hello group"))
+	msgs := f.srv.Messages(-100)
+	if len(msgs) != 1 || msgs[0].ReplyTo != id || msgs[0].ThreadID != 42 {
+		t.Fatalf("posted %+v; want a reply to %d in topic 42", msgs, id)
+	}
+	f.srv.Send(telegramtest.Update{ChatID: 1001, Text: "dm"})
+	m = sink.Next(t)
+	answer(t, ch, channels.TargetOf(m), done("dm answer"))
+	if msgs := f.srv.Messages(1001); len(msgs) != 1 || msgs[0].ReplyTo != 0 {
+		t.Errorf("a DM answer quoted the user: %+v", msgs)
+	}
+}
+
+func TestInboundNormalisation(t *testing.T) {
+	f := newFixture(t)
+	sink := channeltest.NewSink()
+	ch := f.start(f.config(), f.options(), sink)
+	answer(t, ch, channels.Target{Channel: "telegram", ChatID: "-200", ChatType: channels.ChatGroup}, done("I am the bot"))
+	botMsg := f.srv.BotMessage(-200, f.srv.Messages(-200)[0].ID)
+
+	f.srv.Send(telegramtest.Update{ChatID: -200, Text: "no mention, ignored"})
+	f.srv.Send(telegramtest.Update{ChatID: -200, Text: "replying to you", ReplyTo: botMsg})
+	m := sink.Next(t)
+	if m.Text() != "replying to you" || !m.Mentioned || m.ReplyTo == nil || !m.ReplyTo.FromBot || m.ReplyTo.Text != "I am the bot" {
+		t.Fatalf("a reply to the bot normalised as %+v (reply %+v)", m, m.ReplyTo)
+	}
+	f.srv.Send(telegramtest.Update{ChatID: -200, Text: "/status@other_bot"})
+	f.srv.Send(telegramtest.Update{ChatID: -200, Text: "/new@" + telegramtest.BotUsername})
+	if m := sink.Next(t); m.Text() != "/new" || !m.Mentioned {
+		t.Fatalf("a command to the bot arrived as %q (mentioned %v); want /new", m.Text(), m.Mentioned)
+	}
+	f.srv.Send(telegramtest.Update{ChatID: 1001, From: &models.User{ID: 555, IsBot: true, FirstName: "Other"}, Text: "bot chatter"})
+	f.srv.Send(telegramtest.Update{ChatID: 1001, Text: "line one\nline two"})
+	if m := sink.Next(t); m.Text() != "line one\nline two" || m.ChatType != channels.ChatDM || m.UserName != "alice" {
+		t.Fatalf("a DM arrived as %+v", m)
+	}
+	sink.ExpectNone(t, 200*time.Millisecond)
+}
+
+func TestStrangerIsToldOnce(t *testing.T) {
+	f := newFixture(t)
+	sink := channeltest.NewSink()
+	f.start(f.config(), f.options(), sink)
+	stranger := &models.User{ID: 666, FirstName: "Eve"}
+	for range 3 {
+		f.srv.Send(telegramtest.Update{ChatID: 666, From: stranger, Text: "let me in"})
+	}
+	f.srv.Send(telegramtest.Update{ChatID: -300, From: stranger, Mention: true, Text: "in a group"})
+	f.srv.Send(telegramtest.Update{ChatID: 1001, Text: "marker"})
+	if m := sink.Next(t); m.Text() != "marker" {
+		t.Fatalf("delivered %q from %s", m.Text(), m.UserID)
+	}
+	eventually(t, "the notice", func() bool { return len(f.srv.Messages(666)) > 0 })
+	time.Sleep(200 * time.Millisecond)
+	msgs := f.srv.Messages(666)
+	if len(msgs) != 1 || msgs[0].Text != channels.NotAllowedText("666") {
+		t.Errorf("the stranger got %+v; want the not-allowed notice once", msgs)
+	}
+	if n := len(f.srv.Messages(-300)); n != 0 {
+		t.Errorf("the bot answered a stranger in a group (%d messages)", n)
+	}
+}
+
+func TestTypingRefreshesUntilDone(t *testing.T) {
+	f := newFixture(t)
+	opts := f.options()
+	opts.TypingInterval = 100 * time.Millisecond
+	ch := f.start(f.config(), opts, channeltest.NewSink())
+	ctx := context.Background()
+	st, err := ch.Open(ctx, channels.Target{Channel: "telegram", ChatID: "1001", ChatType: channels.ChatDM})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Send(ctx, channels.Frame{Type: channels.FrameStart})
+	time.Sleep(550 * time.Millisecond)
+	if err := st.Send(ctx, done("finished")); err != nil {
+		t.Fatal(err)
+	}
+	n := f.srv.Typing(1001)
+	if n < 3 {
+		t.Errorf("typing sent %d times during a 550ms turn with a 100ms refresh", n)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if m := f.srv.Typing(1001); m != n {
+		t.Errorf("typing went on after done (%d -> %d)", n, m)
+	}
+}
+
+func TestPerChatOrder(t *testing.T) {
+	f := newFixture(t)
+	sink := channeltest.NewSink()
+	f.start(f.config(), f.options(), sink)
+	for i := range 10 {
+		f.srv.Send(telegramtest.Update{ChatID: 1001, Text: "a" + strconv.Itoa(i)})
+		f.srv.Send(telegramtest.Update{ChatID: -400, Mention: true, Text: "b" + strconv.Itoa(i)})
+	}
+	next := map[string]int{}
+	for range 20 {
+		m := sink.Next(t)
+		txt := m.Text()
+		if want := txt[:1] + strconv.Itoa(next[txt[:1]]); txt != want {
+			t.Fatalf("chat %s got %q; want %q (per-chat order)", m.ChatID, txt, want)
+		}
+		next[txt[:1]]++
+	}
+}
+
+func TestPacingSpacesOneChat(t *testing.T) {
+	f := newFixture(t)
+	opts := f.options()
+	opts.Pacing = telegram.Pacing{PerChatInterval: 400 * time.Millisecond, GroupInterval: 800 * time.Millisecond}
+	ch := f.start(f.config(), opts, channeltest.NewSink())
+	for _, chat := range []string{"1001", "-500"} {
+		typ := channels.ChatDM
+		if chat[0] == '-' {
+			typ = channels.ChatGroup
+		}
+		for i := range 3 {
+			answer(t, ch, channels.Target{Channel: "telegram", ChatID: chat, ChatType: typ}, done("n"+strconv.Itoa(i)))
+		}
+	}
+	for chat, gap := range map[int64]time.Duration{1001: 400 * time.Millisecond, -500: 800 * time.Millisecond} {
+		msgs := f.srv.Messages(chat)
+		for i := 1; i < len(msgs); i++ {
+			if d := msgs[i].Time.Sub(msgs[i-1].Time); d < gap-50*time.Millisecond {
+				t.Errorf("chat %d: messages %d and %d only %v apart; the pacing is %v", chat, i-1, i, d, gap)
+			}
+		}
+	}
+}
+
+// wavBytes is one second of a 440 Hz tone as 16 kHz mono 16-bit PCM WAV.
+func wavBytes() []byte {
+	const rate = 16000
+	var pcm bytes.Buffer
+	for i := range rate {
+		binary.Write(&pcm, binary.LittleEndian, int16(8000*math.Sin(2*math.Pi*440*float64(i)/rate)))
+	}
+	var b bytes.Buffer
+	b.WriteString("RIFF")
+	binary.Write(&b, binary.LittleEndian, uint32(36+pcm.Len()))
+	b.WriteString("WAVEfmt ")
+	for _, v := range []any{uint32(16), uint16(1), uint16(1), uint32(rate), uint32(rate * 2), uint16(2), uint16(16)} {
+		binary.Write(&b, binary.LittleEndian, v)
+	}
+	b.WriteString("data")
+	binary.Write(&b, binary.LittleEndian, uint32(pcm.Len()))
+	b.Write(pcm.Bytes())
+	return b.Bytes()
+}
+
+func TestVoiceOutConvertsToOggOpus(t *testing.T) {
+	if _, err := exec.LookPath("ffmpeg"); err != nil {
+		t.Skip("ffmpeg not installed")
+	}
+	f := newFixture(t)
+	ch := f.start(f.config(), f.options(), channeltest.NewSink())
+	path := filepath.Join(t.TempDir(), "tts.wav")
+	if err := os.WriteFile(path, wavBytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	answer(t, ch, channels.Target{Channel: "telegram", ChatID: "1001", ChatType: channels.ChatDM},
+		channels.Frame{Type: channels.FrameParts, Parts: []channels.Part{{Type: channels.PartAudio, MIME: "audio/wav", Path: path, Voice: true, Duration: 1}}},
+		done(""))
+	msgs := f.srv.Messages(1001)
+	if len(msgs) != 1 || msgs[0].Kind != "voice" || !msgs[0].Opus {
+		t.Fatalf("posted %+v; want one native voice note in Ogg/Opus", msgs)
+	}
+}
+
+func TestErrorFrameIsSentAsText(t *testing.T) {
+	f := newFixture(t)
+	ch := f.start(f.config(), f.options(), channeltest.NewSink())
+	answer(t, ch, channels.Target{Channel: "telegram", ChatID: "1001", ChatType: channels.ChatDM},
+		channels.Frame{Type: channels.FrameStart}, channels.Frame{Type: channels.FrameError, Text: "The model is unavailable <try later>."})
+	msgs := f.srv.Messages(1001)
+	if len(msgs) != 1 || msgs[0].Text != "The model is unavailable <try later>." || msgs[0].ParseMode != "" {
+		t.Fatalf("posted %+v", msgs)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	ok := telegram.Config{Enabled: true, Token: "1:x"}
+	cases := []struct {
+		mut  func(*telegram.Config)
+		want string
+	}{
+		{func(c *telegram.Config) { c.Token = "" }, "channels.telegram.token"},
+		{func(c *telegram.Config) { c.Mode = "push" }, "channels.telegram.mode"},
+		{func(c *telegram.Config) { c.Mode = telegram.ModeWebhook }, "channels.telegram.webhook_secret"},
+		{func(c *telegram.Config) { c.APIURL = "api.telegram.org" }, "channels.telegram.api_url"},
+		{func(c *telegram.Config) { c.AllowFrom = []string{"@bob"} }, "channels.telegram.allow_from"},
+		{func(c *telegram.Config) { c.DMPolicy = "everyone" }, "channels.telegram.dm_policy"},
+		{func(c *telegram.Config) { c.MaxFileBytes = -1 }, "channels.telegram.max_file_bytes"},
+	}
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("valid config: %v", err)
+	}
+	if err := (telegram.Config{}).Validate(); err != nil {
+		t.Errorf("a disabled channel needs nothing: %v", err)
+	}
+	for _, c := range cases {
+		cfg := ok
+		c.mut(&cfg)
+		err := cfg.Validate()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("error %v; want one naming %s", err, c.want)
+		}
+	}
+	if _, err := telegram.New(ok, telegram.Options{}); err == nil || !strings.Contains(err.Error(), "state") {
+		t.Errorf("New without a state dir: %v", err)
+	}
+}
+
+func slogTo(w *logBuf) *slog.Logger {
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
