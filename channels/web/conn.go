@@ -119,8 +119,11 @@ func (c *Channel) serveWS(w http.ResponseWriter, r *http.Request) {
 	defer c.unregister(k)
 	defer ws.CloseNow()
 
+	// The pinger ends with this socket, not only with the channel.
+	kctx, kcancel := context.WithCancel(ctx)
+	defer kcancel()
 	c.wg.Add(1)
-	go c.keepAlive(ctx, k)
+	go c.keepAlive(kctx, k)
 
 	if err := k.send(ctx, wireFrame{Type: "hello", ChatID: chat, MaxUploadBytes: c.cfg.MaxUploadBytes}); err != nil {
 		return
