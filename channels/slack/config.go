@@ -1,0 +1,113 @@
+package slack
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"gateway/channels"
+	"gateway/internal/secret"
+)
+
+// Modes of receiving events.
+const (
+	ModeSocket = "socket" // Socket Mode: the adapter dials Slack (default; needs app_token)
+	ModeEvents = "events" // Events API: Slack POSTs to EventsPath on the gateway's listener
+)
+
+// EventsPath is where the Events API mode serves Slack's requests.
+const EventsPath = "/slack/events"
+
+// DefaultMaxFileBytes bounds a downloaded user file when max_file_bytes is unset.
+const DefaultMaxFileBytes = 20 << 20
+
+// Config is channels.slack.
+type Config struct {
+	Enabled       bool          `mapstructure:"enabled"`
+	BotToken      secret.Secret `mapstructure:"bot_token"`
+	AppToken      secret.Secret `mapstructure:"app_token"`
+	SigningSecret secret.Secret `mapstructure:"signing_secret"`
+	// APIURL is the Web API base (default https://slack.com/api/); it must end with "/".
+	APIURL string `mapstructure:"api_url"`
+	// Mode is socket (default) or events.
+	Mode string `mapstructure:"mode"`
+	// MaxFileBytes bounds each file a user sends (default 20 MB); larger files are refused
+	// with a reply.
+	MaxFileBytes    int64 `mapstructure:"max_file_bytes"`
+	channels.Access `mapstructure:",squash"`
+}
+
+// Options are the adapter's dependencies.
+type Options struct {
+	Logger     *slog.Logger
+	StateDir   string       // downloaded files go under StateDir/slack/files
+	HTTPClient *http.Client // for the Web API and file transfers; default has a 60s timeout
+}
+
+// Validate checks the config of an enabled channel; errors name the key to fix.
+func (c Config) Validate() error {
+	if !c.Enabled {
+		return nil
+	}
+	return c.validate()
+}
+
+func (c Config) validate() error {
+	var errs []error
+	switch {
+	case !c.BotToken.IsSet():
+		errs = append(errs, errors.New("channels.slack.bot_token is required (the bot token, xoxb-...)"))
+	case !strings.HasPrefix(c.BotToken.Reveal(), "xoxb-"):
+		errs = append(errs, errors.New("channels.slack.bot_token must be a bot token starting with xoxb-"))
+	}
+	switch c.mode() {
+	case ModeSocket:
+		switch {
+		case !c.AppToken.IsSet():
+			errs = append(errs, errors.New("channels.slack.app_token is required in socket mode (an app-level token, xapp-..., with connections:write)"))
+		case !strings.HasPrefix(c.AppToken.Reveal(), "xapp-"):
+			errs = append(errs, errors.New("channels.slack.app_token must be an app-level token starting with xapp-"))
+		}
+	case ModeEvents:
+		if !c.SigningSecret.IsSet() {
+			errs = append(errs, errors.New("channels.slack.signing_secret is required in events mode (Basic Information > Signing Secret)"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("channels.slack.mode is %q; use %q or %q", c.Mode, ModeSocket, ModeEvents))
+	}
+	if c.APIURL != "" {
+		u, err := url.Parse(c.APIURL)
+		switch {
+		case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+			errs = append(errs, fmt.Errorf("channels.slack.api_url %q is not an http(s) URL", c.APIURL))
+		case !strings.HasSuffix(c.APIURL, "/"):
+			errs = append(errs, fmt.Errorf("channels.slack.api_url %q must end with \"/\"", c.APIURL))
+		}
+	}
+	if c.MaxFileBytes < 0 {
+		errs = append(errs, fmt.Errorf("channels.slack.max_file_bytes is %d; it must be 0 (default 20 MB) or more", c.MaxFileBytes))
+	}
+	switch c.DMPolicy {
+	case "", channels.DMAllowlist, channels.DMOpen:
+	default:
+		errs = append(errs, fmt.Errorf("channels.slack.dm_policy is %q; use %q or %q", c.DMPolicy, channels.DMAllowlist, channels.DMOpen))
+	}
+	return errors.Join(errs...)
+}
+
+func (c Config) mode() string {
+	if c.Mode == "" {
+		return ModeSocket
+	}
+	return c.Mode
+}
+
+func (c Config) maxFileBytes() int64 {
+	if c.MaxFileBytes == 0 {
+		return DefaultMaxFileBytes
+	}
+	return c.MaxFileBytes
+}

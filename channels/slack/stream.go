@@ -1,0 +1,375 @@
+package slack
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	slackgo "github.com/slack-go/slack"
+
+	"gateway/channels"
+	"gateway/internal/markdown"
+	"gateway/internal/pace"
+)
+
+const (
+	typingReaction = "hourglass_flowing_sand"
+	thinkingStatus = "is thinking…"
+	maxUploadBytes = 1 << 30 // Slack's own file size limit
+)
+
+// replyPlace is where an answer to target goes: the thread of the message, or a new
+// thread under it when it was top-level in a channel; inline in a DM.
+func replyPlace(t channels.Target) (channel, thread string) {
+	thread = t.ThreadID
+	if thread == "" && t.ChatType == channels.ChatGroup {
+		thread = t.ReplyToID
+	}
+	return t.ChatID, thread
+}
+
+// Open starts an answer to target.
+func (c *Channel) Open(ctx context.Context, target channels.Target) (channels.Stream, error) {
+	if _, _, ok := c.running(); !ok {
+		return nil, errors.New("slack: the channel is not running")
+	}
+	if target.ChatID == "" {
+		return nil, errors.New("slack: the answer has no chat id")
+	}
+	channel, thread := replyPlace(target)
+	return &stream{c: c, target: target, channel: channel, thread: thread}, nil
+}
+
+type stream struct {
+	c        *Channel
+	target   channels.Target
+	channel  string
+	thread   string
+	text     strings.Builder // the answer's Markdown so far
+	msgs     []shown         // the messages showing it, in order
+	dirty    bool            // text changed since the last edit
+	lastEdit time.Time
+	status   bool // an assistant status is shown
+	reacted  bool // the typing reaction is on the user's message
+	ended    bool
+}
+
+type shown struct{ ts, text string }
+
+// Send renders one frame; see channels.Stream.
+func (s *stream) Send(ctx context.Context, f channels.Frame) error {
+	if s.ended {
+		return errors.New("slack: the answer already ended")
+	}
+	switch f.Type {
+	case channels.FrameStart:
+		s.typingOn(ctx)
+	case channels.FrameDelta:
+		s.text.WriteString(f.Text)
+		s.dirty = true
+		return s.flush(ctx, false)
+	case channels.FrameTool:
+		if f.Tool != nil {
+			st := thinkingStatus
+			if f.Tool.Phase == "start" {
+				st = "is using " + f.Tool.Name + "…"
+			}
+			s.setStatus(ctx, st)
+		}
+		return s.flush(ctx, false)
+	case channels.FrameStatus:
+		if f.Text != "" {
+			s.setStatus(ctx, f.Text)
+		}
+		return s.flush(ctx, false)
+	case channels.FrameParts:
+		if err := s.flush(ctx, true); err != nil {
+			return err
+		}
+		for _, p := range f.Parts {
+			if err := s.sendPart(ctx, p); err != nil {
+				return err
+			}
+		}
+	case channels.FrameDone:
+		if f.Text != "" {
+			s.text.Reset()
+			s.text.WriteString(f.Text)
+		}
+		err := s.sync(ctx, s.text.String())
+		s.end(ctx)
+		return err
+	case channels.FrameError:
+		err := s.flush(ctx, true)
+		text := f.Text
+		if text == "" {
+			text = "Sorry, something went wrong."
+		}
+		_, perr := s.c.postText(ctx, s.channel, s.thread, ":warning: "+markdown.EscapeMrkdwn(text))
+		s.end(ctx)
+		return errors.Join(err, perr)
+	}
+	return nil
+}
+
+// flush shows the text so far, at most once per editInterval unless forced.
+func (s *stream) flush(ctx context.Context, force bool) error {
+	if !s.dirty || (!force && time.Since(s.lastEdit) < editInterval) {
+		return nil
+	}
+	return s.sync(ctx, s.text.String())
+}
+
+// sync makes the answer's messages show md: chunks that changed are edited, new chunks
+// are posted, and chunks no longer needed are deleted.
+func (s *stream) sync(ctx context.Context, md string) error {
+	var chunks []string
+	for _, ch := range markdown.Split(markdown.Mrkdwn(md), MaxTextLen, utf8.RuneCountInString) {
+		if strings.TrimSpace(ch) != "" {
+			chunks = append(chunks, ch)
+		}
+	}
+	defer func() { s.lastEdit = time.Now() }()
+	for i, ch := range chunks {
+		if i < len(s.msgs) {
+			if s.msgs[i].text == ch {
+				continue
+			}
+			if err := s.c.update(ctx, s.channel, s.msgs[i].ts, ch); err != nil {
+				return err
+			}
+			s.msgs[i].text = ch
+			continue
+		}
+		ts, err := s.c.post(ctx, s.channel, s.thread, ch)
+		if err != nil {
+			return err
+		}
+		s.msgs = append(s.msgs, shown{ts: ts, text: ch})
+		s.answered()
+	}
+	for len(s.msgs) > len(chunks) {
+		last := s.msgs[len(s.msgs)-1]
+		if err := s.c.delete(ctx, s.channel, last.ts); err != nil {
+			return err
+		}
+		s.msgs = s.msgs[:len(s.msgs)-1]
+	}
+	s.dirty = false
+	return nil
+}
+
+// answered remembers that the bot takes part in this thread, so that replies there need
+// no mention.
+func (s *stream) answered() {
+	if s.thread != "" && s.target.ChatType == channels.ChatGroup {
+		s.c.threads.add(s.channel + ":" + s.thread)
+	}
+}
+
+func (s *stream) sendPart(ctx context.Context, p channels.Part) error {
+	switch p.Type {
+	case channels.PartText:
+		if _, err := s.c.postText(ctx, s.channel, s.thread, markdown.Mrkdwn(p.Text)); err != nil {
+			return err
+		}
+		s.answered()
+		return nil
+	case channels.PartAudio, channels.PartImage, channels.PartFile:
+		data := p.Data
+		if data == nil && p.Path != "" {
+			info, err := os.Stat(p.Path)
+			if err != nil {
+				return fmt.Errorf("slack: cannot read the part to upload: %w", err)
+			}
+			if info.Size() > maxUploadBytes {
+				return fmt.Errorf("slack: %s is %d bytes; Slack takes at most 1 GB", p.Path, info.Size())
+			}
+			if data, err = os.ReadFile(p.Path); err != nil {
+				return fmt.Errorf("slack: cannot read the part to upload: %w", err)
+			}
+		}
+		if len(data) == 0 {
+			return errors.New("slack: a media part has no data to upload")
+		}
+		if err := s.c.upload(ctx, s.channel, s.thread, p, data); err != nil {
+			return err
+		}
+		s.answered()
+	}
+	return nil
+}
+
+// typingOn shows that the turn runs: the assistant thread status where Slack allows it,
+// else a reaction on the user's message. Best effort: failures are logged.
+func (s *stream) typingOn(ctx context.Context) {
+	if s.status || s.reacted {
+		return
+	}
+	if s.thread != "" && !s.c.noStatus.has(s.channel) {
+		if s.setStatus(ctx, thinkingStatus) {
+			return
+		}
+	}
+	if s.target.ReplyToID == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	err := s.c.api.AddReactionContext(ctx, typingReaction, slackgo.NewRefToMessage(s.channel, s.target.ReplyToID))
+	if err == nil || slackError(err) == "already_reacted" {
+		s.reacted = true
+		return
+	}
+	s.c.log.Debug("slack: could not add the typing reaction", "chat", s.channel, "err", s.c.redact(err))
+}
+
+// setStatus sets the assistant thread status and reports whether it is shown. A refusal
+// other than a transient failure marks the channel as one without statuses.
+func (s *stream) setStatus(ctx context.Context, status string) bool {
+	if s.thread == "" || s.c.noStatus.has(s.channel) || (s.reacted && !s.status) {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	err := s.c.api.SetAssistantThreadsStatusContext(ctx, slackgo.AssistantThreadsSetStatusParameters{
+		ChannelID: s.channel, ThreadTS: s.thread, Status: status,
+	})
+	if err == nil {
+		s.status = status != ""
+		return true
+	}
+	if retry, _ := retryable(err); !retry { // a refusal, not a hiccup
+		s.c.noStatus.add(s.channel)
+	}
+	s.c.log.Debug("slack: assistant status not available", "chat", s.channel, "err", s.c.redact(err))
+	return false
+}
+
+// end clears the typing signal; the answer is over.
+func (s *stream) end(ctx context.Context) {
+	s.ended = true
+	// Clean up even when the turn's context was cancelled.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
+	defer cancel()
+	if s.status {
+		if err := s.c.api.SetAssistantThreadsStatusContext(ctx, slackgo.AssistantThreadsSetStatusParameters{
+			ChannelID: s.channel, ThreadTS: s.thread, Status: "",
+		}); err != nil {
+			s.c.log.Debug("slack: could not clear the assistant status", "chat", s.channel, "err", s.c.redact(err))
+		}
+		s.status = false
+	}
+	if s.reacted {
+		if err := s.c.api.RemoveReactionContext(ctx, typingReaction, slackgo.NewRefToMessage(s.channel, s.target.ReplyToID)); err != nil && slackError(err) != "no_reaction" {
+			s.c.log.Debug("slack: could not remove the typing reaction", "chat", s.channel, "err", s.c.redact(err))
+		}
+		s.reacted = false
+	}
+}
+
+// send paces and retries one Web API call that puts something in channel.
+func (c *Channel) send(ctx context.Context, channel, what string, timeout time.Duration, fn func(ctx context.Context) error) error {
+	err := pace.Do(ctx, sendPolicy(), func(ctx context.Context) error {
+		if err := c.pacer.Wait(ctx, channel); err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		return classify(fn(ctx))
+	})
+	if err != nil {
+		return fmt.Errorf("slack: %s in %s: %w", what, channel, c.redact(err))
+	}
+	return nil
+}
+
+// post posts mrkdwn text (at most MaxTextLen) and returns the message ts.
+func (c *Channel) post(ctx context.Context, channel, thread, text string) (string, error) {
+	opts := []slackgo.MsgOption{slackgo.MsgOptionText(text, false)}
+	if thread != "" {
+		opts = append(opts, slackgo.MsgOptionTS(thread))
+	}
+	var ts string
+	err := c.send(ctx, channel, "chat.postMessage", callTimeout, func(ctx context.Context) error {
+		var err error
+		_, ts, err = c.api.PostMessageContext(ctx, channel, opts...)
+		return err
+	})
+	return ts, err
+}
+
+// postText posts mrkdwn of any length, split at MaxTextLen.
+func (c *Channel) postText(ctx context.Context, channel, thread, text string) ([]string, error) {
+	var tss []string
+	for _, ch := range markdown.Split(text, MaxTextLen, utf8.RuneCountInString) {
+		if strings.TrimSpace(ch) == "" {
+			continue
+		}
+		ts, err := c.post(ctx, channel, thread, ch)
+		if err != nil {
+			return tss, err
+		}
+		tss = append(tss, ts)
+	}
+	return tss, nil
+}
+
+func (c *Channel) update(ctx context.Context, channel, ts, text string) error {
+	return c.send(ctx, channel, "chat.update", callTimeout, func(ctx context.Context) error {
+		_, _, _, err := c.api.UpdateMessageContext(ctx, channel, ts, slackgo.MsgOptionText(text, false))
+		return err
+	})
+}
+
+func (c *Channel) delete(ctx context.Context, channel, ts string) error {
+	return c.send(ctx, channel, "chat.delete", callTimeout, func(ctx context.Context) error {
+		_, _, err := c.api.DeleteMessageContext(ctx, channel, ts)
+		if slackError(err) == "message_not_found" {
+			return nil
+		}
+		return err
+	})
+}
+
+// upload shares a file into the thread with the external upload flow
+// (files.getUploadURLExternal, the upload, files.completeUploadExternal).
+func (c *Channel) upload(ctx context.Context, channel, thread string, p channels.Part, data []byte) error {
+	name := p.Name
+	if name == "" {
+		name = defaultName(p)
+	}
+	title := name
+	if p.Type == channels.PartAudio && p.Voice {
+		title = "Voice message"
+	}
+	return c.send(ctx, channel, "file upload", transferTimeout, func(ctx context.Context) error {
+		_, err := c.api.UploadFileContext(ctx, slackgo.UploadFileParameters{
+			Filename: name, FileSize: len(data), Reader: bytes.NewReader(data),
+			Title: title, Channel: channel, ThreadTimestamp: thread,
+		})
+		return err
+	})
+}
+
+func defaultName(p channels.Part) string {
+	base := map[channels.PartType]string{channels.PartAudio: "voice", channels.PartImage: "image"}[p.Type]
+	if base == "" {
+		base = "file"
+	}
+	mime, _, _ := strings.Cut(p.MIME, ";")
+	ext := map[string]string{
+		"audio/ogg": ".ogg", "audio/opus": ".opus", "audio/mpeg": ".mp3", "audio/mp4": ".m4a", "audio/wav": ".wav",
+		"audio/x-wav": ".wav", "audio/webm": ".webm", "audio/flac": ".flac", "image/png": ".png", "image/jpeg": ".jpg",
+		"image/gif": ".gif", "image/webp": ".webp", "application/pdf": ".pdf", "text/plain": ".txt",
+	}[strings.TrimSpace(mime)]
+	if ext == "" {
+		ext = ".bin"
+	}
+	return base + ext
+}

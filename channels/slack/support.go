@@ -1,0 +1,149 @@
+package slack
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/url"
+	"sync"
+	"time"
+
+	slackgo "github.com/slack-go/slack"
+
+	"gateway/channels"
+	"gateway/internal/pace"
+)
+
+// sendPolicy bounds the retries of one send.
+func sendPolicy() pace.Policy {
+	return pace.Policy{Attempts: 4, Base: 500 * time.Millisecond, Max: 60 * time.Second}
+}
+
+// classify marks err for pace.Do: rate limits carry Slack's Retry-After, server errors and
+// network failures are transient, everything else (bad arguments, auth) is final.
+func classify(err error) error {
+	retry, after := retryable(err)
+	switch {
+	case !retry:
+		return err
+	case after > 0:
+		return pace.RetryAfter(err, after)
+	default:
+		return pace.Transient(err)
+	}
+}
+
+// retryable reports whether err is worth another attempt, and after how long when Slack said.
+func retryable(err error) (bool, time.Duration) {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return false, 0
+	}
+	if rl, ok := errors.AsType[*slackgo.RateLimitedError](err); ok {
+		return true, max(rl.RetryAfter, time.Millisecond)
+	}
+	if sc, ok := errors.AsType[slackgo.StatusCodeError](err); ok {
+		return sc.Code >= 500, 0
+	}
+	switch slackError(err) {
+	case "ratelimited":
+		return true, time.Second
+	case "internal_error", "fatal_error", "service_unavailable", "request_timeout":
+		return true, 0
+	case "":
+	default:
+		return false, 0
+	}
+	var ne net.Error
+	var ue *url.Error
+	return errors.As(err, &ne) || errors.As(err, &ue) || errors.Is(err, context.DeadlineExceeded), 0
+}
+
+// slackError is the Slack error code in err ("invalid_auth", "msg_too_long"), or "".
+func slackError(err error) string {
+	if err == nil {
+		return ""
+	}
+	if se, ok := errors.AsType[slackgo.SlackErrorResponse](err); ok {
+		return se.Err
+	}
+	return ""
+}
+
+// claims drops redelivered messages. A key is claimed while its message is handled: a
+// redelivery arriving meanwhile waits for the outcome, so that it is dropped when the
+// first delivery succeeded and handled when it failed (and was forgotten).
+type claims struct {
+	seen     *channels.Dedup
+	mu       sync.Mutex
+	inflight map[string]chan struct{}
+}
+
+func newClaims(size int) *claims {
+	return &claims{seen: channels.NewDedup(size), inflight: map[string]chan struct{}{}}
+}
+
+// claim returns dup=true when key was handled before; otherwise release must be called
+// with whether the message was taken.
+func (c *claims) claim(ctx context.Context, key string) (release func(ok bool), dup bool, err error) {
+	for {
+		c.mu.Lock()
+		busy, ok := c.inflight[key]
+		if !ok {
+			if c.seen.Seen(key) {
+				c.mu.Unlock()
+				return nil, true, nil
+			}
+			done := make(chan struct{})
+			c.inflight[key] = done
+			c.mu.Unlock()
+			return func(ok bool) {
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				if !ok {
+					c.seen.Forget(key)
+				}
+				delete(c.inflight, key)
+				close(done)
+			}, false, nil
+		}
+		c.mu.Unlock()
+		select {
+		case <-busy:
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		}
+	}
+}
+
+// boundedSet remembers up to size keys, forgetting the oldest first.
+type boundedSet struct {
+	mu   sync.Mutex
+	keys map[string]struct{}
+	ring []string
+	next int
+}
+
+func newBoundedSet(size int) *boundedSet {
+	return &boundedSet{keys: make(map[string]struct{}, size), ring: make([]string, size)}
+}
+
+func (s *boundedSet) add(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.keys[key]; ok {
+		return
+	}
+	if old := s.ring[s.next]; old != "" {
+		delete(s.keys, old)
+	}
+	s.ring[s.next] = key
+	s.next = (s.next + 1) % len(s.ring)
+	s.keys[key] = struct{}{}
+}
+
+func (s *boundedSet) has(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.keys[key]
+	return ok
+}
