@@ -14,6 +14,18 @@ import (
 	"gateway/channels"
 )
 
+// safeHandle is handleUpdate that survives a panic on a malformed update: the update is
+// logged and dropped (repeating it would only panic again), and the process lives on.
+func (c *Channel) safeHandle(ctx context.Context, u *models.Update) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			c.log.Error("telegram: dropped an update that could not be handled", "update", u.ID, "panic", fmt.Sprint(r))
+			err = nil
+		}
+	}()
+	return c.handleUpdate(ctx, u)
+}
+
 // handleUpdate normalises one update, applies the access policy and hands it to the
 // gateway. A nil error means the update is done with (delivered, or deliberately dropped)
 // and may be acknowledged; an error means it must come again (the gateway did not take it,

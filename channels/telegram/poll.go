@@ -153,7 +153,7 @@ func (c *Channel) handleBatch(ctx context.Context, updates []*models.Update, off
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			for i, u := range list {
-				err := c.handleUpdate(ctx, u)
+				err := c.safeHandle(ctx, u)
 				if err == nil {
 					tick()
 					continue

@@ -225,7 +225,8 @@ func (s *stream) preview(ctx context.Context) {
 // messages for the rest. Each call is paced and retried; Telegram refusing the HTML
 // sends that piece as plain text instead.
 func (s *stream) sync(ctx context.Context, md string) error {
-	for i, chunk := range render(md) {
+	chunks := render(md)
+	for i, chunk := range chunks {
 		if i < len(s.sent) {
 			if s.sent[i].html == chunk {
 				continue
@@ -238,6 +239,19 @@ func (s *stream) sync(ctx context.Context, md string) error {
 		if err := s.sendNew(ctx, chunk); err != nil {
 			return err
 		}
+	}
+	// The final text can be shorter than what streamed (the agent revised it): messages
+	// beyond it would show stale text.
+	for len(s.sent) > len(chunks) && len(chunks) > 0 {
+		last := s.sent[len(s.sent)-1]
+		err := s.c.send(ctx, s.chat, 30*time.Second, func(ctx context.Context) error {
+			_, err := s.c.api.DeleteMessage(ctx, &bot.DeleteMessageParams{ChatID: s.chat, MessageID: last.id})
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("telegram: removing a stale part of the answer in chat %d: %w", s.chat, err)
+		}
+		s.sent = s.sent[:len(s.sent)-1]
 	}
 	return nil
 }

@@ -637,3 +637,32 @@ func TestConfigValidate(t *testing.T) {
 func slogTo(w *logBuf) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
+
+func TestRevisedShorterAnswerRemovesStaleMessages(t *testing.T) {
+	f := newFixture(t)
+	opts := f.options()
+	opts.EditInterval = 10 * time.Millisecond
+	ch := f.start(f.config(), opts, channeltest.NewSink())
+	ctx := context.Background()
+	st, err := ch.Open(ctx, channels.Target{Channel: "telegram", ChatID: "1001", ChatType: channels.ChatDM})
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("word ", 1500) // 7500 units: two messages while streaming
+	for _, piece := range []string{long[:3000], long[3000:6000], long[6000:], " more"} {
+		if err := st.Send(ctx, channels.Frame{Type: channels.FrameDelta, Text: piece}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(30 * time.Millisecond)
+	}
+	if n := len(f.srv.Messages(1001)); n != 2 {
+		t.Fatalf("streamed into %d messages; want 2", n)
+	}
+	if err := st.Send(ctx, done("A short revised answer.")); err != nil {
+		t.Fatal(err)
+	}
+	msgs := f.srv.Messages(1001)
+	if len(msgs) != 1 || msgs[0].Text != "A short revised answer." {
+		t.Fatalf("after done the chat shows %d messages (first %.40q); want only the revised answer", len(msgs), msgs[0].Text)
+	}
+}

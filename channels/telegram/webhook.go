@@ -68,7 +68,7 @@ func (c *Channel) serveWebhook(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		defer mu.Unlock()
 	}
-	if err := c.handleUpdate(ctx, &u); err != nil {
+	if err := c.safeHandle(ctx, &u); err != nil {
 		c.log.Warn("telegram: webhook update not handed over; Telegram will send it again", "update", u.ID, "err", err)
 		http.Error(w, "not taken; send again", http.StatusServiceUnavailable)
 		return

@@ -352,6 +352,8 @@ func (s *Server) handle(ctx context.Context, method string, p map[string]string,
 		return s.sendMedia(method, p, files)
 	case "getFile":
 		return s.getFile(p["file_id"])
+	case "deleteMessage":
+		return s.deleteMessage(p)
 	}
 	return 404, apiErr(404, "Not Found: method not found", 0)
 }
@@ -525,6 +527,23 @@ func (s *Server) editMessage(p map[string]string) (int, any) {
 		return ok(s.apiMessage(m))
 	}
 	return 400, apiErr(400, "Bad Request: message to edit not found", 0)
+}
+
+func (s *Server) deleteMessage(p map[string]string) (int, any) {
+	chat, err := chatID(p)
+	if err != nil {
+		return 400, apiErr(400, err.Error(), 0)
+	}
+	id, _ := strconv.Atoi(p["message_id"])
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, m := range s.msgs[chat] {
+		if m.ID == id {
+			s.msgs[chat] = append(s.msgs[chat][:i], s.msgs[chat][i+1:]...)
+			return ok(true)
+		}
+	}
+	return 400, apiErr(400, "Bad Request: message to delete not found", 0)
 }
 
 func (s *Server) sendMedia(method string, p map[string]string, files map[string][]byte) (int, any) {
