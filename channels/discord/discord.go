@@ -1,0 +1,394 @@
+// Package discord is the Discord adapter: the gateway WebSocket for inbound messages and
+// the REST API for answers, both through discordgo v0.29.0.
+//
+// discordgo keeps its endpoints in package-level variables; we leave them alone and route
+// the session's HTTP client through a transport that rewrites discord.com to api_url. The
+// gateway URL comes from GET /gateway, which api_url answers. discordgo's own reconnect
+// loop has no way to stop, so it is switched off: a supervisor goroutine owned by the
+// Channel reopens the session (RESUME first; discordgo identifies again when the resume is
+// refused) with backoff, until Stop.
+package discord
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/bwmarrin/discordgo"
+	"github.com/gorilla/websocket"
+
+	"gateway/channels"
+	"gateway/internal/pace"
+)
+
+// Name is the channel name in messages, session keys and config.
+const Name = "discord"
+
+const (
+	maxLen         = 2000 // characters (runes) in one message
+	requestTimeout = 30 * time.Second
+	inboxSize      = 256
+	mediaMaxAge    = 24 * time.Hour
+	discordLogOff  = -1 // below discordgo.LogError: discordgo logs through the std logger, not slog
+)
+
+var (
+	errTokenRejected = errors.New("discord: the bot token was rejected (401); check channels.discord.token")
+	errConnLost      = errors.New("discord: gateway connection lost")
+)
+
+// Options are the parts of a Channel that come from the gateway, not from config.
+type Options struct {
+	Logger     *slog.Logger
+	StateDir   string       // downloads go to StateDir/discord/media
+	HTTPClient *http.Client // base transport and timeout for REST; nil: defaults
+}
+
+// Channel is the Discord adapter. See channels.Channel for the contract.
+type Channel struct {
+	cfg      Config
+	log      *slog.Logger
+	token    string
+	api      *url.URL
+	client   *http.Client // REST (discordgo) and attachment downloads
+	dialer   *dialer
+	mediaDir string
+	pacer    *pace.Pacer
+	policy   pace.Policy
+	dedup    *channels.Dedup
+	guard    *botGuard
+	chans    *cache[chanInfo]
+	roles    *cache[[]string]
+	botID    atomic.Pointer[string]
+
+	mu     sync.Mutex
+	state  int
+	s      *discordgo.Session
+	sink   channels.Sink
+	ctx    context.Context // the run: cancelled by Stop
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	inbox  chan *discordgo.Message
+	lost   chan struct{}
+}
+
+const (
+	stateNew = iota
+	stateRunning
+	stateStopped
+)
+
+// New checks cfg and builds a Channel; it connects nothing until Start.
+func New(cfg Config, opts Options) (*Channel, error) {
+	cfg.Enabled = true // New means use it: Validate then demands a token
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	c := &Channel{
+		cfg:    cfg,
+		log:    log.With("channel", Name),
+		token:  cfg.token(),
+		dialer: newDialer(),
+		// Discord allows 5 messages per 5 s per channel and 50 requests/s overall.
+		pacer:  pace.New(pace.Limits{Global: 40, GlobalBurst: 40, PerKey: 1, PerKeyBurst: 5}),
+		policy: pace.Policy{Attempts: 5, Base: 500 * time.Millisecond, Max: time.Minute},
+		dedup:  channels.NewDedup(4096),
+		guard:  newBotGuard(),
+		chans:  newCache[chanInfo](4096, time.Hour),
+		roles:  newCache[[]string](1024, 10*time.Minute),
+		inbox:  make(chan *discordgo.Message, inboxSize),
+		lost:   make(chan struct{}, 1),
+	}
+	if cfg.APIURL != "" {
+		c.api, _ = url.Parse(cfg.APIURL) // Validate checked it
+	}
+	var base http.RoundTripper = http.DefaultTransport.(*http.Transport).Clone()
+	timeout := requestTimeout
+	if hc := opts.HTTPClient; hc != nil {
+		if hc.Transport != nil {
+			base = hc.Transport
+		}
+		if hc.Timeout > 0 {
+			timeout = hc.Timeout
+		}
+	}
+	c.client = &http.Client{Transport: &transport{base: base, api: c.api}, Timeout: timeout}
+	dir := opts.StateDir
+	if dir == "" {
+		dir = filepath.Join(os.TempDir(), "gateway")
+	}
+	c.mediaDir = filepath.Join(dir, "discord", "media")
+	return c, nil
+}
+
+// Name is "discord".
+func (c *Channel) Name() string { return Name }
+
+func (c *Channel) bot() string {
+	if p := c.botID.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+func (c *Channel) newSession() *discordgo.Session {
+	s, _ := discordgo.New("Bot " + c.token) // v0.29.0's New cannot fail
+	s.Client = c.client
+	s.Dialer = &websocket.Dialer{NetDialContext: c.dialer.dial, HandshakeTimeout: 15 * time.Second, Proxy: http.ProxyFromEnvironment}
+	s.UserAgent = "DiscordBot (https://github.com/bwmarrin/discordgo, v" + discordgo.VERSION + ") gateway"
+	s.ShouldRetryOnRateLimit = false // our pace.Do honours retry_after, bounded
+	s.MaxRestRetries = 0             // likewise for 5xx
+	s.ShouldReconnectOnError = false // its loop cannot be stopped; supervise does it
+	s.StateEnabled = false           // we need no guild cache; it would only grow
+	s.SyncEvents = true              // handlers run on discordgo's reader, in order, no stray goroutines
+	s.LogLevel = discordLogOff
+	s.Compress, s.Identify.Compress = false, false
+	s.Identify.Intents = discordgo.IntentsGuildMessages | discordgo.IntentsDirectMessages | discordgo.IntentsMessageContent
+	s.AddHandler(func(_ *discordgo.Session, r *discordgo.Ready) {
+		if r.User != nil {
+			id := r.User.ID
+			c.botID.Store(&id)
+		}
+		c.up("ready")
+	})
+	s.AddHandler(func(_ *discordgo.Session, _ *discordgo.Resumed) { c.up("resumed") })
+	s.AddHandler(func(_ *discordgo.Session, _ *discordgo.Disconnect) {
+		if c.ctx.Err() == nil {
+			select {
+			case c.lost <- struct{}{}:
+			default:
+			}
+		}
+	})
+	s.AddHandler(func(_ *discordgo.Session, m *discordgo.MessageCreate) {
+		// Blocking here holds back discordgo's reader: backpressure instead of loss.
+		select {
+		case c.inbox <- m.Message:
+		case <-c.ctx.Done():
+		}
+	})
+	return s
+}
+
+func (c *Channel) up(how string) {
+	c.log.Info("discord: connected", "how", how)
+	c.sink.Connected(Name, true, nil)
+}
+
+// Start checks the token over REST, connects the gateway and returns after READY.
+func (c *Channel) Start(ctx context.Context, sink channels.Sink) error {
+	c.mu.Lock()
+	if c.state != stateNew {
+		c.mu.Unlock()
+		return errors.New("discord: Start called on a channel already started or stopped")
+	}
+	c.state = stateRunning
+	c.sink = sink
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.s = c.newSession()
+	c.wg.Add(1)
+	c.mu.Unlock()
+	go c.work()
+
+	c.pruneMedia()
+	me, err := c.s.User("@me", discordgo.WithContext(ctx))
+	if err != nil {
+		c.abort()
+		if isStatus(err, http.StatusUnauthorized) {
+			return errTokenRejected
+		}
+		return fmt.Errorf("discord: cannot reach the Discord API at %s: %w", c.apiHost(), c.clean(err))
+	}
+	id := me.ID
+	c.botID.Store(&id)
+	if err := c.open(ctx); err != nil {
+		c.abort()
+		return c.gatewayError(err)
+	}
+	c.mu.Lock()
+	c.wg.Add(1)
+	c.mu.Unlock()
+	go c.supervise()
+	c.log.Info("discord: started", "bot", me.Username, "bot_id", me.ID)
+	return nil
+}
+
+func (c *Channel) apiHost() string {
+	if c.api != nil {
+		return c.api.Host
+	}
+	return "discord.com"
+}
+
+// abort undoes a failed Start.
+func (c *Channel) abort() {
+	c.mu.Lock()
+	c.state = stateStopped
+	c.mu.Unlock()
+	c.cancel()
+	c.wg.Wait()
+}
+
+// open runs discordgo's Open under ctx: Open has no context, so ctx ending closes the
+// socket it is blocked on. The goroutine always ends before open returns.
+func (c *Channel) open(ctx context.Context) error {
+	defer c.dialer.bind(ctx)()
+	done := make(chan error, 1)
+	go func() { done <- c.s.Open() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		c.dialer.closeAll()
+		<-done
+		return ctx.Err()
+	}
+}
+
+// fatalClose reports gateway close codes that no retry can fix.
+func fatalClose(err error) (int, bool) {
+	var ce *websocket.CloseError
+	if !errors.As(err, &ce) {
+		return 0, false
+	}
+	switch ce.Code {
+	case 4004, 4010, 4011, 4012, 4013, 4014:
+		return ce.Code, true
+	}
+	return ce.Code, false
+}
+
+func (c *Channel) gatewayError(err error) error {
+	code, fatal := fatalClose(err)
+	switch {
+	case code == 4004:
+		return errTokenRejected
+	case code == 4014:
+		return errors.New("discord: the gateway refused the message intents (4014); enable the Message Content Intent for this bot in the Discord Developer Portal (Bot page)")
+	case fatal:
+		return fmt.Errorf("discord: the gateway refused the connection (close code %d)", code)
+	}
+	return fmt.Errorf("discord: cannot connect to the gateway: %w", c.clean(err))
+}
+
+// supervise reconnects after every loss, RESUME first, with capped backoff, until Stop.
+func (c *Channel) supervise() {
+	defer c.wg.Done()
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-c.lost:
+		}
+		c.log.Warn("discord: gateway connection lost; reconnecting")
+		c.sink.Connected(Name, false, errConnLost)
+		wait := 250 * time.Millisecond
+		for attempt := 1; ; attempt++ {
+			if !sleep(c.ctx, wait) {
+				return
+			}
+			err := c.open(c.ctx)
+			if err == nil {
+				break
+			}
+			if c.ctx.Err() != nil {
+				return
+			}
+			if _, fatal := fatalClose(err); fatal {
+				err = c.gatewayError(err)
+				c.log.Error("discord: giving up on the gateway", "err", err)
+				c.sink.Connected(Name, false, err)
+				return
+			}
+			c.log.Warn("discord: reconnect failed", "attempt", attempt, "err", c.clean(err))
+			wait = min(wait*2, 2*time.Minute)
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// Stop disconnects and waits for the adapter's goroutines, or ctx.
+func (c *Channel) Stop(ctx context.Context) error {
+	c.mu.Lock()
+	if c.state != stateRunning {
+		c.state = stateStopped
+		c.mu.Unlock()
+		return nil
+	}
+	c.state = stateStopped
+	c.mu.Unlock()
+	c.cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.wg.Wait()
+		// A normal close also tells Discord to end the session. discordgo waits 1 s here.
+		_ = c.s.Close()
+		c.dialer.closeAll()
+	}()
+	select {
+	case <-done:
+		c.log.Info("discord: stopped")
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("discord: stop: %w", ctx.Err())
+	}
+}
+
+// running returns the session when the channel is running, and registers one more
+// goroutine with wg when track is set, so that Stop waits for it.
+func (c *Channel) running(track bool) (*discordgo.Session, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state != stateRunning {
+		return nil, false
+	}
+	if track {
+		c.wg.Add(1)
+	}
+	return c.s, true
+}
+
+// clean hides the token should it ever appear in an error's text.
+func (c *Channel) clean(err error) error {
+	if err == nil || c.token == "" || !strings.Contains(err.Error(), c.token) {
+		return err
+	}
+	return errors.New(strings.ReplaceAll(err.Error(), c.token, "***"))
+}
+
+// pruneMedia removes downloads older than a day, so the media directory cannot grow forever.
+func (c *Channel) pruneMedia() {
+	entries, err := os.ReadDir(c.mediaDir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if info, err := e.Info(); err == nil && !e.IsDir() && time.Since(info.ModTime()) > mediaMaxAge {
+			_ = os.Remove(filepath.Join(c.mediaDir, e.Name()))
+		}
+	}
+}

@@ -1,0 +1,416 @@
+package discordtest
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+const maxUpload = 26 << 20
+
+type recorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *recorder) WriteHeader(code int) {
+	r.status = code
+	r.ResponseWriter.WriteHeader(code)
+}
+
+type handler func(w http.ResponseWriter, r *http.Request, bot Bot, call *Call)
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	api := func(pattern string, auth bool, h handler) {
+		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+			rec := &recorder{ResponseWriter: w, status: http.StatusOK}
+			call := Call{Method: r.Method, Path: r.URL.Path, Time: time.Now()}
+			defer func() {
+				call.Status = rec.status
+				s.mu.Lock()
+				s.calls = append(s.calls, call)
+				s.mu.Unlock()
+			}()
+			bot, ok := s.botByAuth(r.Header.Get("Authorization"))
+			if auth && !ok {
+				writeErr(rec, http.StatusUnauthorized, 0, "401: Unauthorized")
+				return
+			}
+			call.Bot = bot.ID
+			h(rec, r, bot, &call)
+		})
+	}
+	api("GET /api/{v}/gateway", false, s.getGateway)
+	api("GET /api/{v}/gateway/bot", true, s.getGateway)
+	api("GET /api/{v}/users/{id}", true, s.getUser)
+	api("GET /api/{v}/channels/{cid}", true, s.getChannel)
+	api("POST /api/{v}/channels/{cid}/messages", true, s.createMessage)
+	api("PATCH /api/{v}/channels/{cid}/messages/{mid}", true, s.editMessage)
+	api("DELETE /api/{v}/channels/{cid}/messages/{mid}", true, s.deleteMessage)
+	api("POST /api/{v}/channels/{cid}/typing", true, s.postTyping)
+	api("GET /api/{v}/guilds/{gid}/members/{uid}", true, s.getMember)
+	api("GET /attachments/{cid}/{mid}/{idx}/{name}", false, s.getAttachment)
+	api("/", false, func(w http.ResponseWriter, r *http.Request, _ Bot, _ *Call) {
+		writeErr(w, http.StatusNotFound, 0, "404: Not Found")
+	})
+	mux.HandleFunc("GET /ws/", s.serveGateway)
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeErr(w http.ResponseWriter, status, code int, msg string) {
+	writeJSON(w, status, map[string]any{"code": code, "message": msg})
+}
+
+func (s *Server) getGateway(w http.ResponseWriter, r *http.Request, _ Bot, _ *Call) {
+	u := "ws" + strings.TrimPrefix(s.URL, "http") + "/ws"
+	if strings.HasSuffix(r.URL.Path, "/bot") {
+		writeJSON(w, http.StatusOK, map[string]any{"url": u, "shards": 1,
+			"session_start_limit": map[string]int{"total": 1000, "remaining": 999, "reset_after": 86_400_000, "max_concurrency": 1}})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"url": u})
+}
+
+func (s *Server) getUser(w http.ResponseWriter, r *http.Request, bot Bot, _ *Call) {
+	id := r.PathValue("id")
+	if id == "@me" {
+		id = bot.ID
+	}
+	s.mu.Lock()
+	u := s.userLocked(id)
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, u)
+}
+
+func (s *Server) getChannel(w http.ResponseWriter, r *http.Request, _ Bot, _ *Call) {
+	s.mu.Lock()
+	c := s.channels[r.PathValue("cid")]
+	var wc wireChannel
+	if c != nil {
+		wc = c.wire()
+	}
+	s.mu.Unlock()
+	if c == nil {
+		writeErr(w, http.StatusNotFound, 10003, "Unknown Channel")
+		return
+	}
+	writeJSON(w, http.StatusOK, wc)
+}
+
+func (s *Server) getMember(w http.ResponseWriter, r *http.Request, _ Bot, _ *Call) {
+	if r.PathValue("gid") != s.guildID {
+		writeErr(w, http.StatusNotFound, 10004, "Unknown Guild")
+		return
+	}
+	uid := r.PathValue("uid")
+	s.mu.Lock()
+	u := s.userLocked(uid)
+	roles := append([]string{}, s.roles[s.guildID+"/"+uid]...)
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, map[string]any{"user": u, "roles": roles, "joined_at": "2024-01-01T00:00:00Z"})
+}
+
+func (s *Server) postTyping(w http.ResponseWriter, r *http.Request, bot Bot, _ *Call) {
+	s.mu.Lock()
+	s.channelLocked(r.PathValue("cid"), bot.ID)
+	s.typing[r.PathValue("cid")]++
+	s.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) getAttachment(w http.ResponseWriter, r *http.Request, _ Bot, _ *Call) {
+	s.mu.Lock()
+	m := s.messages[r.PathValue("mid")]
+	i, err := strconv.Atoi(r.PathValue("idx"))
+	var f *File
+	if m != nil && err == nil && i >= 0 && i < len(m.Files) && m.ChannelID == r.PathValue("cid") {
+		f = &m.Files[i]
+	}
+	s.mu.Unlock()
+	if f == nil {
+		http.Error(w, "not found", http.StatusNotFound)
+		return
+	}
+	w.Header().Set("Content-Type", f.ContentType)
+	w.Header().Set("Content-Length", strconv.Itoa(len(f.Data)))
+	_, _ = w.Write(f.Data)
+}
+
+// failLocked consumes one injected failure, if any, and answers it.
+func (s *Server) fail(w http.ResponseWriter) bool {
+	s.mu.Lock()
+	if s.failN <= 0 {
+		s.mu.Unlock()
+		return false
+	}
+	s.failN--
+	status, after := s.failStatus, s.failAfter
+	s.mu.Unlock()
+	if status == http.StatusTooManyRequests {
+		secs := after.Seconds()
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(secs))))
+		w.Header().Set("X-RateLimit-Limit", "5")
+		w.Header().Set("X-RateLimit-Remaining", "0")
+		w.Header().Set("X-RateLimit-Reset-After", strconv.FormatFloat(secs, 'f', 3, 64))
+		w.Header().Set("X-RateLimit-Bucket", "fakebucket")
+		w.Header().Set("X-RateLimit-Scope", "user")
+		writeJSON(w, status, map[string]any{"message": "You are being rate limited.", "retry_after": secs, "global": false})
+		return true
+	}
+	writeErr(w, status, 0, http.StatusText(status))
+	return true
+}
+
+type createReq struct {
+	Content          *string        `json:"content"`
+	Flags            int            `json:"flags"`
+	MessageReference *wireReference `json:"message_reference"`
+	Attachments      []struct {
+		ID           any     `json:"id"`
+		Filename     string  `json:"filename"`
+		DurationSecs float64 `json:"duration_secs"`
+		Waveform     string  `json:"waveform"`
+	} `json:"attachments"`
+}
+
+// readCreate reads a JSON or multipart (payload_json + files[n]) message body.
+func readCreate(r *http.Request, call *Call) (createReq, []File, error) {
+	var req createReq
+	r.Body = http.MaxBytesReader(nil, r.Body, maxUpload)
+	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	var payload []byte
+	var files []File
+	switch ct {
+	case "application/json":
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			return req, nil, err
+		}
+		payload = b
+	case "multipart/form-data":
+		if err := r.ParseMultipartForm(maxUpload); err != nil {
+			return req, nil, err
+		}
+		payload = []byte(r.FormValue("payload_json"))
+		for i := 0; ; i++ {
+			fhs := r.MultipartForm.File[fmt.Sprintf("files[%d]", i)]
+			if len(fhs) == 0 {
+				break
+			}
+			f, err := fhs[0].Open()
+			if err != nil {
+				return req, nil, err
+			}
+			data, err := io.ReadAll(f)
+			f.Close()
+			if err != nil {
+				return req, nil, err
+			}
+			files = append(files, File{Name: fhs[0].Filename, ContentType: fhs[0].Header.Get("Content-Type"), Data: data})
+		}
+	default:
+		return req, nil, fmt.Errorf("unsupported content type %q", ct)
+	}
+	call.Payload = payload
+	if len(payload) > 0 {
+		if err := json.Unmarshal(payload, &req); err != nil {
+			return req, nil, err
+		}
+	}
+	return req, files, nil
+}
+
+func invalidForm(w http.ResponseWriter, field, code, msg string) {
+	writeJSON(w, http.StatusBadRequest, map[string]any{
+		"code": 50035, "message": "Invalid Form Body",
+		"errors": map[string]any{field: map[string]any{"_errors": []map[string]string{{"code": code, "message": msg}}}},
+	})
+}
+
+func (s *Server) createMessage(w http.ResponseWriter, r *http.Request, bot Bot, call *Call) {
+	req, files, err := readCreate(r, call)
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, 50109, "The request body contains invalid JSON.")
+		return
+	}
+	if s.fail(w) {
+		return
+	}
+	content := ""
+	if req.Content != nil {
+		content = *req.Content
+	}
+	if runeLen(content) > MaxContent {
+		invalidForm(w, "content", "BASE_TYPE_MAX_LENGTH", fmt.Sprintf("Must be %d or fewer in length.", MaxContent))
+		return
+	}
+	if strings.TrimSpace(content) == "" && len(files) == 0 {
+		writeErr(w, http.StatusBadRequest, 50006, "Cannot send an empty message")
+		return
+	}
+	if req.Flags&FlagVoiceMessage != 0 {
+		if msg := checkVoice(req, files); msg != "" {
+			writeErr(w, http.StatusBadRequest, 50161, msg)
+			return
+		}
+		files[0].DurationSecs = req.Attachments[0].DurationSecs
+		files[0].Waveform = req.Attachments[0].Waveform
+	}
+	cid := r.PathValue("cid")
+	s.mu.Lock()
+	ch := s.channelLocked(cid, bot.ID)
+	if ch.typ == 1 && ch.dmBot != bot.ID {
+		s.mu.Unlock()
+		writeErr(w, http.StatusForbidden, 50001, "Missing Access")
+		return
+	}
+	m := &Message{
+		ID: s.newIDLocked(), ChannelID: cid, ParentID: ch.parentID, GuildID: ch.guildID,
+		AuthorID: bot.ID, AuthorName: bot.Name, AuthorBot: true,
+		Content: content, Flags: req.Flags, Files: files, Time: time.Now(),
+	}
+	if ref := req.MessageReference; ref != nil && ref.MessageID != "" {
+		target := s.messages[ref.MessageID]
+		if target == nil || target.ChannelID != cid {
+			if ref.FailIfNotExists == nil || *ref.FailIfNotExists {
+				s.mu.Unlock()
+				invalidForm(w, "message_reference", "REPLIES_UNKNOWN_MESSAGE", "Unknown message")
+				return
+			}
+		} else {
+			m.ReferenceID = ref.MessageID
+		}
+	}
+	m.Mentions = s.parseMentionsLocked(content)
+	s.storeLocked(m)
+	resp := s.wireLocked(m, bot.ID, -1, 0)
+	s.mu.Unlock()
+	s.dispatchMessage(m)
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// checkVoice applies Discord's rules for a voice message (flag IS_VOICE_MESSAGE).
+func checkVoice(req createReq, files []File) string {
+	switch {
+	case len(files) != 1:
+		return "Voice messages must have exactly one audio attachment"
+	case req.Content != nil && *req.Content != "":
+		return "Voice messages cannot have content"
+	case len(req.Attachments) != 1:
+		return "Voice messages need attachments[0] with duration_secs and waveform"
+	case req.Attachments[0].DurationSecs <= 0:
+		return "Voice messages need attachments[0].duration_secs"
+	}
+	wf, err := base64.StdEncoding.DecodeString(req.Attachments[0].Waveform)
+	if err != nil || len(wf) == 0 || len(wf) > 256 {
+		return "Voice messages need a base64 waveform of 1 to 256 samples"
+	}
+	if ct := files[0].ContentType; !strings.HasPrefix(ct, "audio/ogg") {
+		return "Voice messages must be audio/ogg, not " + ct
+	}
+	return ""
+}
+
+// parseMentionsLocked finds <@id> and <@!id> in content, as Discord fills "mentions".
+func (s *Server) parseMentionsLocked(content string) []string {
+	var ids []string
+	for rest := content; ; {
+		i := strings.Index(rest, "<@")
+		if i < 0 {
+			return ids
+		}
+		rest = rest[i+2:]
+		rest = strings.TrimPrefix(rest, "!")
+		j := strings.IndexByte(rest, '>')
+		if j <= 0 {
+			continue
+		}
+		id := rest[:j]
+		if _, err := strconv.ParseUint(id, 10, 64); err == nil {
+			ids = append(ids, id)
+		}
+	}
+}
+
+func (s *Server) storeLocked(m *Message) {
+	s.messages[m.ID] = m
+	s.order = append(s.order, m.ID)
+}
+
+func (s *Server) editMessage(w http.ResponseWriter, r *http.Request, bot Bot, call *Call) {
+	req, _, err := readCreate(r, call)
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, 50109, "The request body contains invalid JSON.")
+		return
+	}
+	if s.fail(w) {
+		return
+	}
+	s.mu.Lock()
+	m := s.messages[r.PathValue("mid")]
+	switch {
+	case m == nil || m.ChannelID != r.PathValue("cid"):
+		s.mu.Unlock()
+		writeErr(w, http.StatusNotFound, 10008, "Unknown Message")
+		return
+	case m.AuthorID != bot.ID:
+		s.mu.Unlock()
+		writeErr(w, http.StatusForbidden, 50005, "Cannot edit a message authored by another user")
+		return
+	}
+	if req.Content != nil {
+		if runeLen(*req.Content) > MaxContent {
+			s.mu.Unlock()
+			invalidForm(w, "content", "BASE_TYPE_MAX_LENGTH", fmt.Sprintf("Must be %d or fewer in length.", MaxContent))
+			return
+		}
+		if strings.TrimSpace(*req.Content) == "" && len(m.Files) == 0 {
+			s.mu.Unlock()
+			writeErr(w, http.StatusBadRequest, 50006, "Cannot send an empty message")
+			return
+		}
+		m.Content = *req.Content
+		m.Mentions = s.parseMentionsLocked(m.Content)
+	}
+	m.Edits++
+	m.EditTimes = append(m.EditTimes, time.Now())
+	resp := s.wireLocked(m, bot.ID, -1, 0)
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, resp)
+}
+
+func (s *Server) deleteMessage(w http.ResponseWriter, r *http.Request, bot Bot, _ *Call) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.messages[r.PathValue("mid")]
+	if m == nil || m.ChannelID != r.PathValue("cid") {
+		writeErr(w, http.StatusNotFound, 10008, "Unknown Message")
+		return
+	}
+	if m.AuthorID != bot.ID {
+		writeErr(w, http.StatusForbidden, 50013, "Missing Permissions")
+		return
+	}
+	delete(s.messages, m.ID)
+	for i, id := range s.order {
+		if id == m.ID {
+			s.order = append(s.order[:i:i], s.order[i+1:]...)
+			break
+		}
+	}
+	w.WriteHeader(http.StatusNoContent)
+}

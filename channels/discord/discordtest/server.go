@@ -1,0 +1,406 @@
+// Package discordtest is a fake Discord for tests: the REST API (v9 routes the adapter
+// uses) and the gateway WebSocket, on 127.0.0.1, driven by the real discordgo client.
+//
+// It keeps channels, threads, messages and attachments in memory, dispatches
+// MESSAGE_CREATE with sequence numbers to every connected bot session, replays missed
+// events on RESUME, and can fail on demand: 429 with retry_after, 5xx, dropped sockets,
+// rejected resumes, revoked tokens. Every REST call and gateway op is recorded.
+package discordtest
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unicode/utf8"
+)
+
+// MaxContent is Discord's limit on message content, in characters (runes).
+const MaxContent = 2000
+
+// Message flags and intents the fake understands.
+const (
+	FlagVoiceMessage = 1 << 13
+
+	IntentGuildMessages  = 1 << 9
+	IntentDirectMessages = 1 << 12
+	IntentMessageContent = 1 << 15
+)
+
+// Bot is a bot account the fake knows.
+type Bot struct {
+	ID    string
+	Name  string
+	Token string // without the "Bot " prefix
+}
+
+// File is an attachment: one a user sends, or one a bot uploaded.
+type File struct {
+	Name         string
+	ContentType  string
+	Data         []byte
+	DurationSecs float64 // voice messages
+	Waveform     string  // voice messages: base64 amplitude samples
+}
+
+// Message is a message as the fake stores it.
+type Message struct {
+	ID           string
+	ChannelID    string // the channel or thread it was posted in
+	ParentID     string // the thread's parent channel when ChannelID is a thread
+	GuildID      string // "" in DMs
+	AuthorID     string
+	AuthorName   string
+	AuthorBot    bool
+	Content      string
+	Edits        int
+	Flags        int
+	Files        []File
+	ReferenceID  string // message_reference.message_id
+	Mentions     []string
+	MentionRoles []string
+	Time         time.Time
+	EditTimes    []time.Time
+}
+
+// Call is one REST request the fake answered.
+type Call struct {
+	Method  string
+	Path    string
+	Status  int
+	Bot     string // the bot id the token belongs to, "" when unauthenticated
+	Payload []byte // JSON payload of message create/edit (payload_json for multipart)
+	Time    time.Time
+}
+
+// Op is one gateway payload the fake received from a client.
+type Op struct {
+	Op        int
+	BotID     string // "" when the token was rejected
+	SessionID string // RESUME: the session asked for
+	Seq       int64  // HEARTBEAT and RESUME: the client's last sequence number
+	Intents   int    // IDENTIFY
+	Time      time.Time
+}
+
+type channel struct {
+	id, guildID, parentID string
+	typ                   int    // 0 guild text, 1 DM, 11 public thread
+	dmBot                 string // the bot a DM channel talks to
+}
+
+// Server is a running fake. Its methods are safe for concurrent use.
+type Server struct {
+	URL string // the api_url to configure: REST under /api/v9, gateway at /ws/
+
+	srv *httptest.Server
+
+	mu            sync.Mutex
+	bots          []Bot
+	revoked       map[string]bool
+	guildID       string
+	roles         map[string][]string // guildID/userID -> role ids
+	channels      map[string]*channel
+	messages      map[string]*Message
+	order         []string // message ids, oldest first
+	typing        map[string]int
+	calls         []Call
+	ops           []Op
+	failN         int
+	failAfter     time.Duration
+	failStatus    int
+	rejectResumes int
+	nextID        uint64
+	heartbeat     time.Duration
+	sessions      map[string]*session
+}
+
+// New starts a fake with one bot and stops it when the test ends.
+func New(t testing.TB) *Server {
+	s := &Server{
+		revoked:   map[string]bool{},
+		guildID:   "81000000000000000",
+		roles:     map[string][]string{},
+		channels:  map[string]*channel{},
+		messages:  map[string]*Message{},
+		typing:    map[string]int{},
+		nextID:    1_100_000_000_000_000_000,
+		heartbeat: time.Second,
+		sessions:  map[string]*session{},
+	}
+	s.srv = httptest.NewServer(s.routes())
+	s.URL = s.srv.URL
+	s.AddBot("gatewaybot")
+	t.Cleanup(s.Close)
+	return s
+}
+
+// Close drops every gateway connection and stops the server.
+func (s *Server) Close() {
+	s.mu.Lock()
+	for _, ss := range s.sessions {
+		ss.drop()
+	}
+	s.mu.Unlock()
+	s.srv.CloseClientConnections()
+	s.srv.Close()
+}
+
+// AddBot registers another bot account with a fresh token and returns it.
+func (s *Server) AddBot(name string) Bot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := Bot{ID: s.newIDLocked(), Name: name, Token: "fake." + randHex(12) + "." + randHex(16)}
+	s.bots = append(s.bots, b)
+	return b
+}
+
+// Bot is the first bot, the one most tests drive.
+func (s *Server) Bot() Bot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bots[0]
+}
+
+// GuildID is the one guild every bot is in.
+func (s *Server) GuildID() string { return s.guildID }
+
+// SetHeartbeatInterval changes the interval HELLO announces to new connections.
+func (s *Server) SetHeartbeatInterval(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.heartbeat = d
+}
+
+// SetRoles gives userID these roles in the guild (GET /guilds/{g}/members/{u}).
+func (s *Server) SetRoles(userID string, roles ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.roles[s.guildID+"/"+userID] = roles
+}
+
+// FailNext makes the next n message creates/edits fail: 429 with retry_after in the body
+// and headers when retryAfter > 0, else 500.
+func (s *Server) FailNext(n int, retryAfter time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failN, s.failAfter, s.failStatus = n, retryAfter, http.StatusInternalServerError
+	if retryAfter > 0 {
+		s.failStatus = http.StatusTooManyRequests
+	}
+}
+
+// FailNextStatus makes the next n message creates/edits fail with the given status.
+func (s *Server) FailNextStatus(n, status int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failN, s.failAfter, s.failStatus = n, 0, status
+}
+
+// RejectNextResume answers the next RESUME with INVALID_SESSION (d: false) and forgets
+// the session, so the client must identify again.
+func (s *Server) RejectNextResume() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rejectResumes++
+}
+
+// Revoke makes token invalid: REST answers 401, the gateway closes its sockets with 4004.
+func (s *Server) Revoke(token string) {
+	s.mu.Lock()
+	s.revoked[token] = true
+	var hit []*session
+	for _, ss := range s.sessions {
+		if ss.bot.Token == token {
+			hit = append(hit, ss)
+		}
+	}
+	s.mu.Unlock()
+	for _, ss := range hit {
+		ss.closeWith(4004, "Authentication failed.")
+	}
+}
+
+// Drop closes every gateway socket abruptly, mid-conversation, without a close frame.
+// Sessions stay resumable; events dispatched while a session is down are replayed on
+// RESUME. It returns the highest sequence number written before the drop.
+func (s *Server) Drop() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var last int64
+	for _, ss := range s.sessions {
+		last = max(last, ss.drop())
+	}
+	return last
+}
+
+// Calls lists every REST request answered so far.
+func (s *Server) Calls() []Call {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Call(nil), s.calls...)
+}
+
+// Ops lists every gateway payload received so far (IDENTIFY, RESUME, HEARTBEAT).
+func (s *Server) Ops() []Op {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Op(nil), s.ops...)
+}
+
+// Connected reports how many bot sessions have a live socket.
+func (s *Server) Connected() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, ss := range s.sessions {
+		if ss.live() {
+			n++
+		}
+	}
+	return n
+}
+
+// Message returns a stored message by id.
+func (s *Server) Message(id string) (Message, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m, ok := s.messages[id]
+	if !ok {
+		return Message{}, false
+	}
+	return copyMessage(m), true
+}
+
+// Messages lists the messages in channelID and in its threads, oldest first.
+func (s *Server) Messages(channelID string) []Message {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []Message
+	for _, id := range s.order {
+		m := s.messages[id]
+		if m.ChannelID == channelID || m.ParentID == channelID {
+			out = append(out, copyMessage(m))
+		}
+	}
+	return out
+}
+
+// Posted lists what bots posted in channelID and its threads, oldest first.
+func (s *Server) Posted(channelID string) []Message {
+	var out []Message
+	for _, m := range s.Messages(channelID) {
+		if m.AuthorBot {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// PostedBy lists what one bot posted in channelID and its threads, oldest first.
+func (s *Server) PostedBy(botID, channelID string) []Message {
+	var out []Message
+	for _, m := range s.Messages(channelID) {
+		if m.AuthorID == botID {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// Typing counts typing signals sent to channelID and its threads.
+func (s *Server) Typing(channelID string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for id, c := range s.typing {
+		if id == channelID {
+			n += c
+		} else if ch := s.channels[id]; ch != nil && ch.parentID == channelID {
+			n += c
+		}
+	}
+	return n
+}
+
+func copyMessage(m *Message) Message {
+	c := *m
+	c.Files = append([]File(nil), m.Files...)
+	c.Mentions = append([]string(nil), m.Mentions...)
+	c.MentionRoles = append([]string(nil), m.MentionRoles...)
+	c.EditTimes = append([]time.Time(nil), m.EditTimes...)
+	return c
+}
+
+func (s *Server) newIDLocked() string {
+	s.nextID++
+	return strconv.FormatUint(s.nextID, 10)
+}
+
+// botByAuth resolves an Authorization header ("Bot <token>").
+func (s *Server) botByAuth(h string) (Bot, bool) {
+	tok, ok := strings.CutPrefix(h, "Bot ")
+	if !ok {
+		return Bot{}, false
+	}
+	return s.botByToken(tok)
+}
+
+func (s *Server) botByToken(tok string) (Bot, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.revoked[tok] {
+		return Bot{}, false
+	}
+	for _, b := range s.bots {
+		if b.Token == tok {
+			return b, true
+		}
+	}
+	return Bot{}, false
+}
+
+func (s *Server) botByIDLocked(id string) (Bot, bool) {
+	for _, b := range s.bots {
+		if b.ID == id {
+			return b, true
+		}
+	}
+	return Bot{}, false
+}
+
+func (s *Server) isBotLocked(id string) bool {
+	_, ok := s.botByIDLocked(id)
+	return ok
+}
+
+// channelLocked returns the channel, creating an unknown id as a DM with bot: the
+// conformance suite answers chats it never wrote in first.
+func (s *Server) channelLocked(id, bot string) *channel {
+	c := s.channels[id]
+	if c == nil {
+		c = &channel{id: id, typ: 1, dmBot: bot}
+		s.channels[id] = c
+	}
+	return c
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err) // crypto/rand does not fail on supported platforms
+	}
+	return hex.EncodeToString(b)
+}
+
+func runeLen(s string) int { return utf8.RuneCountInString(s) }
+
+func userName(id string) string { return "user" + id }
+
+func (s *Server) String() string { return fmt.Sprintf("discordtest.Server(%s)", s.URL) }

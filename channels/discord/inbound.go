@@ -1,0 +1,358 @@
+package discord
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/bwmarrin/discordgo"
+
+	"gateway/channels"
+)
+
+const downloadTimeout = 2 * time.Minute
+
+type chanInfo struct {
+	thread bool
+	parent string
+}
+
+// work normalises and delivers inbound messages, one at a time, in gateway order.
+func (c *Channel) work() {
+	defer c.wg.Done()
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case m := <-c.inbox:
+			c.handle(c.ctx, m)
+		}
+	}
+}
+
+func (c *Channel) handle(ctx context.Context, dm *discordgo.Message) {
+	defer func() {
+		if r := recover(); r != nil {
+			c.log.Error("discord: panic while handling a message", "message_id", dm.ID, "panic", r)
+		}
+	}()
+	bot := c.bot()
+	if dm.Author == nil || dm.Author.ID == bot {
+		return
+	}
+	if dm.Type != discordgo.MessageTypeDefault && dm.Type != discordgo.MessageTypeReply {
+		return // joins, pins, thread starters...
+	}
+	if c.dedup.Seen(dm.ID) {
+		c.log.Debug("discord: dropped a redelivered message", "message_id", dm.ID)
+		return
+	}
+	isBot := dm.Author.Bot || dm.WebhookID != ""
+	if isBot && !c.cfg.AllowBots {
+		return
+	}
+	msg := c.normalise(ctx, dm, bot)
+	chat := msg.ChatID + "/" + msg.ThreadID
+	if !isBot {
+		c.guard.human(chat)
+	}
+	switch c.cfg.Access.Check(msg) {
+	case channels.NotAllowed:
+		c.log.Info("discord: message from a user not on allow_from", "user_id", msg.UserID, "chat_id", msg.ChatID)
+		if msg.ChatType == channels.ChatDM && !isBot {
+			c.notice(ctx, msg, channels.NotAllowedText(msg.UserID))
+		}
+		return
+	case channels.NotMentioned:
+		return
+	}
+	if isBot && !c.guard.allow(chat, time.Now()) {
+		c.log.Info("discord: ignoring bots in this chat until a human writes", "chat_id", msg.ChatID, "thread_id", msg.ThreadID, "limit", BotStreak)
+		return
+	}
+	parts, err := c.attachments(ctx, dm)
+	if err != nil {
+		var big *tooBigError
+		if errors.As(err, &big) {
+			c.notice(ctx, msg, big.text())
+			return
+		}
+		if ctx.Err() != nil {
+			c.dedup.Forget(dm.ID)
+			return
+		}
+		c.log.Warn("discord: attachment download failed", "message_id", dm.ID, "err", c.clean(err))
+		c.notice(ctx, msg, "Sorry, I could not download your attachment. Please send it again.")
+		c.dedup.Forget(dm.ID)
+		return
+	}
+	for _, p := range parts {
+		msg.Parts = append(msg.Parts, p)
+		msg.IsVoice = msg.IsVoice || p.Voice
+	}
+	if len(msg.Parts) == 0 {
+		return // a bare mention: nothing to answer
+	}
+	if err := c.sink.Deliver(ctx, msg); err != nil {
+		c.dedup.Forget(dm.ID)
+		c.log.Warn("discord: the gateway did not take a message", "message_id", dm.ID, "err", err)
+	}
+}
+
+// normalise maps a Discord message onto the message model (parts other than text are
+// added by attachments).
+func (c *Channel) normalise(ctx context.Context, dm *discordgo.Message, bot string) *channels.Message {
+	msg := &channels.Message{
+		ID:       dm.ID,
+		Channel:  Name,
+		ChatID:   dm.ChannelID,
+		UserID:   dm.Author.ID,
+		UserName: dm.Author.GlobalName,
+		ChatType: channels.ChatDM,
+		Time:     dm.Timestamp,
+	}
+	if msg.UserName == "" {
+		msg.UserName = dm.Author.Username
+	}
+	if msg.Time.IsZero() {
+		msg.Time = time.Now()
+	}
+	var botRoles []string
+	if dm.GuildID != "" {
+		msg.ChatType = channels.ChatGroup
+		// A thread is a channel of its own; the session key wants parent and thread.
+		if info, ok := c.channelInfo(ctx, dm.ChannelID); ok && info.thread && info.parent != "" {
+			msg.ChatID, msg.ThreadID = info.parent, dm.ChannelID
+		}
+		if len(dm.MentionRoles) > 0 {
+			botRoles = c.botRoles(ctx, dm.GuildID, bot)
+		}
+	}
+	for _, u := range dm.Mentions {
+		msg.Mentioned = msg.Mentioned || (u != nil && u.ID == bot)
+	}
+	msg.Mentioned = msg.Mentioned || strings.Contains(dm.Content, "<@"+bot+">") || strings.Contains(dm.Content, "<@!"+bot+">")
+	for _, r := range dm.MentionRoles {
+		msg.Mentioned = msg.Mentioned || slices.Contains(botRoles, r)
+	}
+	if ref := dm.MessageReference; ref != nil && ref.MessageID != "" {
+		r := &channels.Reply{ID: ref.MessageID}
+		if rm := dm.ReferencedMessage; rm != nil {
+			r.Text = rm.Content
+			if rm.Author != nil {
+				r.UserID = rm.Author.ID
+				r.FromBot = rm.Author.ID == bot
+			}
+		}
+		msg.ReplyTo = r
+		msg.Mentioned = msg.Mentioned || r.FromBot
+	}
+	if text := cleanText(dm, bot, botRoles); text != "" {
+		msg.Parts = append(msg.Parts, channels.TextPart(text))
+	}
+	return msg
+}
+
+// cleanText removes the bot's own mentions and writes other user mentions as @name.
+func cleanText(dm *discordgo.Message, bot string, botRoles []string) string {
+	pairs := []string{"<@" + bot + "> ", "", "<@!" + bot + "> ", "", "<@" + bot + ">", "", "<@!" + bot + ">", ""}
+	for _, r := range botRoles {
+		pairs = append(pairs, "<@&"+r+"> ", "", "<@&"+r+">", "")
+	}
+	for _, u := range dm.Mentions {
+		if u == nil || u.ID == bot {
+			continue
+		}
+		name := u.GlobalName
+		if name == "" {
+			name = u.Username
+		}
+		pairs = append(pairs, "<@"+u.ID+">", "@"+name, "<@!"+u.ID+">", "@"+name)
+	}
+	return strings.TrimSpace(strings.NewReplacer(pairs...).Replace(dm.Content))
+}
+
+func (c *Channel) channelInfo(ctx context.Context, id string) (chanInfo, bool) {
+	if v, ok := c.chans.get(id); ok {
+		return v, true
+	}
+	var ch *discordgo.Channel
+	err := c.call(ctx, "", "look up a channel", func(ctx context.Context) (err error) {
+		ch, err = c.s.Channel(id, discordgo.WithContext(ctx))
+		return err
+	})
+	if err != nil {
+		c.log.Warn("discord: channel lookup failed; treating it as a plain channel", "channel_id", id, "err", err)
+		return chanInfo{}, false
+	}
+	info := chanInfo{thread: ch.IsThread(), parent: ch.ParentID}
+	c.chans.put(id, info)
+	return info, true
+}
+
+// botRoles lists the roles the bot holds in a guild: mentioning one of them mentions the bot.
+func (c *Channel) botRoles(ctx context.Context, guild, bot string) []string {
+	if v, ok := c.roles.get(guild); ok {
+		return v
+	}
+	var m *discordgo.Member
+	err := c.call(ctx, "", "look up the bot's roles", func(ctx context.Context) (err error) {
+		m, err = c.s.GuildMember(guild, bot, discordgo.WithContext(ctx))
+		return err
+	})
+	if err != nil {
+		c.log.Warn("discord: role lookup failed", "guild_id", guild, "err", err)
+		return nil
+	}
+	c.roles.put(guild, m.Roles)
+	return m.Roles
+}
+
+type tooBigError struct{ size, limit int64 }
+
+func (e *tooBigError) Error() string {
+	return fmt.Sprintf("attachment of %d bytes over the %d limit", e.size, e.limit)
+}
+
+func (e *tooBigError) text() string {
+	return fmt.Sprintf("Sorry, that file is too large for me (%.1f MB; the limit is %.1f MB).",
+		float64(e.size)/1e6, float64(e.limit)/1e6)
+}
+
+// attachments downloads every attachment of dm, or none when one is over the limit.
+func (c *Channel) attachments(ctx context.Context, dm *discordgo.Message) ([]channels.Part, error) {
+	limit := c.cfg.maxFileBytes()
+	for _, a := range dm.Attachments {
+		if int64(a.Size) > limit {
+			return nil, &tooBigError{size: int64(a.Size), limit: limit}
+		}
+	}
+	var parts []channels.Part
+	for i, a := range dm.Attachments {
+		voice := i == 0 && dm.Flags&discordgo.MessageFlagsIsVoiceMessage != 0
+		ct := a.ContentType
+		if ct == "" {
+			ct = mime.TypeByExtension(strings.ToLower(filepath.Ext(a.Filename)))
+		}
+		if voice && ct == "" {
+			ct = "audio/ogg"
+		}
+		base, _, _ := mime.ParseMediaType(ct)
+		p := channels.Part{Type: partType(base, voice), MIME: base, Name: a.Filename, Duration: a.DurationSecs, Voice: voice}
+		if p.MIME == "" {
+			p.MIME = "application/octet-stream"
+		}
+		path, n, err := c.download(ctx, a.URL, fmt.Sprintf("%s-%d%s", dm.ID, i, safeExt(a.Filename)), limit)
+		if err != nil {
+			for _, done := range parts {
+				_ = os.Remove(done.Path)
+			}
+			return nil, err
+		}
+		p.Path, p.Size = path, n
+		parts = append(parts, p)
+	}
+	return parts, nil
+}
+
+func partType(mimeType string, voice bool) channels.PartType {
+	switch {
+	case voice || strings.HasPrefix(mimeType, "audio/"):
+		return channels.PartAudio
+	case strings.HasPrefix(mimeType, "image/"):
+		return channels.PartImage
+	}
+	return channels.PartFile
+}
+
+// safeExt keeps a short alphanumeric extension of a user-given file name, nothing else of it.
+func safeExt(name string) string {
+	ext := filepath.Ext(name)
+	if len(ext) < 2 || len(ext) > 10 {
+		return ""
+	}
+	for _, r := range ext[1:] {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
+			return ""
+		}
+	}
+	return strings.ToLower(ext)
+}
+
+// allowedHost says whether an attachment URL points at Discord's CDN or at api_url.
+func (c *Channel) allowedHost(u *url.URL) bool {
+	if c.api != nil && u.Host == c.api.Host && u.Scheme == c.api.Scheme {
+		return true
+	}
+	if u.Scheme != "https" {
+		return false
+	}
+	h := u.Hostname()
+	return h == "cdn.discordapp.com" || h == "media.discordapp.net"
+}
+
+// download saves url to the media directory, at most limit bytes.
+func (c *Channel) download(ctx context.Context, rawURL, name string, limit int64) (string, int64, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil || !c.allowedHost(u) {
+		return "", 0, fmt.Errorf("attachment URL on an unexpected host %q", u.Host)
+	}
+	if err := os.MkdirAll(c.mediaDir, 0o700); err != nil {
+		return "", 0, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, downloadTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return "", 0, err
+	}
+	// Downloads are bounded by ctx, not by the REST client's shorter timeout.
+	resp, err := (&http.Client{Transport: c.client.Transport}).Do(req)
+	if err != nil {
+		return "", 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return "", 0, fmt.Errorf("attachment download answered %s", resp.Status)
+	}
+	f, err := os.CreateTemp(c.mediaDir, ".part-*")
+	if err != nil {
+		return "", 0, err
+	}
+	n, err := io.Copy(f, io.LimitReader(resp.Body, limit+1))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && n > limit {
+		err = &tooBigError{size: n, limit: limit}
+	}
+	dst := filepath.Join(c.mediaDir, name)
+	if err == nil {
+		err = os.Rename(f.Name(), dst)
+	}
+	if err != nil {
+		_ = os.Remove(f.Name())
+		return "", 0, err
+	}
+	return dst, n, nil
+}
+
+// notice answers msg with a short plain text (not allowed, file too large...).
+func (c *Channel) notice(ctx context.Context, msg *channels.Message, text string) {
+	st, err := c.Open(ctx, channels.TargetOf(msg))
+	if err == nil {
+		err = st.Send(ctx, channels.Frame{Type: channels.FrameDone, Text: text})
+	}
+	if err != nil {
+		c.log.Warn("discord: could not send a notice", "chat_id", msg.ChatID, "err", err)
+	}
+}

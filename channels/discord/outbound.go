@@ -1,0 +1,374 @@
+package discord
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/bwmarrin/discordgo"
+
+	"gateway/channels"
+	"gateway/internal/markdown"
+	"gateway/internal/pace"
+)
+
+const (
+	editEvery     = time.Second     // at most one streaming edit per second
+	typingEvery   = 8 * time.Second // Discord shows typing for ~10 s
+	typingMaxLife = 15 * time.Minute
+	maxUpload     = 25 << 20
+)
+
+// noPings lets answers mention users but never @everyone, @here or roles, whatever the
+// model writes.
+func noPings() *discordgo.MessageAllowedMentions {
+	return &discordgo.MessageAllowedMentions{Parse: []discordgo.AllowedMentionType{discordgo.AllowedMentionTypeUsers}, RepliedUser: true}
+}
+
+// Open starts one answer in target's chat, or in its thread.
+func (c *Channel) Open(ctx context.Context, target channels.Target) (channels.Stream, error) {
+	if target.ChatID == "" {
+		return nil, errors.New("discord: the answer has no chat id")
+	}
+	if _, ok := c.running(false); !ok {
+		return nil, errors.New("discord: the channel is not running")
+	}
+	st := &stream{c: c, dest: target.ChatID}
+	if target.ThreadID != "" {
+		st.dest = target.ThreadID // a thread is a channel of its own
+	}
+	if target.ChatType == channels.ChatGroup && target.ReplyToID != "" {
+		no := false
+		st.ref = &discordgo.MessageReference{MessageID: target.ReplyToID, ChannelID: st.dest, FailIfNotExists: &no}
+	}
+	return st, nil
+}
+
+type posted struct {
+	id   string
+	text string
+}
+
+// stream renders one answer: typing while it runs, one message edited as text streams
+// in (split at 2000 characters), voice and files as they come. Used from one goroutine.
+type stream struct {
+	c    *Channel
+	dest string
+	ref  *discordgo.MessageReference // quote the user's message, on the first post only
+
+	buf        strings.Builder
+	msgs       []posted
+	lastRender time.Time
+	finished   bool
+	stopTyping context.CancelFunc
+}
+
+func (st *stream) Send(ctx context.Context, f channels.Frame) error {
+	if st.finished {
+		return errors.New("discord: the answer is already finished")
+	}
+	switch f.Type {
+	case channels.FrameStart:
+		st.startTyping(ctx)
+	case channels.FrameDelta:
+		st.buf.WriteString(f.Text)
+		if time.Since(st.lastRender) >= editEvery {
+			// A failed intermediate edit is not final: done renders the whole text again.
+			if err := st.render(ctx, st.buf.String(), false); err != nil {
+				if ctx.Err() != nil {
+					return err
+				}
+				st.c.log.Warn("discord: streaming edit failed", "chat_id", st.dest, "err", err)
+			}
+		}
+	case channels.FrameParts:
+		if err := st.render(ctx, st.buf.String(), false); err != nil {
+			return err
+		}
+		for _, p := range f.Parts {
+			if err := st.sendPart(ctx, p); err != nil {
+				return err
+			}
+		}
+	case channels.FrameDone:
+		st.finish()
+		text := f.Text
+		if text == "" {
+			text = st.buf.String()
+		}
+		return st.render(ctx, text, true)
+	case channels.FrameError:
+		st.finish()
+		text := f.Text
+		if strings.TrimSpace(text) == "" {
+			text = "Sorry, something went wrong."
+		}
+		return st.post(ctx, text)
+	}
+	return nil
+}
+
+func (st *stream) finish() {
+	st.finished = true
+	if st.stopTyping != nil {
+		st.stopTyping()
+	}
+}
+
+// startTyping shows typing now and refreshes it until the answer ends.
+func (st *stream) startTyping(ctx context.Context) {
+	if st.stopTyping != nil {
+		return
+	}
+	s, ok := st.c.running(true)
+	if !ok {
+		return
+	}
+	tctx, cancel := context.WithTimeout(st.c.ctx, typingMaxLife)
+	st.stopTyping = cancel
+	st.c.typing(ctx, s, st.dest)
+	go func() {
+		defer st.c.wg.Done()
+		defer cancel()
+		t := time.NewTicker(typingEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-tctx.Done():
+				return
+			case <-t.C:
+				st.c.typing(tctx, s, st.dest)
+			}
+		}
+	}()
+}
+
+func (c *Channel) typing(ctx context.Context, s *discordgo.Session, dest string) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := s.ChannelTyping(dest, discordgo.WithContext(ctx)); err != nil && ctx.Err() == nil {
+		c.log.Debug("discord: typing failed", "chat_id", dest, "err", c.clean(err))
+	}
+}
+
+// render makes the posted messages show text: edits what changed, posts what is new,
+// and (final) deletes leftovers when the text got shorter.
+func (st *stream) render(ctx context.Context, text string, final bool) error {
+	st.lastRender = time.Now()
+	var chunks []string
+	for _, ch := range markdown.Split(text, maxLen, utf8.RuneCountInString) {
+		if strings.TrimSpace(ch) != "" {
+			chunks = append(chunks, ch)
+		}
+	}
+	for i, ch := range chunks {
+		if i < len(st.msgs) {
+			if st.msgs[i].text == ch {
+				continue
+			}
+			if err := st.c.edit(ctx, st.dest, st.msgs[i].id, ch); err != nil {
+				return err
+			}
+			st.msgs[i].text = ch
+			continue
+		}
+		id, err := st.c.postText(ctx, st.dest, ch, st.takeRef())
+		if err != nil {
+			return err
+		}
+		st.msgs = append(st.msgs, posted{id: id, text: ch})
+	}
+	if final {
+		for len(st.msgs) > len(chunks) {
+			last := st.msgs[len(st.msgs)-1]
+			if err := st.c.remove(ctx, st.dest, last.id); err != nil {
+				return err
+			}
+			st.msgs = st.msgs[:len(st.msgs)-1]
+		}
+	}
+	return nil
+}
+
+// post sends text as new messages after whatever the answer showed so far.
+func (st *stream) post(ctx context.Context, text string) error {
+	for _, ch := range markdown.Split(text, maxLen, utf8.RuneCountInString) {
+		if strings.TrimSpace(ch) == "" {
+			continue
+		}
+		if _, err := st.c.postText(ctx, st.dest, ch, st.takeRef()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (st *stream) takeRef() *discordgo.MessageReference {
+	r := st.ref
+	st.ref = nil
+	return r
+}
+
+func (st *stream) sendPart(ctx context.Context, p channels.Part) error {
+	switch {
+	case p.Type == channels.PartText:
+		return st.post(ctx, p.Text)
+	case p.Type == channels.PartAudio && (p.Voice || isOgg(p.MIME)):
+		return st.c.sendVoice(ctx, st.dest, p, st.takeRef())
+	}
+	return st.c.sendFile(ctx, st.dest, p, st.takeRef())
+}
+
+func isOgg(m string) bool {
+	m = strings.ToLower(m)
+	return strings.HasPrefix(m, "audio/ogg") || strings.HasPrefix(m, "audio/opus")
+}
+
+// call runs fn with the pacer (when key is set) and bounded retries: 429 waits
+// retry_after, 5xx and network errors back off, anything else is final.
+func (c *Channel) call(ctx context.Context, key, what string, fn func(ctx context.Context) error) error {
+	s, ok := c.running(false)
+	if !ok || s == nil {
+		return errors.New("discord: the channel is not running")
+	}
+	err := pace.Do(ctx, c.policy, func(ctx context.Context) error {
+		if key != "" {
+			if err := c.pacer.Wait(ctx, key); err != nil {
+				return err
+			}
+		}
+		ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+		defer cancel()
+		return retryable(fn(ctx))
+	})
+	if err != nil {
+		return fmt.Errorf("discord: %s in channel %s: %w", what, key, c.clean(err))
+	}
+	return nil
+}
+
+func retryable(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ae *apiError
+	if errors.As(err, &ae) {
+		if ae.Code == http.StatusTooManyRequests {
+			return pace.RetryAfter(err, ae.RetryAfter)
+		}
+		return pace.Transient(err)
+	}
+	var rl *discordgo.RateLimitError
+	if errors.As(err, &rl) {
+		return pace.RetryAfter(err, rl.RetryAfter)
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	var ne net.Error
+	if errors.As(err, &ne) {
+		return pace.Transient(err)
+	}
+	return err
+}
+
+func isStatus(err error, code int) bool {
+	var re *discordgo.RESTError
+	if errors.As(err, &re) && re.Response != nil {
+		return re.Response.StatusCode == code
+	}
+	var ae *apiError
+	return errors.As(err, &ae) && ae.Code == code
+}
+
+func (c *Channel) postText(ctx context.Context, dest, text string, ref *discordgo.MessageReference) (string, error) {
+	var m *discordgo.Message
+	err := c.call(ctx, dest, "send a message", func(ctx context.Context) (err error) {
+		m, err = c.s.ChannelMessageSendComplex(dest, &discordgo.MessageSend{Content: text, Reference: ref, AllowedMentions: noPings()}, discordgo.WithContext(ctx))
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	return m.ID, nil
+}
+
+func (c *Channel) edit(ctx context.Context, dest, id, text string) error {
+	return c.call(ctx, dest, "edit a message", func(ctx context.Context) error {
+		_, err := c.s.ChannelMessageEditComplex(&discordgo.MessageEdit{ID: id, Channel: dest, Content: &text, AllowedMentions: noPings()}, discordgo.WithContext(ctx))
+		return err
+	})
+}
+
+func (c *Channel) remove(ctx context.Context, dest, id string) error {
+	return c.call(ctx, dest, "delete a message", func(ctx context.Context) error {
+		return c.s.ChannelMessageDelete(dest, id, discordgo.WithContext(ctx))
+	})
+}
+
+// partBytes returns a media part's bytes, from Data or its file, at most maxUpload.
+func partBytes(p channels.Part) ([]byte, error) {
+	if p.Data != nil {
+		return p.Data, nil
+	}
+	if p.Path == "" {
+		return nil, errors.New("discord: a media part has neither data nor a path")
+	}
+	f, err := os.Open(p.Path)
+	if err != nil {
+		return nil, fmt.Errorf("discord: read media part: %w", err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxUpload+1))
+	if err != nil {
+		return nil, fmt.Errorf("discord: read media part: %w", err)
+	}
+	if len(b) > maxUpload {
+		return nil, fmt.Errorf("discord: media part %s is over the %d MB upload limit", filepath.Base(p.Path), maxUpload>>20)
+	}
+	return b, nil
+}
+
+func (c *Channel) sendFile(ctx context.Context, dest string, p channels.Part, ref *discordgo.MessageReference) error {
+	data, err := partBytes(p)
+	if err != nil {
+		return err
+	}
+	name := p.Name
+	if name == "" && p.Path != "" {
+		name = filepath.Base(p.Path)
+	}
+	if name == "" {
+		name = "file" + extFor(p.MIME)
+	}
+	return c.call(ctx, dest, "send a file", func(ctx context.Context) error {
+		_, err := c.s.ChannelMessageSendComplex(dest, &discordgo.MessageSend{
+			Content: p.Text, Reference: ref, AllowedMentions: noPings(),
+			Files: []*discordgo.File{{Name: name, ContentType: p.MIME, Reader: bytes.NewReader(data)}},
+		}, discordgo.WithContext(ctx))
+		return err
+	})
+}
+
+func extFor(m string) string {
+	switch {
+	case strings.HasPrefix(m, "audio/ogg"):
+		return ".ogg"
+	case strings.HasPrefix(m, "audio/mpeg"):
+		return ".mp3"
+	case strings.HasPrefix(m, "image/png"):
+		return ".png"
+	case strings.HasPrefix(m, "image/jpeg"):
+		return ".jpg"
+	}
+	return ".bin"
+}

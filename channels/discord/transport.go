@@ -1,0 +1,188 @@
+package discord
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// maxBucketWait caps how long a rate-limit header may make discordgo's own bucket sleep:
+// that sleep takes no context, so a huge value would stall a send past Stop.
+const maxBucketWait = 30 * time.Second
+
+// apiError is a 429 or 5xx answer, turned into an error by transport before discordgo
+// sees it, so that discordgo never sleeps or retries on its own and we keep the
+// platform's retry_after (from the body or the headers).
+type apiError struct {
+	Code       int
+	Status     string
+	RetryAfter time.Duration
+	Global     bool
+	Message    string
+}
+
+func (e *apiError) Error() string {
+	s := "Discord answered " + e.Status
+	if e.Message != "" {
+		s += ": " + e.Message
+	}
+	if e.RetryAfter > 0 {
+		s += fmt.Sprintf(" (retry after %v)", e.RetryAfter)
+	}
+	return s
+}
+
+// transport points discordgo at api_url without touching its package-level Endpoint*
+// variables: every request to discord.com is rewritten to the configured base, so no
+// call can escape to the real host, and two channels in one process may use different
+// URLs. It also classifies 429/5xx (see apiError) and caps bucket headers.
+type transport struct {
+	base http.RoundTripper
+	api  *url.URL // nil: talk to Discord itself
+}
+
+func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if t.api != nil && (req.URL.Host == "discord.com" || req.URL.Host == "discordapp.com") {
+		u := *req.URL
+		u.Scheme, u.Host = t.api.Scheme, t.api.Host
+		u.Path = strings.TrimSuffix(t.api.Path, "/") + req.URL.Path
+		u.RawPath = ""
+		r := req.Clone(req.Context())
+		r.URL, r.Host = &u, ""
+		req = r
+	}
+	resp, err := t.base.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500 {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		resp.Body.Close()
+		return nil, parseAPIError(resp, body)
+	}
+	if v := resp.Header.Get("X-RateLimit-Reset-After"); v != "" {
+		if f, err := strconv.ParseFloat(v, 64); err != nil || f > maxBucketWait.Seconds() {
+			resp.Header.Set("X-RateLimit-Reset-After", strconv.Itoa(int(maxBucketWait.Seconds())))
+		}
+	}
+	return resp, nil
+}
+
+func parseAPIError(resp *http.Response, body []byte) *apiError {
+	e := &apiError{Code: resp.StatusCode, Status: resp.Status}
+	var b struct {
+		Message    string   `json:"message"`
+		RetryAfter *float64 `json:"retry_after"`
+		Global     bool     `json:"global"`
+	}
+	if json.Unmarshal(body, &b) == nil {
+		e.Message, e.Global = b.Message, b.Global
+		if b.RetryAfter != nil && *b.RetryAfter > 0 {
+			e.RetryAfter = time.Duration(*b.RetryAfter * float64(time.Second))
+		}
+	}
+	if e.RetryAfter == 0 {
+		e.RetryAfter = headerWait(resp.Header)
+	}
+	if e.Code == http.StatusTooManyRequests && e.RetryAfter == 0 {
+		e.RetryAfter = time.Second // a 429 without a hint: wait a little rather than hammer
+	}
+	return e
+}
+
+func headerWait(h http.Header) time.Duration {
+	if v := h.Get("Retry-After"); v != "" {
+		if f, err := strconv.ParseFloat(v, 64); err == nil && f > 0 {
+			return time.Duration(f * float64(time.Second))
+		}
+		if t, err := http.ParseTime(v); err == nil {
+			return max(time.Until(t), 0)
+		}
+	}
+	if v := h.Get("X-RateLimit-Reset-After"); v != "" {
+		if f, err := strconv.ParseFloat(v, 64); err == nil && f > 0 {
+			return time.Duration(f * float64(time.Second))
+		}
+	}
+	return 0
+}
+
+// dialer dials the gateway for discordgo. discordgo's Open blocks on the socket without
+// a context; binding a context makes a dial abort with it, and closeAll unblocks reads.
+type dialer struct {
+	mu    sync.Mutex
+	bound context.Context
+	conns map[*trackedConn]struct{}
+}
+
+func newDialer() *dialer { return &dialer{conns: map[*trackedConn]struct{}{}} }
+
+// bind makes dials abort when ctx ends, until the returned func is called.
+func (d *dialer) bind(ctx context.Context) func() {
+	d.mu.Lock()
+	d.bound = ctx
+	d.mu.Unlock()
+	return func() {
+		d.mu.Lock()
+		d.bound = nil
+		d.mu.Unlock()
+	}
+}
+
+func (d *dialer) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	d.mu.Lock()
+	bound := d.bound
+	d.mu.Unlock()
+	if bound != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(bound, cancel)()
+	}
+	nd := net.Dialer{Timeout: 15 * time.Second, KeepAlive: 30 * time.Second}
+	conn, err := nd.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	tc := &trackedConn{Conn: conn, d: d}
+	d.mu.Lock()
+	d.conns[tc] = struct{}{}
+	d.mu.Unlock()
+	return tc, nil
+}
+
+// closeAll closes every gateway socket, which makes discordgo's blocked reads fail.
+func (d *dialer) closeAll() {
+	d.mu.Lock()
+	conns := make([]*trackedConn, 0, len(d.conns))
+	for c := range d.conns {
+		conns = append(conns, c)
+	}
+	d.mu.Unlock()
+	for _, c := range conns {
+		c.Close()
+	}
+}
+
+type trackedConn struct {
+	net.Conn
+	d    *dialer
+	once sync.Once
+}
+
+func (c *trackedConn) Close() error {
+	c.once.Do(func() {
+		c.d.mu.Lock()
+		delete(c.d.conns, c)
+		c.d.mu.Unlock()
+	})
+	return c.Conn.Close()
+}
