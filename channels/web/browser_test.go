@@ -2,6 +2,9 @@ package web_test
 
 import (
 	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"slices"
 	"strings"
@@ -25,6 +28,36 @@ type answeringSink struct {
 	ctx    context.Context
 	wg     sync.WaitGroup
 	errs   chan error
+	drop   func() int // cuts every connection, WebSockets included
+}
+
+// dropListener remembers its connections so a test can cut them all, as a network drop would
+// (httptest's CloseClientConnections leaves hijacked WebSocket connections alone).
+type dropListener struct {
+	net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func (l *dropListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.mu.Lock()
+		l.conns = append(l.conns, c)
+		l.mu.Unlock()
+	}
+	return c, err
+}
+
+func (l *dropListener) drop() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, c := range l.conns {
+		c.Close()
+	}
+	n := len(l.conns)
+	l.conns = nil
+	return n
 }
 
 func (s *answeringSink) Deliver(ctx context.Context, m *channels.Message) error {
@@ -67,9 +100,16 @@ func (s *answeringSink) next(t *testing.T) *channels.Message {
 func serveAnswering(t *testing.T, answer func(ctx context.Context, st channels.Stream, m *channels.Message) error) (string, *answeringSink) {
 	t.Helper()
 	ch := web.New(web.Config{Enabled: true}, web.Options{MediaDir: t.TempDir()})
-	base := webtest.Serve(t, ch)
+	mux := http.NewServeMux()
+	ch.Routes(mux)
+	srv := httptest.NewUnstartedServer(mux)
+	lis := &dropListener{Listener: srv.Listener}
+	srv.Listener = lis
+	srv.Start()
+	t.Cleanup(srv.Close)
+	base := srv.URL
 	ctx, cancel := context.WithCancel(context.Background())
-	sink := &answeringSink{ch: ch, msgs: make(chan *channels.Message, 16), answer: answer, ctx: ctx, errs: make(chan error, 4)}
+	sink := &answeringSink{ch: ch, msgs: make(chan *channels.Message, 16), answer: answer, ctx: ctx, errs: make(chan error, 4), drop: lis.drop}
 	if err := ch.Start(context.Background(), sink); err != nil {
 		t.Fatal(err)
 	}
@@ -180,6 +220,29 @@ func TestBrowserStreamsAnAnswer(t *testing.T) {
 	}
 	if _, err := webtest.Answer(ctx, 0); err != nil {
 		t.Fatal(err)
+	}
+
+	// The connection drops (server restart, Wi-Fi): the page reconnects on its own, and a
+	// message typed around the drop arrives exactly once.
+	if sink.drop() == 0 {
+		t.Fatal("no connection to drop")
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`!window.__gw.open`, chromedp.WithPollingInterval(10*time.Millisecond), chromedp.WithPollingTimeout(5*time.Second))); err != nil {
+		t.Fatalf("the page did not notice the drop: %v", err)
+	}
+	if err := chromedp.Do(ctx, webtest.Say("after the drop")); err != nil {
+		t.Fatal(err)
+	}
+	if m3 := sink.next(t); m3.Text() != "after the drop" || m3.ChatID != m.ChatID {
+		t.Errorf("after the drop delivered %q in chat %q", m3.Text(), m3.ChatID)
+	}
+	if b, err := webtest.Answer(ctx, 1); err != nil || b.State != "done" {
+		t.Fatalf("answer after the drop: %+v %v", b, err)
+	}
+	select {
+	case m4 := <-sink.msgs:
+		t.Errorf("delivered %q again; a resent message must be delivered once", m4.Text())
+	case <-time.After(300 * time.Millisecond):
 	}
 }
 

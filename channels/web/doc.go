@@ -4,7 +4,8 @@
 //
 // # Routes
 //
-//	GET /            the chat page (one embedded HTML file, no external assets)
+//	GET /            the chat page (one embedded HTML file, no external assets; exactly "/", so
+//	                 the gateway's other routes and 404s are not swallowed)
 //	GET /ws          the WebSocket (query: chat_id=<id>)
 //	GET /media/{id}  audio and images the channel sent in a parts frame
 //

@@ -773,3 +773,18 @@ func TestStopClosesSockets(t *testing.T) {
 		t.Errorf("Start after Stop = %v; want an error naming the channel", err)
 	}
 }
+
+func TestOpenSocketsAreBounded(t *testing.T) {
+	_, base, _ := started(t, web.Config{})
+	for i := range 8 {
+		if _, err := openTab(t, base, "many"); err != nil {
+			t.Fatalf("tab %d: %v", i, err)
+		}
+	}
+	if _, err := openTab(t, base, "many"); err == nil || !strings.Contains(err.Error(), "503") {
+		t.Errorf("ninth tab on one chat: %v; want it refused with 503", err)
+	}
+	if _, err := openTab(t, base, "another"); err != nil {
+		t.Errorf("a tab on another chat was refused: %v", err)
+	}
+}
