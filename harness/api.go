@@ -37,6 +37,14 @@ type Request struct {
 	Tools       []llm.ToolDef
 	MaxTokens   int
 	Temperature *float64
+
+	// Payload, when set, is handed the exact JSON body about to go to the model API and
+	// returns the body to send instead (before_provider_payload). Providers that build no
+	// HTTP body (fake, echo) do not call it.
+	Payload func(body json.RawMessage) json.RawMessage `json:"-"`
+	// OnResponse, when set, is told the HTTP status and headers as soon as the model API
+	// answered, failures included (after_provider_response).
+	OnResponse func(status int, header http.Header) `json:"-"`
 }
 
 // Response is a model call's complete answer.
@@ -109,10 +117,17 @@ type SessionOptions struct {
 	MaxRetries int
 	Timeout    time.Duration
 	MaxTokens  int
+	// MaxHistory bounds how many of the latest messages are sent to the model (default 100);
+	// the cut always falls where the remaining messages form a valid conversation.
+	MaxHistory int
+	// MaxTurns bounds the model calls of one run (default 16).
+	MaxTurns int
+	// ToolTimeout bounds one tool run (default 30s).
+	ToolTimeout time.Duration
 }
 
 // NewProvider builds the provider the config names. The client's transport is used for
 // every call (tests point it at fakes through BaseURL).
 func NewProvider(cfg Config, client *http.Client) (Provider, error) {
-	panic("TODO(harness)")
+	return newProvider(cfg, client)
 }

@@ -1,0 +1,370 @@
+// Package anthropictest is a fake Anthropic Messages API for tests: an httptest server on
+// 127.0.0.1 that answers POST /v1/messages from a script, streaming (Anthropic's SSE event
+// stream) or not, with tool use, injected failures and slow replies, and records every
+// request. Point the real SDK at URL().
+package anthropictest
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"time"
+)
+
+// ToolUse is a tool call in a reply or a recorded request.
+type ToolUse struct {
+	ID    string
+	Name  string
+	Input string // JSON text
+}
+
+// Reply is one scripted answer.
+type Reply struct {
+	Text string
+	// Chunks, if set, are streamed as these text deltas (Text is then ignored).
+	Chunks     []string
+	ToolUses   []ToolUse
+	Delay      time.Duration // before the response headers
+	ChunkDelay time.Duration // between streamed chunks
+	// Status, when set (>= 400), answers with this HTTP status and an error body.
+	Status     int
+	Message    string
+	RetryAfter string
+}
+
+// Block is a decoded content block of a recorded request.
+type Block struct {
+	Type      string // text, tool_use, tool_result
+	Text      string // text, or a tool_result's content
+	ID        string // tool_use id
+	Name      string
+	Input     string
+	ToolUseID string // tool_result
+	IsError   bool
+}
+
+// Message is a decoded message of a recorded request.
+type Message struct {
+	Role   string
+	Blocks []Block
+}
+
+// Request is a recorded request.
+type Request struct {
+	Time      time.Time
+	Header    http.Header
+	Model     string
+	Stream    bool
+	MaxTokens int
+	System    string
+	Messages  []Message
+	Tools     []string
+	Body      json.RawMessage
+}
+
+const maxBody = 8 << 20
+
+// Server is the fake API. Safe for concurrent use.
+type Server struct {
+	srv *httptest.Server
+	mux *http.ServeMux
+
+	mu       sync.Mutex
+	script   []Reply
+	fn       func(Request) Reply
+	fails    []Reply
+	requests []Request
+	closed   chan struct{}
+	once     sync.Once
+}
+
+// NewServer starts a server on 127.0.0.1.
+func NewServer() *Server {
+	s := &Server{mux: http.NewServeMux(), closed: make(chan struct{})}
+	s.mux.HandleFunc("POST /v1/messages", s.messages)
+	s.srv = httptest.NewServer(s.mux)
+	return s
+}
+
+// URL is the base URL to configure (llm.base_url); the SDK appends /v1/messages.
+func (s *Server) URL() string { return s.srv.URL }
+
+// Handle adds a handler to the server's mux.
+func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
+
+// Close stops the server; slow replies in progress end at once.
+func (s *Server) Close() {
+	s.once.Do(func() { close(s.closed) })
+	s.srv.CloseClientConnections()
+	s.srv.Close()
+}
+
+// Push appends replies to the script.
+func (s *Server) Push(r ...Reply) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.script = append(s.script, r...)
+}
+
+// SetFunc sets the func that answers when the script is empty (default: "ok").
+func (s *Server) SetFunc(fn func(Request) Reply) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fn = fn
+}
+
+// FailNext makes the next n requests fail with status (and Retry-After when set).
+func (s *Server) FailNext(n, status int, retryAfter string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for range n {
+		s.fails = append(s.fails, Reply{Status: status, RetryAfter: retryAfter, Message: http.StatusText(status)})
+	}
+}
+
+// Requests returns the recorded requests, in order.
+func (s *Server) Requests() []Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Request(nil), s.requests...)
+}
+
+type wireBlock struct {
+	Type      string          `json:"type"`
+	Text      string          `json:"text"`
+	ID        string          `json:"id"`
+	Name      string          `json:"name"`
+	Input     json.RawMessage `json:"input"`
+	ToolUseID string          `json:"tool_use_id"`
+	IsError   bool            `json:"is_error"`
+	Content   json.RawMessage `json:"content"`
+}
+
+type wireRequest struct {
+	Model     string          `json:"model"`
+	Stream    bool            `json:"stream"`
+	MaxTokens int             `json:"max_tokens"`
+	System    json.RawMessage `json:"system"`
+	Messages  []struct {
+		Role    string          `json:"role"`
+		Content json.RawMessage `json:"content"`
+	} `json:"messages"`
+	Tools []struct {
+		Name string `json:"name"`
+	} `json:"tools"`
+}
+
+// blocksOf reads content given as a string or as an array of blocks.
+func blocksOf(raw json.RawMessage) []wireBlock {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return []wireBlock{{Type: "text", Text: s}}
+	}
+	var bs []wireBlock
+	_ = json.Unmarshal(raw, &bs)
+	return bs
+}
+
+func textOf(raw json.RawMessage) string {
+	var b strings.Builder
+	for _, x := range blocksOf(raw) {
+		b.WriteString(x.Text)
+	}
+	return b.String()
+}
+
+func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		writeError(w, http.StatusRequestEntityTooLarge, "body too large", "")
+		return
+	}
+	var wr wireRequest
+	if err := json.Unmarshal(body, &wr); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid JSON: "+err.Error(), "")
+		return
+	}
+	req := Request{Time: time.Now(), Header: r.Header.Clone(), Model: wr.Model, Stream: wr.Stream, MaxTokens: wr.MaxTokens,
+		System: textOf(wr.System), Body: body}
+	for _, m := range wr.Messages {
+		msg := Message{Role: m.Role}
+		for _, b := range blocksOf(m.Content) {
+			blk := Block{Type: b.Type, Text: b.Text, ID: b.ID, Name: b.Name, ToolUseID: b.ToolUseID, IsError: b.IsError}
+			if len(b.Input) > 0 {
+				blk.Input = string(b.Input)
+			}
+			if b.Type == "tool_result" {
+				blk.Text = textOf(b.Content)
+			}
+			msg.Blocks = append(msg.Blocks, blk)
+		}
+		req.Messages = append(req.Messages, msg)
+	}
+	for _, t := range wr.Tools {
+		req.Tools = append(req.Tools, t.Name)
+	}
+
+	s.mu.Lock()
+	s.requests = append(s.requests, req)
+	n := len(s.requests)
+	var rep Reply
+	switch {
+	case len(s.fails) > 0:
+		rep = s.fails[0]
+		s.fails = s.fails[1:]
+	case len(s.script) > 0:
+		rep = s.script[0]
+		s.script = s.script[1:]
+	case s.fn != nil:
+		fn := s.fn
+		s.mu.Unlock()
+		rep = fn(req)
+		s.mu.Lock()
+	default:
+		rep = Reply{Text: "ok"}
+	}
+	s.mu.Unlock()
+
+	if !s.wait(r, rep.Delay) {
+		return
+	}
+	if rep.Status >= 400 {
+		writeError(w, rep.Status, rep.Message, rep.RetryAfter)
+		return
+	}
+	id := fmt.Sprintf("msg_%d", n)
+	if !wr.Stream {
+		s.complete(w, id, wr.Model, rep)
+		return
+	}
+	s.stream(w, r, id, wr.Model, rep)
+}
+
+func (s *Server) wait(r *http.Request, d time.Duration) bool {
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-r.Context().Done():
+	case <-s.closed:
+	}
+	return false
+}
+
+func writeError(w http.ResponseWriter, status int, msg, retryAfter string) {
+	if retryAfter != "" {
+		w.Header().Set("Retry-After", retryAfter)
+	}
+	typ := "api_error"
+	switch {
+	case status == http.StatusTooManyRequests:
+		typ = "rate_limit_error"
+	case status == 529:
+		typ = "overloaded_error"
+	case status == http.StatusUnauthorized:
+		typ = "authentication_error"
+	case status < 500:
+		typ = "invalid_request_error"
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"type": "error", "error": map[string]any{"type": typ, "message": msg}})
+}
+
+func chunksOf(rep Reply) []string {
+	if rep.Chunks != nil {
+		return rep.Chunks
+	}
+	if rep.Text != "" {
+		return []string{rep.Text}
+	}
+	return nil
+}
+
+func toolID(tu ToolUse, i int) string {
+	if tu.ID != "" {
+		return tu.ID
+	}
+	return fmt.Sprintf("toolu_%d", i+1)
+}
+
+func toolInput(tu ToolUse) string {
+	if tu.Input == "" {
+		return "{}"
+	}
+	return tu.Input
+}
+
+func (s *Server) complete(w http.ResponseWriter, id, model string, rep Reply) {
+	var content []any
+	if text := strings.Join(chunksOf(rep), ""); text != "" {
+		content = append(content, map[string]any{"type": "text", "text": text})
+	}
+	for i, tu := range rep.ToolUses {
+		content = append(content, map[string]any{"type": "tool_use", "id": toolID(tu, i), "name": tu.Name, "input": json.RawMessage(toolInput(tu))})
+	}
+	stop := "end_turn"
+	if len(rep.ToolUses) > 0 {
+		stop = "tool_use"
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{
+		"id": id, "type": "message", "role": "assistant", "model": model, "content": content,
+		"stop_reason": stop, "stop_sequence": nil, "usage": map[string]any{"input_tokens": 10, "output_tokens": 5},
+	})
+}
+
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, id, model string, rep Reply) {
+	fl, _ := w.(http.Flusher)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	send := func(event string, data map[string]any) {
+		data["type"] = event
+		b, _ := json.Marshal(data)
+		fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, b)
+		if fl != nil {
+			fl.Flush()
+		}
+	}
+	send("message_start", map[string]any{"message": map[string]any{
+		"id": id, "type": "message", "role": "assistant", "model": model, "content": []any{},
+		"stop_reason": nil, "stop_sequence": nil, "usage": map[string]any{"input_tokens": 10, "output_tokens": 1},
+	}})
+	idx := 0
+	if chunks := chunksOf(rep); len(chunks) > 0 {
+		send("content_block_start", map[string]any{"index": idx, "content_block": map[string]any{"type": "text", "text": ""}})
+		send("ping", map[string]any{})
+		for i, c := range chunks {
+			if i > 0 && !s.wait(r, rep.ChunkDelay) {
+				return
+			}
+			send("content_block_delta", map[string]any{"index": idx, "delta": map[string]any{"type": "text_delta", "text": c}})
+		}
+		send("content_block_stop", map[string]any{"index": idx})
+		idx++
+	}
+	for i, tu := range rep.ToolUses {
+		send("content_block_start", map[string]any{"index": idx, "content_block": map[string]any{"type": "tool_use", "id": toolID(tu, i), "name": tu.Name, "input": map[string]any{}}})
+		in := toolInput(tu)
+		half := len(in) / 2
+		send("content_block_delta", map[string]any{"index": idx, "delta": map[string]any{"type": "input_json_delta", "partial_json": in[:half]}})
+		send("content_block_delta", map[string]any{"index": idx, "delta": map[string]any{"type": "input_json_delta", "partial_json": in[half:]}})
+		send("content_block_stop", map[string]any{"index": idx})
+		idx++
+	}
+	stop := "end_turn"
+	if len(rep.ToolUses) > 0 {
+		stop = "tool_use"
+	}
+	send("message_delta", map[string]any{"delta": map[string]any{"stop_reason": stop, "stop_sequence": nil}, "usage": map[string]any{"output_tokens": 5}})
+	send("message_stop", map[string]any{})
+}

@@ -1,0 +1,186 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ProviderError is a failed model call. Its Error text is written for the person in the
+// chat: it names what went wrong and what to do, and never carries a secret.
+type ProviderError struct {
+	Provider string
+	// Status is the HTTP status of the answer, 0 when there was none.
+	Status int
+	// Message is what the provider said about the failure (secrets removed), may be empty.
+	Message string
+	// Timeout is set when the provider did not answer in time.
+	Timeout bool
+	// Midway is set when the answer broke off after part of it had been streamed.
+	Midway bool
+	// Attempts is how many calls were made before giving up (set by the session).
+	Attempts int
+	// Err is the underlying cause, with secrets removed.
+	Err error
+}
+
+func (e *ProviderError) Error() string {
+	var b strings.Builder
+	switch {
+	case e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden:
+		fmt.Fprintf(&b, "The model API rejected the API key (HTTP %d). Check llm.api_key.", e.Status)
+		return b.String()
+	case e.Status == http.StatusNotFound:
+		b.WriteString("The model API answered HTTP 404 (check llm.base_url and llm.model)")
+	case e.Status >= 400 && e.Status < 500 && e.Status != http.StatusTooManyRequests && e.Status != http.StatusRequestTimeout:
+		fmt.Fprintf(&b, "The model API rejected the request (HTTP %d)", e.Status)
+	case e.Midway:
+		b.WriteString("The model stopped answering midway")
+	case e.Status != 0:
+		fmt.Fprintf(&b, "The model provider failed (HTTP %d)", e.Status)
+	case e.Timeout:
+		b.WriteString("The model provider did not answer in time")
+	default:
+		b.WriteString("Could not reach the model provider")
+	}
+	retryable := e.Status == 0 || e.Status == http.StatusTooManyRequests || e.Status == http.StatusRequestTimeout || e.Status >= 500
+	if retryable && e.Attempts > 1 {
+		fmt.Fprintf(&b, " after %d attempts", e.Attempts)
+	}
+	if e.Message != "" && !retryable {
+		b.WriteString(": ")
+		b.WriteString(e.Message)
+	}
+	b.WriteString(".")
+	if retryable {
+		b.WriteString(" Please try again.")
+	}
+	return b.String()
+}
+
+func (e *ProviderError) Unwrap() error { return e.Err }
+
+// Retry policy. A server's Retry-After is honoured but no single wait exceeds maxRetryWait,
+// so a turn never hangs on a provider that asks for minutes.
+const (
+	defaultMaxRetries = 3
+	baseRetryWait     = 500 * time.Millisecond
+	maxRetryWait      = 30 * time.Second
+)
+
+// retryWait is how long to wait before attempt n+1 (n counts from 1): the server's wish when
+// it gave one, else exponential backoff with jitter; always capped.
+func retryWait(n int, serverWait time.Duration, jitter func() float64) time.Duration {
+	if serverWait > 0 {
+		return min(serverWait, maxRetryWait)
+	}
+	d := baseRetryWait << min(n-1, 10)
+	d = min(d, maxRetryWait)
+	// Full jitter on the upper half keeps clients that failed together from retrying together.
+	return d/2 + time.Duration(float64(d/2)*jitter())
+}
+
+// parseRetryAfter reads retry-after-ms (milliseconds) or Retry-After (seconds or an HTTP
+// date). It returns 0 when the header is absent or unusable.
+func parseRetryAfter(h http.Header, now time.Time) time.Duration {
+	if h == nil {
+		return 0
+	}
+	if v := strings.TrimSpace(h.Get("retry-after-ms")); v != "" {
+		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms > 0 {
+			return time.Duration(ms * float64(time.Millisecond))
+		}
+	}
+	v := strings.TrimSpace(h.Get("Retry-After"))
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.ParseFloat(v, 64); err == nil {
+		if s <= 0 {
+			return 0
+		}
+		return time.Duration(s * float64(time.Second))
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		if d := t.Sub(now); d > 0 {
+			return d
+		}
+	}
+	return 0
+}
+
+// retryableStatus reports whether an HTTP status is worth another attempt.
+func retryableStatus(status int) bool {
+	return status == http.StatusTooManyRequests || status == http.StatusRequestTimeout || status >= 500
+}
+
+// classify turns an error from an SDK call into what the session's retry loop expects:
+// a *RetryableError around a *ProviderError for transient failures, a *ProviderError for
+// final ones, and ctx errors as they are (the session tells abort from timeout).
+func classify(provider string, ctx context.Context, status int, header http.Header, message string, err error, redact func(string) string) error {
+	if status == 0 && ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled) {
+		return ctx.Err()
+	}
+	pe := &ProviderError{Provider: provider, Status: status, Message: redact(clip(message, 300)), Err: redactedError{err, redact}}
+	if status != 0 {
+		if retryableStatus(status) {
+			return &RetryableError{Err: pe, RetryAfter: parseRetryAfter(header, time.Now())}
+		}
+		return pe
+	}
+	var ne net.Error
+	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+		pe.Timeout = true
+	}
+	// Without a status the call failed on the way (refused, reset, DNS, broken stream):
+	// all worth another try.
+	return &RetryableError{Err: pe}
+}
+
+// redactedError hides secrets in an underlying error's text.
+type redactedError struct {
+	err    error
+	redact func(string) string
+}
+
+func (e redactedError) Error() string {
+	if e.err == nil {
+		return ""
+	}
+	return e.redact(e.err.Error())
+}
+func (e redactedError) Unwrap() error { return e.err }
+
+// redactor returns a func that replaces every occurrence of the secrets with ***.
+func redactor(secrets ...string) func(string) string {
+	var olds []string
+	for _, s := range secrets {
+		if len(s) >= 4 { // a tiny "secret" would mangle ordinary text
+			olds = append(olds, s, "***")
+		}
+	}
+	if len(olds) == 0 {
+		return func(s string) string { return s }
+	}
+	r := strings.NewReplacer(olds...)
+	return r.Replace
+}
+
+// clip shortens s to at most n bytes on a rune boundary, marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !isRuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }

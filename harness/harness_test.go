@@ -1,0 +1,793 @@
+package harness_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"gateway/harness"
+	"gateway/harness/anthropictest"
+	"gateway/harness/openaitest"
+	"gateway/hooks"
+	"gateway/internal/llm"
+	"gateway/internal/secret"
+)
+
+const testKey = "sk-test-0123456789abcdef"
+
+// updates collects a run's updates; safe for the run goroutine and the test to share.
+type updates struct {
+	mu   sync.Mutex
+	list []harness.Update
+}
+
+func (u *updates) on(x harness.Update) {
+	u.mu.Lock()
+	u.list = append(u.list, x)
+	u.mu.Unlock()
+}
+
+func (u *updates) of(kind harness.UpdateKind) []harness.Update {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	var out []harness.Update
+	for _, x := range u.list {
+		if x.Kind == kind {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func openStore(t testing.TB) *harness.Store {
+	t.Helper()
+	st, err := harness.OpenStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+func openSession(t testing.TB, opts harness.SessionOptions) *harness.Session {
+	t.Helper()
+	if opts.Key == "" {
+		opts.Key = "test:1"
+	}
+	s, err := harness.OpenSession(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func openAI(t *testing.T, srv *openaitest.Server) harness.Provider {
+	t.Helper()
+	p, err := harness.NewProvider(harness.Config{Provider: "openai", Model: "gpt-test", BaseURL: srv.URL(), APIKey: secret.Secret(testKey)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func newOpenAIServer(t *testing.T) *openaitest.Server {
+	srv := openaitest.NewServer()
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func TestOpenAIStreamingDeltasArriveInOrder(t *testing.T) {
+	srv := newOpenAIServer(t)
+	chunks := []string{"Hel", "lo, ", "wor", "ld", "!"}
+	srv.Push(openaitest.Reply{Chunks: chunks, ChunkDelay: 5 * time.Millisecond})
+	s := openSession(t, harness.SessionOptions{Store: openStore(t), Provider: openAI(t, srv), System: "Be brief."})
+
+	var u updates
+	res, err := s.Run(context.Background(), "hi", u.on)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, d := range u.of(harness.UpdateDelta) {
+		got = append(got, d.Text)
+	}
+	if !slices.Equal(got, chunks) {
+		t.Fatalf("deltas = %q, want %q", got, chunks)
+	}
+	if res.Text != "Hello, world!" || res.Aborted {
+		t.Fatalf("result = %+v", res)
+	}
+	reqs := srv.Requests()
+	if len(reqs) != 1 {
+		t.Fatalf("%d requests, want 1", len(reqs))
+	}
+	r := reqs[0]
+	if !r.Stream || r.Model != "gpt-test" || r.Path != "/v1/chat/completions" {
+		t.Fatalf("request = stream %v model %q path %q", r.Stream, r.Model, r.Path)
+	}
+	if got := r.Header.Get("Authorization"); got != "Bearer "+testKey {
+		t.Fatalf("Authorization = %q", got)
+	}
+	if len(r.Messages) != 2 || r.Messages[0].Role != "system" || r.Messages[0].Content != "Be brief." ||
+		r.Messages[1].Role != "user" || r.Messages[1].Content != "hi" {
+		t.Fatalf("messages = %+v", r.Messages)
+	}
+}
+
+func TestOpenAIToolCallRoundTrip(t *testing.T) {
+	srv := newOpenAIServer(t)
+	srv.Push(
+		openaitest.Reply{ToolCalls: []openaitest.ToolCall{{ID: "call_abc", Name: "current_time", Arguments: `{"timezone":"UTC"}`}}},
+		openaitest.Reply{Text: "It is late."},
+	)
+	tools, err := harness.BuiltinTools([]string{"current_time"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bus := hooks.NewBus(hooks.Options{})
+	var mu sync.Mutex
+	var events []string
+	bus.Observe("test", func(_ context.Context, ev hooks.Event) {
+		mu.Lock()
+		events = append(events, ev.EventName())
+		mu.Unlock()
+	})
+	s := openSession(t, harness.SessionOptions{Store: openStore(t), Provider: openAI(t, srv), Tools: tools, Bus: bus})
+
+	var u updates
+	res, err := s.Run(context.Background(), "what time is it?", u.on)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Text != "It is late." {
+		t.Fatalf("text = %q", res.Text)
+	}
+	reqs := srv.Requests()
+	if len(reqs) != 2 {
+		t.Fatalf("%d requests, want 2", len(reqs))
+	}
+	if !slices.Equal(reqs[0].Tools, []string{"current_time"}) {
+		t.Fatalf("tools offered = %v", reqs[0].Tools)
+	}
+	m := reqs[1].Messages
+	if len(m) != 3 {
+		t.Fatalf("second request messages = %+v", m)
+	}
+	if m[1].Role != "assistant" || len(m[1].ToolCalls) != 1 || m[1].ToolCalls[0].ID != "call_abc" ||
+		m[1].ToolCalls[0].Name != "current_time" || m[1].ToolCalls[0].Arguments != `{"timezone":"UTC"}` {
+		t.Fatalf("assistant message = %+v", m[1])
+	}
+	year := time.Now().UTC().Format("2006")
+	if m[2].Role != "tool" || m[2].ToolCallID != "call_abc" || !strings.Contains(m[2].Content, year) {
+		t.Fatalf("tool message = %+v", m[2])
+	}
+	starts, ends := u.of(harness.UpdateToolStart), u.of(harness.UpdateToolEnd)
+	if len(starts) != 1 || len(ends) != 1 || starts[0].ToolName != "current_time" || ends[0].IsError {
+		t.Fatalf("tool updates: start %+v end %+v", starts, ends)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	call, result := slices.Index(events, hooks.NameToolCall), slices.Index(events, hooks.NameToolResult)
+	if call < 0 || result < call {
+		t.Fatalf("tool events out of order: %v", events)
+	}
+}
+
+func TestOpenAIServerErrorsRetriedThenReadableError(t *testing.T) {
+	srv := newOpenAIServer(t)
+	srv.FailNext(3, 500, "")
+	s := openSession(t, harness.SessionOptions{Store: openStore(t), Provider: openAI(t, srv), MaxRetries: 2})
+
+	var u updates
+	_, err := s.Run(context.Background(), "hello", u.on)
+	if err == nil {
+		t.Fatal("want an error")
+	}
+	msg := err.Error()
+	for _, want := range []string{"HTTP 500", "after 3 attempts", "Please try again"} {
+		if !strings.Contains(msg, want) {
+			t.Fatalf("error %q lacks %q", msg, want)
+		}
+	}
+	if strings.Contains(msg, testKey) {
+		t.Fatalf("error leaks the key: %q", msg)
+	}
+	if n := len(srv.Requests()); n != 3 {
+		t.Fatalf("%d attempts, want 3", n)
+	}
+	if st := u.of(harness.UpdateStatus); len(st) != 2 || !strings.Contains(st[0].Text, "retrying") {
+		t.Fatalf("status updates = %+v", st)
+	}
+
+	// The provider recovered: the next run works and still sees the first message.
+	res, err := s.Run(context.Background(), "again", nil)
+	if err != nil || res.Text != "ok" {
+		t.Fatalf("next run: %+v, %v", res, err)
+	}
+	reqs := srv.Requests()
+	last := reqs[len(reqs)-1].Messages
+	if len(last) != 2 || last[0].Content != "hello" || last[1].Content != "again" {
+		t.Fatalf("next run sent %+v", last)
+	}
+}
+
+func TestOpenAIRetryAfterIsHonoured(t *testing.T) {
+	srv := newOpenAIServer(t)
+	srv.FailNext(1, 429, "1")
+	s := openSession(t, harness.SessionOptions{Provider: openAI(t, srv)})
+	var u updates
+	res, err := s.Run(context.Background(), "hi", u.on)
+	if err != nil || res.Text != "ok" {
+		t.Fatalf("run: %+v, %v", res, err)
+	}
+	reqs := srv.Requests()
+	if len(reqs) != 2 {
+		t.Fatalf("%d requests, want 2", len(reqs))
+	}
+	if gap := reqs[1].Time.Sub(reqs[0].Time); gap < time.Second {
+		t.Fatalf("second attempt after %v, before the 1s Retry-After", gap)
+	}
+	if st := u.of(harness.UpdateStatus); len(st) != 1 || !strings.Contains(st[0].Text, "retrying in 1s") {
+		t.Fatalf("status = %+v", st)
+	}
+}
+
+func TestOpenAIUnauthorizedIsNotRetried(t *testing.T) {
+	srv := newOpenAIServer(t)
+	srv.Push(openaitest.Reply{Status: 401, Message: "Incorrect API key provided: " + testKey})
+	s := openSession(t, harness.SessionOptions{Provider: openAI(t, srv)})
+	_, err := s.Run(context.Background(), "hi", nil)
+	if err == nil || !strings.Contains(err.Error(), "rejected the API key") {
+		t.Fatalf("err = %v", err)
+	}
+	if n := len(srv.Requests()); n != 1 {
+		t.Fatalf("%d attempts, want 1", n)
+	}
+	var pe *harness.ProviderError
+	if !errors.As(err, &pe) || pe.Status != 401 {
+		t.Fatalf("err = %#v", err)
+	}
+	// Neither the text nor the wrapped cause nor the provider's message carries the key.
+	for _, s := range []string{err.Error(), pe.Message, pe.Err.Error()} {
+		if strings.Contains(s, testKey) {
+			t.Fatalf("key leaked in %q", s)
+		}
+	}
+}
+
+func TestOpenAIBadRequestShowsProviderMessageWithoutKey(t *testing.T) {
+	srv := newOpenAIServer(t)
+	srv.Push(openaitest.Reply{Status: 400, Message: "model gpt-test does not exist for key " + testKey})
+	s := openSession(t, harness.SessionOptions{Provider: openAI(t, srv)})
+	_, err := s.Run(context.Background(), "hi", nil)
+	if err == nil || !strings.Contains(err.Error(), "does not exist") || strings.Contains(err.Error(), testKey) {
+		t.Fatalf("err = %v", err)
+	}
+	if n := len(srv.Requests()); n != 1 {
+		t.Fatalf("%d attempts, want 1", n)
+	}
+}
+
+func TestAbortMidStreamKeepsHistoryValid(t *testing.T) {
+	srv := newOpenAIServer(t)
+	srv.Push(openaitest.Reply{Chunks: []string{"partial answer"}, Hang: true})
+	st := openStore(t)
+	opts := harness.SessionOptions{Key: "web:abort", Store: st, Provider: openAI(t, srv)}
+	s := openSession(t, opts)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	res, err := s.Run(ctx, "tell me a story", func(u harness.Update) {
+		if u.Kind == harness.UpdateDelta {
+			cancel() // the user pressed /stop after the first words
+		}
+	})
+	if err != nil {
+		t.Fatalf("abort returned error %v", err)
+	}
+	if !res.Aborted || res.Text != "partial answer" {
+		t.Fatalf("result = %+v", res)
+	}
+	if s.Stats().Running {
+		t.Fatal("still running after abort")
+	}
+
+	srv.Push(openaitest.Reply{Text: "fine"})
+	res, err = s.Run(context.Background(), "go on", nil)
+	if err != nil || res.Text != "fine" {
+		t.Fatalf("next run: %+v, %v", res, err)
+	}
+	m := srv.Requests()[1].Messages
+	if len(m) != 3 || m[1].Role != "assistant" || m[1].Content != "partial answer" || m[2].Content != "go on" {
+		t.Fatalf("next request = %+v", m)
+	}
+
+	// On disk: the partial answer is marked aborted and every line is valid JSON.
+	path, _ := st.Path(opts.Key)
+	lines := readLines(t, path)
+	var aborted int
+	for _, l := range lines {
+		var e map[string]any
+		if err := json.Unmarshal([]byte(l), &e); err != nil {
+			t.Fatalf("bad line %q: %v", l, err)
+		}
+		if e["aborted"] == true {
+			aborted++
+		}
+	}
+	if aborted != 1 {
+		t.Fatalf("%d aborted entries, want 1:\n%s", aborted, strings.Join(lines, "\n"))
+	}
+	if s2 := openSession(t, opts); s2.Stats().Messages != 4 {
+		t.Fatalf("reopened history has %d messages, want 4", s2.Stats().Messages)
+	}
+}
+
+// blockingTool waits for its ctx, like a slow tool the user stops.
+type blockingTool struct{ started chan struct{} }
+
+func (b blockingTool) Def() llm.ToolDef {
+	return llm.ToolDef{Name: "slow", Description: "takes long", Parameters: json.RawMessage(`{"type":"object"}`)}
+}
+
+func (b blockingTool) Run(ctx context.Context, _ json.RawMessage) (string, error) {
+	close(b.started)
+	<-ctx.Done()
+	return "", ctx.Err()
+}
+
+func TestAbortDuringToolsAnswersEveryCall(t *testing.T) {
+	fake := harness.NewFake(harness.FakeReply{ToolCalls: []llm.ToolCall{{ID: "c1", Name: "slow"}, {ID: "c2", Name: "slow"}}})
+	tool := blockingTool{started: make(chan struct{})}
+	s := openSession(t, harness.SessionOptions{Store: openStore(t), Provider: fake, Tools: []harness.Tool{tool}})
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-tool.started
+		cancel()
+	}()
+	res, err := s.Run(ctx, "do it", nil)
+	if err != nil || !res.Aborted {
+		t.Fatalf("run: %+v, %v", res, err)
+	}
+	if _, err := s.Run(context.Background(), "next", nil); err != nil {
+		t.Fatal(err)
+	}
+	m := fake.Requests()[1].Messages
+	// user, assistant(2 calls), tool c1, tool c2, user
+	if len(m) != 5 || m[2].ToolCallID != "c1" || !m[2].IsError || m[3].ToolCallID != "c2" || !m[3].IsError || m[4].Content != "next" {
+		t.Fatalf("history after abort = %+v", m)
+	}
+}
+
+func TestSteerIsSeenByNextModelCall(t *testing.T) {
+	fake := harness.NewFake(
+		harness.FakeReply{Text: "working on it", Delay: 300 * time.Millisecond},
+		harness.FakeReply{Text: "done, with the extra"},
+	)
+	s := openSession(t, harness.SessionOptions{Store: openStore(t), Provider: fake})
+	if s.Steer("too early") {
+		t.Fatal("Steer accepted while idle")
+	}
+	done := make(chan struct{})
+	var res harness.Result
+	var err error
+	go func() {
+		defer close(done)
+		res, err = s.Run(context.Background(), "first task", nil)
+	}()
+	waitFor(t, func() bool { return len(fake.Requests()) == 1 })
+	if !s.Steer("also do this") {
+		t.Fatal("Steer refused during a run")
+	}
+	<-done
+	if err != nil || res.Text != "done, with the extra" {
+		t.Fatalf("run: %+v, %v", res, err)
+	}
+	reqs := fake.Requests()
+	if len(reqs) != 2 {
+		t.Fatalf("%d model calls, want 2", len(reqs))
+	}
+	m := reqs[1].Messages
+	if last := m[len(m)-1]; last.Role != llm.RoleUser || last.Content != "also do this" {
+		t.Fatalf("second call ends with %+v", last)
+	}
+	if s.Steer("late") {
+		t.Fatal("Steer accepted after the run")
+	}
+}
+
+func TestStoreRepairsTornLastLine(t *testing.T) {
+	st := openStore(t)
+	opts := harness.SessionOptions{Key: "telegram:42", Store: st, Provider: harness.NewFake()}
+	s := openSession(t, opts)
+	for _, p := range []string{"one", "two"} {
+		if _, err := s.Run(context.Background(), p, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path, _ := st.Path(opts.Key)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString(`{"type":"message","id":"torn","parentId":"x","timestamp":"2024-01-01T00:00:00Z","message":{"role":"assi`)
+	f.Close()
+
+	s2 := openSession(t, opts) // a crash happened mid-write; loading repairs it
+	if n := s2.Stats().Messages; n != 4 {
+		t.Fatalf("%d messages after repair, want 4", n)
+	}
+	if _, err := s2.Run(context.Background(), "three", nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range readLines(t, path) {
+		if !json.Valid([]byte(l)) {
+			t.Fatalf("invalid line left in the file: %q", l)
+		}
+	}
+	if n := openSession(t, opts).Stats().Messages; n != 6 {
+		t.Fatalf("%d messages, want 6", n)
+	}
+}
+
+func TestReopenedSessionContinuesHistory(t *testing.T) {
+	st := openStore(t)
+	fake := harness.NewFake(harness.FakeReply{Text: "Hi Bob"}, harness.FakeReply{Text: "You are Bob"})
+	opts := harness.SessionOptions{Key: "discord:7:99", Store: st, Provider: fake}
+	if _, err := openSession(t, opts).Run(context.Background(), "I am Bob", nil); err != nil {
+		t.Fatal(err)
+	}
+	s := openSession(t, opts) // e.g. after a restart
+	if _, err := s.Run(context.Background(), "who am I?", nil); err != nil {
+		t.Fatal(err)
+	}
+	m := fake.Requests()[1].Messages
+	want := []string{"I am Bob", "Hi Bob", "who am I?"}
+	if len(m) != 3 {
+		t.Fatalf("sent %+v", m)
+	}
+	for i, w := range want {
+		if m[i].Content != w {
+			t.Fatalf("message %d = %q, want %q", i, m[i].Content, w)
+		}
+	}
+}
+
+func TestResetStartsFreshAndHookCanRefuse(t *testing.T) {
+	bus := hooks.NewBus(hooks.Options{})
+	refuse := true
+	bus.On(hooks.NameSessionBeforeReset, "test", func(context.Context, hooks.Event) (any, error) {
+		if refuse {
+			return &hooks.CancelResult{Cancel: true, Reason: "archiving first"}, nil
+		}
+		return nil, nil
+	})
+	st := openStore(t)
+	fake := harness.NewFake()
+	opts := harness.SessionOptions{Key: "slack:C1:T1", Store: st, Provider: fake, Bus: bus}
+	s := openSession(t, opts)
+	if _, err := s.Run(context.Background(), "old topic", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Reset(context.Background()); err == nil || !strings.Contains(err.Error(), "archiving first") {
+		t.Fatalf("reset err = %v", err)
+	}
+	if s.Stats().Messages != 2 {
+		t.Fatal("refused reset changed the history")
+	}
+	refuse = false
+	if err := s.Reset(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.Stats().Messages; n != 0 {
+		t.Fatalf("%d messages after reset", n)
+	}
+	if _, err := openSession(t, opts).Run(context.Background(), "new topic", nil); err != nil {
+		t.Fatal(err)
+	}
+	reqs := fake.Requests()
+	if m := reqs[len(reqs)-1].Messages; len(m) != 1 || m[0].Content != "new topic" {
+		t.Fatalf("after reset sent %+v", m)
+	}
+}
+
+func TestStoreFileNamesAreSafe(t *testing.T) {
+	st := openStore(t)
+	keys := []string{"telegram:123:7", "../../etc/passwd", `a\b/c`, ".hidden", "..", "a:b", "a_b", strings.Repeat("x", 500), "чат:1"}
+	seen := map[string]string{}
+	for _, k := range keys {
+		name, err := harness.FileName(k)
+		if err != nil {
+			t.Fatalf("%q: %v", k, err)
+		}
+		if strings.ContainsAny(name, `/\`) || strings.HasPrefix(name, ".") || !filepath.IsLocal(name) || len(name) > 120 {
+			t.Fatalf("%q → unsafe name %q", k, name)
+		}
+		if other, dup := seen[name]; dup {
+			t.Fatalf("%q and %q share file %q", k, other, name)
+		}
+		seen[name] = k
+		s := openSession(t, harness.SessionOptions{Key: k, Store: st, Provider: harness.NewFake()})
+		if _, err := s.Run(context.Background(), "hi", nil); err != nil {
+			t.Fatal(err)
+		}
+		p, _ := st.Path(k)
+		if filepath.Dir(p) != st.Dir() {
+			t.Fatalf("%q stored outside the store: %s", k, p)
+		}
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("%q: %v", k, err)
+		}
+	}
+	if _, err := harness.FileName(""); err == nil {
+		t.Fatal("empty key accepted")
+	}
+	entries, _ := os.ReadDir(st.Dir())
+	if len(entries) != len(keys) {
+		t.Fatalf("%d files for %d keys", len(entries), len(keys))
+	}
+}
+
+func TestEchoSaysItIsEcho(t *testing.T) {
+	p, err := harness.NewProvider(harness.Config{}, nil)
+	if err != nil || p.Name() != "echo" {
+		t.Fatalf("default provider = %v, %v", p, err)
+	}
+	s := openSession(t, harness.SessionOptions{Provider: p})
+	res, err := s.Run(context.Background(), "hello there", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(res.Text, "No model is configured") || !strings.Contains(res.Text, "llm.provider") ||
+		!strings.Contains(res.Text, "OPENAI_API_KEY") || !strings.HasSuffix(res.Text, "echo: hello there") {
+		t.Fatalf("first answer = %q", res.Text)
+	}
+	res, _ = s.Run(context.Background(), "again", nil)
+	if res.Text != "echo: again" {
+		t.Fatalf("second answer = %q (the notice is said once)", res.Text)
+	}
+}
+
+func TestNewProviderAndToolsNameUnknowns(t *testing.T) {
+	if _, err := harness.NewProvider(harness.Config{Provider: "gemini"}, nil); err == nil || !strings.Contains(err.Error(), `"gemini"`) {
+		t.Fatalf("err = %v", err)
+	}
+	if _, err := harness.BuiltinTools([]string{"current_time", "rm_rf"}); err == nil || !strings.Contains(err.Error(), `"rm_rf"`) {
+		t.Fatalf("err = %v", err)
+	}
+	p, err := harness.NewProvider(harness.Config{Provider: "fake"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := p.(*harness.Fake); !ok {
+		t.Fatalf("fake provider is %T", p)
+	}
+	res, err := openSession(t, harness.SessionOptions{Provider: p}).Run(context.Background(), "ping", nil)
+	if err != nil || res.Text != "ping" {
+		t.Fatalf("fake echoes: %+v %v", res, err)
+	}
+}
+
+func TestHooksSeeTheRunAndCanBlockTools(t *testing.T) {
+	srv := newOpenAIServer(t)
+	srv.Push(
+		openaitest.Reply{ToolCalls: []openaitest.ToolCall{{ID: "c1", Name: "current_time"}}},
+		openaitest.Reply{Text: "cannot tell"},
+	)
+	bus := hooks.NewBus(hooks.Options{})
+	info := hooks.Session{Channel: "web", ChatID: "c-9", Profile: "p"}
+	var mu sync.Mutex
+	var names []string
+	bus.Observe("test", func(_ context.Context, ev hooks.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		names = append(names, ev.EventName())
+		if si, ok := ev.(interface{ SessionInfo() *hooks.Session }); ok && si.SessionInfo().ChatID != "c-9" {
+			t.Errorf("%s carries %+v", ev.EventName(), si.SessionInfo())
+		}
+	})
+	bus.On(hooks.NameToolCall, "test", func(context.Context, hooks.Event) (any, error) {
+		return &hooks.ToolCallResult{Block: true, Reason: "time is secret here"}, nil
+	})
+	bus.On(hooks.NameBeforeAgentStart, "test", func(context.Context, hooks.Event) (any, error) {
+		sys := "You are a test."
+		return &hooks.BeforeAgentStartResult{SystemPrompt: &sys}, nil
+	})
+	bus.On(hooks.NameBeforeProviderRequest, "test", func(_ context.Context, ev hooks.Event) (any, error) {
+		o := ev.(*hooks.BeforeProviderRequest).Options
+		o.Model = "hooked-model"
+		return &hooks.ProviderRequestResult{Options: o}, nil
+	})
+	tools, _ := harness.BuiltinTools([]string{"current_time"})
+	s := openSession(t, harness.SessionOptions{Provider: openAI(t, srv), Tools: tools, Bus: bus, Info: info})
+	var u updates
+	if _, err := s.Run(context.Background(), "time?", u.on); err != nil {
+		t.Fatal(err)
+	}
+	reqs := srv.Requests()
+	if reqs[0].Model != "hooked-model" || reqs[0].Messages[0].Content != "You are a test." {
+		t.Fatalf("hooks not applied: model %q first %+v", reqs[0].Model, reqs[0].Messages[0])
+	}
+	tm := reqs[1].Messages[len(reqs[1].Messages)-1]
+	if tm.Role != "tool" || tm.Content != "time is secret here" {
+		t.Fatalf("blocked tool result = %+v", tm)
+	}
+	if e := u.of(harness.UpdateToolEnd); len(e) != 1 || !e[0].IsError {
+		t.Fatalf("tool end = %+v", e)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := []string{hooks.NameBeforeAgentStart, hooks.NameAgentStart, hooks.NameContext, hooks.NameBeforeProviderRequest,
+		hooks.NameTurnStart, hooks.NameBeforeProviderPayload, hooks.NameAfterProviderResponse, hooks.NameMessageEnd,
+		hooks.NameToolCall, hooks.NameToolResult, hooks.NameTurnEnd}
+	if !slices.Equal(names[:len(want)], want) {
+		t.Fatalf("events = %v\nwant prefix %v", names, want)
+	}
+	if names[len(names)-1] != hooks.NameAgentEnd {
+		t.Fatalf("last event %s", names[len(names)-1])
+	}
+}
+
+func TestAnthropicStreamingWithToolCall(t *testing.T) {
+	srv := anthropictest.NewServer()
+	t.Cleanup(srv.Close)
+	srv.Push(
+		anthropictest.Reply{Chunks: []string{"Let me ", "check."}, ToolUses: []anthropictest.ToolUse{{ID: "toolu_1", Name: "current_time", Input: `{"timezone":"UTC"}`}}},
+		anthropictest.Reply{Chunks: []string{"It is ", "now."}},
+	)
+	p, err := harness.NewProvider(harness.Config{Provider: "anthropic", Model: "claude-test", BaseURL: srv.URL(), APIKey: secret.Secret(testKey)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tools, _ := harness.BuiltinTools([]string{"current_time"})
+	s := openSession(t, harness.SessionOptions{Store: openStore(t), Provider: p, Tools: tools, System: "sys"})
+	var u updates
+	res, err := s.Run(context.Background(), "time?", u.on)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var deltas []string
+	for _, d := range u.of(harness.UpdateDelta) {
+		deltas = append(deltas, d.Text)
+	}
+	if !slices.Equal(deltas, []string{"Let me ", "check.", "It is ", "now."}) || res.Text != "It is now." {
+		t.Fatalf("deltas %q, text %q", deltas, res.Text)
+	}
+	reqs := srv.Requests()
+	if len(reqs) != 2 {
+		t.Fatalf("%d requests", len(reqs))
+	}
+	r0 := reqs[0]
+	if r0.Header.Get("X-Api-Key") != testKey || r0.System != "sys" || r0.Model != "claude-test" || !r0.Stream || r0.MaxTokens <= 0 ||
+		!slices.Equal(r0.Tools, []string{"current_time"}) {
+		t.Fatalf("first request = %+v", r0)
+	}
+	m := reqs[1].Messages
+	if len(m) != 3 || m[1].Role != "assistant" || m[2].Role != "user" {
+		t.Fatalf("second request = %+v", m)
+	}
+	var use, result *anthropictest.Block
+	for i := range m[1].Blocks {
+		if m[1].Blocks[i].Type == "tool_use" {
+			use = &m[1].Blocks[i]
+		}
+	}
+	for i := range m[2].Blocks {
+		if m[2].Blocks[i].Type == "tool_result" {
+			result = &m[2].Blocks[i]
+		}
+	}
+	if use == nil || use.ID != "toolu_1" || use.Name != "current_time" || use.Input != `{"timezone":"UTC"}` {
+		t.Fatalf("tool_use = %+v", use)
+	}
+	if result == nil || result.ToolUseID != "toolu_1" || result.IsError || !strings.Contains(result.Text, time.Now().UTC().Format("2006")) {
+		t.Fatalf("tool_result = %+v", result)
+	}
+}
+
+func TestAnthropicOverloadedRetried(t *testing.T) {
+	srv := anthropictest.NewServer()
+	t.Cleanup(srv.Close)
+	srv.FailNext(1, 529, "")
+	p, _ := harness.NewProvider(harness.Config{Provider: "anthropic", Model: "claude-test", BaseURL: srv.URL(), APIKey: secret.Secret(testKey)}, nil)
+	s := openSession(t, harness.SessionOptions{Provider: p})
+	res, err := s.Run(context.Background(), "hi", nil)
+	if err != nil || res.Text != "ok" || len(srv.Requests()) != 2 {
+		t.Fatalf("run: %+v %v, %d requests", res, err, len(srv.Requests()))
+	}
+}
+
+func TestBrokenStreamIsNotRetriedAndKeepsWhatWasShown(t *testing.T) {
+	srv := newOpenAIServer(t)
+	srv.Push(openaitest.Reply{Chunks: []string{"half ", "of it"}, CutAfter: 1})
+	s := openSession(t, harness.SessionOptions{Provider: openAI(t, srv)})
+	res, err := s.Run(context.Background(), "hi", nil)
+	if err == nil || !strings.Contains(err.Error(), "midway") {
+		t.Fatalf("err = %v", err)
+	}
+	if res.Text != "half " || len(srv.Requests()) != 1 {
+		t.Fatalf("result %+v after %d requests", res, len(srv.Requests()))
+	}
+	if _, err := s.Run(context.Background(), "again", nil); err != nil {
+		t.Fatal(err)
+	}
+	m := srv.Requests()[1].Messages
+	if len(m) != 3 || m[1].Content != "half " {
+		t.Fatalf("history = %+v", m)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func readLines(t *testing.T, path string) []string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		out = append(out, sc.Text())
+	}
+	return out
+}
+
+func BenchmarkRunFake(b *testing.B) {
+	st, err := harness.OpenStore(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	fake := harness.NewFake()
+	fake.SetFunc(func(*harness.Request) harness.FakeReply {
+		return harness.FakeReply{Chunks: []string{"a ", "short ", "answer"}}
+	})
+	s, err := harness.OpenSession(harness.SessionOptions{Key: "bench:1", Store: st, Provider: fake})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := s.Run(ctx, "hello", nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkRunFakeMemory(b *testing.B) {
+	fake := harness.NewFake()
+	fake.SetFunc(func(*harness.Request) harness.FakeReply {
+		return harness.FakeReply{Chunks: []string{"a ", "short ", "answer"}}
+	})
+	s, err := harness.OpenSession(harness.SessionOptions{Key: "bench:1", Provider: fake})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := s.Run(ctx, "hello", nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

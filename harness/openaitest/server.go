@@ -1,0 +1,390 @@
+// Package openaitest is a fake OpenAI-compatible API for tests: an httptest server on
+// 127.0.0.1 that answers POST /chat/completions (also under /v1/) from a script, streaming
+// (SSE) or not, with tool calls, injected failures and slow replies, and records every
+// request. Point the real SDK at URL().
+package openaitest
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"time"
+)
+
+// ToolCall is a tool call in a reply or a recorded request.
+type ToolCall struct {
+	ID        string
+	Name      string
+	Arguments string // JSON text
+}
+
+// Reply is one scripted answer.
+type Reply struct {
+	Text string
+	// Chunks, if set, are streamed as these content deltas (Text is then ignored).
+	Chunks    []string
+	ToolCalls []ToolCall
+	// Delay is waited before the response headers; ChunkDelay between streamed chunks.
+	Delay      time.Duration
+	ChunkDelay time.Duration
+	// Hang keeps the stream open after the chunks until the client goes away (abort tests).
+	Hang bool
+	// Status, when set (>= 400), answers with this HTTP status and an error body.
+	Status     int
+	Message    string // error message for Status
+	RetryAfter string // Retry-After header for Status
+	// CutAfter, when > 0, drops the connection after this many chunks (a broken stream).
+	CutAfter     int
+	InputTokens  int
+	OutputTokens int
+}
+
+// Message is a decoded message of a recorded request.
+type Message struct {
+	Role       string
+	Content    string
+	ToolCalls  []ToolCall
+	ToolCallID string
+}
+
+// Request is a recorded request.
+type Request struct {
+	Time     time.Time
+	Path     string
+	Header   http.Header
+	Model    string
+	Stream   bool
+	Messages []Message
+	Tools    []string // function names
+	Body     json.RawMessage
+}
+
+// maxBody bounds a request body the server reads.
+const maxBody = 8 << 20
+
+// Server is the fake API. Safe for concurrent use.
+type Server struct {
+	srv *httptest.Server
+	mux *http.ServeMux
+
+	mu       sync.Mutex
+	script   []Reply
+	fn       func(Request) Reply
+	fails    []Reply
+	requests []Request
+	closed   chan struct{}
+	once     sync.Once
+}
+
+// NewServer starts a server on 127.0.0.1.
+func NewServer() *Server {
+	s := &Server{mux: http.NewServeMux(), closed: make(chan struct{})}
+	s.mux.HandleFunc("POST /chat/completions", s.chat)
+	s.mux.HandleFunc("POST /v1/chat/completions", s.chat)
+	s.srv = httptest.NewServer(s.mux)
+	return s
+}
+
+// URL is the base URL to configure (llm.base_url), ending in /v1.
+func (s *Server) URL() string { return s.srv.URL + "/v1" }
+
+// Addr is the server's root URL (no /v1).
+func (s *Server) Addr() string { return s.srv.URL }
+
+// Client is an http.Client for the server.
+func (s *Server) Client() *http.Client { return s.srv.Client() }
+
+// Handle adds a handler to the server's mux (more endpoints, e.g. audio).
+func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
+
+// Close stops the server; slow replies in progress end at once.
+func (s *Server) Close() {
+	s.once.Do(func() { close(s.closed) })
+	s.srv.CloseClientConnections()
+	s.srv.Close()
+}
+
+// Done is closed when the server is closing (for handlers added with Handle that wait).
+func (s *Server) Done() <-chan struct{} { return s.closed }
+
+// Push appends replies to the script.
+func (s *Server) Push(r ...Reply) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.script = append(s.script, r...)
+}
+
+// SetFunc sets the func that answers when the script is empty (default: "ok").
+func (s *Server) SetFunc(fn func(Request) Reply) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fn = fn
+}
+
+// FailNext makes the next n chat requests fail with status (and Retry-After when set).
+func (s *Server) FailNext(n, status int, retryAfter string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for range n {
+		s.fails = append(s.fails, Reply{Status: status, RetryAfter: retryAfter, Message: http.StatusText(status)})
+	}
+}
+
+// Requests returns the recorded chat requests, in order.
+func (s *Server) Requests() []Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Request(nil), s.requests...)
+}
+
+// wire forms of the request.
+type wireToolCall struct {
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
+type wireRequest struct {
+	Model    string `json:"model"`
+	Stream   bool   `json:"stream"`
+	Messages []struct {
+		Role       string          `json:"role"`
+		Content    json.RawMessage `json:"content"`
+		ToolCalls  []wireToolCall  `json:"tool_calls"`
+		ToolCallID string          `json:"tool_call_id"`
+	} `json:"messages"`
+	Tools []struct {
+		Function struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	} `json:"tools"`
+}
+
+// contentText reads message content given as a string or as an array of text parts.
+func contentText(raw json.RawMessage) string {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	var parts []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	if json.Unmarshal(raw, &parts) == nil {
+		var b strings.Builder
+		for _, p := range parts {
+			b.WriteString(p.Text)
+		}
+		return b.String()
+	}
+	return ""
+}
+
+func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		writeError(w, http.StatusRequestEntityTooLarge, "body too large", "")
+		return
+	}
+	var wr wireRequest
+	if err := json.Unmarshal(body, &wr); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid JSON: "+err.Error(), "")
+		return
+	}
+	req := Request{Time: time.Now(), Path: r.URL.Path, Header: r.Header.Clone(), Model: wr.Model, Stream: wr.Stream, Body: body}
+	for _, m := range wr.Messages {
+		msg := Message{Role: m.Role, Content: contentText(m.Content), ToolCallID: m.ToolCallID}
+		for _, tc := range m.ToolCalls {
+			msg.ToolCalls = append(msg.ToolCalls, ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
+		}
+		req.Messages = append(req.Messages, msg)
+	}
+	for _, t := range wr.Tools {
+		req.Tools = append(req.Tools, t.Function.Name)
+	}
+
+	s.mu.Lock()
+	s.requests = append(s.requests, req)
+	n := len(s.requests)
+	var rep Reply
+	switch {
+	case len(s.fails) > 0:
+		rep = s.fails[0]
+		s.fails = s.fails[1:]
+	case len(s.script) > 0:
+		rep = s.script[0]
+		s.script = s.script[1:]
+	case s.fn != nil:
+		fn := s.fn
+		s.mu.Unlock()
+		rep = fn(req)
+		s.mu.Lock()
+	default:
+		rep = Reply{Text: "ok"}
+	}
+	s.mu.Unlock()
+
+	if !s.wait(r, rep.Delay) {
+		return
+	}
+	if rep.Status >= 400 {
+		writeError(w, rep.Status, rep.Message, rep.RetryAfter)
+		return
+	}
+	id := fmt.Sprintf("chatcmpl-%d", n)
+	if !wr.Stream {
+		s.complete(w, id, wr.Model, rep)
+		return
+	}
+	s.stream(w, r, id, wr.Model, rep)
+}
+
+func (s *Server) wait(r *http.Request, d time.Duration) bool {
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-r.Context().Done():
+	case <-s.closed:
+	}
+	return false
+}
+
+func writeError(w http.ResponseWriter, status int, msg, retryAfter string) {
+	if retryAfter != "" {
+		w.Header().Set("Retry-After", retryAfter)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	typ := "server_error"
+	if status < 500 {
+		typ = "invalid_request_error"
+	}
+	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": nil}})
+}
+
+func chunksOf(rep Reply) []string {
+	if rep.Chunks != nil {
+		return rep.Chunks
+	}
+	if rep.Text != "" {
+		return []string{rep.Text}
+	}
+	return nil
+}
+
+func toolCallsJSON(calls []ToolCall, withIndex bool) []map[string]any {
+	out := make([]map[string]any, 0, len(calls))
+	for i, tc := range calls {
+		id := tc.ID
+		if id == "" {
+			id = fmt.Sprintf("call_%d", i+1)
+		}
+		args := tc.Arguments
+		if args == "" {
+			args = "{}"
+		}
+		m := map[string]any{"id": id, "type": "function", "function": map[string]any{"name": tc.Name, "arguments": args}}
+		if withIndex {
+			m["index"] = i
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+func (s *Server) complete(w http.ResponseWriter, id, model string, rep Reply) {
+	msg := map[string]any{"role": "assistant", "content": strings.Join(chunksOf(rep), "")}
+	finish := "stop"
+	if len(rep.ToolCalls) > 0 {
+		msg["tool_calls"] = toolCallsJSON(rep.ToolCalls, false)
+		finish = "tool_calls"
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{
+		"id": id, "object": "chat.completion", "created": time.Now().Unix(), "model": model,
+		"choices": []any{map[string]any{"index": 0, "message": msg, "finish_reason": finish}},
+		"usage":   map[string]any{"prompt_tokens": rep.InputTokens, "completion_tokens": rep.OutputTokens, "total_tokens": rep.InputTokens + rep.OutputTokens},
+	})
+}
+
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, id, model string, rep Reply) {
+	fl, _ := w.(http.Flusher)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	send := func(delta map[string]any, finish any, usage any) {
+		chunk := map[string]any{
+			"id": id, "object": "chat.completion.chunk", "created": time.Now().Unix(), "model": model,
+			"choices": []any{map[string]any{"index": 0, "delta": delta, "finish_reason": finish}},
+		}
+		if usage != nil {
+			chunk["choices"] = []any{}
+			chunk["usage"] = usage
+		}
+		b, _ := json.Marshal(chunk)
+		fmt.Fprintf(w, "data: %s\n\n", b)
+		if fl != nil {
+			fl.Flush()
+		}
+	}
+	send(map[string]any{"role": "assistant", "content": ""}, nil, nil)
+	for i, c := range chunksOf(rep) {
+		if i > 0 && !s.wait(r, rep.ChunkDelay) {
+			return
+		}
+		if rep.CutAfter > 0 && i >= rep.CutAfter {
+			cut(w)
+			return
+		}
+		send(map[string]any{"content": c}, nil, nil)
+	}
+	if rep.Hang {
+		select {
+		case <-r.Context().Done():
+		case <-s.closed:
+		}
+		return
+	}
+	// Tool calls are streamed the way OpenAI does: name first, arguments in two pieces.
+	for i, tc := range toolCallsJSON(rep.ToolCalls, true) {
+		fn := tc["function"].(map[string]any)
+		args := fn["arguments"].(string)
+		half := len(args) / 2
+		send(map[string]any{"tool_calls": []any{map[string]any{"index": i, "id": tc["id"], "type": "function",
+			"function": map[string]any{"name": fn["name"], "arguments": args[:half]}}}}, nil, nil)
+		send(map[string]any{"tool_calls": []any{map[string]any{"index": i, "function": map[string]any{"arguments": args[half:]}}}}, nil, nil)
+	}
+	finish := "stop"
+	if len(rep.ToolCalls) > 0 {
+		finish = "tool_calls"
+	}
+	send(map[string]any{}, finish, nil)
+	send(nil, nil, map[string]any{"prompt_tokens": rep.InputTokens, "completion_tokens": rep.OutputTokens, "total_tokens": rep.InputTokens + rep.OutputTokens})
+	fmt.Fprint(w, "data: [DONE]\n\n")
+	if fl != nil {
+		fl.Flush()
+	}
+}
+
+// cut drops the connection mid-stream.
+func cut(w http.ResponseWriter) {
+	if hj, ok := w.(http.Hijacker); ok {
+		if c, _, err := hj.Hijack(); err == nil {
+			_ = c.Close()
+			return
+		}
+	}
+	panic(http.ErrAbortHandler)
+}

@@ -1,0 +1,114 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"gateway/internal/llm"
+)
+
+// Defaults for provider calls.
+const (
+	defaultTimeout   = 120 * time.Second
+	defaultMaxTokens = 4096
+	// maxPayload bounds a request body a before_provider_payload hook may hand back.
+	maxPayload = 32 << 20
+)
+
+func newProvider(cfg Config, client *http.Client) (Provider, error) {
+	if client == nil {
+		// Calls are bounded by their context (Config.Timeout), not by the client, so that a
+		// long streamed answer is not cut off by a whole-request timeout.
+		client = &http.Client{}
+	}
+	switch strings.ToLower(strings.TrimSpace(cfg.Provider)) {
+	case "", "echo":
+		return NewEcho(), nil
+	case "fake":
+		f := NewFake()
+		f.SetFunc(func(req *Request) FakeReply { return FakeReply{Text: lastUserText(req.Messages)} })
+		return f, nil
+	case "openai":
+		return newOpenAI(cfg, client), nil
+	case "anthropic":
+		return newAnthropic(cfg, client), nil
+	default:
+		return nil, fmt.Errorf("llm.provider: unknown provider %q (known: openai, anthropic, echo, fake)", cfg.Provider)
+	}
+}
+
+// hookMiddleware is an SDK middleware (the same func type in both SDKs) that lets
+// before_provider_payload see and replace the exact body, and tells after_provider_response
+// the status and headers.
+func hookMiddleware(r *Request) func(*http.Request, func(*http.Request) (*http.Response, error)) (*http.Response, error) {
+	return func(hr *http.Request, next func(*http.Request) (*http.Response, error)) (*http.Response, error) {
+		if r.Payload != nil && hr.Body != nil {
+			body, err := io.ReadAll(io.LimitReader(hr.Body, maxPayload+1))
+			_ = hr.Body.Close()
+			if err != nil {
+				return nil, err
+			}
+			if out := r.Payload(body); len(out) > 0 && len(out) <= maxPayload && json.Valid(out) {
+				body = out
+			}
+			hr.Body = io.NopCloser(bytes.NewReader(body))
+			hr.ContentLength = int64(len(body))
+			hr.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+		}
+		resp, err := next(hr)
+		if resp != nil && r.OnResponse != nil {
+			r.OnResponse(resp.StatusCode, resp.Header)
+		}
+		return resp, err
+	}
+}
+
+// callContext bounds a provider call by the configured timeout unless the caller already did.
+func callContext(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	if timeout <= 0 {
+		timeout = defaultTimeout
+	}
+	return context.WithTimeout(ctx, timeout)
+}
+
+// lastUserText is the content of the latest user message.
+func lastUserText(msgs []llm.Message) string {
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role == llm.RoleUser {
+			return msgs[i].Content
+		}
+	}
+	return ""
+}
+
+// schemaObject decodes a tool's JSON Schema into a map, defaulting to an empty object schema.
+func schemaObject(raw json.RawMessage) map[string]any {
+	m := map[string]any{}
+	if len(raw) > 0 {
+		_ = json.Unmarshal(raw, &m)
+	}
+	if _, ok := m["type"]; !ok {
+		m["type"] = "object"
+	}
+	if _, ok := m["properties"]; !ok {
+		m["properties"] = map[string]any{}
+	}
+	return m
+}
+
+// argsOrEmpty keeps tool-call arguments valid JSON for APIs that require an object.
+func argsOrEmpty(a json.RawMessage) json.RawMessage {
+	if len(bytes.TrimSpace(a)) == 0 || !json.Valid(a) {
+		return json.RawMessage("{}")
+	}
+	return a
+}

@@ -1,0 +1,664 @@
+package harness
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"gateway/hooks"
+	"gateway/internal/llm"
+)
+
+// Session defaults.
+const (
+	defaultMaxHistory = 100
+	defaultMaxTurns   = 16
+	// maxSteer bounds the messages queued for a running turn.
+	maxSteer = 32
+)
+
+// Phases of a session (pi's AgentHarness): idle between runs, turn while a run is in
+// progress. Compaction is not implemented: what is sent is cut to the latest messages.
+const (
+	PhaseIdle = "idle"
+	PhaseTurn = "turn"
+)
+
+// Stats summarises a session for /status.
+type Stats struct {
+	Messages int // messages on the active branch of the history
+	Running  bool
+	Phase    string // PhaseIdle or PhaseTurn
+	Model    string
+	Provider string
+	Queued   int       // steered messages waiting for the next save point
+	Usage    llm.Usage // tokens reported by the provider since the session was opened
+	LastRun  time.Time // when the last run ended (zero if none)
+}
+
+// sessionConfig is what a run snapshots when it starts: a Reconfigure during a run takes
+// effect with the next run.
+type sessionConfig struct {
+	info        hooks.Session
+	provider    Provider
+	model       string
+	system      string
+	tools       []Tool
+	bus         *hooks.Bus
+	maxRetries  int
+	timeout     time.Duration
+	toolTimeout time.Duration
+	maxTokens   int
+	maxHistory  int
+	maxTurns    int
+}
+
+func configFrom(opts SessionOptions) sessionConfig {
+	c := sessionConfig{
+		info:        opts.Info,
+		provider:    opts.Provider,
+		model:       opts.Model,
+		system:      opts.System,
+		tools:       append([]Tool(nil), opts.Tools...),
+		bus:         opts.Bus,
+		maxRetries:  opts.MaxRetries,
+		timeout:     opts.Timeout,
+		toolTimeout: opts.ToolTimeout,
+		maxTokens:   opts.MaxTokens,
+		maxHistory:  opts.MaxHistory,
+		maxTurns:    opts.MaxTurns,
+	}
+	if c.info.SessionKey == "" {
+		c.info.SessionKey = opts.Key
+	}
+	if c.provider == nil {
+		c.provider = NewEcho()
+	}
+	switch {
+	case c.maxRetries == 0:
+		c.maxRetries = defaultMaxRetries
+	case c.maxRetries < 0:
+		c.maxRetries = 0
+	}
+	if c.timeout <= 0 {
+		c.timeout = defaultTimeout
+	}
+	if c.toolTimeout <= 0 {
+		c.toolTimeout = defaultToolTimeout
+	}
+	if c.maxHistory <= 0 {
+		c.maxHistory = defaultMaxHistory
+	}
+	if c.maxTurns <= 0 {
+		c.maxTurns = defaultMaxTurns
+	}
+	return c
+}
+
+// Session is one chat's agent. Run is called by one goroutine at a time; Steer, Abort-by-ctx,
+// Stats, SetInfo and Reconfigure may be called concurrently with Run.
+type Session struct {
+	key string
+	log *slog.Logger
+
+	// runMu is held for a whole Run or Reset: it makes them exclusive and is what guards
+	// hist (only its holder touches the history).
+	runMu sync.Mutex
+	hist  *history
+	count atomic.Int64 // hist.total, readable without runMu
+
+	mu      sync.Mutex
+	cfg     sessionConfig
+	phase   string
+	steer   []string
+	usage   llm.Usage
+	lastRun time.Time
+}
+
+// OpenSession loads the session's history from the store (repairing a torn last line).
+// A nil Store keeps the history in memory only; a nil Provider is the echo provider.
+func OpenSession(opts SessionOptions) (*Session, error) {
+	if opts.Key == "" {
+		return nil, errors.New("session key is empty")
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	cfg := configFrom(opts)
+	h, err := opts.Store.open(opts.Key, 4*cfg.maxHistory, log)
+	if err != nil {
+		return nil, err
+	}
+	s := &Session{key: opts.Key, log: log, hist: h, cfg: cfg, phase: PhaseIdle}
+	s.count.Store(int64(h.total))
+	return s, nil
+}
+
+// Key is the session key.
+func (s *Session) Key() string { return s.key }
+
+// SetInfo changes the chat identity carried on the events of the next run (the user who
+// wrote the message, in a group).
+func (s *Session) SetInfo(info hooks.Session) {
+	if info.SessionKey == "" {
+		info.SessionKey = s.key
+	}
+	s.mu.Lock()
+	s.cfg.info = info
+	s.mu.Unlock()
+}
+
+// Reconfigure replaces the session's configuration (profile reload) for the next run; a
+// run in progress keeps the configuration it started with. Key, Store and Logger are
+// ignored.
+func (s *Session) Reconfigure(opts SessionOptions) {
+	opts.Key = s.key
+	cfg := configFrom(opts)
+	s.mu.Lock()
+	s.cfg = cfg
+	s.mu.Unlock()
+}
+
+// Steer queues text for the running turn: it is injected as a user message at the next
+// save point (after the current model call and its tool results) and the run goes on with
+// another model call. It reports false when no run is in progress or the queue is full;
+// the caller should then run the text as a turn of its own.
+func (s *Session) Steer(text string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.phase != PhaseTurn || len(s.steer) >= maxSteer {
+		return false
+	}
+	s.steer = append(s.steer, text)
+	return true
+}
+
+// Stats summarises the session for /status.
+func (s *Session) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return Stats{
+		Messages: int(s.count.Load()),
+		Running:  s.phase == PhaseTurn,
+		Phase:    s.phase,
+		Model:    s.cfg.model,
+		Provider: s.cfg.provider.Name(),
+		Queued:   len(s.steer),
+		Usage:    s.usage,
+		LastRun:  s.lastRun,
+	}
+}
+
+// Reset starts a fresh history (/new), after session_before_reset allows it. The old
+// conversation stays in the file; a new root begins. It fails while a run is in progress.
+func (s *Session) Reset(ctx context.Context) error {
+	if !s.runMu.TryLock() {
+		return errors.New("a reply is still in progress; stop it first")
+	}
+	defer s.runMu.Unlock()
+	s.mu.Lock()
+	cfg := s.cfg
+	s.mu.Unlock()
+	if cfg.bus != nil {
+		if c := cfg.bus.SessionBefore(ctx, &hooks.SessionBeforeReset{Session: cfg.info}); c != nil {
+			reason := c.Reason
+			if reason == "" {
+				reason = "a hook refused it"
+			}
+			return fmt.Errorf("the conversation was not reset: %s", reason)
+		}
+	}
+	s.hist.reset()
+	s.count.Store(0)
+	if err := s.hist.flush(); err != nil {
+		return fmt.Errorf("the conversation was reset, but saving that failed: %w", err)
+	}
+	return nil
+}
+
+// Run appends prompt as a user message and runs the agent loop (model call, tools, model
+// call, ...) until the model answers without tool calls. Steered messages are injected at
+// the next save point. Cancelling ctx aborts: the partial answer is persisted as aborted,
+// every tool call gets a result, and Result.Aborted is set (the error is nil). Provider
+// failures are retried per the options; the final failure is returned as an error whose
+// text is fit to show a user. on may be nil.
+func (s *Session) Run(ctx context.Context, prompt string, on func(Update)) (Result, error) {
+	if !s.runMu.TryLock() {
+		return Result{}, errors.New("a reply is already in progress in this chat")
+	}
+	defer s.runMu.Unlock()
+	s.mu.Lock()
+	cfg := s.cfg // the turn snapshot
+	s.phase = PhaseTurn
+	s.mu.Unlock()
+	if on == nil {
+		on = func(Update) {}
+	}
+	r := &run{s: s, cfg: cfg, ctx: ctx, on: on}
+	res, err := r.exec(prompt)
+	r.finish(res, err)
+	return res, err
+}
+
+// run is the state of one Run.
+type run struct {
+	s   *Session
+	cfg sessionConfig
+	ctx context.Context
+	on  func(Update)
+}
+
+// evCtx is the context for events: after an abort, the closing events still reach hooks.
+func (r *run) evCtx() context.Context {
+	if r.ctx.Err() != nil {
+		return context.WithoutCancel(r.ctx)
+	}
+	return r.ctx
+}
+
+func (r *run) emit(ev hooks.Event) {
+	if r.cfg.bus != nil {
+		r.cfg.bus.Emit(r.evCtx(), ev)
+	}
+}
+
+func (r *run) add(m llm.Message, aborted bool) {
+	r.s.hist.add(m, aborted)
+	r.s.count.Store(int64(r.s.hist.total))
+}
+
+// save is a save point: pending history entries become durable. A failed write is logged
+// and retried at the next save point; the conversation goes on.
+func (r *run) save() {
+	if err := r.s.hist.flush(); err != nil {
+		r.s.log.Error("saving the conversation failed", "key", r.s.key, "err", err)
+	}
+}
+
+func (r *run) exec(prompt string) (Result, error) {
+	info := r.cfg.info
+	r.add(llm.Message{Role: llm.RoleUser, Content: prompt}, false)
+
+	system := r.cfg.system
+	if r.cfg.bus != nil {
+		var inject []llm.Message
+		system, inject = r.cfg.bus.BeforeAgentStart(r.ctx, &hooks.BeforeAgentStart{Session: info, Prompt: prompt, SystemPrompt: system})
+		for _, m := range inject {
+			// Injected messages add context; they cannot fake tool traffic.
+			if m.Role == llm.RoleTool || len(m.ToolCalls) > 0 {
+				r.s.log.Warn("ignoring an injected message with tool traffic", "key", r.s.key)
+				continue
+			}
+			r.add(m, false)
+		}
+	}
+	r.save()
+	r.emit(&hooks.AgentStart{Session: info, Prompt: prompt})
+
+	defs := make([]llm.ToolDef, 0, len(r.cfg.tools))
+	for _, t := range r.cfg.tools {
+		defs = append(defs, t.Def())
+	}
+	var last string
+	for turn := 1; turn <= r.cfg.maxTurns; turn++ {
+		if r.ctx.Err() != nil {
+			return Result{Text: last, Aborted: true}, nil
+		}
+		msgs := window(r.s.hist.msgs, r.cfg.maxHistory)
+		if r.cfg.bus != nil {
+			msgs = r.cfg.bus.Context(r.ctx, &hooks.Context{Session: info, Messages: msgs})
+		}
+		req := r.request(system, msgs, defs)
+		r.emit(&hooks.TurnStart{Session: info, Turn: turn})
+
+		resp, partial, err := r.call(req)
+		if err != nil {
+			aborted := r.ctx.Err() != nil
+			var msg llm.Message
+			if partial != "" {
+				// What the chat already showed stays in the history, marked aborted.
+				msg = llm.Message{Role: llm.RoleAssistant, Content: partial}
+				r.add(msg, true)
+				r.save()
+				r.emit(&hooks.MessageEnd{Session: info, Message: msg})
+			}
+			r.emit(&hooks.TurnEnd{Session: info, Turn: turn, Message: msg})
+			if aborted {
+				if partial != "" {
+					last = partial
+				}
+				return Result{Text: last, Aborted: true}, nil
+			}
+			return Result{Text: partial}, err
+		}
+
+		msg := resp.Message
+		msg.Role = llm.RoleAssistant
+		msg.ToolCalls = cleanToolCalls(msg.ToolCalls)
+		r.add(msg, false)
+		r.save()
+		r.s.mu.Lock()
+		r.s.usage.InputTokens += resp.Usage.InputTokens
+		r.s.usage.OutputTokens += resp.Usage.OutputTokens
+		r.s.mu.Unlock()
+		r.emit(&hooks.MessageEnd{Session: info, Message: msg})
+		last = msg.Content
+
+		var results []llm.Message
+		for _, tc := range msg.ToolCalls {
+			res := r.tool(tc)
+			r.add(res, false)
+			results = append(results, res)
+		}
+		if len(results) > 0 {
+			r.save()
+		}
+		r.emit(&hooks.TurnEnd{Session: info, Turn: turn, Message: msg, Results: results})
+		if r.ctx.Err() != nil {
+			return Result{Text: last, Aborted: true}, nil
+		}
+
+		// Save point: steered messages join the conversation here. Checking the queue and
+		// leaving the turn phase happen under one lock, so a Steer either lands here or is
+		// refused (and the caller runs it as its own turn).
+		r.s.mu.Lock()
+		steer := r.s.steer
+		r.s.steer = nil
+		if len(steer) == 0 && len(msg.ToolCalls) == 0 {
+			r.s.phase = PhaseIdle
+		}
+		r.s.mu.Unlock()
+		for _, t := range steer {
+			r.add(llm.Message{Role: llm.RoleUser, Content: t}, false)
+		}
+		if len(steer) > 0 {
+			r.save()
+			continue
+		}
+		if len(msg.ToolCalls) == 0 {
+			return Result{Text: last}, nil
+		}
+	}
+	return Result{Text: last}, fmt.Errorf("The assistant stopped after %d steps without a final answer. Please try again or ask differently.", r.cfg.maxTurns)
+}
+
+// finish leaves the turn phase, keeps steered messages that were accepted but not yet
+// delivered (they become user messages for the next run), and emits agent_end.
+func (r *run) finish(res Result, err error) {
+	r.s.mu.Lock()
+	left := r.s.steer
+	r.s.steer = nil
+	r.s.phase = PhaseIdle
+	r.s.lastRun = time.Now()
+	r.s.mu.Unlock()
+	for _, t := range left {
+		r.add(llm.Message{Role: llm.RoleUser, Content: t}, false)
+	}
+	r.save()
+	end := &hooks.AgentEnd{Session: r.cfg.info, Response: res.Text, Aborted: res.Aborted}
+	if err != nil {
+		end.Error = err.Error()
+	}
+	r.emit(end)
+}
+
+// request builds the provider request after before_provider_request had its say.
+func (r *run) request(system string, msgs []llm.Message, defs []llm.ToolDef) *Request {
+	req := &Request{
+		RequestID: newID(),
+		Model:     r.cfg.model,
+		System:    system,
+		Messages:  msgs,
+		Tools:     defs,
+		MaxTokens: r.cfg.maxTokens,
+	}
+	bus, info := r.cfg.bus, r.cfg.info
+	if bus == nil {
+		return req
+	}
+	opts := bus.BeforeProviderRequest(r.ctx, &hooks.BeforeProviderRequest{Session: info, RequestID: req.RequestID,
+		Options: hooks.ProviderOptions{Provider: r.cfg.provider.Name(), Model: req.Model, MaxTokens: req.MaxTokens}})
+	// The provider itself cannot change within a run; model and limits can.
+	if opts.Model != "" {
+		req.Model = opts.Model
+	}
+	req.MaxTokens = opts.MaxTokens
+	req.Temperature = opts.Temperature
+	id := req.RequestID
+	req.Payload = func(body json.RawMessage) json.RawMessage {
+		return bus.BeforeProviderPayload(r.ctx, &hooks.BeforeProviderPayload{Session: info, RequestID: id, Payload: body})
+	}
+	req.OnResponse = func(status int, h http.Header) {
+		r.emit(&hooks.AfterProviderResponse{Session: info, RequestID: id, Status: status, Headers: flattenHeaders(h)})
+	}
+	return req
+}
+
+// call runs one model call with retries. It returns the text streamed so far with any
+// failure; once text has been streamed a failure is not retried (the chat already shows it).
+func (r *run) call(req *Request) (*Response, string, error) {
+	p := r.cfg.provider
+	maxAttempts := r.cfg.maxRetries + 1
+	var partial strings.Builder
+	onDelta := func(d string) {
+		partial.WriteString(d)
+		r.on(Update{Kind: UpdateDelta, Text: d})
+		if r.cfg.bus != nil {
+			r.cfg.bus.Emit(r.ctx, &hooks.MessageUpdate{Session: r.cfg.info, Delta: d})
+		}
+	}
+	for attempt := 1; ; attempt++ {
+		ctx, cancel := context.WithTimeout(r.ctx, r.cfg.timeout)
+		resp, err := p.Stream(ctx, req, onDelta)
+		cancel()
+		if err == nil {
+			if resp == nil {
+				resp = &Response{Message: llm.Message{Role: llm.RoleAssistant, Content: partial.String()}}
+			}
+			return resp, partial.String(), nil
+		}
+		if r.ctx.Err() != nil {
+			return nil, partial.String(), r.ctx.Err()
+		}
+		var re *RetryableError
+		retryable := errors.As(err, &re)
+		if !retryable && errors.Is(err, context.DeadlineExceeded) {
+			// The call's own timeout, not surfaced by the provider as retryable.
+			retryable = true
+			err = &ProviderError{Provider: p.Name(), Timeout: true, Err: err}
+		}
+		pe := providerError(p.Name(), err)
+		pe.Attempts = attempt
+		if partial.Len() > 0 {
+			pe.Midway = true
+			return nil, partial.String(), pe
+		}
+		if !retryable || attempt >= maxAttempts {
+			r.s.log.Warn("model call failed", "key", r.s.key, "provider", p.Name(), "attempts", attempt, "err", pe.Err)
+			return nil, "", pe
+		}
+		var serverWait time.Duration
+		if re != nil {
+			serverWait = re.RetryAfter
+		}
+		wait := retryWait(attempt, serverWait, rand.Float64)
+		r.on(Update{Kind: UpdateStatus, Text: fmt.Sprintf("The model is busy; retrying in %ds…", int(math.Ceil(wait.Seconds())))})
+		r.s.log.Info("model call failed; retrying", "key", r.s.key, "provider", p.Name(), "attempt", attempt, "wait", wait, "err", pe.Err)
+		if sleepCtx(r.ctx, wait) != nil {
+			return nil, "", r.ctx.Err()
+		}
+	}
+}
+
+// providerError finds the *ProviderError in err, copied so that a shared error value is
+// never changed, or wraps err in a new one.
+func providerError(name string, err error) *ProviderError {
+	var pe *ProviderError
+	if errors.As(err, &pe) {
+		cp := *pe
+		return &cp
+	}
+	return &ProviderError{Provider: name, Err: err}
+}
+
+// tool runs one tool call through the tool_call and tool_result hooks. Every call gets a
+// result, so the history never holds a call without one.
+func (r *run) tool(tc llm.ToolCall) llm.Message {
+	info, bus := r.cfg.info, r.cfg.bus
+	r.on(Update{Kind: UpdateToolStart, ToolID: tc.ID, ToolName: tc.Name})
+	args := tc.Arguments
+	var (
+		content string
+		isErr   bool
+		done    bool
+	)
+	if r.ctx.Err() != nil {
+		content, isErr, done = "error: the run was stopped before this tool ran", true, true
+	}
+	if !done && bus != nil {
+		ev := &hooks.ToolCall{Session: info, ToolCallID: tc.ID, Tool: tc.Name, Arguments: args}
+		if b := bus.ToolCall(r.ctx, ev); b != nil {
+			reason := b.Reason
+			if reason == "" {
+				reason = "a hook refused this tool call"
+			}
+			content, isErr, done = reason, true, true
+		} else {
+			args = ev.Arguments
+		}
+	}
+	if !done {
+		var t Tool
+		for _, x := range r.cfg.tools {
+			if x.Def().Name == tc.Name {
+				t = x
+				break
+			}
+		}
+		if t == nil {
+			content, isErr = fmt.Sprintf("error: there is no tool named %q", tc.Name), true
+		} else {
+			content, isErr = runTool(r.ctx, t, args, r.cfg.toolTimeout)
+		}
+	}
+	if bus != nil {
+		ev := &hooks.ToolResult{Session: info, ToolCallID: tc.ID, Tool: tc.Name, Arguments: args, Content: content, IsError: isErr}
+		bus.ToolResult(r.evCtx(), ev)
+		content, isErr = clip(ev.Content, maxToolOutput), ev.IsError
+	}
+	r.on(Update{Kind: UpdateToolEnd, ToolID: tc.ID, ToolName: tc.Name, IsError: isErr, Text: clip(content, 200)})
+	return llm.Message{Role: llm.RoleTool, Content: content, ToolCallID: tc.ID, Name: tc.Name, IsError: isErr}
+}
+
+// cleanToolCalls gives every call a unique id and valid JSON arguments.
+func cleanToolCalls(calls []llm.ToolCall) []llm.ToolCall {
+	if len(calls) == 0 {
+		return nil
+	}
+	out := make([]llm.ToolCall, 0, len(calls))
+	seen := make(map[string]bool, len(calls))
+	for _, c := range calls {
+		if c.ID == "" || seen[c.ID] {
+			c.ID = "call_" + newID()
+		}
+		seen[c.ID] = true
+		c.Arguments = argsOrEmpty(c.Arguments)
+		out = append(out, c)
+	}
+	return out
+}
+
+// window returns the latest messages to send: at most n, starting at a user message when
+// one is in reach, and repaired into a valid sequence (every tool call answered, no
+// orphan tool results).
+func window(msgs []llm.Message, n int) []llm.Message {
+	start := max(0, len(msgs)-n)
+	i := start
+	for i < len(msgs) && msgs[i].Role != llm.RoleUser {
+		i++
+	}
+	if i == len(msgs) {
+		// No user message among the latest n (a long tool chain): reach back to one.
+		for i = start; i > 0 && msgs[i].Role != llm.RoleUser; i-- {
+		}
+	}
+	return repair(msgs[i:])
+}
+
+// repair drops tool results that do not follow their call and adds an error result for
+// every call left without one (e.g. after a crash between the two save points).
+func repair(msgs []llm.Message) []llm.Message {
+	out := make([]llm.Message, 0, len(msgs))
+	for i := 0; i < len(msgs); i++ {
+		m := msgs[i]
+		switch {
+		case m.Role == llm.RoleTool:
+			continue // orphan
+		case m.Role == llm.RoleAssistant && len(m.ToolCalls) > 0:
+			out = append(out, m)
+			first := len(out)
+			j := i + 1
+			for ; j < len(msgs) && msgs[j].Role == llm.RoleTool; j++ {
+				if callIndex(m.ToolCalls, msgs[j].ToolCallID) >= 0 && !answered(out[first:], msgs[j].ToolCallID) {
+					out = append(out, msgs[j])
+				}
+			}
+			for _, tc := range m.ToolCalls {
+				if !answered(out[first:], tc.ID) {
+					out = append(out, llm.Message{Role: llm.RoleTool, ToolCallID: tc.ID, Name: tc.Name, IsError: true,
+						Content: "error: no result was recorded for this call"})
+				}
+			}
+			i = j - 1
+		default:
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func callIndex(calls []llm.ToolCall, id string) int {
+	for i, c := range calls {
+		if c.ID == id {
+			return i
+		}
+	}
+	return -1
+}
+
+func answered(results []llm.Message, id string) bool {
+	for _, m := range results {
+		if m.ToolCallID == id {
+			return true
+		}
+	}
+	return false
+}
+
+// flattenHeaders keeps the first value of each response header, bounded, for hooks.
+func flattenHeaders(h http.Header) map[string]string {
+	if len(h) == 0 {
+		return nil
+	}
+	out := make(map[string]string, min(len(h), 64))
+	for k, v := range h {
+		if len(out) >= 64 {
+			break
+		}
+		if len(v) == 0 || strings.EqualFold(k, "Set-Cookie") {
+			continue
+		}
+		out[k] = clip(v[0], 256)
+	}
+	return out
+}

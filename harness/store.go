@@ -1,0 +1,451 @@
+package harness
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"gateway/internal/llm"
+)
+
+// The history file format (pi's session tree, one JSON object per line):
+//
+//	{"type":"session","version":1,"id":"…","timestamp":"…","key":"telegram:123"}        header, first line
+//	{"type":"message","id":"a1","parentId":null,"timestamp":"…","message":{…}}           a message; parentId links the tree
+//	{"type":"message","id":"b2","parentId":"a1","timestamp":"…","message":{…},"aborted":true}
+//	{"type":"leaf","id":"c3","parentId":"b2","timestamp":"…","targetId":null}            a branch move
+//
+// The active branch runs from the root to the leaf: the id of the last message entry, or
+// the targetId of a later leaf entry. Reset (/new) appends a leaf entry with targetId null,
+// so a new conversation starts at a new root in the same file and the old one stays on
+// disk for audit. Entries are only ever appended.
+const (
+	storeVersion = 1
+
+	entrySession = "session"
+	entryMessage = "message"
+	entryLeaf    = "leaf"
+)
+
+// Store keeps one JSONL history file per session key under a directory. Files are opened
+// for each save point and closed again, so the store holds no descriptors between turns.
+// At most one Session per key may be open at a time.
+type Store struct {
+	dir string
+
+	mu     sync.Mutex
+	closed bool
+}
+
+// OpenStore opens (creating) the store directory.
+func OpenStore(dir string) (*Store, error) {
+	if strings.TrimSpace(dir) == "" {
+		return nil, errors.New("state_dir: the history directory is not set")
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("state_dir: cannot create %s: %w", dir, err)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("state_dir: %w", err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("state_dir: %s is not a directory", dir)
+	}
+	return &Store{dir: dir}, nil
+}
+
+// Close ends the store: later saves fail. Every save is already durable when it returns,
+// so there is nothing to flush.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	return nil
+}
+
+// Dir is the store directory.
+func (s *Store) Dir() string { return s.dir }
+
+// Path returns the history file of a session key.
+func (s *Store) Path(key string) (string, error) {
+	name, err := FileName(key)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(s.dir, name), nil
+}
+
+func (s *Store) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// FileName turns a session key into a safe file name: characters other than letters,
+// digits, '-', '_' and '.' become '_', a leading '.' is replaced, the readable part is
+// bounded, and a hash of the whole key keeps distinct keys in distinct files.
+func FileName(key string) (string, error) {
+	if key == "" {
+		return "", errors.New("session key is empty")
+	}
+	var b strings.Builder
+	for _, r := range key {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_', r == '.':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('_')
+		}
+		if b.Len() >= 80 {
+			break
+		}
+	}
+	readable := b.String()
+	if strings.HasPrefix(readable, ".") {
+		readable = "_" + readable[1:]
+	}
+	sum := sha256.Sum256([]byte(key))
+	name := readable + "-" + hex.EncodeToString(sum[:6]) + ".jsonl"
+	if !filepath.IsLocal(name) || strings.ContainsAny(name, `/\`) {
+		return "", fmt.Errorf("session key %q does not make a safe file name", key)
+	}
+	return name, nil
+}
+
+// newID returns a random 16-hex-digit id.
+func newID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func nowStamp() string { return time.Now().UTC().Format(time.RFC3339Nano) }
+
+type headerEntry struct {
+	Type      string `json:"type"`
+	Version   int    `json:"version"`
+	ID        string `json:"id"`
+	Timestamp string `json:"timestamp"`
+	Key       string `json:"key"`
+}
+
+type messageEntry struct {
+	Type      string      `json:"type"`
+	ID        string      `json:"id"`
+	ParentID  *string     `json:"parentId"`
+	Timestamp string      `json:"timestamp"`
+	Message   llm.Message `json:"message"`
+	Aborted   bool        `json:"aborted,omitempty"`
+}
+
+type leafEntry struct {
+	Type      string  `json:"type"`
+	ID        string  `json:"id"`
+	ParentID  *string `json:"parentId"`
+	Timestamp string  `json:"timestamp"`
+	TargetID  *string `json:"targetId"`
+}
+
+// entryHead is what loading needs of any line; decoding it validates the whole line.
+type entryHead struct {
+	Type     string  `json:"type"`
+	ID       string  `json:"id"`
+	ParentID *string `json:"parentId"`
+	TargetID *string `json:"targetId"`
+	Key      string  `json:"key"`
+}
+
+func strPtr(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// history is one session's conversation: the tail of the active branch in memory and the
+// entries not yet written. It is used by one goroutine at a time (the session's runner).
+type history struct {
+	store *Store // nil: memory only
+	key   string
+	path  string
+	log   *slog.Logger
+
+	leaf  string        // id of the active branch's last message, "" at a root
+	total int           // messages on the active branch
+	msgs  []llm.Message // the latest messages of the active branch (at most keep)
+	keep  int
+
+	pending bytes.Buffer // encoded lines waiting for the next save point
+}
+
+// open loads the active branch of key's history, repairing a torn last line.
+func (s *Store) open(key string, keep int, log *slog.Logger) (*history, error) {
+	h := &history{store: s, key: key, log: log, keep: max(keep, 8)}
+	if s == nil {
+		return h, nil
+	}
+	p, err := s.Path(key)
+	if err != nil {
+		return nil, err
+	}
+	h.path = p
+	if err := h.load(); err != nil {
+		return nil, fmt.Errorf("history of %s: %w", key, err)
+	}
+	return h, nil
+}
+
+type indexNode struct {
+	parent string
+	off    int64
+	n      int
+}
+
+func (h *history) load() error {
+	f, err := os.Open(h.path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+
+	index := map[string]indexNode{}
+	var (
+		r          = bufio.NewReaderSize(f, 64<<10)
+		off        int64
+		lineNo     int
+		truncateAt = int64(-1)
+		addNewline bool
+		skipped    int
+		leaf       string
+	)
+	for {
+		line, rerr := r.ReadBytes('\n')
+		if len(line) == 0 && rerr == io.EOF {
+			break
+		}
+		if rerr != nil && rerr != io.EOF {
+			return rerr
+		}
+		lineNo++
+		atEOF := rerr == io.EOF
+		if !atEOF {
+			_, perr := r.Peek(1)
+			atEOF = perr == io.EOF
+		}
+		var e entryHead
+		if err := json.Unmarshal(bytes.TrimSpace(line), &e); err != nil || e.Type == "" {
+			if atEOF {
+				// The last line was cut by a crash mid-write: drop it.
+				truncateAt = off
+				break
+			}
+			skipped++
+			off += int64(len(line))
+			continue
+		}
+		if rerr == io.EOF {
+			// Complete JSON that lost only its newline: keep it, end the line.
+			addNewline = true
+		}
+		switch e.Type {
+		case entrySession:
+			if lineNo == 1 && e.Key != "" && e.Key != h.key {
+				h.log.Warn("session history header names another key", "key", h.key, "file_key", e.Key)
+			}
+		case entryMessage:
+			if e.ID != "" {
+				p := ""
+				if e.ParentID != nil {
+					p = *e.ParentID
+				}
+				index[e.ID] = indexNode{parent: p, off: off, n: len(line)}
+				leaf = e.ID
+			}
+		case entryLeaf:
+			leaf = ""
+			if e.TargetID != nil {
+				leaf = *e.TargetID
+			}
+		}
+		off += int64(len(line))
+	}
+	if skipped > 0 {
+		h.log.Warn("session history: skipped unreadable lines", "key", h.key, "lines", skipped)
+	}
+
+	// Walk the active branch back from the leaf; only its tail is decoded.
+	var chain []indexNode
+	for id, steps := leaf, 0; id != "" && steps <= len(index); steps++ {
+		n, ok := index[id]
+		if !ok {
+			if leaf != "" && steps == 0 {
+				h.log.Warn("session history: leaf points to a missing entry; starting fresh", "key", h.key)
+			}
+			break
+		}
+		chain = append(chain, n)
+		id = n.parent
+	}
+	h.leaf = leaf
+	if len(chain) == 0 {
+		h.leaf = ""
+	}
+	h.total = len(chain)
+	tail := chain[:min(len(chain), h.keep)]
+	h.msgs = make([]llm.Message, 0, len(tail))
+	buf := make([]byte, 0, 4096)
+	for i := len(tail) - 1; i >= 0; i-- {
+		n := tail[i]
+		buf = growBuf(buf, n.n)
+		if _, err := f.ReadAt(buf, n.off); err != nil && !errors.Is(err, io.EOF) {
+			return err
+		}
+		var e messageEntry
+		if err := json.Unmarshal(bytes.TrimSpace(buf), &e); err != nil {
+			return fmt.Errorf("re-reading an entry: %w", err)
+		}
+		h.msgs = append(h.msgs, e.Message)
+	}
+	f.Close()
+
+	switch {
+	case truncateAt >= 0:
+		fi, _ := os.Stat(h.path)
+		var size int64
+		if fi != nil {
+			size = fi.Size()
+		}
+		if err := os.Truncate(h.path, truncateAt); err != nil {
+			return fmt.Errorf("repairing a torn last line: %w", err)
+		}
+		h.log.Warn("session history had a torn last line (crash mid-write); dropped it",
+			"key", h.key, "bytes", size-truncateAt)
+	case addNewline:
+		if err := appendDurable(h.path, []byte("\n")); err != nil {
+			return fmt.Errorf("repairing the last line: %w", err)
+		}
+	}
+	return nil
+}
+
+// growBuf returns buf resized to n bytes, reusing its storage when it can.
+func growBuf(buf []byte, n int) []byte {
+	if cap(buf) >= n {
+		return buf[:n]
+	}
+	return make([]byte, n)
+}
+
+// add appends a message to the active branch (written at the next save point).
+func (h *history) add(m llm.Message, aborted bool) {
+	for i := range m.ToolCalls {
+		m.ToolCalls[i].Arguments = argsOrEmpty(m.ToolCalls[i].Arguments)
+	}
+	id := newID()
+	h.encode(messageEntry{Type: entryMessage, ID: id, ParentID: strPtr(h.leaf), Timestamp: nowStamp(), Message: m, Aborted: aborted})
+	h.leaf = id
+	h.total++
+	h.msgs = append(h.msgs, m)
+	if len(h.msgs) > h.keep {
+		// Keep the newest half of the allowance in a fresh array, so old messages are freed.
+		keep := h.keep / 2
+		h.msgs = append(make([]llm.Message, 0, h.keep), h.msgs[len(h.msgs)-keep:]...)
+	}
+}
+
+// reset starts a new root: the next message has no parent.
+func (h *history) reset() {
+	h.encode(leafEntry{Type: entryLeaf, ID: newID(), ParentID: strPtr(h.leaf), Timestamp: nowStamp(), TargetID: nil})
+	h.leaf = ""
+	h.total = 0
+	h.msgs = nil
+}
+
+func (h *history) encode(v any) {
+	if h.store == nil {
+		return
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		// Only unencodable values get here; losing the line beats corrupting the file.
+		h.log.Error("session history: cannot encode an entry", "key", h.key, "err", err)
+		return
+	}
+	h.pending.Write(b)
+	h.pending.WriteByte('\n')
+}
+
+// flush is a save point: pending entries are written and fsynced in one append. On
+// failure the file is cut back to where it was, and the entries stay pending.
+func (h *history) flush() error {
+	if h.store == nil || h.pending.Len() == 0 {
+		return nil
+	}
+	if h.store.isClosed() {
+		return errors.New("the history store is closed")
+	}
+	var header []byte
+	if fi, err := os.Stat(h.path); err != nil || fi.Size() == 0 {
+		b, _ := json.Marshal(headerEntry{Type: entrySession, Version: storeVersion, ID: newID() + newID(), Timestamp: nowStamp(), Key: h.key})
+		header = append(b, '\n')
+	}
+	data := h.pending.Bytes()
+	if header != nil {
+		data = append(header, data...)
+	}
+	if err := appendDurable(h.path, data); err != nil {
+		return err
+	}
+	h.pending.Reset()
+	return nil
+}
+
+// appendDurable appends data to the file at path and fsyncs it; a new file's directory
+// entry is fsynced too. A failed write is cut back so that no torn line is left behind.
+func appendDurable(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return err
+	}
+	size := fi.Size()
+	if _, err := f.Write(data); err != nil {
+		_ = f.Truncate(size)
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if size == 0 {
+		if d, err := os.Open(filepath.Dir(path)); err == nil {
+			_ = d.Sync()
+			d.Close()
+		}
+	}
+	return nil
+}
