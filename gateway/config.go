@@ -6,14 +6,16 @@ package gateway
 import (
 	"fmt"
 	"time"
+
+	"gateway/profiles"
 )
 
 // Queue modes: what happens to a message that arrives while its chat's turn is running.
 const (
-	QueueFollowup  = "followup"  // run it after the current turn (default)
-	QueueSteer     = "steer"     // inject it into the running turn at its next save point
-	QueueCollect   = "collect"   // merge everything that arrived into one later turn
-	QueueInterrupt = "interrupt" // abort the running turn and answer the newest message
+	QueueFollowup  = profiles.QueueFollowup  // run it after the current turn (default)
+	QueueSteer     = profiles.QueueSteer     // inject it into the running turn at its next save point
+	QueueCollect   = profiles.QueueCollect   // merge everything that arrived into one later turn
+	QueueInterrupt = profiles.QueueInterrupt // abort the running turn and answer the newest message
 )
 
 // Config is the `sessions:` config section.
@@ -69,18 +71,9 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// ValidQueueMode reports whether m names a queue mode.
-func ValidQueueMode(m string) bool {
-	switch m {
-	case QueueFollowup, QueueSteer, QueueCollect, QueueInterrupt:
-		return true
-	}
-	return false
-}
-
 // Validate names the first bad key.
 func (c Config) Validate() error {
-	if c.QueueMode != "" && !ValidQueueMode(c.QueueMode) {
+	if c.QueueMode != "" && !profiles.ValidQueueMode(c.QueueMode) {
 		return fmt.Errorf("sessions.queue_mode: %q is not one of followup, steer, collect, interrupt", c.QueueMode)
 	}
 	if c.MaxConcurrentTurns < 0 || c.QueueSize < 0 || c.MaxSessions < 0 {

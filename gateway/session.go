@@ -150,7 +150,7 @@ func (s *session) intake(msg *channels.Message) {
 }
 
 func queueMode(def string, p *profiles.Profile) string {
-	if p != nil && ValidQueueMode(p.QueueMode) {
+	if p != nil && profiles.ValidQueueMode(p.QueueMode) {
 		return p.QueueMode
 	}
 	return def

@@ -62,6 +62,7 @@ func (s *session) runTurn(ctx context.Context, req *turnReq, agent *harness.Sess
 		return
 	}
 
+	agent.SetInfo(req.info) // the speaker may differ from the session's last one (groups)
 	res, err := agent.Run(ctx, req.prompt, func(u harness.Update) {
 		switch u.Kind {
 		case harness.UpdateDelta:

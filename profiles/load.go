@@ -183,7 +183,7 @@ func isDir(path string) bool {
 }
 
 func builtinProfile(name string) *Profile {
-	return &Profile{Name: name, System: DefaultSystemPrompt, QueueMode: QueueFollowup}
+	return &Profile{Name: name, System: DefaultSystemPrompt}
 }
 
 // loadProfile reads one profile directory. It returns the profile (nil when unusable) and its problems.

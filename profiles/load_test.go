@@ -122,7 +122,7 @@ idle_reset: 30m
 
 	// The default has a directory without profile.yaml: its SYSTEM.md, every other setting default.
 	d := set.Default()
-	if d.Name != "assistant" || d.System != "Be nice." || d.QueueMode != QueueFollowup || d.Tools != nil || d.Dir == "" {
+	if d.Name != "assistant" || d.System != "Be nice." || d.QueueMode != "" || d.Tools != nil || d.Dir == "" {
 		t.Errorf("default profile: %+v", *d)
 	}
 }
@@ -135,7 +135,7 @@ func TestLoadDefaultWithoutDirectoryIsBuiltin(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := set.Default()
-	if d.Name != "helper" || d.System != DefaultSystemPrompt || d.Dir != "" || d.QueueMode != QueueFollowup {
+	if d.Name != "helper" || d.System != DefaultSystemPrompt || d.Dir != "" || d.QueueMode != "" {
 		t.Errorf("default: %+v", *d)
 	}
 	if got := set.Names(); !reflect.DeepEqual(got, []string{"helper", "other"}) {
@@ -276,7 +276,7 @@ func TestLoadEmptyProfileFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p := set.Get("p"); p.System != DefaultSystemPrompt || p.QueueMode != QueueFollowup {
+	if p := set.Get("p"); p.System != DefaultSystemPrompt || p.QueueMode != "" {
 		t.Errorf("empty profile: %+v", *p)
 	}
 }

@@ -42,7 +42,7 @@ type Profile struct {
 	// LLM overrides the global llm section field by field (zero fields inherit). Only Provider,
 	// Model, BaseURL and APIKey are ever set from profile.yaml.
 	LLM       harness.Config
-	QueueMode string // followup (default) | steer | collect | interrupt; never ""
+	QueueMode string // followup | steer | collect | interrupt; "" follows sessions.queue_mode
 	// Tools lists the enabled tools. nil: the profile did not say (use the gateway's default set);
 	// empty but non-nil (`tools: []`): no tools.
 	Tools []string

@@ -133,7 +133,7 @@ func TestMatchString(t *testing.T) {
 
 func TestBuiltin(t *testing.T) {
 	set := Builtin("")
-	if d := set.Default(); d.Name != DefaultName || d.System != DefaultSystemPrompt || d.QueueMode != QueueFollowup {
+	if d := set.Default(); d.Name != DefaultName || d.System != DefaultSystemPrompt || d.QueueMode != "" {
 		t.Errorf("Builtin default: %+v", *d)
 	}
 	if p := Builtin("x").Resolve("web", "1", "", "u"); p.Name != "x" {
