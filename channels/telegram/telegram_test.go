@@ -666,3 +666,36 @@ func TestRevisedShorterAnswerRemovesStaleMessages(t *testing.T) {
 		t.Fatalf("after done the chat shows %d messages (first %.40q); want only the revised answer", len(msgs), msgs[0].Text)
 	}
 }
+
+func TestUnreachableAPIErrorHasNoToken(t *testing.T) {
+	f := newFixture(t)
+	dead := httptest.NewServer(http.NotFoundHandler())
+	url := dead.URL
+	dead.Close()
+	cfg := f.config()
+	cfg.APIURL = url
+	ch, err := telegram.New(cfg, f.options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = ch.Start(context.Background(), channeltest.NewSink())
+	if err == nil {
+		t.Fatal("Start succeeded against a closed port")
+	}
+	if strings.Contains(err.Error(), telegramtest.Token) || !strings.Contains(err.Error(), "telegram: cannot reach the Bot API at "+url) {
+		t.Errorf("Start error = %q; want it to name the API URL and not the token", err)
+	}
+}
+
+func TestVideoNoteArrivesAsSpeech(t *testing.T) {
+	f := newFixture(t)
+	sink := channeltest.NewSink()
+	f.start(f.config(), f.options(), sink)
+	clip := []byte("\x00\x00\x00\x18ftypmp42 a round video")
+	f.srv.Send(telegramtest.Update{ChatID: 1001, VideoNote: clip})
+	m := sink.Next(t)
+	if !m.IsVoice || len(m.Parts) != 1 || m.Parts[0].Type != channels.PartAudio || m.Parts[0].MIME != "video/mp4" ||
+		!bytes.Equal(channeltest.PartBytes(t, m.Parts[0]), clip) {
+		t.Fatalf("video note delivered as %+v", m)
+	}
+}
