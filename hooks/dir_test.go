@@ -489,4 +489,3 @@ func BenchmarkHookCall(b *testing.B) {
 		run(b, bus)
 	})
 }
-
