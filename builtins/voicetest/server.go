@@ -171,6 +171,14 @@ func (s *Server) SpeechAudio() (ogg, wav []byte) {
 // begin counts the request, applies the delay and the scripted failure, and reports
 // whether the handler should go on.
 func (s *Server) begin(w http.ResponseWriter, r *http.Request) bool {
+	// Read the whole body first: until it is consumed, the server would not notice a
+	// client that gave up, and a delayed handler would hold Close.
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 32<<20))
+	if err != nil {
+		apiError(w, http.StatusRequestEntityTooLarge, "body too large")
+		return false
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
 	s.mu.Lock()
 	s.requests++
 	delay, key := s.delay, s.apiKey
@@ -209,7 +217,6 @@ func (s *Server) transcriptions(w http.ResponseWriter, r *http.Request) {
 	if !s.begin(w, r) {
 		return
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, 32<<20)
 	if err := r.ParseMultipartForm(32 << 20); err != nil {
 		apiError(w, http.StatusBadRequest, "bad multipart body: "+err.Error())
 		return
@@ -263,7 +270,7 @@ func (s *Server) speech(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req SpeechRequest
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&req); err != nil {
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 		apiError(w, http.StatusBadRequest, "bad JSON body: "+err.Error())
 		return
 	}
