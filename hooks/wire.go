@@ -90,6 +90,11 @@ func Encode(ev Event) ([]byte, error) {
 	if ev == nil {
 		return nil, errors.New("encode hook event: nil event")
 	}
+	if m, ok := ev.(*MessageReceive); ok && m.Parts == nil {
+		c := *m // programs may loop over parts: give them [], not null
+		c.Parts = []channels.Part{}
+		ev = &c
+	}
 	body, err := json.Marshal(ev)
 	if err != nil {
 		return nil, fmt.Errorf("encode %s event: %w", ev.EventName(), err)
@@ -154,8 +159,7 @@ func validateResult(res any) error {
 	switch r := res.(type) {
 	case *ReceiveResult:
 		switch r.Action {
-		case ActionContinue, ActionTransform:
-		case ActionReject:
+		case ActionContinue, ActionTransform, ActionReject:
 		case "":
 			return fmt.Errorf(`"action" is missing: use "continue", "transform" or "reject"`)
 		default:

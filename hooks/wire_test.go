@@ -72,6 +72,10 @@ func TestEncodeEmptyEvent(t *testing.T) {
 	if err != nil || !json.Valid(data) {
 		t.Fatalf("%s %v", data, err)
 	}
+	data, err = Encode(&MessageReceive{})
+	if err != nil || !strings.Contains(string(data), `"parts":[]`) {
+		t.Errorf("message without parts: %s %v", data, err)
+	}
 	if _, err := Encode(nil); err == nil {
 		t.Error("nil event encoded")
 	}
