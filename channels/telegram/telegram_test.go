@@ -682,6 +682,7 @@ func TestUnreachableAPIErrorHasNoToken(t *testing.T) {
 	if err == nil {
 		t.Fatal("Start succeeded against a closed port")
 	}
+	t.Log(err)
 	if strings.Contains(err.Error(), telegramtest.Token) || !strings.Contains(err.Error(), "telegram: cannot reach the Bot API at "+url) {
 		t.Errorf("Start error = %q; want it to name the API URL and not the token", err)
 	}
@@ -697,5 +698,28 @@ func TestVideoNoteArrivesAsSpeech(t *testing.T) {
 	if !m.IsVoice || len(m.Parts) != 1 || m.Parts[0].Type != channels.PartAudio || m.Parts[0].MIME != "video/mp4" ||
 		!bytes.Equal(channeltest.PartBytes(t, m.Parts[0]), clip) {
 		t.Fatalf("video note delivered as %+v", m)
+	}
+}
+
+func TestRetriesHonourRetryAfterAndBackOff(t *testing.T) {
+	f := newFixture(t)
+	ch := f.start(f.config(), f.options(), channeltest.NewSink())
+	target := channels.Target{Channel: "telegram", ChatID: "1001", ChatType: channels.ChatDM}
+	f.srv.FailNext(1, time.Second)
+	f.srv.FailNext(2, 0)
+	answer(t, ch, target, done("eventually"))
+	calls := f.srv.Calls("sendMessage")
+	var statuses []int
+	for _, c := range calls {
+		statuses = append(statuses, c.Status)
+	}
+	if !slices.Equal(statuses, []int{429, 502, 502, 200}) {
+		t.Fatalf("sendMessage answered %v; want 429, 502, 502, then 200", statuses)
+	}
+	if d := calls[1].Time.Sub(calls[0].Time); d < time.Second {
+		t.Errorf("retried %v after a 429 with retry_after 1s", d)
+	}
+	if msgs := f.srv.Messages(1001); len(msgs) != 1 || msgs[0].Text != "eventually" {
+		t.Errorf("posted %+v", msgs)
 	}
 }
