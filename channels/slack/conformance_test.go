@@ -3,13 +3,13 @@ package slack
 import (
 	"strings"
 	"testing"
+	"time"
+	"unicode/utf8"
 
 	"gateway/channels"
 	"gateway/channels/channeltest"
 	"gateway/channels/slack/slacktest"
 	"gateway/internal/secret"
-	"time"
-	"unicode/utf8"
 )
 
 const rejectedToken = "xoxb-9999-rejected-token-value"

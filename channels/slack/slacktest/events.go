@@ -88,16 +88,16 @@ func Post(ctx context.Context, url string, body []byte, header http.Header) (int
 	return resp.StatusCode, string(b), nil
 }
 
-// deliverHTTP posts one event callback until the app answers 200 or the retries run out.
-// Call with mu held; it starts its own goroutine.
-func (s *Server) deliverHTTP(eventID string, payload json.RawMessage) {
+// deliverHTTP posts one event callback until the app answers 200 or the retries run out,
+// starting at retry number first. Call with mu held; it starts its own goroutine.
+func (s *Server) deliverHTTP(eventID string, payload json.RawMessage, first int) {
 	target, timeout, delay := s.httpEvents.target, s.httpEvents.timeout, s.httpEvents.retryDelay
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		client := &http.Client{Timeout: timeout}
-		reason := ""
-		for retry := 0; retry <= 3; retry++ {
+		reason := "http_timeout" // for a redelivery: Slack did not see the first answer
+		for retry := first; retry <= 3; retry++ {
 			h := Sign(SigningSecret, payload, time.Now())
 			if retry > 0 {
 				h.Set("X-Slack-Retry-Num", strconv.Itoa(retry))

@@ -47,7 +47,7 @@ func (s *Server) Send(m UserMessage) string {
 	if m.TS != "" {
 		if prev := s.sent[m.Channel+":"+m.TS]; prev != nil {
 			for _, e := range prev.events {
-				s.deliver(e)
+				s.deliver(e, 1)
 			}
 			return m.TS
 		}
@@ -127,7 +127,7 @@ func (s *Server) Send(m UserMessage) string {
 	// The user's message is in the channel too, so that reactions and threads can refer to it.
 	s.addMessage(&message{user: m.User, Posted: Posted{Channel: m.Channel, TS: ts, ThreadTS: m.ThreadTS, Text: text, Time: time.Now()}})
 	for _, e := range rec.events {
-		s.deliver(e)
+		s.deliver(e, 0)
 	}
 	return ts
 }
@@ -144,12 +144,12 @@ func (s *Server) callback(inner map[string]any) injectedEvent {
 }
 
 // deliver hands one event to Socket Mode or the Events API; call with mu held.
-func (s *Server) deliver(e injectedEvent) {
+func (s *Server) deliver(e injectedEvent, retry int) {
 	if s.httpEvents.target != "" {
-		s.deliverHTTP(e.id, e.payload)
+		s.deliverHTTP(e.id, e.payload, retry)
 		return
 	}
-	s.enqueue(e.id, e.typ, e.payload)
+	s.enqueue(e.id, e.typ, e.payload, retry)
 	s.poke()
 }
 
@@ -179,13 +179,14 @@ func (s *Server) AudioClip(channel, user string, data []byte, mime string) strin
 }
 
 // Redeliver sends the events of an earlier message again with their original event ids,
-// as Slack does when it did not see an acknowledgement.
+// as Slack does when it did not see an acknowledgement: as new envelopes in Socket Mode,
+// and with X-Slack-Retry-Num 1 (reason http_timeout) over the Events API.
 func (s *Server) Redeliver(channel, ts string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if prev := s.sent[channel+":"+ts]; prev != nil {
 		for _, e := range prev.events {
-			s.deliver(e)
+			s.deliver(e, 1)
 		}
 	}
 }

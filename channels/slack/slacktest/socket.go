@@ -22,6 +22,7 @@ type Envelope struct {
 type envelope struct {
 	Envelope
 	payload json.RawMessage
+	base    int // retry_attempt of the first send: 1 for a redelivered event
 	sentAt  time.Time
 	conn    *wsConn
 }
@@ -253,8 +254,8 @@ func (s *Server) poke() {
 }
 
 // enqueue adds an envelope for payload; call with mu held.
-func (s *Server) enqueue(eventID, typ string, payload json.RawMessage) {
-	e := &envelope{Envelope: Envelope{ID: s.nextID("env-"), EventID: eventID, Type: typ}, payload: payload}
+func (s *Server) enqueue(eventID, typ string, payload json.RawMessage, retry int) {
+	e := &envelope{Envelope: Envelope{ID: s.nextID("env-"), EventID: eventID, Type: typ}, payload: payload, base: retry}
 	s.socket.envelopes = append(s.socket.envelopes, e)
 	s.socket.byID[e.ID] = e
 }
@@ -302,9 +303,9 @@ func (s *Server) sendPending() {
 		}
 		frame := map[string]any{
 			"envelope_id": e.ID, "type": "events_api", "payload": e.payload,
-			"accepts_response_payload": false, "retry_attempt": e.Attempts, "retry_reason": "",
+			"accepts_response_payload": false, "retry_attempt": e.base + e.Attempts, "retry_reason": "",
 		}
-		if e.Attempts > 0 {
+		if e.base+e.Attempts > 0 {
 			frame["retry_reason"] = "timeout"
 		}
 		b, _ := json.Marshal(frame)
