@@ -46,7 +46,8 @@ func docExamples() map[string]struct {
 		NameChannelConnect:    {ev: &ChannelConnect{Channel: "telegram"}},
 		NameChannelDisconnect: {ev: &ChannelDisconnect{Channel: "telegram", Error: "connection reset"}},
 		NameMessageReceive: {
-			ev: &MessageReceive{Session: s, MessageID: "987", ChatType: channels.ChatDM, Text: "hello",
+			ev: &MessageReceive{Session: s, MessageID: "987", ChatType: channels.ChatGroup, Mentioned: true,
+				ReplyTo: &channels.Reply{ID: "986", Text: "Anything else?", UserID: "7", FromBot: true}, Text: "hello", Language: "en",
 				Parts: []channels.Part{channels.TextPart("hello"),
 					{Type: channels.PartAudio, MIME: "audio/ogg", Path: "/var/lib/gateway/media/987.ogg", Size: 5120, Duration: 2.5, Voice: true}},
 				IsVoice: true},
@@ -58,13 +59,14 @@ func docExamples() map[string]struct {
 			},
 		},
 		NameMessageSend: {
-			ev: &MessageSend{Session: s, InputText: "hello", ResponseText: "Hi! How can I help?", IsVoice: true},
+			ev: &MessageSend{Session: s, InputText: "hello", ResponseText: "Hi! How can I help?", IsVoice: true,
+				TTSMode: "inbound", Voice: "alloy", Language: "en"},
 			results: []any{&SendResult{Parts: []channels.Part{channels.TextPart("appended before done"),
 				{Type: channels.PartAudio, MIME: "audio/ogg", Path: "/tmp/answer.ogg", Voice: true}}}},
 		},
 		NameMessageCancel: {ev: &MessageCancel{Session: s, Reason: "/stop"}},
 		NameAgentStart:    {ev: &AgentStart{Session: s, Prompt: "hello"}},
-		NameAgentEnd:      {ev: &AgentEnd{Session: s, Response: "Hi! How can I help?"}},
+		NameAgentEnd:      {ev: &AgentEnd{Session: s, Response: "Hi! How", Error: "stopped by /stop", Aborted: true}},
 		NameTurnStart:     {ev: &TurnStart{Session: s, Turn: 1}},
 		NameTurnEnd: {ev: &TurnEnd{Session: s, Turn: 1,
 			Message: llm.Message{Role: llm.RoleAssistant, Content: "", ToolCalls: []llm.ToolCall{call}},
@@ -120,6 +122,15 @@ func generatedEvents(t *testing.T) string {
 		data, err := Encode(ex.ev)
 		if err != nil {
 			t.Fatal(err)
+		}
+		// Every field must show in the docs, so an example leaving an omitempty field
+		// empty (or a new field nobody documented) fails here.
+		var keys map[string]any
+		json.Unmarshal(data, &keys)
+		for _, k := range topLevelJSONKeys(reflect.TypeOf(ex.ev).Elem()) {
+			if _, ok := keys[k]; !ok {
+				t.Errorf("the example for %s does not show field %q: fill it in docExamples", info.Name, k)
+			}
 		}
 		var ind bytes.Buffer
 		json.Indent(&ind, data, "", "  ")
