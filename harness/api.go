@@ -71,7 +71,8 @@ type RetryableError struct {
 func (e *RetryableError) Error() string { return e.Err.Error() }
 func (e *RetryableError) Unwrap() error { return e.Err }
 
-// Tool is a function the model may call.
+// Tool is a function the model may call. Run must return soon after ctx is done (the
+// session bounds each run with a timeout); its error becomes an error result the model sees.
 type Tool interface {
 	Def() llm.ToolDef
 	Run(ctx context.Context, args json.RawMessage) (string, error)
@@ -113,7 +114,8 @@ type SessionOptions struct {
 	Tools    []Tool
 	Bus      *hooks.Bus // may be nil
 	Logger   *slog.Logger
-	// MaxRetries and Timeout as in Config; zero means the defaults (3, 120s).
+	// MaxRetries and Timeout as in Config; zero means the defaults (3, 120s). A negative
+	// MaxRetries disables retries.
 	MaxRetries int
 	Timeout    time.Duration
 	MaxTokens  int

@@ -368,10 +368,18 @@ func TestAbortDuringToolsAnswersEveryCall(t *testing.T) {
 }
 
 func TestSteerIsSeenByNextModelCall(t *testing.T) {
-	fake := harness.NewFake(
-		harness.FakeReply{Text: "working on it", Delay: 300 * time.Millisecond},
-		harness.FakeReply{Text: "done, with the extra"},
-	)
+	entered, release := make(chan struct{}), make(chan struct{})
+	fake := harness.NewFake()
+	var calls int // only the run goroutine calls the func
+	fake.SetFunc(func(*harness.Request) harness.FakeReply {
+		calls++
+		if calls == 1 {
+			close(entered) // the model is thinking about the first task
+			<-release
+			return harness.FakeReply{Text: "working on it"}
+		}
+		return harness.FakeReply{Text: "done, with the extra"}
+	})
 	s := openSession(t, harness.SessionOptions{Store: openStore(t), Provider: fake})
 	if s.Steer("too early") {
 		t.Fatal("Steer accepted while idle")
@@ -383,11 +391,13 @@ func TestSteerIsSeenByNextModelCall(t *testing.T) {
 		defer close(done)
 		res, err = s.Run(context.Background(), "first task", nil)
 	}()
-	waitFor(t, func() bool { return len(fake.Requests()) == 1 })
-	if !s.Steer("also do this") {
+	<-entered
+	ok := s.Steer("also do this")
+	close(release)
+	<-done
+	if !ok {
 		t.Fatal("Steer refused during a run")
 	}
-	<-done
 	if err != nil || res.Text != "done, with the extra" {
 		t.Fatalf("run: %+v, %v", res, err)
 	}
@@ -398,6 +408,9 @@ func TestSteerIsSeenByNextModelCall(t *testing.T) {
 	m := reqs[1].Messages
 	if last := m[len(m)-1]; last.Role != llm.RoleUser || last.Content != "also do this" {
 		t.Fatalf("second call ends with %+v", last)
+	}
+	if m[len(m)-2].Content != "working on it" {
+		t.Fatalf("second call lacks the first answer: %+v", m)
 	}
 	if s.Steer("late") {
 		t.Fatal("Steer accepted after the run")
@@ -725,17 +738,6 @@ func TestBrokenStreamIsNotRetriedAndKeepsWhatWasShown(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in 10s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func readLines(t *testing.T, path string) []string {
 	t.Helper()
 	f, err := os.Open(path)
@@ -788,6 +790,87 @@ func BenchmarkRunFakeMemory(b *testing.B) {
 	for b.Loop() {
 		if _, err := s.Run(ctx, "hello", nil); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+func TestPayloadHookReplacesTheBodySent(t *testing.T) {
+	srv := newOpenAIServer(t)
+	bus := hooks.NewBus(hooks.Options{})
+	var status int
+	bus.On(hooks.NameBeforeProviderPayload, "test", func(_ context.Context, ev hooks.Event) (any, error) {
+		var body map[string]any
+		if err := json.Unmarshal(ev.(*hooks.BeforeProviderPayload).Payload, &body); err != nil {
+			return nil, err
+		}
+		body["user"] = "hook-was-here"
+		b, _ := json.Marshal(body)
+		return &hooks.ProviderPayloadResult{Payload: b}, nil
+	})
+	bus.On(hooks.NameAfterProviderResponse, "test", func(_ context.Context, ev hooks.Event) (any, error) {
+		status = ev.(*hooks.AfterProviderResponse).Status
+		return nil, nil
+	})
+	s := openSession(t, harness.SessionOptions{Provider: openAI(t, srv), Bus: bus})
+	if _, err := s.Run(context.Background(), "hi", nil); err != nil {
+		t.Fatal(err)
+	}
+	if body := string(srv.Requests()[0].Body); !strings.Contains(body, `"user":"hook-was-here"`) {
+		t.Fatalf("body sent = %s", body)
+	}
+	if status != 200 {
+		t.Fatalf("after_provider_response status = %d", status)
+	}
+}
+
+func TestSlowProviderTimesOutAndIsRetried(t *testing.T) {
+	srv := newOpenAIServer(t)
+	srv.Push(openaitest.Reply{Text: "too late", Delay: time.Minute}, openaitest.Reply{Text: "in time"})
+	s := openSession(t, harness.SessionOptions{Provider: openAI(t, srv), Timeout: time.Second})
+	var u updates
+	res, err := s.Run(context.Background(), "hi", u.on)
+	if err != nil || res.Text != "in time" {
+		t.Fatalf("run: %+v, %v", res, err)
+	}
+	if len(srv.Requests()) != 2 || len(u.of(harness.UpdateStatus)) != 1 {
+		t.Fatalf("%d requests, %d status updates", len(srv.Requests()), len(u.of(harness.UpdateStatus)))
+	}
+}
+
+// badTool fails in the two ways a tool can: an error, or a panic.
+type badTool struct{ panics bool }
+
+func (b badTool) Def() llm.ToolDef {
+	name := "fails"
+	if b.panics {
+		name = "panics"
+	}
+	return llm.ToolDef{Name: name, Parameters: json.RawMessage(`{"type":"object"}`)}
+}
+
+func (b badTool) Run(context.Context, json.RawMessage) (string, error) {
+	if b.panics {
+		panic("boom")
+	}
+	return "", errors.New("disk on fire")
+}
+
+func TestToolFailuresBecomeErrorResults(t *testing.T) {
+	fake := harness.NewFake(
+		harness.FakeReply{ToolCalls: []llm.ToolCall{{Name: "fails"}, {Name: "panics"}, {Name: "missing"}}},
+		harness.FakeReply{Text: "sorry"},
+	)
+	s := openSession(t, harness.SessionOptions{Provider: fake, Tools: []harness.Tool{badTool{}, badTool{panics: true}}})
+	res, err := s.Run(context.Background(), "go", nil)
+	if err != nil || res.Text != "sorry" {
+		t.Fatalf("run: %+v, %v", res, err)
+	}
+	m := fake.Requests()[1].Messages
+	want := []string{"disk on fire", "crashed", `no tool named "missing"`}
+	for i, w := range want {
+		r := m[2+i]
+		if r.Role != llm.RoleTool || !r.IsError || !strings.Contains(r.Content, w) {
+			t.Fatalf("result %d = %+v, want error containing %q", i, r, w)
 		}
 	}
 }

@@ -37,6 +37,9 @@ const (
 	entrySession = "session"
 	entryMessage = "message"
 	entryLeaf    = "leaf"
+
+	// maxPending bounds entries held in memory while saving keeps failing.
+	maxPending = 16 << 20
 )
 
 // Store keeps one JSONL history file per session key under a directory. Files are opened
@@ -410,6 +413,11 @@ func (h *history) flush() error {
 		data = append(header, data...)
 	}
 	if err := appendDurable(h.path, data); err != nil {
+		if h.pending.Len() > maxPending {
+			// The disk has refused writes for a long while: stop holding the backlog.
+			h.log.Error("session history: dropping unsaved entries", "key", h.key, "bytes", h.pending.Len())
+			h.pending.Reset()
+		}
 		return err
 	}
 	h.pending.Reset()
