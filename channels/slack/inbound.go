@@ -65,7 +65,7 @@ func (c *Channel) handleCallback(ctx context.Context, cb *slackevents.EventsAPIC
 	default: // edits, deletions, joins, bot_message...
 		return nil
 	}
-	bot := c.bot()
+	bot, mention := c.bot()
 	if ev.BotID != "" || ev.User == "" || ev.User == bot || ev.TS == "" || ev.Channel == "" {
 		return nil
 	}
@@ -80,7 +80,7 @@ func (c *Channel) handleCallback(ctx context.Context, cb *slackevents.EventsAPIC
 	taken := false
 	defer func() { release(taken) }()
 
-	msg := c.normalise(ev, bot)
+	msg := c.normalise(ev, bot, mention)
 	target := channels.TargetOf(msg)
 	switch c.cfg.Access.Check(msg) {
 	case channels.NotAllowed:
@@ -123,9 +123,8 @@ func (c *Channel) handleCallback(ctx context.Context, cb *slackevents.EventsAPIC
 }
 
 // normalise turns an event into a message without its files.
-func (c *Channel) normalise(ev inner, bot string) *channels.Message {
+func (c *Channel) normalise(ev inner, bot string, mention *regexp.Regexp) *channels.Message {
 	dm := ev.ChannelType == "im" || (ev.ChannelType == "" && strings.HasPrefix(ev.Channel, "D"))
-	mention := regexp.MustCompile(`<@` + regexp.QuoteMeta(bot) + `(\|[^>]*)?>`)
 	mentioned := ev.Type == "app_mention" || mention.MatchString(ev.Text)
 	text := strings.TrimSpace(mention.ReplaceAllString(ev.Text, ""))
 	text = strings.NewReplacer("&lt;", "<", "&gt;", ">", "&amp;", "&").Replace(text)
@@ -303,7 +302,7 @@ func safeName(s string) string {
 // notice posts a plain reply where target points, logging failures: it is best effort.
 func (c *Channel) notice(ctx context.Context, target channels.Target, text string) {
 	channel, thread := replyPlace(target)
-	if _, err := c.post(ctx, channel, thread, markdown.EscapeMrkdwn(text)); err != nil {
+	if _, err := c.post(ctx, sendPolicy(), channel, thread, markdown.EscapeMrkdwn(text)); err != nil {
 		c.log.Warn("slack: could not post a notice", "chat", channel, "err", c.redact(err))
 	}
 }

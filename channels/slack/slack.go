@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -52,6 +53,7 @@ type Channel struct {
 	state   int // stateNew, stateRunning, stateStopped
 	sink    channels.Sink
 	botUser string
+	mention *regexp.Regexp // <@botUser> and <@botUser|name> in message text
 	up      bool
 	cancel  context.CancelFunc
 	runCtx  context.Context
@@ -138,6 +140,7 @@ func (c *Channel) Start(ctx context.Context, sink channels.Sink) error {
 	runCtx, cancel := context.WithCancel(context.Background())
 	c.mu.Lock()
 	c.sink, c.botUser, c.runCtx, c.cancel = sink, user, runCtx, cancel
+	c.mention = regexp.MustCompile(`<@` + regexp.QuoteMeta(user) + `(\|[^>]*)?>`)
 	c.mu.Unlock()
 	if err := os.MkdirAll(c.dir, 0o700); err != nil {
 		cancel()
@@ -244,10 +247,11 @@ func (c *Channel) running() (channels.Sink, context.Context, bool) {
 	return c.sink, c.runCtx, true
 }
 
-func (c *Channel) bot() string {
+// bot is the bot's user id and the pattern of a mention of it.
+func (c *Channel) bot() (string, *regexp.Regexp) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.botUser
+	return c.botUser, c.mention
 }
 
 // setUp reports a connection change to the sink once per change.

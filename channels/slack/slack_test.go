@@ -618,3 +618,38 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatalf("New accepted an invalid config: %v", err)
 	}
 }
+
+func TestRateLimitedEditPostponesWithoutLosingText(t *testing.T) {
+	s := slacktest.New(t)
+	st := start(t, s, nil)
+	ctx := context.Background()
+	stream, err := st.ch.Open(ctx, channels.Target{Channel: Name, ChatID: "D30", ChatType: channels.ChatDM})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(ctx, channels.Frame{Type: channels.FrameDelta, Text: "first "}); err != nil {
+		t.Fatal(err)
+	}
+	const wait = 2 * time.Second
+	s.FailNext(1, wait)
+	time.Sleep(editInterval + 100*time.Millisecond)
+	if err := stream.Send(ctx, channels.Frame{Type: channels.FrameDelta, Text: "second"}); err != nil {
+		t.Fatalf("an intermediate edit that hit the rate limit failed the frame: %v", err)
+	}
+	limited := s.Calls("chat.update")
+	if len(limited) != 1 || limited[0].Status != http.StatusTooManyRequests {
+		t.Fatalf("chat.update calls %+v; want the one that got 429", limited)
+	}
+	if err := stream.Send(ctx, channels.Frame{Type: channels.FrameDone, Text: "first second"}); err != nil {
+		t.Fatal(err)
+	}
+	p := s.Posted("D30")
+	if len(p) != 1 || p[0].Text != "first second" {
+		t.Fatalf("posted %+v; want the whole answer in one message", p)
+	}
+	calls := s.Calls("chat.update")
+	last := calls[len(calls)-1]
+	if last.Status != http.StatusOK || last.Time.Sub(limited[0].Time) < wait {
+		t.Fatalf("final edit at +%v after the 429; Retry-After was %v", last.Time.Sub(limited[0].Time), wait)
+	}
+}

@@ -46,17 +46,18 @@ func (c *Channel) Open(ctx context.Context, target channels.Target) (channels.St
 }
 
 type stream struct {
-	c        *Channel
-	target   channels.Target
-	channel  string
-	thread   string
-	text     strings.Builder // the answer's Markdown so far
-	msgs     []shown         // the messages showing it, in order
-	dirty    bool            // text changed since the last edit
-	lastEdit time.Time
-	status   bool // an assistant status is shown
-	reacted  bool // the typing reaction is on the user's message
-	ended    bool
+	c         *Channel
+	target    channels.Target
+	channel   string
+	thread    string
+	text      strings.Builder // the answer's Markdown so far
+	msgs      []shown         // the messages showing it, in order
+	dirty     bool            // text changed since the last edit
+	lastEdit  time.Time
+	notBefore time.Time // Slack asked to wait (Retry-After) before the next edit
+	status    bool      // an assistant status is shown
+	reacted   bool      // the typing reaction is on the user's message
+	ended     bool
 }
 
 type shown struct{ ts, text string }
@@ -101,7 +102,7 @@ func (s *stream) Send(ctx context.Context, f channels.Frame) error {
 			s.text.Reset()
 			s.text.WriteString(f.Text)
 		}
-		err := s.sync(ctx, s.text.String())
+		err := s.sync(ctx, s.text.String(), sendPolicy())
 		s.end(ctx)
 		return err
 	case channels.FrameError:
@@ -117,17 +118,41 @@ func (s *stream) Send(ctx context.Context, f channels.Frame) error {
 	return nil
 }
 
-// flush shows the text so far, at most once per editInterval unless forced.
+// flush shows the text so far, at most once per editInterval unless forced. An unforced
+// flush is an intermediate edit: it is tried once, and a rate limit only postpones the
+// next edit, so that streaming never stalls the turn.
 func (s *stream) flush(ctx context.Context, force bool) error {
-	if !s.dirty || (!force && time.Since(s.lastEdit) < editInterval) {
+	if !s.dirty {
 		return nil
 	}
-	return s.sync(ctx, s.text.String())
+	if !force {
+		if time.Since(s.lastEdit) < editInterval || time.Now().Before(s.notBefore) {
+			return nil
+		}
+		if err := s.sync(ctx, s.text.String(), pace.Policy{Attempts: 1}); err != nil {
+			if rl, ok := errors.AsType[*slackgo.RateLimitedError](err); ok {
+				s.notBefore = time.Now().Add(rl.RetryAfter)
+			}
+			s.c.log.Debug("slack: streaming edit postponed", "chat", s.channel, "err", err)
+		}
+		return nil
+	}
+	return s.sync(ctx, s.text.String(), sendPolicy())
 }
 
 // sync makes the answer's messages show md: chunks that changed are edited, new chunks
 // are posted, and chunks no longer needed are deleted.
-func (s *stream) sync(ctx context.Context, md string) error {
+func (s *stream) sync(ctx context.Context, md string, pol pace.Policy) error {
+	if wait := time.Until(s.notBefore); wait > 0 {
+		// Honour a Retry-After an intermediate edit was given.
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
 	var chunks []string
 	for _, ch := range markdown.Split(markdown.Mrkdwn(md), MaxTextLen, utf8.RuneCountInString) {
 		if strings.TrimSpace(ch) != "" {
@@ -140,13 +165,13 @@ func (s *stream) sync(ctx context.Context, md string) error {
 			if s.msgs[i].text == ch {
 				continue
 			}
-			if err := s.c.update(ctx, s.channel, s.msgs[i].ts, ch); err != nil {
+			if err := s.c.update(ctx, pol, s.channel, s.msgs[i].ts, ch); err != nil {
 				return err
 			}
 			s.msgs[i].text = ch
 			continue
 		}
-		ts, err := s.c.post(ctx, s.channel, s.thread, ch)
+		ts, err := s.c.post(ctx, pol, s.channel, s.thread, ch)
 		if err != nil {
 			return err
 		}
@@ -155,7 +180,7 @@ func (s *stream) sync(ctx context.Context, md string) error {
 	}
 	for len(s.msgs) > len(chunks) {
 		last := s.msgs[len(s.msgs)-1]
-		if err := s.c.delete(ctx, s.channel, last.ts); err != nil {
+		if err := s.c.delete(ctx, pol, s.channel, last.ts); err != nil {
 			return err
 		}
 		s.msgs = s.msgs[:len(s.msgs)-1]
@@ -274,8 +299,8 @@ func (s *stream) end(ctx context.Context) {
 }
 
 // send paces and retries one Web API call that puts something in channel.
-func (c *Channel) send(ctx context.Context, channel, what string, timeout time.Duration, fn func(ctx context.Context) error) error {
-	err := pace.Do(ctx, sendPolicy(), func(ctx context.Context) error {
+func (c *Channel) send(ctx context.Context, pol pace.Policy, channel, what string, timeout time.Duration, fn func(ctx context.Context) error) error {
+	err := pace.Do(ctx, pol, func(ctx context.Context) error {
 		if err := c.pacer.Wait(ctx, channel); err != nil {
 			return err
 		}
@@ -290,13 +315,13 @@ func (c *Channel) send(ctx context.Context, channel, what string, timeout time.D
 }
 
 // post posts mrkdwn text (at most MaxTextLen) and returns the message ts.
-func (c *Channel) post(ctx context.Context, channel, thread, text string) (string, error) {
+func (c *Channel) post(ctx context.Context, pol pace.Policy, channel, thread, text string) (string, error) {
 	opts := []slackgo.MsgOption{slackgo.MsgOptionText(text, false)}
 	if thread != "" {
 		opts = append(opts, slackgo.MsgOptionTS(thread))
 	}
 	var ts string
-	err := c.send(ctx, channel, "chat.postMessage", callTimeout, func(ctx context.Context) error {
+	err := c.send(ctx, pol, channel, "chat.postMessage", callTimeout, func(ctx context.Context) error {
 		var err error
 		_, ts, err = c.api.PostMessageContext(ctx, channel, opts...)
 		return err
@@ -311,7 +336,7 @@ func (c *Channel) postText(ctx context.Context, channel, thread, text string) ([
 		if strings.TrimSpace(ch) == "" {
 			continue
 		}
-		ts, err := c.post(ctx, channel, thread, ch)
+		ts, err := c.post(ctx, sendPolicy(), channel, thread, ch)
 		if err != nil {
 			return tss, err
 		}
@@ -320,15 +345,15 @@ func (c *Channel) postText(ctx context.Context, channel, thread, text string) ([
 	return tss, nil
 }
 
-func (c *Channel) update(ctx context.Context, channel, ts, text string) error {
-	return c.send(ctx, channel, "chat.update", callTimeout, func(ctx context.Context) error {
+func (c *Channel) update(ctx context.Context, pol pace.Policy, channel, ts, text string) error {
+	return c.send(ctx, pol, channel, "chat.update", callTimeout, func(ctx context.Context) error {
 		_, _, _, err := c.api.UpdateMessageContext(ctx, channel, ts, slackgo.MsgOptionText(text, false))
 		return err
 	})
 }
 
-func (c *Channel) delete(ctx context.Context, channel, ts string) error {
-	return c.send(ctx, channel, "chat.delete", callTimeout, func(ctx context.Context) error {
+func (c *Channel) delete(ctx context.Context, pol pace.Policy, channel, ts string) error {
+	return c.send(ctx, pol, channel, "chat.delete", callTimeout, func(ctx context.Context) error {
 		_, _, err := c.api.DeleteMessageContext(ctx, channel, ts)
 		if slackError(err) == "message_not_found" {
 			return nil
@@ -348,7 +373,7 @@ func (c *Channel) upload(ctx context.Context, channel, thread string, p channels
 	if p.Type == channels.PartAudio && p.Voice {
 		title = "Voice message"
 	}
-	return c.send(ctx, channel, "file upload", transferTimeout, func(ctx context.Context) error {
+	return c.send(ctx, sendPolicy(), channel, "file upload", transferTimeout, func(ctx context.Context) error {
 		_, err := c.api.UploadFileContext(ctx, slackgo.UploadFileParameters{
 			Filename: name, FileSize: len(data), Reader: bytes.NewReader(data),
 			Title: title, Channel: channel, ThreadTimestamp: thread,

@@ -1,0 +1,84 @@
+package slacktest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	slackgo "github.com/slack-go/slack"
+)
+
+func client(s *Server, token string) *slackgo.Client {
+	return slackgo.New(token, slackgo.OptionAPIURL(s.APIURL()))
+}
+
+func TestWebAPIRules(t *testing.T) {
+	s := New(t)
+	ctx := context.Background()
+	if _, err := client(s, "xoxb-wrong").AuthTestContext(ctx); err == nil || err.Error() != "invalid_auth" {
+		t.Fatalf("wrong token: %v; want invalid_auth", err)
+	}
+	api := client(s, BotToken)
+	if _, _, err := api.PostMessageContext(ctx, "C1", slackgo.MsgOptionText(strings.Repeat("é", MaxTextLen+1), false)); err == nil || err.Error() != "msg_too_long" {
+		t.Fatalf("over the limit: %v; want msg_too_long", err)
+	}
+	_, ts, err := api.PostMessageContext(ctx, "C1", slackgo.MsgOptionText(strings.Repeat("é", MaxTextLen), false))
+	if err != nil {
+		t.Fatalf("at the limit: %v", err)
+	}
+	if _, _, _, err := api.UpdateMessageContext(ctx, "C1", ts, slackgo.MsgOptionText("short", false)); err != nil {
+		t.Fatal(err)
+	}
+	if p := s.Posted("C1"); len(p) != 1 || p[0].Text != "short" || p[0].Edits != 1 {
+		t.Fatalf("posted %+v", p)
+	}
+	s.FailNext(1, 1500*time.Millisecond)
+	_, _, err = api.PostMessageContext(ctx, "C1", slackgo.MsgOptionText("x", false))
+	if rl, ok := errors.AsType[*slackgo.RateLimitedError](err); !ok || rl.RetryAfter != 2*time.Second {
+		t.Fatalf("injected 429: %v; want Retry-After rounded up to 2s", err)
+	}
+	s.FailNext(1, 0)
+	_, _, err = api.PostMessageContext(ctx, "C1", slackgo.MsgOptionText("x", false))
+	if sc, ok := errors.AsType[slackgo.StatusCodeError](err); !ok || sc.Code != 500 {
+		t.Fatalf("injected 5xx: %v", err)
+	}
+}
+
+func TestFileDownloadNeedsTheBotToken(t *testing.T) {
+	s := New(t)
+	ctx := context.Background()
+	s.AudioClip("D1", "U1", []byte("OggS audio"), "audio/ogg")
+	var url string
+	s.mu.Lock()
+	for _, f := range s.userFiles {
+		url = s.URL + "/files/" + f.ID + "/" + f.Name
+	}
+	s.mu.Unlock()
+	var got bytes.Buffer
+	if err := client(s, "xoxb-wrong").GetFileContext(ctx, url, &got); err == nil {
+		t.Fatalf("download with a wrong token succeeded: %q", got.String())
+	}
+	got.Reset()
+	if err := client(s, BotToken).GetFileContext(ctx, url, &got); err != nil || got.String() != "OggS audio" {
+		t.Fatalf("download: %q, %v", got.String(), err)
+	}
+}
+
+func TestUploadFlowSharesIntoThread(t *testing.T) {
+	s := New(t)
+	api := client(s, BotToken)
+	data := []byte("OggS voice")
+	_, err := api.UploadFileContext(context.Background(), slackgo.UploadFileParameters{
+		Filename: "voice.ogg", FileSize: len(data), Reader: bytes.NewReader(data), Channel: "C1", ThreadTimestamp: "123.456",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := s.Posted("C1")
+	if len(p) != 1 || p[0].ThreadTS != "123.456" || len(p[0].Files) != 1 || p[0].Files[0].MIME != "audio/ogg" || !bytes.Equal(p[0].Files[0].Data, data) {
+		t.Fatalf("posted %+v", p)
+	}
+}
