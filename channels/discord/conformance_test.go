@@ -26,6 +26,7 @@ func newPlatform(t *testing.T) channeltest.Platform {
 }
 
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	channeltest.Run(t, newPlatform)
 }
 

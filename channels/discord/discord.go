@@ -210,7 +210,7 @@ func (c *Channel) Start(ctx context.Context, sink channels.Sink) error {
 		if isStatus(err, http.StatusUnauthorized) {
 			return errTokenRejected
 		}
-		return fmt.Errorf("discord: cannot reach the Discord API at %s: %w", c.apiHost(), c.clean(err))
+		return fmt.Errorf("discord: cannot reach the Discord API at %s: %w", c.apiHost(), c.clean(unwrapURL(err)))
 	}
 	id := me.ID
 	c.botID.Store(&id)
@@ -281,7 +281,17 @@ func (c *Channel) gatewayError(err error) error {
 	case fatal:
 		return fmt.Errorf("discord: the gateway refused the connection (close code %d)", code)
 	}
-	return fmt.Errorf("discord: cannot connect to the gateway: %w", c.clean(err))
+	return fmt.Errorf("discord: cannot connect to the gateway: %w", c.clean(unwrapURL(err)))
+}
+
+// unwrapURL drops net/http's "Get https://discord.com/...:" prefix: with api_url set that
+// URL is not where the request went, and the operation is named by our own message.
+func unwrapURL(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
 }
 
 // supervise reconnects after every loss, RESUME first, with capped backoff, until Stop.

@@ -113,19 +113,21 @@ func (ss *session) sendLocked(seq int64, b []byte) {
 
 // resume attaches c and replays what came after seq, then RESUMED. False when the
 // events after seq are no longer kept.
-func (ss *session) resume(c *gwConn, seq int64) bool {
+func (ss *session) resume(c *gwConn, seq int64) (int, bool) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if len(ss.log) > 0 && ss.log[0].seq > seq+1 {
-		return false
+		return 0, false
 	}
 	if ss.conn != nil && ss.conn != c {
 		_ = ss.conn.ws.Close()
 	}
 	ss.conn = c
+	replayed := 0
 	for _, e := range ss.log {
 		if e.seq > seq {
 			ss.sendLocked(e.seq, e.data)
+			replayed++
 		}
 	}
 	ss.seq++
@@ -133,7 +135,7 @@ func (ss *session) resume(c *gwConn, seq int64) bool {
 	b, _ := json.Marshal(payload{Op: opDispatch, T: "RESUMED", S: &s, D: json.RawMessage(`{"_trace":["fake"]}`)})
 	ss.log = append(ss.log, logged{seq: s, data: b})
 	ss.sendLocked(s, b)
-	return true
+	return replayed, true
 }
 
 // drop closes the socket without a close frame and returns the last sequence sent on it.
@@ -180,8 +182,15 @@ func (s *Server) serveGateway(w http.ResponseWriter, r *http.Request) {
 	defer ws.Close()
 	ws.SetReadLimit(1 << 20)
 	s.mu.Lock()
-	hb := s.heartbeat
+	hb, stall := s.heartbeat, s.stall
 	s.mu.Unlock()
+	if stall {
+		for {
+			if _, _, err := ws.ReadMessage(); err != nil {
+				return
+			}
+		}
+	}
 	if c.write(map[string]any{"op": opHello, "d": map[string]any{"heartbeat_interval": hb.Milliseconds()}}) != nil {
 		return
 	}
@@ -238,8 +247,8 @@ func (s *Server) serveGateway(w http.ResponseWriter, r *http.Request) {
 			}
 			_ = json.Unmarshal(p.D, &d)
 			bot, ok := s.botByToken(strings.TrimPrefix(d.Token, "Bot "))
-			s.record(Op{Op: opResume, BotID: bot.ID, SessionID: d.SessionID, Seq: d.Seq})
 			if !ok {
+				s.record(Op{Op: opResume, SessionID: d.SessionID, Seq: d.Seq})
 				c.closeWith(4004, "Authentication failed.")
 				return
 			}
@@ -253,15 +262,17 @@ func (s *Server) serveGateway(w http.ResponseWriter, r *http.Request) {
 				delete(s.sessions, d.SessionID)
 			}
 			s.mu.Unlock()
-			if !reject && ss.resume(c, d.Seq) {
-				sess = ss
-				continue
-			}
 			if !reject {
+				if n, ok := ss.resume(c, d.Seq); ok {
+					s.record(Op{Op: opResume, BotID: bot.ID, SessionID: d.SessionID, Seq: d.Seq, Resumed: true, Replayed: n})
+					sess = ss
+					continue
+				}
 				s.mu.Lock()
 				delete(s.sessions, d.SessionID)
 				s.mu.Unlock()
 			}
+			s.record(Op{Op: opResume, BotID: bot.ID, SessionID: d.SessionID, Seq: d.Seq})
 			if c.write(map[string]any{"op": opInvalidSession, "d": false}) != nil {
 				return
 			}

@@ -28,6 +28,11 @@ const MaxContent = 2000
 const (
 	FlagVoiceMessage = 1 << 13
 
+	// Gateway ops recorded in Op.Op.
+	OpHeartbeat = 1
+	OpIdentify  = 2
+	OpResume    = 6
+
 	IntentGuildMessages  = 1 << 9
 	IntentDirectMessages = 1 << 12
 	IntentMessageContent = 1 << 15
@@ -86,6 +91,8 @@ type Op struct {
 	SessionID string // RESUME: the session asked for
 	Seq       int64  // HEARTBEAT and RESUME: the client's last sequence number
 	Intents   int    // IDENTIFY
+	Resumed   bool   // RESUME accepted (else answered with INVALID_SESSION or 4004)
+	Replayed  int    // RESUME: events replayed before RESUMED
 	Time      time.Time
 }
 
@@ -118,6 +125,7 @@ type Server struct {
 	rejectResumes int
 	nextID        uint64
 	heartbeat     time.Duration
+	stall         bool
 	sessions      map[string]*session
 }
 
@@ -176,6 +184,14 @@ func (s *Server) SetHeartbeatInterval(d time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.heartbeat = d
+}
+
+// StallGateway makes new gateway sockets open and then say nothing (no HELLO), like a
+// hung server.
+func (s *Server) StallGateway(stall bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stall = stall
 }
 
 // SetRoles gives userID these roles in the guild (GET /guilds/{g}/members/{u}).

@@ -86,6 +86,7 @@ func (s *Server) wireLocked(m *Message, recipient string, intents int, depth int
 		Embeds:       []any{},
 		Flags:        m.Flags,
 	}
+	w.Author.Bot = w.Author.Bot || m.AuthorBot
 	if n := len(m.EditTimes); n > 0 {
 		ts := m.EditTimes[n-1].UTC().Format(time.RFC3339Nano)
 		w.EditedTimestamp = &ts

@@ -1,0 +1,66 @@
+package discordtest
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/gorilla/websocket"
+)
+
+func post(t *testing.T, s *Server, token, path string, body any) *http.Response {
+	t.Helper()
+	b, _ := json.Marshal(body)
+	req, _ := http.NewRequest("POST", s.URL+path, bytes.NewReader(b))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bot "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp
+}
+
+func TestFakeEnforcesDiscordRules(t *testing.T) {
+	s := New(t)
+	tok := s.Bot().Token
+	if r := post(t, s, tok, "/api/v9/channels/1/messages", map[string]string{"content": strings.Repeat("é", MaxContent)}); r.StatusCode != 200 {
+		t.Errorf("2000 characters: %d", r.StatusCode)
+	}
+	if r := post(t, s, tok, "/api/v9/channels/1/messages", map[string]string{"content": strings.Repeat("é", MaxContent+1)}); r.StatusCode != 400 {
+		t.Errorf("2001 characters: %d; want 400", r.StatusCode)
+	}
+	if r := post(t, s, "wrong", "/api/v9/channels/1/messages", map[string]string{"content": "x"}); r.StatusCode != 401 {
+		t.Errorf("wrong token: %d; want 401", r.StatusCode)
+	}
+	if r := post(t, s, tok, "/api/v9/channels/1/messages", map[string]any{"content": "", "flags": FlagVoiceMessage}); r.StatusCode != 400 {
+		t.Errorf("voice flag without a file: %d; want 400", r.StatusCode)
+	}
+	s.FailNext(1, 0)
+	if r := post(t, s, tok, "/api/v9/channels/1/messages", map[string]string{"content": "x"}); r.StatusCode != 500 {
+		t.Errorf("injected failure: %d; want 500", r.StatusCode)
+	}
+	if n := len(s.Posted("1")); n != 1 {
+		t.Errorf("%d messages stored; want only the valid one", n)
+	}
+
+	ws, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(s.URL, "http")+"/ws/?v=9", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	var hello struct{ Op int }
+	if err := ws.ReadJSON(&hello); err != nil || hello.Op != 10 {
+		t.Fatalf("hello: %+v %v", hello, err)
+	}
+	ws.WriteJSON(map[string]any{"op": 2, "d": map[string]any{"token": "Bot wrong", "intents": 0}})
+	_, _, err = ws.ReadMessage()
+	var ce *websocket.CloseError
+	if !errors.As(err, &ce) || ce.Code != 4004 {
+		t.Errorf("identify with a wrong token: %v; want close 4004", err)
+	}
+}

@@ -1,0 +1,56 @@
+package discord
+
+import (
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"testing"
+	"time"
+)
+
+func TestTransportRewritesAndClassifies(t *testing.T) {
+	var got []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = append(got, r.URL.Path)
+		switch r.URL.Path {
+		case "/proxy/api/v9/slow":
+			w.Header().Set("Retry-After", "3")
+			w.WriteHeader(http.StatusTooManyRequests)
+			w.Write([]byte("<html>slow down</html>"))
+		case "/proxy/api/v9/down":
+			w.WriteHeader(http.StatusServiceUnavailable)
+		default:
+			w.Header().Set("X-RateLimit-Reset-After", "9999")
+			w.Write([]byte("{}"))
+		}
+	}))
+	defer srv.Close()
+	api, _ := url.Parse(srv.URL + "/proxy/")
+	client := &http.Client{Transport: &transport{base: http.DefaultTransport, api: api}}
+
+	resp, err := client.Get("https://discord.com/api/v9/users/@me")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if got[0] != "/proxy/api/v9/users/@me" {
+		t.Errorf("request reached %q; want it under api_url's path", got[0])
+	}
+	if v := resp.Header.Get("X-RateLimit-Reset-After"); v != "30" {
+		t.Errorf("bucket wait header %q; want it capped to 30", v)
+	}
+
+	_, err = client.Get("https://discord.com/api/v9/slow")
+	var ae *apiError
+	if !errors.As(err, &ae) || ae.Code != 429 || ae.RetryAfter != 3*time.Second {
+		t.Errorf("429 with only a Retry-After header: %v", err)
+	}
+	_, err = client.Get("https://discord.com/api/v9/down")
+	if !errors.As(err, &ae) || ae.Code != 503 {
+		t.Errorf("503: %v", err)
+	}
+	if retryable(err) == err {
+		t.Errorf("a 503 is not marked for retry")
+	}
+}
