@@ -1,0 +1,316 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/lmittmann/tint"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"gateway/builtins/stt"
+	"gateway/builtins/tts"
+	"gateway/channels"
+	"gateway/channels/discord"
+	"gateway/channels/slack"
+	"gateway/channels/telegram"
+	"gateway/channels/web"
+	"gateway/gateway"
+	"gateway/harness"
+	"gateway/hooks"
+	"gateway/profiles"
+)
+
+// app is the wired gateway: everything built from one config.
+type app struct {
+	cfgPath string
+	cfg     Config
+	getenv  func(string) string
+	log     *slog.Logger
+	reg     *prometheus.Registry
+	metrics *gateway.Metrics
+	client  *http.Client
+	stt     *stt.STT
+	tts     *tts.TTS
+	gw      *gateway.Gateway
+
+	reloadMu sync.Mutex
+	loadErrs []hooks.LoadError // of the current runtime, for logs and `hooks list`
+}
+
+func newLogger(cfg LogConfig, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.Level))
+	if cfg.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
+	}
+	return slog.New(tint.NewHandler(w, &tint.Options{Level: level, TimeFormat: time.TimeOnly}))
+}
+
+// buildApp wires every part from cfg without connecting anything: `check` runs exactly this.
+func buildApp(cfg Config, cfgPath string, log *slog.Logger, getenv func(string) string) (*app, error) {
+	a := &app{cfgPath: cfgPath, cfg: cfg, getenv: getenv, log: log, reg: prometheus.NewRegistry()}
+	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	a.metrics = gateway.NewMetrics(a.reg)
+	// Every outbound call has a timeout; streaming calls get theirs from their context.
+	a.client = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+
+	var errs []error
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("state_dir: %w", err)
+	}
+	tmp := filepath.Join(cfg.StateDir, "tmp")
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		return nil, fmt.Errorf("state_dir: %w", err)
+	}
+	if cfg.STT.Enabled {
+		s, err := stt.New(cfg.STT, stt.Options{Logger: log.With("hook", "builtin:stt"), HTTPClient: a.client, TempDir: tmp})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("stt: %w", err))
+		}
+		a.stt = s
+	}
+	if cfg.TTS.Mode != "off" {
+		t, err := tts.New(cfg.TTS, tts.Options{Logger: log.With("hook", "builtin:tts"), HTTPClient: a.client, TempDir: tmp})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("tts: %w", err))
+		}
+		a.tts = t
+	}
+	if _, err := harness.NewProvider(cfg.LLM, a.client); err != nil {
+		errs = append(errs, fmt.Errorf("llm: %w", err))
+	}
+	rt, err := a.buildRuntime(cfg)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		if rt != nil && rt.Close != nil {
+			rt.Close()
+		}
+		return nil, err
+	}
+	store, err := harness.OpenStore(filepath.Join(cfg.StateDir, "sessions"))
+	if err != nil {
+		rt.Close()
+		return nil, fmt.Errorf("state_dir: %w", err)
+	}
+	sessions := cfg.Sessions
+	sessions.EchoTranscript = sessions.EchoTranscript || (a.stt != nil && a.stt.EchoTranscript())
+	a.gw, err = gateway.New(sessions, rt, gateway.Deps{
+		Store:       store,
+		NewProvider: func(c harness.Config) (harness.Provider, error) { return harness.NewProvider(c, a.client) },
+		Logger:      log,
+		Metrics:     a.metrics,
+	})
+	if err != nil {
+		rt.Close()
+		return nil, err
+	}
+	chans, err := a.buildChannels(cfg)
+	if err != nil {
+		rt.Close()
+		return nil, err
+	}
+	for _, ch := range chans {
+		a.gw.AddChannel(ch)
+	}
+	return a, nil
+}
+
+func (a *app) buildChannels(cfg Config) ([]channels.Channel, error) {
+	var out []channels.Channel
+	var errs []error
+	if cfg.Channels.Web.Enabled {
+		out = append(out, web.New(cfg.Channels.Web, web.Options{Logger: a.log.With("channel", "web"), MediaDir: filepath.Join(cfg.StateDir, "media", "web")}))
+	}
+	if cfg.Channels.Telegram.Enabled {
+		ch, err := telegram.New(cfg.Channels.Telegram, telegram.Options{Logger: a.log.With("channel", "telegram"), StateDir: filepath.Join(cfg.StateDir, "telegram"), HTTPClient: a.client})
+		if err != nil {
+			errs = append(errs, err)
+		} else {
+			out = append(out, ch)
+		}
+	}
+	if cfg.Channels.Discord.Enabled {
+		ch, err := discord.New(cfg.Channels.Discord, discord.Options{Logger: a.log.With("channel", "discord"), StateDir: filepath.Join(cfg.StateDir, "discord"), HTTPClient: a.client})
+		if err != nil {
+			errs = append(errs, err)
+		} else {
+			out = append(out, ch)
+		}
+	}
+	if cfg.Channels.Slack.Enabled {
+		ch, err := slack.New(cfg.Channels.Slack, slack.Options{Logger: a.log.With("channel", "slack"), StateDir: filepath.Join(cfg.StateDir, "slack"), HTTPClient: a.client})
+		if err != nil {
+			errs = append(errs, err)
+		} else {
+			out = append(out, ch)
+		}
+	}
+	if len(out) == 0 && len(errs) == 0 {
+		errs = append(errs, errors.New("channels: no channel is enabled (set channels.web.enabled: true for the local web chat)"))
+	}
+	return out, errors.Join(errs...)
+}
+
+// buildRuntime builds the reloadable set: a fresh bus with the builtins, hooks.dirs and each
+// profile's hooks/, and the profiles. It fails only when profiles or bindings are invalid;
+// a broken hook is reported (a.loadErrs) and skipped, never fatal.
+func (a *app) buildRuntime(cfg Config) (*gateway.Runtime, error) {
+	profs, err := profiles.Load(cfg.Profiles, cfg.Bindings)
+	if err != nil {
+		return nil, err
+	}
+	bus := hooks.NewBus(hooks.Options{Timeout: cfg.Hooks.Timeout, Logger: a.log, OnError: a.metrics.HookError})
+	var closers []func()
+	if a.stt != nil {
+		sc := bus.Scope("builtin:stt")
+		a.stt.Register(sc)
+		closers = append(closers, sc.Close)
+	}
+	if a.tts != nil {
+		sc := bus.Scope("builtin:tts")
+		a.tts.Register(sc)
+		closers = append(closers, sc.Close)
+	}
+	var loadErrs []hooks.LoadError
+	load := func(dir string, opts hooks.DirOptions) {
+		opts.Timeout, opts.HTTPClient, opts.Logger = cfg.Hooks.Timeout, a.client, a.log
+		d := hooks.LoadDir(bus, dir, opts)
+		closers = append(closers, d.Close)
+		loadErrs = append(loadErrs, d.Errors()...)
+	}
+	for _, dir := range cfg.Hooks.Dirs {
+		load(dir, hooks.DirOptions{Source: "dir:" + dir})
+	}
+	for _, p := range profs.List() {
+		if p.HooksDir != "" {
+			load(p.HooksDir, hooks.DirOptions{Source: "profile:" + p.Name + ":hooks", Profile: p.Name})
+		}
+	}
+	for _, e := range loadErrs {
+		a.log.Error("hook not loaded", "path", e.Path, "err", e.Err)
+	}
+	a.loadErrs = loadErrs
+	return &gateway.Runtime{
+		Bus:      bus,
+		Profiles: profs,
+		LLM:      cfg.LLM,
+		Tools:    harness.BuiltinTools,
+		Close: func() {
+			for i := len(closers) - 1; i >= 0; i-- {
+				closers[i]()
+			}
+		},
+	}, nil
+}
+
+// reload re-reads the config file's profiles, bindings and hook directories and swaps them
+// in; on any error the running set stays and the error says why.
+func (a *app) reload() error {
+	a.reloadMu.Lock()
+	defer a.reloadMu.Unlock()
+	cfg, err := loadConfig(a.cfgPath, a.getenv)
+	if err == nil {
+		err = cfg.validate()
+	}
+	if err != nil {
+		return fmt.Errorf("reload: config: %w", err)
+	}
+	next := a.cfg
+	next.Profiles, next.Bindings, next.Hooks = cfg.Profiles, cfg.Bindings, cfg.Hooks
+	rt, err := a.buildRuntime(next)
+	if err != nil {
+		return fmt.Errorf("reload: %w", err)
+	}
+	a.cfg = next
+	a.gw.Swap(rt)
+	a.log.Info("reloaded profiles and hooks", "hooks", len(rt.Bus.Handlers()), "load_errors", len(a.loadErrs))
+	return nil
+}
+
+// runGateway runs until ctx ends (SIGINT/SIGTERM), then shuts down within the grace period.
+func runGateway(ctx context.Context, path string, reload <-chan struct{}, stderr io.Writer, getenv func(string) string) error {
+	cfg, err := loadConfig(path, getenv)
+	if err == nil {
+		err = cfg.validate()
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "gateway: the configuration has problems:\n%s\n", indent(err.Error()))
+		return exitCode(1)
+	}
+	log := newLogger(cfg.Log, stderr)
+	a, err := buildApp(cfg, path, log, getenv)
+	if err != nil {
+		log.Error("cannot start", "err", err)
+		return exitCode(1)
+	}
+	return a.serve(ctx, reload)
+}
+
+func (a *app) serve(ctx context.Context, reload <-chan struct{}) error {
+	ln, err := net.Listen("tcp", a.cfg.HTTP.Listen)
+	if err != nil {
+		a.log.Error("cannot listen", "http.listen", a.cfg.HTTP.Listen, "err", err)
+		_ = a.gw.Stop(context.Background())
+		return exitCode(1)
+	}
+	srv := &http.Server{
+		Handler:           a.gw.Handler(gateway.HTTPOptions{Gatherer: a.reg, Reload: a.reload}),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	a.log.Info("listening", "url", "http://"+ln.Addr().String())
+
+	startCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	err = a.gw.Start(startCtx)
+	cancel()
+	if err != nil {
+		a.log.Error("cannot start", "err", err)
+		shutdownHTTP(srv)
+		_ = a.gw.Stop(context.Background())
+		return exitCode(1)
+	}
+	var runErr error
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			a.log.Info("shutting down")
+			break loop
+		case <-reload:
+			if err := a.reload(); err != nil {
+				a.log.Error("reload failed; keeping the previous profiles and hooks", "err", err)
+			}
+		case err := <-serveErr:
+			a.log.Error("http server stopped", "err", err)
+			runErr = exitCode(1)
+			break loop
+		}
+	}
+	stopCtx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
+	defer cancel()
+	if err := a.gw.Stop(stopCtx); err != nil {
+		a.log.Error("shutdown", "err", err)
+	}
+	shutdownHTTP(srv)
+	return runErr
+}
+
+func shutdownHTTP(srv *http.Server) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(ctx)
+}

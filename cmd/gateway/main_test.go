@@ -1,0 +1,166 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// cli runs the gateway command in-process in a temp dir with the given environment.
+func cli(t *testing.T, ctx context.Context, env map[string]string, args ...string) (int, string) {
+	t.Helper()
+	var out bytes.Buffer
+	getenv := func(k string) string { return env[k] }
+	code := run(ctx, nil, args, &out, &out, getenv)
+	return code, out.String()
+}
+
+func writeConfig(t *testing.T, yaml string) string {
+	t.Helper()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "gateway.yaml")
+	yaml = strings.ReplaceAll(yaml, "STATE", filepath.Join(dir, "data"))
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestCheckNamesEachBadKey(t *testing.T) {
+	cases := []struct {
+		name, yaml, want string
+	}{
+		{"unknown key", "state_dir: STATE\nchannels:\n  telegram:\n    tokn: abc\n", `unknown key "channels.telegram.tokn"`},
+		{"unknown top-level key", "state_dir: STATE\nllm_provider: openai\n", `unknown key "llm_provider"`},
+		{"bad duration", "state_dir: STATE\nhooks:\n  timeout: soon\n", "hooks.timeout"},
+		{"missing token", "state_dir: STATE\nchannels:\n  telegram:\n    enabled: true\n", "channels.telegram.token"},
+		{"bad queue mode", "state_dir: STATE\nsessions:\n  queue_mode: sometimes\n", "sessions.queue_mode"},
+		{"bad provider", "state_dir: STATE\nllm:\n  provider: skynet\n", "llm.provider"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			code, out := cli(t, context.Background(), nil, "check", "--config", writeConfig(t, c.yaml))
+			if code != 1 || !strings.Contains(out, c.want) {
+				t.Fatalf("exit %d, output:\n%s\nwant exit 1 naming %s", code, out, c.want)
+			}
+		})
+	}
+}
+
+func TestCheckMasksSecretsAndAppliesEnvironment(t *testing.T) {
+	path := writeConfig(t, `state_dir: STATE
+llm:
+  provider: openai
+  model: gpt-4o-mini
+  api_key: "${MY_KEY}"
+channels:
+  telegram:
+    enabled: true
+    token: "${TG_TOKEN}"
+    allow_from: ["42"]
+`)
+	env := map[string]string{
+		"MY_KEY":            "sk-very-secret-key",
+		"TG_TOKEN":          "123456:telegram-secret-token",
+		"GATEWAY_LLM_MODEL": "gpt-from-env",
+	}
+	code, out := cli(t, context.Background(), env, "check", "--config", path)
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	for _, secret := range []string{"sk-very-secret-key", "telegram-secret-token"} {
+		if strings.Contains(out, secret) {
+			t.Fatalf("check printed a secret:\n%s", out)
+		}
+	}
+	if !strings.Contains(out, "<redacted>") || !strings.Contains(out, "gpt-from-env") {
+		t.Fatalf("output lacks the masked secret or the env override:\n%s", out)
+	}
+}
+
+func TestCheckPassesOnTheExampleConfig(t *testing.T) {
+	env := map[string]string{"OPENAI_API_KEY": "sk-example", "TELEGRAM_BOT_TOKEN": "1:x", "DISCORD_BOT_TOKEN": "x", "SLACK_BOT_TOKEN": "xoxb-1", "SLACK_APP_TOKEN": "xapp-1"}
+	example := filepath.Join(repoRoot(t), "config.example.yaml")
+	t.Chdir(t.TempDir()) // the example's relative paths land in the temp dir
+	code, out := cli(t, context.Background(), env, "check", "--config", example)
+	if code != 0 {
+		t.Fatalf("config.example.yaml fails check (exit %d):\n%s", code, out)
+	}
+}
+
+func repoRoot(t *testing.T) string {
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Dir(filepath.Dir(wd))
+}
+
+func freePort(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// TestRunServesWebChatAndHealth is the README's run command in-process: with no provider
+// configured it starts with the echo provider and serves the page and /healthz.
+func TestRunServesWebChatAndHealth(t *testing.T) {
+	addr := freePort(t)
+	path := writeConfig(t, "state_dir: STATE\nhttp:\n  listen: "+addr+"\n")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	var out bytes.Buffer
+	go func() {
+		done <- run(ctx, nil, []string{"--config", path}, io.Discard, &out, func(string) string { return "" })
+	}()
+
+	get := func(p string) (int, string) {
+		resp, err := http.Get("http://" + addr + p)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if code, _ := get("/readyz"); code == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready within 15s; log:\n%s", out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if code, body := get("/healthz"); code != 200 || !strings.Contains(body, "ok") {
+		t.Fatalf("/healthz = %d %s", code, body)
+	}
+	if code, body := get("/"); code != 200 || !strings.Contains(body, "<html") {
+		t.Fatalf("/ = %d, %.80s", code, body)
+	}
+	if code, body := get("/metrics"); code != 200 || !strings.Contains(body, "gateway_messages_in_total") && !strings.Contains(body, "gateway_active_sessions") {
+		t.Fatalf("/metrics = %d", code)
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("exit %d after SIGTERM-equivalent; log:\n%s", code, out.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("did not shut down")
+	}
+	_ = fmt.Sprint
+}
