@@ -874,3 +874,20 @@ func TestToolFailuresBecomeErrorResults(t *testing.T) {
 		}
 	}
 }
+
+func TestOpenAICompatibleLocalServerNeedsNoKey(t *testing.T) {
+	srv := newOpenAIServer(t)
+	// Like Ollama or llama.cpp: a base_url of its own and no API key.
+	p, err := harness.NewProvider(harness.Config{Provider: "openai", Model: "llama3", BaseURL: srv.Addr()}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := openSession(t, harness.SessionOptions{Provider: p}).Run(context.Background(), "hi", nil)
+	if err != nil || res.Text != "ok" {
+		t.Fatalf("run: %+v, %v", res, err)
+	}
+	r := srv.Requests()[0]
+	if r.Path != "/chat/completions" || r.Header.Get("Authorization") != "" {
+		t.Fatalf("path %q, Authorization %q", r.Path, r.Header.Get("Authorization"))
+	}
+}
