@@ -53,11 +53,15 @@ type probeJSON struct {
 	} `json:"format"`
 }
 
-// Probe reads the format, first audio stream and duration of path. When the container
+// Probe reads the format, first audio stream and duration of path. Ogg/Opus files are
+// read directly; other files with ffprobe. When the container
 // does not record a duration (e.g. WebM from a browser recorder) the audio is decoded once
 // to measure it. A file that is not media fails with ErrUnreadable; media without sound
 // fails with ErrNoAudio and an Info whose Format names what it is.
 func Probe(ctx context.Context, path string) (Info, error) {
+	if info, ok := oggOpusInfo(path); ok {
+		return info, nil
+	}
 	argv := append([]string{"ffprobe", "-v", "error", "-hide_banner"}, inputSafety...)
 	argv = append(argv, "-print_format", "json", "-show_format", "-show_streams", input(path))
 	out, err := Run(ctx, Cmd{Argv: argv, MaxStdout: 1 << 20})

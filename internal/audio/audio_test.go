@@ -234,3 +234,35 @@ func TestRunBoundsAndReports(t *testing.T) {
 		t.Fatal("Run with a cancelled ctx succeeded")
 	}
 }
+
+// Ogg/Opus is read without ffprobe; it must agree with ffprobe.
+func TestProbeOggOpusMatchesFFprobe(t *testing.T) {
+	needTools(t)
+	ctx := t.Context()
+	for _, text := range []string{"hi", "please turn on the kitchen lights and then play some music in the living room"} {
+		p := voicetest.WriteFile(t, "voice.ogg", voicetest.SpeakOgg(t, text))
+		fast, err := audio.Probe(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := audio.Run(ctx, audio.Cmd{Argv: []string{"ffprobe", "-v", "error", "-show_entries",
+			"format=duration", "-of", "csv=p=0", p}, MaxStdout: 1024})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := time.ParseDuration(strings.TrimSpace(string(out)) + "s")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// ffprobe counts the encoder's pre-skip (6.5 ms); the playback length does not.
+		if d := fast.Duration - want; d < -10*time.Millisecond || d > 0 || fast.Codec != "opus" || fast.Channels != 1 {
+			t.Fatalf("Probe = %+v, ffprobe says %s", fast, want)
+		}
+	}
+	// A truncated file still has a readable start; a file with only the header is not
+	// decodable and goes to ffprobe, which says so.
+	full := voicetest.SpeakOgg(t, "hello there")
+	if _, err := audio.Probe(ctx, voicetest.WriteFile(t, "head.ogg", full[:60])); err == nil {
+		t.Error("Probe of a header-only Ogg/Opus file succeeded")
+	}
+}
