@@ -97,7 +97,7 @@ func (s *Server) Live() int {
 	defer s.mu.Unlock()
 	n := 0
 	for _, c := range s.socket.conns {
-		if !c.closing {
+		if !c.closing && !connGone(c) {
 			n++
 		}
 	}
@@ -282,7 +282,7 @@ func (s *Server) sendPending() {
 	defer s.mu.Unlock()
 	var conn *wsConn
 	for _, c := range s.socket.conns {
-		if !c.closing {
+		if !c.closing && !connGone(c) {
 			conn = c
 		}
 	}
