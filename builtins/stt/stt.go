@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
@@ -48,6 +49,9 @@ type STT struct {
 	cfg    Config
 	opts   Options
 	client openai.Client // openai provider only
+	// slots bounds the voice notes processed at once: a burst of them queues here
+	// instead of starting a converter each.
+	slots chan struct{}
 }
 
 // New checks cfg and that the programs it needs exist (ffmpeg, ffprobe and the command's
@@ -57,7 +61,7 @@ func New(cfg Config, opts Options) (*STT, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &STT{cfg: cfg.withDefaults(), opts: opts}
+	s := &STT{cfg: cfg.withDefaults(), opts: opts, slots: make(chan struct{}, max(2, runtime.NumCPU()))}
 	if !cfg.Enabled {
 		return s, nil
 	}
@@ -69,7 +73,7 @@ func New(cfg Config, opts Options) (*STT, error) {
 		tools = append(tools, s.cfg.Command[0])
 	}
 	if err := audio.CheckTools(tools...); err != nil {
-		return nil, fmt.Errorf("stt: %w", err)
+		return nil, err
 	}
 	if s.cfg.Provider == "openai" {
 		ropts := []option.RequestOption{option.WithMaxRetries(1)}
@@ -95,10 +99,15 @@ func (s *STT) Register(scope *hooks.Scope) {
 	if !s.cfg.Enabled {
 		return
 	}
-	// The bus's own timeout is only a backstop: the handler's deadlines come first, so the
-	// user gets a reason ("did not answer in time") rather than silence.
-	limit := maxAudioParts*(s.cfg.Timeout+convertBudget) + 5*time.Second
+	// The bus's own timeout is only a backstop: the handler's deadline comes first, so the
+	// user gets a reason rather than an untranscribed message reaching the agent.
+	limit := s.budget(maxAudioParts) + 5*time.Second
 	hooks.Handle(scope, s.receive, hooks.WithTimeout(limit))
+}
+
+// budget is the most the handler spends on a message with n audio parts.
+func (s *STT) budget(n int) time.Duration {
+	return time.Duration(n) * (s.cfg.Timeout + convertBudget)
 }
 
 func (s *STT) receive(ctx context.Context, ev *hooks.MessageReceive) (*hooks.ReceiveResult, error) {
@@ -118,6 +127,8 @@ func (s *STT) receive(ctx context.Context, ev *hooks.MessageReceive) (*hooks.Rec
 	if lang == "" {
 		lang = s.cfg.Language
 	}
+	hctx, cancel := context.WithTimeout(ctx, s.budget(n))
+	defer cancel()
 	voice := ev.IsVoice
 	parts := make([]channels.Part, 0, len(ev.Parts))
 	for _, p := range ev.Parts {
@@ -126,14 +137,18 @@ func (s *STT) receive(ctx context.Context, ev *hooks.MessageReceive) (*hooks.Rec
 			continue
 		}
 		start := time.Now()
-		text, err := s.Transcribe(ctx, p, lang)
+		text, err := s.Transcribe(hctx, p, lang)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err() // the gateway gave up; nobody reads a reason
 			}
 			var f *Failure
-			if !errors.As(err, &f) {
-				f = &Failure{Reason: "something went wrong on my side", Err: err}
+			switch {
+			case errors.As(err, &f):
+			case hctx.Err() != nil:
+				f = fail("it took too long to process", err)
+			default:
+				f = fail("something went wrong on my side", err)
 			}
 			s.opts.Logger.Warn("stt: could not transcribe", "channel", ev.Channel, "chat", ev.ChatID,
 				"message", ev.MessageID, "reason", f.Reason, "err", f.Err)
@@ -179,6 +194,12 @@ func fail(reason string, err error) *Failure { return &Failure{Reason: reason, E
 // Transcribe returns the words spoken in the audio part p. Errors are *Failure, except
 // when ctx itself ends.
 func (s *STT) Transcribe(ctx context.Context, p channels.Part, language string) (string, error) {
+	select {
+	case s.slots <- struct{}{}:
+		defer func() { <-s.slots }()
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
 	work, err := os.MkdirTemp(s.opts.TempDir, "stt-")
 	if err != nil {
 		return "", fail("I could not store it for processing", err)

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 	"unicode"
@@ -46,6 +47,7 @@ type TTS struct {
 	cfg    Config
 	opts   Options
 	client openai.Client
+	slots  chan struct{} // bounds the replies synthesised at once
 }
 
 // New checks cfg and that the programs it needs exist (ffmpeg, ffprobe and the command's
@@ -57,7 +59,7 @@ func New(cfg Config, opts Options) (*TTS, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	t := &TTS{cfg: cfg.withDefaults(), opts: opts}
+	t := &TTS{cfg: cfg.withDefaults(), opts: opts, slots: make(chan struct{}, max(2, runtime.NumCPU()))}
 	if t.cfg.Mode == ModeOff {
 		return t, nil
 	}
@@ -66,7 +68,7 @@ func New(cfg Config, opts Options) (*TTS, error) {
 		tools = append(tools, t.cfg.Command[0])
 	}
 	if err := audio.CheckTools(tools...); err != nil {
-		return nil, fmt.Errorf("tts: %w", err)
+		return nil, err
 	}
 	if t.cfg.Provider == "openai" {
 		ropts := []option.RequestOption{option.WithMaxRetries(1)}
@@ -148,6 +150,12 @@ func (t *TTS) Synthesize(ctx context.Context, text, voice, language string) (cha
 	}
 	if language == "" {
 		language = t.cfg.Language
+	}
+	select {
+	case t.slots <- struct{}{}:
+		defer func() { <-t.slots }()
+	case <-ctx.Done():
+		return channels.Part{}, fmt.Errorf("tts: waiting for a free slot: %w", ctx.Err())
 	}
 	work, err := os.MkdirTemp(t.opts.TempDir, "tts-")
 	if err != nil {

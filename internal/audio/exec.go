@@ -87,7 +87,7 @@ func Run(ctx context.Context, c Cmd) ([]byte, error) {
 		re := &RunError{Program: c.Argv[0], ExitCode: -1, Stderr: stderr.String(), Err: err}
 		var ee *exec.ExitError
 		if ctx.Err() != nil {
-			re.TimedOut = true
+			re.TimedOut = errors.Is(ctx.Err(), context.DeadlineExceeded)
 			re.Err = ctx.Err()
 		} else if errors.As(err, &ee) {
 			re.ExitCode = ee.ExitCode()
