@@ -214,13 +214,17 @@ func (c *Channel) Start(ctx context.Context, sink channels.Sink) error {
 	}
 	id := me.ID
 	c.botID.Store(&id)
-	if err := c.open(ctx); err != nil {
+	// A Stop during Start ends the connect step too.
+	octx, ocancel := context.WithCancel(ctx)
+	defer ocancel()
+	defer context.AfterFunc(c.ctx, ocancel)()
+	if err := c.open(octx); err != nil {
 		c.abort()
 		return c.gatewayError(err)
 	}
-	c.mu.Lock()
-	c.wg.Add(1)
-	c.mu.Unlock()
+	if _, ok := c.running(true); !ok {
+		return errors.New("discord: stopped while starting")
+	}
 	go c.supervise()
 	c.log.Info("discord: started", "bot", me.Username, "bot_id", me.ID)
 	return nil
@@ -303,6 +307,12 @@ func (c *Channel) supervise() {
 			return
 		case <-c.lost:
 		}
+		// discordgo's heartbeat goroutine may Close an already closed session once more
+		// after a drop, emitting a second Disconnect; by then we may be connected again.
+		// Only the socket tells: it is closed before Disconnect is emitted.
+		if c.dialer.live() > 0 {
+			continue
+		}
 		c.log.Warn("discord: gateway connection lost; reconnecting")
 		c.sink.Connected(Name, false, errConnLost)
 		wait := 250 * time.Millisecond
@@ -311,7 +321,7 @@ func (c *Channel) supervise() {
 				return
 			}
 			err := c.open(c.ctx)
-			if err == nil {
+			if err == nil || errors.Is(err, discordgo.ErrWSAlreadyOpen) {
 				break
 			}
 			if c.ctx.Err() != nil {

@@ -316,7 +316,13 @@ func (c *Channel) download(ctx context.Context, rawURL, name string, limit int64
 		return "", 0, err
 	}
 	// Downloads are bounded by ctx, not by the REST client's shorter timeout.
-	resp, err := (&http.Client{Transport: c.client.Transport}).Do(req)
+	hc := &http.Client{Transport: c.client.Transport, CheckRedirect: func(r *http.Request, via []*http.Request) error {
+		if len(via) >= 5 || !c.allowedHost(r.URL) {
+			return fmt.Errorf("attachment redirected to an unexpected host %q", r.URL.Host)
+		}
+		return nil
+	}}
+	resp, err := hc.Do(req)
 	if err != nil {
 		return "", 0, err
 	}

@@ -159,6 +159,13 @@ func (d *dialer) dial(ctx context.Context, network, addr string) (net.Conn, erro
 	return tc, nil
 }
 
+// live counts the gateway sockets not yet closed.
+func (d *dialer) live() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.conns)
+}
+
 // closeAll closes every gateway socket, which makes discordgo's blocked reads fail.
 func (d *dialer) closeAll() {
 	d.mu.Lock()
