@@ -139,6 +139,11 @@ func (c *Channel) Start(ctx context.Context, sink channels.Sink) error {
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	c.mu.Lock()
+	if c.state != stateRunning { // Stop came while auth.test ran
+		c.mu.Unlock()
+		cancel()
+		return errors.New("slack: stopped while starting")
+	}
 	c.sink, c.botUser, c.runCtx, c.cancel = sink, user, runCtx, cancel
 	c.mention = regexp.MustCompile(`<@` + regexp.QuoteMeta(user) + `(\|[^>]*)?>`)
 	c.mu.Unlock()
@@ -169,6 +174,9 @@ func (c *Channel) Start(ctx context.Context, sink channels.Sink) error {
 			return err
 		}
 		return nil
+	case <-runCtx.Done():
+		c.wg.Wait()
+		return errors.New("slack: stopped while starting")
 	case <-ctx.Done():
 		cancel()
 		c.wg.Wait()

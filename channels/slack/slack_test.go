@@ -653,3 +653,38 @@ func TestRateLimitedEditPostponesWithoutLosingText(t *testing.T) {
 		t.Fatalf("final edit at +%v after the 429; Retry-After was %v", last.Time.Sub(limited[0].Time), wait)
 	}
 }
+
+func TestLifecycle(t *testing.T) {
+	s := slacktest.New(t)
+	ch, err := New(fakeConfig(s), Options{Logger: testLogger(t), StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sink := newRecSink()
+	if err := ch.Start(ctx, sink); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Start(ctx, sink); err == nil {
+		t.Fatal("a second Start succeeded")
+	}
+	if err := ch.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Stop(ctx); err != nil {
+		t.Fatalf("a second Stop: %v", err)
+	}
+	if r := sink.reports(); !slices.Equal(r, []bool{true, false}) {
+		t.Fatalf("connection reports %v; want up then down", r)
+	}
+	if _, err := ch.Open(ctx, channels.Target{Channel: Name, ChatID: "D1"}); err == nil {
+		t.Fatal("Open after Stop succeeded")
+	}
+	// Messages sent while the adapter is down wait for the next one.
+	s.DM("D1", user, "while away")
+	st := start(t, s, nil)
+	if m := st.sink.next(t); m.Text() != "while away" {
+		t.Fatalf("delivered %q", m.Text())
+	}
+}

@@ -92,6 +92,9 @@ func Post(ctx context.Context, url string, body []byte, header http.Header) (int
 // starting at retry number first. Call with mu held; it starts its own goroutine.
 func (s *Server) deliverHTTP(eventID string, payload json.RawMessage, first int) {
 	target, timeout, delay := s.httpEvents.target, s.httpEvents.timeout, s.httpEvents.retryDelay
+	if s.ctx.Err() != nil {
+		return
+	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()

@@ -120,6 +120,10 @@ func (s *Server) Envelopes() []Envelope {
 // to open a new connection; envelopes not acked on the old one are sent on the new one.
 func (s *Server) Disconnect() {
 	s.mu.Lock()
+	if s.ctx.Err() != nil {
+		s.mu.Unlock()
+		return
+	}
 	var conns []*wsConn
 	for _, c := range s.socket.conns {
 		if !c.closing {
@@ -127,6 +131,7 @@ func (s *Server) Disconnect() {
 			conns = append(conns, c)
 		}
 	}
+	s.wg.Add(len(conns)) // the closers below; under mu after the ctx check, as in serveSocket
 	s.mu.Unlock()
 	msg, _ := json.Marshal(map[string]any{"type": "disconnect", "reason": "refresh_requested", "debug_info": map[string]any{"host": "fake-applink"}})
 	for _, c := range conns {
@@ -134,7 +139,6 @@ func (s *Server) Disconnect() {
 		case c.out <- msg:
 		default:
 		}
-		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
 			t := time.NewTimer(time.Second)
@@ -172,6 +176,8 @@ func (s *Server) serveSocket(w http.ResponseWriter, r *http.Request) {
 	s.socket.conns = append(s.socket.conns, conn)
 	ping := s.socket.pingInterval
 	n := len(s.socket.conns)
+	// Added under mu after the ctx check, so that Close cannot be waiting already.
+	s.wg.Add(2)
 	s.mu.Unlock()
 	hello, _ := json.Marshal(map[string]any{
 		"type": "hello", "num_connections": n,
@@ -179,7 +185,6 @@ func (s *Server) serveSocket(w http.ResponseWriter, r *http.Request) {
 		"debug_info":      map[string]any{"host": "fake-applink", "approximate_connection_time": 3600},
 	})
 	conn.out <- hello
-	s.wg.Add(2)
 	go s.writeLoop(conn, ping)
 	go s.readLoop(conn)
 	s.poke()
