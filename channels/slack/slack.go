@@ -37,6 +37,11 @@ const (
 	threadSetSize   = 10_000
 )
 
+var (
+	_ channels.Channel     = (*Channel)(nil)
+	_ channels.HTTPChannel = (*Channel)(nil)
+)
+
 // Channel is the Slack adapter. It is safe for concurrent use.
 type Channel struct {
 	cfg      Config
