@@ -270,9 +270,12 @@ func (s *STT) audioFailure(ctx, prep context.Context, info audio.Info, err error
 	return fail("I could not process the audio", err)
 }
 
-// openaiFormats maps what the OpenAI endpoint accepts as is (by container and codec) to
-// the file name extension it needs to recognise it.
+// openaiUpload maps what the OpenAI endpoint accepts as is (by container and codec) to
+// the file name it needs to recognise it; ok is false for what must be converted first.
 func openaiUpload(info audio.Info) (name, mime string, ok bool) {
+	if info.Video {
+		return "", "", false // send the sound, not the picture
+	}
 	switch info.Format {
 	case "ogg":
 		return "voice.ogg", "audio/ogg", info.Codec == "opus" || info.Codec == "vorbis" || info.Codec == "flac"

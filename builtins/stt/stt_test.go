@@ -8,6 +8,7 @@ import (
 	"image/png"
 	"log/slog"
 	"math/rand/v2"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -186,6 +187,29 @@ func TestOpenAIProviderConvertsOtherFormats(t *testing.T) {
 	}
 	if ev.Text != voicetest.DefaultTranscript {
 		t.Fatalf("text %q", ev.Text)
+	}
+}
+
+// A Telegram video note is a round video of someone speaking: only its sound is sent.
+func TestOpenAIProviderSendsOnlyTheSoundOfAVideoNote(t *testing.T) {
+	needSpeechTools(t)
+	srv := voicetest.NewServer(t)
+	bus := setup(t, openaiConfig(srv), stt.Options{})
+	wav := voicetest.WriteFile(t, "speech.wav", voicetest.SpeakWAV(t, phrase))
+	mp4 := filepath.Join(t.TempDir(), "note.mp4")
+	if _, err := audio.Run(t.Context(), audio.Cmd{Argv: []string{"ffmpeg", "-nostdin", "-v", "error",
+		"-f", "lavfi", "-i", "color=c=blue:s=64x64:r=10", "-i", "file:" + wav,
+		"-shortest", "-c:v", "mpeg4", "-c:a", "aac", "-f", "mp4", "file:" + mp4}}); err != nil {
+		t.Fatal(err)
+	}
+	ev := voiceNote(mp4)
+	ev.Parts[0].MIME = "video/mp4"
+	if rej := bus.Receive(t.Context(), ev); rej != nil {
+		t.Fatalf("rejected: %s", rej.Reason)
+	}
+	ups := srv.Uploads()
+	if len(ups) != 1 || !audio.IsOggOpus(ups[0].Data) {
+		t.Fatalf("the video note was not sent as Ogg/Opus sound (%d uploads)", len(ups))
 	}
 }
 

@@ -31,6 +31,7 @@ type Info struct {
 	Duration   time.Duration // 0 when it cannot be known
 	SampleRate int
 	Channels   int
+	Video      bool // the file also has a picture (a video note, a video)
 }
 
 // Inputs are read through ffmpeg's file protocol only: a crafted playlist cannot make
@@ -74,6 +75,11 @@ func Probe(ctx context.Context, path string) (Info, error) {
 	}
 	info := Info{Format: pj.Format.FormatName}
 	found := false
+	for _, s := range pj.Streams {
+		if s.CodecType == "video" {
+			info.Video = true
+		}
+	}
 	for _, s := range pj.Streams {
 		if s.CodecType != "audio" {
 			continue
