@@ -1,0 +1,219 @@
+package gateway
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"gateway/builtins/stt"
+	"gateway/builtins/tts"
+	"gateway/builtins/voicetest"
+	"gateway/internal/audio"
+)
+
+const spoken = "please turn on the kitchen lights"
+
+// withVoice registers the builtin STT and TTS hooks on the test gateway's bus.
+func withVoice(t *testing.T, sttCfg stt.Config, ttsCfg tts.Config) envOpt {
+	return func(c *Config, rt *Runtime, d *Deps) {
+		s, err := stt.New(sttCfg, stt.Options{Logger: slog.New(slog.DiscardHandler), TempDir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Register(rt.Bus.Scope("builtin:stt"))
+		v, err := tts.New(ttsCfg, tts.Options{Logger: slog.New(slog.DiscardHandler), TempDir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v.Register(rt.Bus.Scope("builtin:tts"))
+	}
+}
+
+func localVoice(t *testing.T) envOpt {
+	voicetest.RequireTools(t, "espeak-ng", "pocketsphinx_continuous", "ffmpeg", "ffprobe")
+	sttCfg := stt.DefaultConfig()
+	sttCfg.Enabled, sttCfg.Provider = true, "command"
+	sttCfg.Command = voicetest.PocketsphinxCommand(voicetest.Grammar(t, spoken, "what time is it"))
+	sttCfg.InputFormat = stt.InputWAV
+	ttsCfg := tts.DefaultConfig()
+	ttsCfg.Mode, ttsCfg.Provider, ttsCfg.Command, ttsCfg.OutputFormat = "inbound", "command", voicetest.EspeakCommand(), "wav"
+	return withVoice(t, sttCfg, ttsCfg)
+}
+
+func openAIVoice(t *testing.T, srv *voicetest.Server) envOpt {
+	voicetest.RequireTools(t, "ffmpeg", "ffprobe")
+	sttCfg := stt.DefaultConfig()
+	sttCfg.Enabled, sttCfg.Provider, sttCfg.BaseURL, sttCfg.APIKey = true, "openai", srv.URL(), "sk-test"
+	ttsCfg := tts.DefaultConfig()
+	ttsCfg.Mode, ttsCfg.Provider, ttsCfg.BaseURL, ttsCfg.APIKey = "inbound", "openai", srv.URL(), "sk-test"
+	return withVoice(t, sttCfg, ttsCfg)
+}
+
+// sayVoice sends a voice note from the web chat, as the record button does.
+func (w *wsClient) sayVoice(ogg []byte) {
+	w.t.Helper()
+	w.n++
+	b, _ := json.Marshal(map[string]any{"type": "message", "id": w.chat + "-v" + string(rune('0'+w.n)), "chat_id": w.chat,
+		"audio": map[string]string{"mime": "audio/ogg", "data": base64.StdEncoding.EncodeToString(ogg)}})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := w.c.Write(ctx, websocket.MessageText, b); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// voiceParts returns the audio parts of an answer's frames, fetched from their URLs.
+func (e *testEnv) voiceParts(t *testing.T, fs []wsFrame) [][]byte {
+	t.Helper()
+	var out [][]byte
+	for _, f := range fs {
+		for _, p := range f.Parts {
+			if p["type"] != "audio" {
+				continue
+			}
+			resp, err := http.Get(e.url + p["url"].(string))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// assertPlayableOpus checks that b is Ogg/Opus that decodes to a duration above zero.
+func assertPlayableOpus(t *testing.T, b []byte) {
+	t.Helper()
+	if !audio.IsOggOpus(b) {
+		t.Fatalf("voice part is not Ogg/Opus (%d bytes, starts %q)", len(b), b[:min(8, len(b))])
+	}
+	path := filepath.Join(t.TempDir(), "reply.ogg")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	info, err := audio.Probe(ctx, path)
+	if err != nil || info.Duration <= 0 {
+		t.Fatalf("voice part does not decode to a duration: %+v, %v", info, err)
+	}
+}
+
+// TestVoiceRoundTripWithLocalTools: espeak-ng speaks, the web chat sends it as a voice note,
+// pocketsphinx transcribes it, the model gets the words, and the answer comes back as text
+// plus one playable Ogg/Opus voice note — all with real audio tools.
+func TestVoiceRoundTripWithLocalTools(t *testing.T) {
+	e := newEnv(t, localVoice(t))
+	voiceRoundTrip(t, e, voicetest.SpeakOgg(t, spoken))
+}
+
+// TestVoiceRoundTripWithOpenAIProviders does the same through the OpenAI-compatible audio API.
+func TestVoiceRoundTripWithOpenAIProviders(t *testing.T) {
+	srv := voicetest.NewServer(t)
+	srv.SetTranscript(spoken)
+	e := newEnv(t, openAIVoice(t, srv))
+	voiceRoundTrip(t, e, voicetest.SpeakOgg(t, spoken))
+	if ups := srv.Uploads(); len(ups) != 1 {
+		t.Fatalf("transcription uploads = %d; want 1", len(ups))
+	}
+	if reqs := srv.SpeechRequests(); len(reqs) != 1 {
+		t.Fatalf("speech requests = %d; want exactly 1", len(reqs))
+	}
+}
+
+func voiceRoundTrip(t *testing.T, e *testEnv, ogg []byte) {
+	t.Helper()
+	c := e.client(t, "voice1")
+	c.sayVoice(ogg)
+	fs := c.until("done", "error")
+	if last := fs[len(fs)-1]; last.Type != "done" {
+		t.Fatalf("voice note answered with %+v", last)
+	}
+	reqs := e.fake.Requests()
+	if len(reqs) != 1 {
+		t.Fatalf("model requests = %d", len(reqs))
+	}
+	heard := strings.ToLower(lastUser(reqs[0]))
+	if !strings.Contains(heard, "kitchen") || !strings.Contains(heard, "lights") {
+		t.Fatalf("the model received %q; want the spoken words", heard)
+	}
+	voices := e.voiceParts(t, fs)
+	if len(voices) != 1 {
+		t.Fatalf("answer has %d voice parts; want exactly one", len(voices))
+	}
+	assertPlayableOpus(t, voices[0])
+
+	// inbound mode: a typed message gets text only.
+	c.say("what time is it")
+	fs = c.until("done", "error")
+	if n := len(e.voiceParts(t, fs)); n != 0 || fs[len(fs)-1].Type != "done" {
+		t.Fatalf("typed message got %d voice parts (%s); want none", n, fs[len(fs)-1].Type)
+	}
+}
+
+func TestVoiceModesPerChat(t *testing.T) {
+	srv := voicetest.NewServer(t)
+	srv.SetTranscript(spoken)
+	e := newEnv(t, openAIVoice(t, srv))
+	c := e.client(t, "voice2")
+	ask := func(voice bool) int {
+		if voice {
+			c.sayVoice(voicetest.SpeakOgg(t, spoken))
+		} else {
+			c.say("hello")
+		}
+		return len(e.voiceParts(t, c.until("done", "error")))
+	}
+	c.say("/voice on")
+	c.until("done")
+	if n := ask(false); n != 1 {
+		t.Fatalf("/voice on: typed message got %d voice parts; want 1", n)
+	}
+	c.say("/voice off")
+	c.until("done")
+	if n := ask(true); n != 0 {
+		t.Fatalf("/voice off: voice note got %d voice parts; want 0", n)
+	}
+	c.say("/voice auto")
+	c.until("done")
+	if a, b := ask(true), ask(false); a != 1 || b != 0 {
+		t.Fatalf("/voice auto: voice → %d, typed → %d; want 1 and 0", a, b)
+	}
+}
+
+func TestBadVoiceNotesGetPlainRepliesAndTheNextMessageWorks(t *testing.T) {
+	srv := voicetest.NewServer(t)
+	srv.SetTranscript(spoken)
+	e := newEnv(t, openAIVoice(t, srv))
+	c := e.client(t, "voice3")
+	for name, data := range map[string][]byte{
+		"corrupt":      []byte("OggS this is not really audio at all, just bytes pretending"),
+		"wrong format": []byte("\x89PNG\r\n\x1a\n not audio"),
+	} {
+		c.sayVoice(data)
+		fs := c.until("done", "error")
+		last := fs[len(fs)-1]
+		if !strings.Contains(strings.ToLower(last.Text), "voice") && !strings.Contains(strings.ToLower(last.Text), "audio") {
+			t.Fatalf("%s audio answered %+v; want a plain explanation", name, last)
+		}
+	}
+	if n := len(e.fake.Requests()); n != 0 {
+		t.Fatalf("bad audio reached the model %d times", n)
+	}
+	c.say("hello")
+	if fs := c.until("done", "error"); fs[len(fs)-1].Type != "done" {
+		t.Fatalf("next message got %+v", fs[len(fs)-1])
+	}
+}
