@@ -123,6 +123,12 @@ func newEnv(t testing.TB, opts ...envOpt) *testEnv {
 
 func newEnvIn(t testing.TB, dir string, opts ...envOpt) *testEnv {
 	t.Helper()
+	return newEnvWith(t, dir, nil, opts...)
+}
+
+// newEnvWith also adds extra channels (platform adapters pointed at their fakes).
+func newEnvWith(t testing.TB, dir string, extra []channels.Channel, opts ...envOpt) *testEnv {
+	t.Helper()
 	store, err := harness.OpenStore(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -143,6 +149,9 @@ func newEnvIn(t testing.TB, dir string, opts ...envOpt) *testEnv {
 	e.web = web.New(web.Config{Enabled: true}, web.Options{MediaDir: t.TempDir()})
 	e.g.AddChannel(e.web)
 	e.g.AddChannel(e.mem)
+	for _, ch := range extra {
+		e.g.AddChannel(ch)
+	}
 	srv := httptest.NewServer(e.g.Handler(HTTPOptions{Gatherer: e.reg}))
 	e.url = srv.URL
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

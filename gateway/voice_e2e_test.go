@@ -14,11 +14,16 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/go-telegram/bot/models"
 
 	"gateway/builtins/stt"
 	"gateway/builtins/tts"
 	"gateway/builtins/voicetest"
+	"gateway/channels"
+	"gateway/channels/telegram"
+	"gateway/channels/telegram/telegramtest"
 	"gateway/internal/audio"
+	"gateway/internal/secret"
 )
 
 const spoken = "please turn on the kitchen lights"
@@ -216,4 +221,44 @@ func TestBadVoiceNotesGetPlainRepliesAndTheNextMessageWorks(t *testing.T) {
 	if fs := c.until("done", "error"); fs[len(fs)-1].Type != "done" {
 		t.Fatalf("next message got %+v", fs[len(fs)-1])
 	}
+}
+
+// TestVoiceRoundTripOnTelegram: a real spoken voice note sent to the fake Bot API reaches
+// the model as text, and the answer arrives as text plus a native Ogg/Opus voice note.
+func TestVoiceRoundTripOnTelegram(t *testing.T) {
+	tg := telegramtest.NewServer(t)
+	ch, err := telegram.New(telegram.Config{
+		Enabled: true, Token: secret.Secret(tg.Token), APIURL: tg.URL, Mode: telegram.ModePolling,
+		Access: channels.Access{AllowFrom: []string{"4242"}, DMPolicy: channels.DMAllowlist, RequireMention: true},
+	}, telegram.Options{StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnvWith(t, t.TempDir(), []channels.Channel{ch}, localVoice(t))
+	tg.Send(telegramtest.Update{ChatID: 4242, From: &models.User{ID: 4242, FirstName: "Ann"}, Voice: voicetest.SpeakOgg(t, spoken)})
+
+	deadline := time.Now().Add(30 * time.Second)
+	var voice, text *telegramtest.Message
+	for time.Now().Before(deadline) && (voice == nil || text == nil) {
+		for _, m := range tg.Messages(4242) {
+			switch {
+			case m.Kind == "voice":
+				voice = &m
+			case m.Kind == "text" && m.Text != "":
+				text = &m
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if voice == nil || text == nil {
+		t.Fatalf("bot posted %+v; want a text answer and a voice note", tg.Messages(4242))
+	}
+	heard := strings.ToLower(lastUser(e.fake.Requests()[0]))
+	if !strings.Contains(heard, "kitchen") || !strings.Contains(heard, "lights") {
+		t.Fatalf("the model received %q; want the spoken words", heard)
+	}
+	if !voice.Opus {
+		t.Fatalf("voice note is not Ogg/Opus")
+	}
+	assertPlayableOpus(t, voice.File)
 }
