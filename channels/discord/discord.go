@@ -204,7 +204,13 @@ func (c *Channel) Start(ctx context.Context, sink channels.Sink) error {
 	go c.work()
 
 	c.pruneMedia()
-	me, err := c.s.User("@me", discordgo.WithContext(ctx))
+	var me *discordgo.User
+	err := pace.Do(ctx, c.policy, func(ctx context.Context) (err error) {
+		ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+		defer cancel()
+		me, err = c.s.User("@me", discordgo.WithContext(ctx))
+		return retryable(err)
+	})
 	if err != nil {
 		c.abort()
 		if isStatus(err, http.StatusUnauthorized) {

@@ -314,6 +314,8 @@ func (s *Server) dispatchMessage(m *Message) {
 		w  wireMessage
 	}
 	var outs []out
+	s.dispatchMu.Lock()
+	defer s.dispatchMu.Unlock()
 	s.mu.Lock()
 	ch := s.channels[m.ChannelID]
 	for _, ss := range s.sessions {

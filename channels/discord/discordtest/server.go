@@ -108,6 +108,10 @@ type Server struct {
 
 	srv *httptest.Server
 
+	// dispatchMu makes every message reach all sessions before the next one does, so a
+	// bot's answer never overtakes, at another bot, the message it answers.
+	dispatchMu sync.Mutex
+
 	mu            sync.Mutex
 	bots          []Bot
 	revoked       map[string]bool
