@@ -58,7 +58,7 @@ func (s *session) command(cmd, arg string, msg *channels.Message, prof *profiles
 			<-s.turnDone
 			s.running = nil
 		}
-		agent, err := s.ensureAgent(&turnReq{profile: prof, info: info})
+		agent, err := s.ensureAgent(&turnReq{profile: prof, info: info}, g.Runtime())
 		if err == nil {
 			ctx, cancel := context.WithTimeout(g.ctx, g.cfg.TurnTimeout)
 			err = agent.Reset(ctx)

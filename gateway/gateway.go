@@ -29,7 +29,45 @@ type Runtime struct {
 	// and no turn uses it any more. May be nil.
 	Close func()
 
-	users sync.WaitGroup // turns holding this runtime
+	// users counts the turns and intakes holding this runtime. A counter rather than a
+	// WaitGroup: an acquire may still reach a runtime that was just replaced and has no
+	// users, and a WaitGroup forbids Add from zero concurrently with Wait.
+	mu      sync.Mutex
+	users   int
+	retired bool // replaced: no new users; Close runs when the last one leaves
+}
+
+// enter counts a new user unless the runtime was replaced.
+func (rt *Runtime) enter() bool {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.retired {
+		return false
+	}
+	rt.users++
+	return true
+}
+
+// leave ends a use; the last user of a replaced runtime closes it.
+func (rt *Runtime) leave() {
+	rt.mu.Lock()
+	rt.users--
+	last := rt.retired && rt.users == 0
+	rt.mu.Unlock()
+	if last && rt.Close != nil {
+		rt.Close()
+	}
+}
+
+// retire marks the runtime replaced and closes it now if nobody uses it.
+func (rt *Runtime) retire() {
+	rt.mu.Lock()
+	already, idle := rt.retired, rt.users == 0
+	rt.retired = true
+	rt.mu.Unlock()
+	if !already && idle && rt.Close != nil {
+		rt.Close()
+	}
 }
 
 // Deps are what the gateway is built from.
@@ -134,12 +172,8 @@ func (g *Gateway) Runtime() *Runtime { return g.rt.Load() }
 // Swap installs a new runtime (a reload). Turns already running finish with the old one,
 // whose Close runs once the last of them has ended.
 func (g *Gateway) Swap(rt *Runtime) {
-	old := g.rt.Swap(rt)
-	if old != nil && old.Close != nil {
-		go func() {
-			old.users.Wait()
-			old.Close()
-		}()
+	if old := g.rt.Swap(rt); old != nil && old != rt {
+		old.retire()
 	}
 }
 
@@ -147,11 +181,10 @@ func (g *Gateway) Swap(rt *Runtime) {
 func (g *Gateway) acquire() (rt *Runtime, release func()) {
 	for {
 		rt = g.rt.Load()
-		rt.users.Add(1)
-		if g.rt.Load() == rt {
-			return rt, rt.users.Done
+		if rt.enter() {
+			return rt, rt.leave
 		}
-		rt.users.Done() // swapped meanwhile: take the new one
+		// Replaced between the load and enter: the new one is already stored.
 	}
 }
 
@@ -259,9 +292,7 @@ func (g *Gateway) Stop(ctx context.Context) error {
 	if err := g.store.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("close store: %w", err))
 	}
-	if rt := g.Runtime(); rt.Close != nil {
-		rt.Close()
-	}
+	g.Runtime().retire() // closes it once nothing holds it (idempotent)
 	return errors.Join(errs...)
 }
 

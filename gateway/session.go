@@ -206,18 +206,21 @@ func (s *session) startNext() {
 	s.pending = s.pending[1:]
 	ctx, cancel := context.WithCancelCause(s.g.ctx)
 	s.running = &runningTurn{cancel: cancel, req: req}
-	agent, err := s.ensureAgent(req)
+	// The turn's snapshot: the agent's bus and the turn's hooks come from one runtime,
+	// held until the turn ends, whatever a reload does meanwhile.
+	rt, release := s.g.acquire()
+	agent, err := s.ensureAgent(req, rt)
 	go func() {
 		defer cancel(nil)
-		s.runTurn(ctx, req, agent, err)
+		s.runTurn(ctx, req, rt, agent, err)
+		release()
 		s.turnDone <- turnOutcome{}
 	}()
 }
 
 // ensureAgent opens the chat's harness session, reopening it when a reload or a different
 // binding changed its profile or runtime (history lives in the store, so nothing is lost).
-func (s *session) ensureAgent(req *turnReq) (*harness.Session, error) {
-	rt := s.g.Runtime()
+func (s *session) ensureAgent(req *turnReq, rt *Runtime) (*harness.Session, error) {
 	if s.agent != nil && s.agentRT == rt && s.agentProfile == req.profile {
 		return s.agent, nil
 	}

@@ -20,10 +20,8 @@ func errCancelled(reason string) error { return &cancelled{reason: reason} }
 
 // runTurn runs one turn and delivers its frames: start, deltas/tools/status, the parts of
 // message:send, then done (or error). done is sent only after everything reached the chat.
-func (s *session) runTurn(ctx context.Context, req *turnReq, agent *harness.Session, openErr error) {
+func (s *session) runTurn(ctx context.Context, req *turnReq, rt *Runtime, agent *harness.Session, openErr error) {
 	g := s.g
-	rt, release := g.acquire()
-	defer release()
 	started := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.TurnTimeout)
 	defer cancel()

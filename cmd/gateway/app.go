@@ -43,8 +43,15 @@ type app struct {
 	tts     *tts.TTS
 	gw      *gateway.Gateway
 
-	reloadMu sync.Mutex
-	loadErrs []hooks.LoadError // of the current runtime, for logs and `hooks list`
+	reloadMu sync.Mutex         // one reload at a time; guards cfg, hooks and loadErrs after start
+	hooks    []hooks.LoadedHook // of the current runtime's hook directories, disabled ones included
+	loadErrs []hooks.LoadError  // of the current runtime, for `check` and `hooks list`
+}
+
+// hookReport is what a runtime's hook directories loaded and what failed to load.
+type hookReport struct {
+	hooks []hooks.LoadedHook
+	errs  []hooks.LoadError
 }
 
 func newLogger(cfg LogConfig, w io.Writer) *slog.Logger {
@@ -89,10 +96,12 @@ func buildApp(cfg Config, cfgPath string, log *slog.Logger, getenv func(string) 
 	if _, err := harness.NewProvider(cfg.LLM, a.client); err != nil {
 		errs = append(errs, fmt.Errorf("llm: %w", err))
 	}
-	rt, err := a.buildRuntime(cfg)
+	// At startup a broken hook is reported and skipped: it never stops the gateway.
+	rt, report, err := a.buildRuntime(cfg)
 	if err != nil {
 		errs = append(errs, err)
 	}
+	a.hooks, a.loadErrs = report.hooks, report.errs
 	if err := errors.Join(errs...); err != nil {
 		if rt != nil && rt.Close != nil {
 			rt.Close()
@@ -165,11 +174,13 @@ func (a *app) buildChannels(cfg Config) ([]channels.Channel, error) {
 
 // buildRuntime builds the reloadable set: a fresh bus with the builtins, hooks.dirs and each
 // profile's hooks/, and the profiles. It fails only when profiles or bindings are invalid;
-// a broken hook is reported (a.loadErrs) and skipped, never fatal.
-func (a *app) buildRuntime(cfg Config) (*gateway.Runtime, error) {
+// hooks that cannot load are skipped and listed in the report (the caller decides whether
+// that is fatal: never at startup, always on reload).
+func (a *app) buildRuntime(cfg Config) (*gateway.Runtime, hookReport, error) {
+	var report hookReport
 	profs, err := profiles.Load(cfg.Profiles, cfg.Bindings)
 	if err != nil {
-		return nil, err
+		return nil, report, err
 	}
 	bus := hooks.NewBus(hooks.Options{Timeout: cfg.Hooks.Timeout, Logger: a.log, OnError: a.metrics.HookError})
 	var closers []func()
@@ -183,12 +194,13 @@ func (a *app) buildRuntime(cfg Config) (*gateway.Runtime, error) {
 		a.tts.Register(sc)
 		closers = append(closers, sc.Close)
 	}
-	var loadErrs []hooks.LoadError
 	load := func(dir string, opts hooks.DirOptions) {
+		// LoadDir logs each hook it cannot load, with its path and reason.
 		opts.Timeout, opts.HTTPClient, opts.Logger = cfg.Hooks.Timeout, a.client, a.log
 		d := hooks.LoadDir(bus, dir, opts)
 		closers = append(closers, d.Close)
-		loadErrs = append(loadErrs, d.Errors()...)
+		report.hooks = append(report.hooks, d.Hooks()...)
+		report.errs = append(report.errs, d.Errors()...)
 	}
 	for _, dir := range cfg.Hooks.Dirs {
 		load(dir, hooks.DirOptions{Source: "dir:" + dir})
@@ -198,10 +210,6 @@ func (a *app) buildRuntime(cfg Config) (*gateway.Runtime, error) {
 			load(p.HooksDir, hooks.DirOptions{Source: "profile:" + p.Name + ":hooks", Profile: p.Name})
 		}
 	}
-	for _, e := range loadErrs {
-		a.log.Error("hook not loaded", "path", e.Path, "err", e.Err)
-	}
-	a.loadErrs = loadErrs
 	return &gateway.Runtime{
 		Bus:      bus,
 		Profiles: profs,
@@ -212,12 +220,23 @@ func (a *app) buildRuntime(cfg Config) (*gateway.Runtime, error) {
 				closers[i]()
 			}
 		},
-	}, nil
+	}, report, nil
 }
 
 // reload re-reads the config file's profiles, bindings and hook directories and swaps them
-// in; on any error the running set stays and the error says why.
+// in. Unlike startup, any problem fails the reload, a hook that cannot load included: the
+// admin is changing a running set, and half of the change is worse than none. On failure
+// the running set stays and the error (also logged) says why. Turns in flight finish with
+// the set they started with.
 func (a *app) reload() error {
+	err := a.tryReload()
+	if err != nil {
+		a.log.Error("reload failed; keeping the previous profiles and hooks", "err", err)
+	}
+	return err
+}
+
+func (a *app) tryReload() error {
 	a.reloadMu.Lock()
 	defer a.reloadMu.Unlock()
 	cfg, err := loadConfig(a.cfgPath, a.getenv)
@@ -229,13 +248,21 @@ func (a *app) reload() error {
 	}
 	next := a.cfg
 	next.Profiles, next.Bindings, next.Hooks = cfg.Profiles, cfg.Bindings, cfg.Hooks
-	rt, err := a.buildRuntime(next)
+	rt, report, err := a.buildRuntime(next)
 	if err != nil {
 		return fmt.Errorf("reload: %w", err)
 	}
-	a.cfg = next
+	if len(report.errs) > 0 {
+		rt.Close()
+		errs := make([]error, len(report.errs))
+		for i, e := range report.errs {
+			errs[i] = fmt.Errorf("hook %w", e)
+		}
+		return fmt.Errorf("reload: %w", errors.Join(errs...))
+	}
+	a.cfg, a.hooks, a.loadErrs = next, report.hooks, report.errs
 	a.gw.Swap(rt)
-	a.log.Info("reloaded profiles and hooks", "hooks", len(rt.Bus.Handlers()), "load_errors", len(a.loadErrs))
+	a.log.Info("reloaded profiles and hooks", "hooks", len(report.hooks), "handlers", len(rt.Bus.Handlers()))
 	return nil
 }
 
@@ -291,9 +318,7 @@ loop:
 			a.log.Info("shutting down")
 			break loop
 		case <-reload:
-			if err := a.reload(); err != nil {
-				a.log.Error("reload failed; keeping the previous profiles and hooks", "err", err)
-			}
+			_ = a.reload() // it logs why it failed
 		case err := <-serveErr:
 			a.log.Error("http server stopped", "err", err)
 			runErr = exitCode(1)

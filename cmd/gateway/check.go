@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"sort"
 	"strings"
@@ -28,10 +30,13 @@ func checkConfig(ctx context.Context, path string, out io.Writer, getenv func(st
 		// Build everything run builds, logging nowhere, then let it go.
 		var a *app
 		if a, err = buildApp(cfg, path, slog.New(slog.DiscardHandler), getenv); err == nil {
+			// Every hook that would not load, each on its own line: run skips them silently
+			// for the user, so check is where the admin learns of all of them.
+			var herrs []error
 			for _, e := range a.loadErrs {
-				err = fmt.Errorf("hook %s: %w", e.Path, e.Err)
-				break
+				herrs = append(herrs, fmt.Errorf("hook %s: %w", e.Path, e.Err))
 			}
+			err = errors.Join(herrs...)
 			stopCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			_ = a.gw.Stop(stopCtx)
 			cancel()
@@ -86,6 +91,15 @@ func newHooksCmd(path func() string, out io.Writer, getenv func(string) string) 
 			fmt.Fprintf(out, "%-50s %-22s %s\n", "SOURCE", "EVENT", "PROFILE")
 			for _, h := range list {
 				fmt.Fprintf(out, "%-50s %-22s %s\n", h.Source, h.Event, h.Profile)
+			}
+			var disabled []string
+			for _, h := range a.hooks {
+				if !h.Enabled {
+					disabled = append(disabled, fmt.Sprintf("  %s (%s, events %s)", h.Source, h.Dir, strings.Join(h.Events, ", ")))
+				}
+			}
+			if len(disabled) > 0 {
+				fmt.Fprintf(out, "\ndisabled (enabled: false):\n%s\n", strings.Join(disabled, "\n"))
 			}
 			if len(a.loadErrs) > 0 {
 				fmt.Fprintln(out, "\nnot loaded:")
@@ -154,7 +168,7 @@ func newReloadCmd(ctx context.Context, path func() string, out io.Writer, getenv
 			}
 			ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			defer cancel()
-			req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+cfg.HTTP.Listen+"/admin/reload", nil)
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, adminURL(cfg.HTTP.Listen)+"/admin/reload", nil)
 			if err != nil {
 				return err
 			}
@@ -172,4 +186,23 @@ func newReloadCmd(ctx context.Context, path func() string, out io.Writer, getenv
 			return nil
 		},
 	}
+}
+
+// adminURL is where `gateway reload` reaches the gateway listening on listen. A wildcard
+// listen address (":8080", "0.0.0.0:8080", "[::]:8080") is reached through loopback, since
+// the admin endpoint refuses any other Host.
+func adminURL(listen string) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "http://" + listen
+	}
+	switch ip := net.ParseIP(host); {
+	case host == "":
+		host = "127.0.0.1"
+	case ip != nil && ip.IsUnspecified() && ip.To4() != nil:
+		host = "127.0.0.1"
+	case ip != nil && ip.IsUnspecified():
+		host = "::1"
+	}
+	return "http://" + net.JoinHostPort(host, port)
 }

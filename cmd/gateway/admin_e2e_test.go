@@ -1,0 +1,872 @@
+package main
+
+// End-to-end tests of profiles, hook directories and reload (issue 7): the gateway runs
+// in-process through run(...) with a real config file, the real OpenAI provider talks to the
+// fake OpenAI server (harness/openaitest), and the tests are users of the web chat over a
+// real WebSocket, admins of the CLI and of the loopback admin endpoint.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"gateway/harness/openaitest"
+	"gateway/profiles"
+)
+
+// syncBuffer is the gateway's log sink: written by the gateway, read by the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// entries returns the JSON log records whose msg is msg.
+func (s *syncBuffer) entries(msg string) []map[string]any {
+	var out []map[string]any
+	sc := bufio.NewScanner(strings.NewReader(s.String()))
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		var rec map[string]any
+		if json.Unmarshal(sc.Bytes(), &rec) == nil && rec["msg"] == msg {
+			out = append(out, rec)
+		}
+	}
+	return out
+}
+
+// liveGateway is a gateway running in-process from a config file in root.
+type liveGateway struct {
+	t       *testing.T
+	root    string
+	cfgPath string
+	addr    string
+	oai     *openaitest.Server
+	reload  chan struct{} // what SIGHUP feeds in main
+	log     *syncBuffer
+}
+
+// gatewayConfig writes root/gateway.yaml: the web chat on a free loopback port, JSON logs,
+// the openai provider pointed at oaiURL, hooks.dirs [root/hooks], profiles.dir root/profiles,
+// then extra (more top-level keys, e.g. bindings).
+func gatewayConfig(t *testing.T, root, addr, oaiURL, extra string) string {
+	t.Helper()
+	yaml := fmt.Sprintf(`state_dir: %[1]s/data
+http:
+  listen: %[2]s
+log:
+  level: info
+  format: json
+llm:
+  provider: openai
+  model: test-model
+  base_url: %[3]s
+  max_retries: 1
+hooks:
+  dirs: [%[1]s/hooks]
+  timeout: 5s
+profiles:
+  dir: %[1]s/profiles
+`, root, addr, oaiURL) + extra
+	path := filepath.Join(root, "gateway.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// startGateway runs `gateway run --config root/gateway.yaml` until the test ends and waits
+// until it is ready. Lay out root/hooks and root/profiles before calling it.
+func startGateway(t *testing.T, root, extra string) *liveGateway {
+	t.Helper()
+	oai := openaitest.NewServer()
+	t.Cleanup(oai.Close) // runs last: the gateway stops first
+	g := &liveGateway{t: t, root: root, addr: freePort(t), oai: oai, reload: make(chan struct{}, 1), log: &syncBuffer{}}
+	g.cfgPath = gatewayConfig(t, root, g.addr, oai.URL(), extra)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	exited := make(chan int, 1)
+	go func() {
+		exited <- run(ctx, g.reload, []string{"run", "--config", g.cfgPath}, io.Discard, g.log, func(string) string { return "" })
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case code := <-exited:
+			if code != 0 {
+				t.Errorf("gateway exited with status %d; log:\n%s", code, g.log)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("gateway did not shut down within 30s")
+		}
+	})
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if code, _ := g.get("/readyz"); code == http.StatusOK {
+			return g
+		}
+		select {
+		case code := <-exited:
+			t.Fatalf("gateway exited with status %d before it was ready; log:\n%s", code, g.log)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gateway not ready within 15s; log:\n%s", g.log)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (g *liveGateway) get(path string) (int, string) {
+	resp, err := http.Get("http://" + g.addr + path)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// postReload is POST /admin/reload; edit may change the request (Host, Origin).
+func (g *liveGateway) postReload(edit func(*http.Request)) (int, map[string]any) {
+	g.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, "http://"+g.addr+"/admin/reload", nil)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	if edit != nil {
+		edit(req)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&body)
+	return resp.StatusCode, body
+}
+
+// signalReload is what SIGHUP does in main.
+func (g *liveGateway) signalReload() { g.reload <- struct{}{} }
+
+// waitLog waits until the log holds at least n records with message msg.
+func (g *liveGateway) waitLog(msg string, n int) []map[string]any {
+	g.t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if recs := g.log.entries(msg); len(recs) >= n {
+			return recs
+		}
+		if time.Now().After(deadline) {
+			g.t.Fatalf("no %d log records %q within 15s; log:\n%s", n, msg, g.log)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// lastUserText is what the model was last asked: the last user message of the last request.
+func (g *liveGateway) lastRequest() openaitest.Request {
+	g.t.Helper()
+	reqs := g.oai.Requests()
+	if len(reqs) == 0 {
+		g.t.Fatal("the provider was never called")
+	}
+	return reqs[len(reqs)-1]
+}
+
+func lastUser(r openaitest.Request) string {
+	for i := len(r.Messages) - 1; i >= 0; i-- {
+		if r.Messages[i].Role == "user" {
+			return r.Messages[i].Content
+		}
+	}
+	return ""
+}
+
+func systemOf(r openaitest.Request) string {
+	for _, m := range r.Messages {
+		if m.Role == "system" {
+			return m.Content
+		}
+	}
+	return ""
+}
+
+// hookErrors reads gateway_hook_errors_total for source and event from /metrics (0 when absent).
+func (g *liveGateway) hookErrors(source, event string) float64 {
+	g.t.Helper()
+	code, body := g.get("/metrics")
+	if code != http.StatusOK {
+		g.t.Fatalf("/metrics = %d", code)
+	}
+	re := regexp.MustCompile(`(?m)^gateway_hook_errors_total\{event="` + regexp.QuoteMeta(event) + `",source="` + regexp.QuoteMeta(source) + `"\} (\S+)$`)
+	m := re.FindStringSubmatch(body)
+	if m == nil {
+		return 0
+	}
+	v, err := strconv.ParseFloat(m[1], 64)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	return v
+}
+
+// frame is a frame of the web chat's wire protocol (channels/web/doc.go).
+type frame struct {
+	Type    string `json:"type"`
+	Text    string `json:"text"`
+	ReplyTo string `json:"reply_to"`
+	Parts   []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	} `json:"parts"`
+}
+
+// chatUser is a person in the web chat: one real WebSocket bound to one chat id.
+type chatUser struct {
+	t      *testing.T
+	c      *websocket.Conn
+	chat   string
+	frames chan frame
+	n      int
+}
+
+func (g *liveGateway) user(chat string) *chatUser {
+	t := g.t
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, "ws://"+g.addr+"/ws?chat_id="+chat, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &chatUser{t: t, c: c, chat: chat, frames: make(chan frame, 256)}
+	readCtx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer close(u.frames)
+		for {
+			_, data, err := c.Read(readCtx)
+			if err != nil {
+				return
+			}
+			var f frame
+			if json.Unmarshal(data, &f) == nil && f.Type != "ack" {
+				select {
+				case u.frames <- f:
+				case <-readCtx.Done():
+					return
+				}
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		stop()
+		c.Close(websocket.StatusNormalClosure, "")
+		<-done
+	})
+	if f := u.next(); f.Type != "hello" {
+		t.Fatalf("first frame %q; want hello", f.Type)
+	}
+	return u
+}
+
+func (u *chatUser) say(text string) {
+	u.t.Helper()
+	u.n++
+	b, _ := json.Marshal(map[string]any{"type": "message", "id": fmt.Sprintf("%s-%d", u.chat, u.n), "chat_id": u.chat, "text": text})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := u.c.Write(ctx, websocket.MessageText, b); err != nil {
+		u.t.Fatal(err)
+	}
+}
+
+func (u *chatUser) next() frame {
+	u.t.Helper()
+	select {
+	case f, ok := <-u.frames:
+		if !ok {
+			u.t.Fatal("the socket closed")
+		}
+		return f
+	case <-time.After(30 * time.Second):
+		u.t.Fatal("no frame within 30s")
+	}
+	return frame{}
+}
+
+// answer reads the frames of one answer, up to and including done or error.
+func (u *chatUser) answer() []frame {
+	u.t.Helper()
+	var out []frame
+	for {
+		f := u.next()
+		out = append(out, f)
+		if f.Type == "done" || f.Type == "error" {
+			return out
+		}
+	}
+}
+
+// ask says text and returns the answer's frames.
+func (u *chatUser) ask(text string) []frame {
+	u.t.Helper()
+	u.say(text)
+	return u.answer()
+}
+
+// partTexts lists the text parts of the answer's parts frames, in order.
+func partTexts(fs []frame) []string {
+	var out []string
+	for _, f := range fs {
+		for _, p := range f.Parts {
+			if f.Type == "parts" && p.Type == "text" {
+				out = append(out, p.Text)
+			}
+		}
+	}
+	return out
+}
+
+func frameTypes(fs []frame) []string {
+	out := make([]string, len(fs))
+	for i, f := range fs {
+		out[i] = f.Type
+	}
+	return out
+}
+
+// writeHook lays out dir/name/HOOK.yaml and, when script is not empty, an executable
+// dir/name/run.sh running script under /bin/sh.
+func writeHook(t *testing.T, dir, name, hookYAML, script string) string {
+	t.Helper()
+	folder := filepath.Join(dir, name)
+	if err := os.MkdirAll(folder, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(folder, "HOOK.yaml"), []byte(hookYAML), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if script != "" {
+		if err := os.WriteFile(filepath.Join(folder, "run.sh"), []byte("#!/bin/sh\n"+script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return folder
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Hook programs. Each reads the event's JSON on stdin (message text never reaches argv).
+const (
+	receiveYAML = "events: [message:receive]\ncommand: [./run.sh]\n"
+	sendYAML    = "events: [message:send]\ncommand: [./run.sh]\n"
+
+	// rejectBananas refuses any message that mentions bananas, with a reason for the user.
+	rejectBananas = `input=$(cat)
+case "$input" in
+*banana*) echo '{"action":"reject","reason":"Bananas are not allowed in this chat."}' ;;
+esac
+`
+	// shout hands the message on in capitals. (Good enough for the plain ASCII of the tests.)
+	shout = `text=$(sed -n 's/.*"text":"\([^"]*\)".*/\1/p' | head -n 1)
+printf '{"action":"transform","text":"%s"}\n' "$(printf '%s' "$text" | tr 'a-z' 'A-Z')"
+`
+)
+
+// prefixWith is a transform hook that puts tag before the message text.
+func prefixWith(tag string) string {
+	return `text=$(sed -n 's/.*"text":"\([^"]*\)".*/\1/p' | head -n 1)
+printf '{"action":"transform","text":"` + tag + ` %s"}\n' "$text"
+`
+}
+
+// footer is a message:send hook that adds a text part to every answer.
+func footer(text string) string {
+	return "cat >/dev/null\necho '{\"parts\":[{\"type\":\"text\",\"text\":\"" + text + "\"}]}'\n"
+}
+
+// TestHookDirectoryShapesMessages: hooks.dirs programs reject, transform and append, and
+// hooks that time out, fail or print garbage cost the user nothing but are logged by name
+// and counted in /metrics. A broken HOOK.yaml does not stop the gateway from starting.
+func TestHookDirectoryShapesMessages(t *testing.T) {
+	root := t.TempDir()
+	hooksDir := filepath.Join(root, "hooks")
+	writeHook(t, hooksDir, "10-no-bananas", receiveYAML, rejectBananas)
+	writeHook(t, hooksDir, "20-shout", receiveYAML, shout)
+	writeHook(t, hooksDir, "30-footer", sendYAML, footer("(checked by the footer hook)"))
+	writeHook(t, hooksDir, "40-slow", receiveYAML+"timeout: 300ms\n", "cat >/dev/null\nsleep 20\n")
+	writeHook(t, hooksDir, "50-fails", receiveYAML, "cat >/dev/null\necho 'database unreachable' >&2\nexit 1\n")
+	writeHook(t, hooksDir, "60-garbage", receiveYAML, "cat >/dev/null\necho 'this is not JSON {'\n")
+	writeHook(t, hooksDir, "70-broken", "events: [message:recieve]\ncommand: [./run.sh]\n", "cat >/dev/null\n")
+
+	g := startGateway(t, root, "")
+	g.oai.Push(openaitest.Reply{Chunks: []string{"Hello ", "to you."}})
+	u := g.user("chat-1")
+
+	// Rejected: the user reads the hook's reason; no turn starts.
+	got := u.ask("Any recipes for banana bread?")
+	if len(got) != 1 || got[0].Type != "done" || got[0].Text != "Bananas are not allowed in this chat." {
+		t.Fatalf("rejected message answered with %+v; want one done frame with the hook's reason", got)
+	}
+
+	// Transformed, answered despite three failing hooks, and the send hook's part lands before done.
+	got = u.ask("hello there")
+	if last := got[len(got)-1]; last.Type != "done" || last.Text != "Hello to you." {
+		t.Fatalf("answer frames %v, last %+v; want the model's answer in done", frameTypes(got), last)
+	}
+	if parts := partTexts(got); len(parts) != 1 || parts[0] != "(checked by the footer hook)" {
+		t.Fatalf("parts before done = %q (frames %v); want the footer hook's text", parts, frameTypes(got))
+	}
+	if types := frameTypes(got); types[len(types)-2] != "parts" {
+		t.Fatalf("frames %v: the hook's parts must come right before done", types)
+	}
+	reqs := g.oai.Requests()
+	if len(reqs) != 1 {
+		t.Fatalf("the provider got %d requests; want 1 (the rejected message must never reach it)", len(reqs))
+	}
+	if text := lastUser(reqs[0]); text != "HELLO THERE" {
+		t.Fatalf("the provider was asked %q; want the transformed text %q", text, "HELLO THERE")
+	}
+	for _, r := range reqs[0].Messages {
+		if strings.Contains(r.Content, "banana") {
+			t.Fatalf("the rejected message reached the model's context: %+v", reqs[0].Messages)
+		}
+	}
+
+	// Each failure is logged with the hook's source and counted once (the rejected message
+	// stopped the chain before them, so only the answered one counts).
+	failures := map[string]*regexp.Regexp{ // the reason each failure is logged with
+		"40-slow":    regexp.MustCompile(`timed out|stopped`),
+		"50-fails":   regexp.MustCompile(`exited with code 1.*database unreachable`),
+		"60-garbage": regexp.MustCompile(`60-garbage`),
+	}
+	recs := g.waitLog("hook failed; continuing without it", len(failures))
+	for name, want := range failures {
+		source := "dir:" + hooksDir + "/" + name
+		found := false
+		for _, r := range recs {
+			if r["source"] == source && r["event"] == "message:receive" && want.MatchString(fmt.Sprint(r["err"])) {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("no log record naming %s with %q; records: %v", source, want, recs)
+		}
+		if n := g.hookErrors(source, "message:receive"); n != 1 {
+			t.Errorf("gateway_hook_errors_total{source=%q} = %v; want 1", source, n)
+		}
+	}
+	// The broken hook was reported at startup, with its reason, and skipped.
+	broken := g.log.entries("hook not loaded")
+	if len(broken) == 0 || !strings.Contains(fmt.Sprint(broken[0]["path"]), "70-broken") || !strings.Contains(fmt.Sprint(broken[0]["err"]), `unknown event "message:recieve"`) {
+		t.Errorf("startup log for the broken hook: %v", broken)
+	}
+}
+
+// TestProfilesAnswerWithTheirOwnPromptAndHooks: two chats bound to two profiles get their
+// profile's system prompt and only their profile's hooks; a third chat gets the default.
+func TestProfilesAnswerWithTheirOwnPromptAndHooks(t *testing.T) {
+	root := t.TempDir()
+	prof := filepath.Join(root, "profiles")
+	writeFile(t, filepath.Join(prof, "alpha", "SYSTEM.md"), "You are Alpha, the support desk.\n")
+	writeHook(t, filepath.Join(prof, "alpha", "hooks"), "tag", receiveYAML, prefixWith("[alpha-hook]"))
+	writeHook(t, filepath.Join(prof, "alpha", "hooks"), "sign", sendYAML, footer("-- Alpha"))
+	writeFile(t, filepath.Join(prof, "beta", "SYSTEM.md"), "You are Beta, the sales desk.\n")
+	writeHook(t, filepath.Join(prof, "beta", "hooks"), "tag", receiveYAML, prefixWith("[beta-hook]"))
+	g := startGateway(t, root, `bindings:
+  - profile: alpha
+    match: {channel: web, chat: chat-a}
+  - profile: beta
+    match: {channel: web, chat: chat-b}
+`)
+	cases := []struct {
+		chat, system, asked string
+		parts               []string
+	}{
+		{"chat-a", "You are Alpha, the support desk.", "[alpha-hook] hello", []string{"-- Alpha"}},
+		{"chat-b", "You are Beta, the sales desk.", "[beta-hook] hello", nil},
+		{"chat-c", profiles.DefaultSystemPrompt, "hello", nil},
+	}
+	for _, c := range cases {
+		got := g.user(c.chat).ask("hello")
+		if last := got[len(got)-1]; last.Type != "done" {
+			t.Fatalf("%s: answer frames %v, last %+v", c.chat, frameTypes(got), last)
+		}
+		r := g.lastRequest()
+		if sys := systemOf(r); sys != c.system {
+			t.Errorf("%s: the model's system prompt was %q; want %q", c.chat, sys, c.system)
+		}
+		if text := lastUser(r); text != c.asked {
+			t.Errorf("%s: the model was asked %q; want %q (only the bound profile's hooks may touch it)", c.chat, text, c.asked)
+		}
+		if parts := partTexts(got); strings.Join(parts, "|") != strings.Join(c.parts, "|") {
+			t.Errorf("%s: parts %q; want %q", c.chat, parts, c.parts)
+		}
+	}
+}
+
+// TestReloadSwapsHooksButNotTheTurnInFlight: after a reload (the SIGHUP path) the next
+// message sees the new hook folders, while the turn running during the reload finishes
+// with the hooks it started with, even one the reload disabled.
+func TestReloadSwapsHooksButNotTheTurnInFlight(t *testing.T) {
+	root := t.TempDir()
+	hooksDir := filepath.Join(root, "hooks")
+	writeHook(t, hooksDir, "footer", sendYAML, footer("(footer v1)"))
+	g := startGateway(t, root, "")
+
+	// The first request waits in the fake provider until the reload is done.
+	entered, release := make(chan struct{}), make(chan struct{})
+	var calls atomic.Int32
+	g.oai.SetFunc(func(openaitest.Request) openaitest.Reply {
+		if calls.Add(1) == 1 {
+			close(entered)
+			<-release
+		}
+		return openaitest.Reply{Text: "answer"}
+	})
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	u := g.user("chat-r")
+	u.say("first question")
+	select {
+	case <-entered:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the first turn never reached the provider; log:\n%s", g.log)
+	}
+
+	// Mid-turn: the admin disables the old footer and adds a new footer and a transform.
+	writeHook(t, hooksDir, "footer", sendYAML+"enabled: false\n", footer("(footer v1)"))
+	writeHook(t, hooksDir, "footer2", sendYAML, footer("(footer v2)"))
+	writeHook(t, hooksDir, "shout", receiveYAML, shout)
+	g.signalReload()
+	g.waitLog("reloaded profiles and hooks", 1)
+	close(release)
+
+	got := u.answer()
+	if last := got[len(got)-1]; last.Type != "done" || last.Text != "answer" {
+		t.Fatalf("turn in flight: frames %v, last %+v", frameTypes(got), last)
+	}
+	if parts := partTexts(got); len(parts) != 1 || parts[0] != "(footer v1)" {
+		t.Fatalf("the turn in flight got parts %q; want the hooks it started with: [(footer v1)]", parts)
+	}
+
+	got = u.ask("second question")
+	if parts := partTexts(got); len(parts) != 1 || parts[0] != "(footer v2)" {
+		t.Fatalf("the turn after the reload got parts %q; want [(footer v2)]", parts)
+	}
+	if text := lastUser(g.lastRequest()); text != "SECOND QUESTION" {
+		t.Fatalf("after the reload the model was asked %q; want the new hook's transform", text)
+	}
+}
+
+// TestReloadWithABrokenHookKeepsTheOldSet: a reload that finds a broken HOOK.yaml fails as a
+// whole, says why (HTTP, SIGHUP log, CLI), and the running hooks stay as they were; once
+// fixed, `gateway reload` applies the change.
+func TestReloadWithABrokenHookKeepsTheOldSet(t *testing.T) {
+	root := t.TempDir()
+	hooksDir := filepath.Join(root, "hooks")
+	writeHook(t, hooksDir, "shout", receiveYAML, shout)
+	g := startGateway(t, root, "")
+	u := g.user("chat-k")
+	u.ask("one")
+	if text := lastUser(g.lastRequest()); text != "ONE" {
+		t.Fatalf("asked %q; want ONE", text)
+	}
+
+	// Disabling shout would show; the broken folder must stop the whole change.
+	writeHook(t, hooksDir, "shout", receiveYAML+"enabled: false\n", shout)
+	brokenDir := writeHook(t, hooksDir, "typo", "events: [message:recieve]\ncommand: [./run.sh]\n", "cat >/dev/null\n")
+
+	code, body := g.postReload(nil)
+	if code != http.StatusUnprocessableEntity || !strings.Contains(fmt.Sprint(body["error"]), brokenDir) ||
+		!strings.Contains(fmt.Sprint(body["error"]), `unknown event "message:recieve"`) {
+		t.Fatalf("POST /admin/reload = %d %v; want 422 naming %s and the unknown event", code, body, brokenDir)
+	}
+	g.signalReload()
+	recs := g.waitLog("reload failed; keeping the previous profiles and hooks", 2)
+	if !strings.Contains(fmt.Sprint(recs[1]["err"]), brokenDir) {
+		t.Fatalf("the SIGHUP reload's log does not name the broken hook: %v", recs[1])
+	}
+	code, out := cli(t, context.Background(), nil, "reload", "--config", g.cfgPath)
+	if code != 1 || !strings.Contains(out, brokenDir) {
+		t.Fatalf("`gateway reload` = %d:\n%s\nwant exit 1 naming the broken hook", code, out)
+	}
+	if n := len(g.log.entries("reloaded profiles and hooks")); n != 0 {
+		t.Fatalf("%d reloads were applied; want none", n)
+	}
+
+	u.ask("two")
+	if text := lastUser(g.lastRequest()); text != "TWO" {
+		t.Fatalf("after the failed reloads the model was asked %q; want TWO (the old hooks still run)", text)
+	}
+
+	// `gateway hooks list` shows the admin what is wrong on disk.
+	code, out = cli(t, context.Background(), nil, "hooks", "list", "--config", g.cfgPath)
+	if code != 0 || !strings.Contains(out, "not loaded:") || !strings.Contains(out, brokenDir+": HOOK.yaml: events: unknown event") {
+		t.Fatalf("`gateway hooks list` = %d:\n%s", code, out)
+	}
+
+	// Fixed: `gateway reload` against the running gateway applies the change.
+	if err := os.RemoveAll(brokenDir); err != nil {
+		t.Fatal(err)
+	}
+	code, out = cli(t, context.Background(), nil, "reload", "--config", g.cfgPath)
+	if code != 0 || !strings.Contains(out, "reloaded") {
+		t.Fatalf("`gateway reload` = %d:\n%s", code, out)
+	}
+	u.ask("three")
+	if text := lastUser(g.lastRequest()); text != "three" {
+		t.Fatalf("after the reload the model was asked %q; want three (shout disabled)", text)
+	}
+}
+
+// TestReloadUnderLoadLosesNothing: reloads arriving while several chats are mid-turn lose
+// no message and never leave a turn without its hooks (a runtime closed under a running
+// turn would drop the footer).
+func TestReloadUnderLoadLosesNothing(t *testing.T) {
+	root := t.TempDir()
+	writeHook(t, filepath.Join(root, "hooks"), "footer", sendYAML, footer("(footer)"))
+	g := startGateway(t, root, "")
+	g.oai.SetFunc(func(r openaitest.Request) openaitest.Reply {
+		return openaitest.Reply{Chunks: []string{"re: ", lastUser(r)}, ChunkDelay: 5 * time.Millisecond}
+	})
+
+	stop := make(chan struct{})
+	reloads := make(chan error, 1) // the reloader's one result
+	go func() {
+		reloads <- func() error {
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					if n == 0 {
+						return errors.New("no reload ran")
+					}
+					return nil
+				default:
+				}
+				resp, err := http.Post("http://"+g.addr+"/admin/reload", "", nil)
+				if err != nil {
+					return err
+				}
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					return fmt.Errorf("reload %d: status %d", n, resp.StatusCode)
+				}
+			}
+		}()
+	}()
+	t.Cleanup(func() { // a failed assertion still stops the reloader
+		select {
+		case <-stop:
+		default:
+			close(stop)
+			<-reloads
+		}
+	})
+
+	users := make([]*chatUser, 4)
+	for i := range users {
+		users[i] = g.user(fmt.Sprintf("load-%d", i))
+	}
+	for round := range 8 {
+		for i, u := range users { // every chat is mid-turn at once
+			u.say(fmt.Sprintf("m%d-%d", i, round))
+		}
+		for i, u := range users {
+			got := u.answer()
+			want := fmt.Sprintf("re: m%d-%d", i, round)
+			if last := got[len(got)-1]; last.Type != "done" || last.Text != want {
+				t.Fatalf("chat %d round %d: frames %v, last %+v; want done %q", i, round, frameTypes(got), last, want)
+			}
+			if parts := partTexts(got); len(parts) != 1 || parts[0] != "(footer)" {
+				t.Fatalf("chat %d round %d: parts %q; want the footer once", i, round, parts)
+			}
+		}
+	}
+	close(stop)
+	if err := <-reloads; err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d reloads during %d answers", len(g.log.entries("reloaded profiles and hooks")), 8*len(users))
+}
+
+// TestAdminReloadIsLoopbackOnly: POST /admin/reload works from loopback and refuses a
+// request whose Host or Origin says it came through a browser elsewhere (DNS rebinding).
+func TestAdminReloadIsLoopbackOnly(t *testing.T) {
+	root := t.TempDir()
+	g := startGateway(t, root, "")
+	for _, c := range []struct {
+		name string
+		edit func(*http.Request)
+	}{
+		{"foreign Host", func(r *http.Request) { r.Host = "attacker.example:80" }},
+		{"rebinding Host with loopback address", func(r *http.Request) { r.Host = "gateway.attacker.example" }},
+		{"cross-site Origin", func(r *http.Request) { r.Header.Set("Origin", "http://attacker.example") }},
+	} {
+		if code, body := g.postReload(c.edit); code != http.StatusForbidden {
+			t.Errorf("%s: POST /admin/reload = %d %v; want 403", c.name, code, body)
+		}
+	}
+	if n := len(g.log.entries("reloaded profiles and hooks")); n != 0 {
+		t.Fatalf("a refused request reloaded the gateway")
+	}
+	if code, body := g.postReload(nil); code != http.StatusOK || body["status"] != "reloaded" {
+		t.Fatalf("POST /admin/reload from loopback = %d %v", code, body)
+	}
+	g.waitLog("reloaded profiles and hooks", 1)
+	if code, _ := g.get("/admin/reload"); code != http.StatusMethodNotAllowed {
+		t.Errorf("GET /admin/reload = %d; want 405", code)
+	}
+}
+
+// TestAdminCommandsListHooksProfilesAndProblems: `gateway hooks list`, `profiles list` and
+// `check` show an admin what loaded, from where, and what is broken and why.
+func TestAdminCommandsListHooksProfilesAndProblems(t *testing.T) {
+	root := t.TempDir()
+	hooksDir := filepath.Join(root, "hooks")
+	prof := filepath.Join(root, "profiles")
+	writeHook(t, hooksDir, "10-audit", "events: [message:receive, message:send]\ncommand: [./run.sh]\n", "cat >/dev/null\n")
+	writeHook(t, hooksDir, "20-observer", "events: [\"*\"]\nurl: http://127.0.0.1:9/hook\n", "")
+	writeHook(t, hooksDir, "30-off", receiveYAML+"enabled: false\n", "cat >/dev/null\n")
+	writeHook(t, hooksDir, "40-typo", "events: [message:recieve]\ncommand: [./run.sh]\n", "cat >/dev/null\n")
+	writeHook(t, hooksDir, "50-missing-program", "events: [message:send]\ncommand: [./nothing-here.sh]\n", "")
+	writeFile(t, filepath.Join(prof, "alpha", "profile.yaml"), "description: The support desk\n")
+	writeHook(t, filepath.Join(prof, "alpha", "hooks"), "tag", receiveYAML, "cat >/dev/null\n")
+	writeFile(t, filepath.Join(prof, "beta", "SYSTEM.md"), "You are Beta.\n")
+	path := gatewayConfig(t, root, "127.0.0.1:1", "http://127.0.0.1:1/v1", `bindings:
+  - profile: alpha
+    match: {channel: web, chat: chat-a}
+  - profile: alpha
+    match: {channel: telegram, chat: "-100123"}
+  - profile: beta
+    match: {channel: web, user: u-7}
+`)
+	ctx := context.Background()
+
+	code, out := cli(t, ctx, nil, "hooks", "list", "--config", path)
+	if code != 0 {
+		t.Fatalf("hooks list exit %d:\n%s", code, out)
+	}
+	for _, want := range [][]string{
+		{"dir:" + hooksDir + "/10-audit", "message:receive"},
+		{"dir:" + hooksDir + "/10-audit", "message:send"},
+		{"dir:" + hooksDir + "/20-observer", "*"},
+		{"profile:alpha:hooks/tag", "message:receive", "alpha"},
+		{"dir:" + hooksDir + "/30-off", "message:receive"},
+		{filepath.Join(hooksDir, "40-typo") + ": HOOK.yaml: events: unknown event \"message:recieve\""},
+		{filepath.Join(hooksDir, "50-missing-program") + ": HOOK.yaml: command: program \"./nothing-here.sh\" not found"},
+	} {
+		if !hasLine(out, want...) {
+			t.Errorf("hooks list has no line with %q:\n%s", want, out)
+		}
+	}
+	disabled := out[strings.Index(out, "disabled"):]
+	notLoaded := out[strings.Index(out, "not loaded:"):]
+	if !strings.Contains(disabled, "30-off") || !strings.Contains(notLoaded, "40-typo") || !strings.Contains(notLoaded, "50-missing-program") {
+		t.Errorf("hooks list does not sort hooks into disabled / not loaded:\n%s", out)
+	}
+
+	code, out = cli(t, ctx, nil, "profiles", "list", "--config", path)
+	if code != 0 {
+		t.Fatalf("profiles list exit %d:\n%s", code, out)
+	}
+	for _, want := range [][]string{
+		{"alpha", filepath.Join(prof, "alpha")},
+		{"The support desk"},
+		{"hooks:", filepath.Join(prof, "alpha", "hooks")},
+		{`bound: channel="web" chat="chat-a"`},
+		{`bound: channel="telegram" chat="-100123"`},
+		{"beta", filepath.Join(prof, "beta")},
+		{`bound: channel="web" chat="" thread="" user="u-7"`},
+		{"assistant (default)", "built-in"},
+	} {
+		if !hasLine(out, want...) {
+			t.Errorf("profiles list has no line with %q:\n%s", want, out)
+		}
+	}
+
+	code, out = cli(t, ctx, nil, "check", "--config", path)
+	problems := out[strings.Index(out, "problems:")+1:]
+	if code != 1 || !strings.Contains(problems, "40-typo") || !strings.Contains(problems, `unknown event "message:recieve"`) ||
+		!strings.Contains(problems, "50-missing-program") {
+		t.Fatalf("check = %d; want exit 1 naming both broken hooks:\n%s", code, out)
+	}
+	if strings.Contains(problems, "10-audit") || strings.Contains(problems, "30-off") {
+		t.Fatalf("check reports a hook that is fine:\n%s", problems)
+	}
+}
+
+// hasLine reports whether one line of out contains every string of want.
+func hasLine(out string, want ...string) bool {
+	for _, line := range strings.Split(out, "\n") {
+		ok := true
+		for _, w := range want {
+			ok = ok && strings.Contains(line, w)
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
+// TestReloadCommandReachesAWildcardListener: `gateway reload` must reach a gateway that
+// listens on every interface through loopback, the only Host the admin endpoint accepts.
+func TestReloadCommandReachesAWildcardListener(t *testing.T) {
+	for listen, want := range map[string]string{
+		"127.0.0.1:8080": "http://127.0.0.1:8080",
+		"localhost:8080": "http://localhost:8080",
+		":8080":          "http://127.0.0.1:8080",
+		"0.0.0.0:8080":   "http://127.0.0.1:8080",
+		"[::]:8080":      "http://[::1]:8080",
+		"[::1]:8080":     "http://[::1]:8080",
+	} {
+		if got := adminURL(listen); got != want {
+			t.Errorf("adminURL(%q) = %q; want %q", listen, got, want)
+		}
+	}
+}
