@@ -93,7 +93,7 @@ func (s *session) runTurn(ctx context.Context, req *turnReq, rt *Runtime, agent 
 	}
 	parts := rt.Bus.Send(dctx, &hooks.MessageSend{
 		Session: req.info, InputText: req.prompt, ResponseText: res.Text, IsVoice: req.isVoice,
-		TTSMode: mode, Voice: req.profile.TTSVoice, Language: req.profile.Language,
+		TTSMode: mode, Voice: req.profile.TTSVoice, Language: req.profile.TTSLanguage,
 	})
 	if len(parts) > 0 {
 		d.send(channels.Frame{Type: channels.FrameParts, Parts: parts})
