@@ -192,7 +192,7 @@ func (g *liveGateway) waitLog(msg string, n int) []map[string]any {
 	}
 }
 
-// lastUserText is what the model was last asked: the last user message of the last request.
+// lastRequest is the last request the fake provider received.
 func (g *liveGateway) lastRequest() openaitest.Request {
 	g.t.Helper()
 	reqs := g.oai.Requests()
@@ -202,6 +202,7 @@ func (g *liveGateway) lastRequest() openaitest.Request {
 	return reqs[len(reqs)-1]
 }
 
+// lastUser is what the model was asked: the last user message of r.
 func lastUser(r openaitest.Request) string {
 	for i := len(r.Messages) - 1; i >= 0; i-- {
 		if r.Messages[i].Role == "user" {
@@ -211,6 +212,7 @@ func lastUser(r openaitest.Request) string {
 	return ""
 }
 
+// systemOf is the system prompt of r.
 func systemOf(r openaitest.Request) string {
 	for _, m := range r.Messages {
 		if m.Role == "system" {
@@ -579,7 +581,7 @@ func TestReloadSwapsHooksButNotTheTurnInFlight(t *testing.T) {
 	}
 
 	// Mid-turn: the admin disables the old footer and adds a new footer and a transform.
-	writeHook(t, hooksDir, "footer", sendYAML+"enabled: false\n", footer("(footer v1)"))
+	writeHook(t, hooksDir, "footer", sendYAML+"enabled: false\n", "") // run.sh stays: the old set still runs it
 	writeHook(t, hooksDir, "footer2", sendYAML, footer("(footer v2)"))
 	writeHook(t, hooksDir, "shout", receiveYAML, shout)
 	g.signalReload()
@@ -618,7 +620,7 @@ func TestReloadWithABrokenHookKeepsTheOldSet(t *testing.T) {
 	}
 
 	// Disabling shout would show; the broken folder must stop the whole change.
-	writeHook(t, hooksDir, "shout", receiveYAML+"enabled: false\n", shout)
+	writeHook(t, hooksDir, "shout", receiveYAML+"enabled: false\n", "")
 	brokenDir := writeHook(t, hooksDir, "typo", "events: [message:recieve]\ncommand: [./run.sh]\n", "cat >/dev/null\n")
 
 	code, body := g.postReload(nil)
