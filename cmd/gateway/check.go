@@ -95,7 +95,7 @@ func newHooksCmd(path func() string, out io.Writer, getenv func(string) string) 
 			var disabled []string
 			for _, h := range a.hooks {
 				if !h.Enabled {
-					disabled = append(disabled, fmt.Sprintf("  %s (%s, events %s)", h.Source, h.Dir, strings.Join(h.Events, ", ")))
+					disabled = append(disabled, fmt.Sprintf("  %-48s events: %s", h.Source, strings.Join(h.Events, ", ")))
 				}
 			}
 			if len(disabled) > 0 {
