@@ -55,20 +55,21 @@ type Options struct {
 
 // Channel is the Discord adapter. See channels.Channel for the contract.
 type Channel struct {
-	cfg      Config
-	log      *slog.Logger
-	token    string
-	api      *url.URL
-	client   *http.Client // REST (discordgo) and attachment downloads
-	dialer   *dialer
-	mediaDir string
-	pacer    *pace.Pacer
-	policy   pace.Policy
-	dedup    *channels.Dedup
-	guard    *botGuard
-	chans    *cache[chanInfo]
-	roles    *cache[[]string]
-	botID    atomic.Pointer[string]
+	cfg         Config
+	log         *slog.Logger
+	token       string
+	api         *url.URL
+	client      *http.Client // REST (discordgo) and attachment downloads
+	dialer      *dialer
+	mediaDir    string
+	pacer       *pace.Pacer
+	policy      pace.Policy
+	dedup       *channels.Dedup
+	guard       *botGuard
+	chans       *cache[chanInfo]
+	roles       *cache[[]string]
+	botID       atomic.Pointer[string]
+	typingEvery time.Duration // typing refresh; a field so that a test can shorten it
 
 	mu     sync.Mutex
 	state  int
@@ -103,14 +104,15 @@ func New(cfg Config, opts Options) (*Channel, error) {
 		token:  cfg.token(),
 		dialer: newDialer(),
 		// Discord allows 5 messages per 5 s per channel and 50 requests/s overall.
-		pacer:  pace.New(pace.Limits{Global: 40, GlobalBurst: 40, PerKey: 1, PerKeyBurst: 5}),
-		policy: pace.Policy{Attempts: 5, Base: 500 * time.Millisecond, Max: time.Minute},
-		dedup:  channels.NewDedup(4096),
-		guard:  newBotGuard(),
-		chans:  newCache[chanInfo](4096, time.Hour),
-		roles:  newCache[[]string](1024, 10*time.Minute),
-		inbox:  make(chan *discordgo.Message, inboxSize),
-		lost:   make(chan struct{}, 1),
+		pacer:       pace.New(pace.Limits{Global: 40, GlobalBurst: 40, PerKey: 1, PerKeyBurst: 5}),
+		policy:      pace.Policy{Attempts: 5, Base: 500 * time.Millisecond, Max: time.Minute},
+		dedup:       channels.NewDedup(4096),
+		guard:       newBotGuard(),
+		chans:       newCache[chanInfo](4096, time.Hour),
+		roles:       newCache[[]string](1024, 10*time.Minute),
+		inbox:       make(chan *discordgo.Message, inboxSize),
+		typingEvery: typingEvery,
+		lost:        make(chan struct{}, 1),
 	}
 	if cfg.APIURL != "" {
 		c.api, _ = url.Parse(cfg.APIURL) // Validate checked it

@@ -139,7 +139,7 @@ func (st *stream) startTyping(ctx context.Context) {
 	go func() {
 		defer st.c.wg.Done()
 		defer cancel()
-		t := time.NewTicker(typingEvery)
+		t := time.NewTicker(st.c.typingEvery)
 		defer t.Stop()
 		for {
 			select {

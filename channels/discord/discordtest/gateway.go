@@ -24,8 +24,6 @@ const (
 	writeTimeout = 5 * time.Second
 )
 
-var upgrader = websocket.Upgrader{CheckOrigin: func(*http.Request) bool { return true }}
-
 type payload struct {
 	Op int             `json:"op"`
 	D  json.RawMessage `json:"d"`
@@ -174,7 +172,8 @@ func (s *Server) record(op Op) {
 }
 
 func (s *Server) serveGateway(w http.ResponseWriter, r *http.Request) {
-	ws, err := upgrader.Upgrade(w, r, nil)
+	up := websocket.Upgrader{CheckOrigin: func(*http.Request) bool { return true }}
+	ws, err := up.Upgrade(w, r, nil)
 	if err != nil {
 		return
 	}
