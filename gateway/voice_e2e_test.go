@@ -262,3 +262,19 @@ func TestVoiceRoundTripOnTelegram(t *testing.T) {
 	}
 	assertPlayableOpus(t, voice.File)
 }
+
+func TestEchoTranscriptShowsWhatWasHeard(t *testing.T) {
+	srv := voicetest.NewServer(t)
+	srv.SetTranscript(spoken)
+	e := newEnv(t, openAIVoice(t, srv), func(c *Config, rt *Runtime, d *Deps) { c.EchoTranscript = true })
+	c := e.client(t, "voice4")
+	c.sayVoice(voicetest.SpeakOgg(t, spoken))
+	first := c.until("done", "error")
+	if got := first[len(first)-1].Text; got != "🎤 "+spoken {
+		t.Fatalf("first frame %q; want the transcript echoed", got)
+	}
+	answer := c.until("done", "error")
+	if answer[len(answer)-1].Type != "done" || len(e.voiceParts(t, answer)) != 1 {
+		t.Fatalf("answer %v; want a done with one voice part", types(answer))
+	}
+}
