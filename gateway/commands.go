@@ -87,6 +87,10 @@ func (s *session) command(cmd, arg string, msg *channels.Message, prof *profiles
 			state, len(s.pending), queueMode(g.cfg.QueueMode, prof), voiceLabel(s.ttsMode, prof.TTSMode))
 		reply(b.String())
 	case "voice":
+		if !g.Runtime().VoiceReplies {
+			reply("Voice replies are not set up on this gateway (tts.mode is off), so I answer in text.")
+			return true
+		}
 		switch strings.ToLower(arg) {
 		case "on", "always":
 			s.ttsMode = "always"

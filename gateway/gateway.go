@@ -23,6 +23,8 @@ type Runtime struct {
 	Bus      *hooks.Bus
 	Profiles *profiles.Set
 	LLM      harness.Config
+	// VoiceReplies tells whether a text-to-speech hook is configured, so /voice can say so.
+	VoiceReplies bool
 	// Tools builds the tools a profile enables (nil: no tools).
 	Tools func(names []string) ([]harness.Tool, error)
 	// Close releases what the runtime loaded (hook scopes); called after it is replaced

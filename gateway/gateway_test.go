@@ -171,7 +171,7 @@ func TestFollowupIsAnsweredAfterTheFirst(t *testing.T) {
 func TestCommandsBypassTheModel(t *testing.T) {
 	e := newEnv(t)
 	c := e.client(t, "chat7")
-	for _, cmd := range []string{"/help", "/status", "/voice on", "/new"} {
+	for _, cmd := range []string{"/help", "/status", "/voice on", "/new"} { // /voice: "not set up" here
 		c.say(cmd)
 		fs := c.until("done", "error")
 		if fs[len(fs)-1].Type != "done" || fs[len(fs)-1].Text == "" {

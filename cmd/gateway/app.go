@@ -211,10 +211,11 @@ func (a *app) buildRuntime(cfg Config) (*gateway.Runtime, hookReport, error) {
 		}
 	}
 	return &gateway.Runtime{
-		Bus:      bus,
-		Profiles: profs,
-		LLM:      cfg.LLM,
-		Tools:    harness.BuiltinTools,
+		Bus:          bus,
+		Profiles:     profs,
+		LLM:          cfg.LLM,
+		Tools:        harness.BuiltinTools,
+		VoiceReplies: a.tts != nil,
 		Close: func() {
 			for i := len(closers) - 1; i >= 0; i-- {
 				closers[i]()
