@@ -122,7 +122,9 @@ func (e *retryError) Error() string { return e.err.Error() }
 func (e *retryError) Unwrap() error { return e.err }
 
 // RetryAfter marks err as a rate limit: retry after d (the platform's retry_after).
-func RetryAfter(err error, d time.Duration) error { return &retryError{err: err, after: max(d, time.Millisecond)} }
+func RetryAfter(err error, d time.Duration) error {
+	return &retryError{err: err, after: max(d, time.Millisecond)}
+}
 
 // Transient marks err as worth retrying with backoff (5xx, network errors).
 func Transient(err error) error { return &retryError{err: err} }
