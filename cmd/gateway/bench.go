@@ -1,0 +1,118 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"gateway/internal/benchrun"
+)
+
+// newBenchCmd is `gateway bench`: the Telegram path under load against fakes, in this
+// process or with `gateway run` as a child process (--external).
+func newBenchCmd(ctx context.Context, stdout, stderr io.Writer) *cobra.Command {
+	var (
+		o          benchrun.Options
+		pacing     string
+		external   bool
+		binary     string
+		asJSON     bool
+		cpuProfile string
+		memProfile string
+		quiet      bool
+	)
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure throughput, latency, CPU and memory on the Telegram path against a fake Bot API",
+		Long: `bench drives the real Telegram adapter and gateway against a fake Telegram Bot API
+and a model that answers with the user's own text. By default one simulated user per chat
+sends a message, waits for the answer and sends the next: the most load the chats can make,
+so latency there includes queueing. --rate sends at a fixed rate instead, to see latency
+at a given load.
+
+By default everything runs in this process, so CPU and RSS include the fake server and the
+load driver. With --external, ` + "`gateway run`" + ` runs as a child process configured against the
+fake, and its own /proc figures are reported: the gateway alone. The child always paces
+its sends to Telegram's limits, so --external needs --pacing on (its default there).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch pacing {
+			case "on":
+				o.Pacing = true
+			case "off":
+			case "":
+				o.Pacing = external // the child cannot turn pacing off
+			default:
+				return fmt.Errorf("--pacing: %q is not on or off", pacing)
+			}
+			if o.Warmup == 0 {
+				o.Warmup = -1 // benchrun's zero means its default
+			}
+			if external {
+				o.External = binary
+				if o.External == "" {
+					exe, err := os.Executable()
+					if err != nil {
+						return fmt.Errorf("--external: cannot find this binary (give --binary): %w", err)
+					}
+					o.External = exe
+				}
+			}
+			if !quiet {
+				o.Logf = func(format string, args ...any) { fmt.Fprintf(stderr, "bench: "+format+"\n", args...) }
+			}
+			for _, p := range []struct {
+				path string
+				dst  *io.Writer
+			}{{cpuProfile, &o.CPUProfile}, {memProfile, &o.MemProfile}} {
+				if p.path == "" {
+					continue
+				}
+				f, err := os.Create(p.path)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				*p.dst = f
+			}
+			res, err := benchrun.Run(ctx, o)
+			if res.Mode != "" {
+				if asJSON {
+					if jerr := benchrun.WriteJSON(stdout, res); jerr != nil {
+						return jerr
+					}
+				} else {
+					benchrun.WriteTable(stdout, res)
+				}
+			}
+			if err != nil {
+				return err
+			}
+			if res.Failed > 0 {
+				return fmt.Errorf("%d of %d answers were not what the model said", res.Failed, res.Failed+res.Answered)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&o.Messages, "messages", 1000, "messages to measure")
+	f.IntVar(&o.Chats, "chats", 100, "chats, with one user each")
+	f.IntVar(&o.Warmup, "warmup", 1, "messages per chat before measuring (0: none)")
+	f.DurationVar(&o.ModelDelay, "model-delay", 0, "time the model takes to answer")
+	f.Float64Var(&o.Rate, "rate", 0, "messages per second in all, whatever the answers do (open loop: latency at a load); 0: each chat's user waits for the answer before sending the next (closed loop)")
+	f.StringVar(&pacing, "pacing", "", "on: Telegram's send limits as in production; off: none, to see the gateway's own overhead (default off, on with --external)")
+	f.StringVar(&o.Provider, "provider", benchrun.ProviderFake, "model provider: fake (in-process scripted), openai (the real SDK against a fake OpenAI API)")
+	f.IntVar(&o.Hooks, "hooks", 0, "no-op observers to add to the hook bus (in-process only)")
+	f.DurationVar(&o.Timeout, "timeout", 5*time.Minute, "bound on the whole run")
+	f.BoolVar(&external, "external", false, "run 'gateway run' as a child process and measure it alone")
+	f.StringVar(&binary, "binary", "", "gateway binary for --external (default: this one)")
+	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write a pprof CPU profile of the measured part (in-process only)")
+	f.StringVar(&memProfile, "memprofile", "", "write a pprof allocation profile after the measured part (in-process only)")
+	f.BoolVarP(&quiet, "quiet", "q", false, "no progress lines on stderr")
+	return cmd
+}

@@ -1,0 +1,342 @@
+// Package benchrun measures the gateway on the Telegram path: a fake Bot API server
+// (telegramtest), the real Telegram adapter polling it, the gateway and a model provider
+// that answers with the user's own text. One simulated user per chat sends a message,
+// waits for the answer, and sends the next. It reports throughput, latency from
+// injecting the update to the fake seeing the answer's final send, CPU time per message,
+// resident memory at ready and at peak, and the Go heap.
+//
+// In-process mode runs everything in this process, so its CPU and memory include the
+// fake server and the load driver. External mode runs `gateway run` as a child process
+// configured against the fake, and reads the child's own /proc figures: the honest
+// numbers for the gateway alone.
+package benchrun
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"gateway/channels/telegram/telegramtest"
+)
+
+// Providers a benchmark can answer with.
+const (
+	ProviderFake   = "fake"   // harness.Fake in-process; `llm.provider: fake` externally
+	ProviderOpenAI = "openai" // the real OpenAI SDK against the openaitest fake server
+)
+
+// Options of one run. Zero values take the defaults noted.
+type Options struct {
+	Messages   int           // measured messages (default 1000)
+	Chats      int           // chats, one user each (default 100)
+	Warmup     int           // messages per chat before measuring (default 1; -1: none)
+	ModelDelay time.Duration // the model's time to answer (default 0: at once)
+	Pacing     bool          // Telegram's send limits (30/s per bot, 1/s per chat) on
+	// Rate, when > 0, sends that many messages per second in all whatever the answers do
+	// (open loop: latency at a given load). 0: each chat's user waits for the answer
+	// before sending the next (closed loop: the most the chats can load the gateway).
+	Rate     float64
+	Provider string        // ProviderFake (default) or ProviderOpenAI
+	Hooks    int           // no-op observers on the hook bus (in-process only)
+	Timeout  time.Duration // bound on the whole run (default 5m)
+
+	// External, when set, is the gateway binary to run as a child process (`gateway run`).
+	External string
+
+	// CPUProfile and MemProfile, when set, receive pprof profiles of the measured part
+	// (in-process only).
+	CPUProfile io.Writer
+	MemProfile io.Writer
+	// Logf, when set, is told of progress.
+	Logf func(format string, args ...any)
+}
+
+func (o Options) withDefaults() (Options, error) {
+	if o.Messages == 0 {
+		o.Messages = 1000
+	}
+	if o.Chats == 0 {
+		o.Chats = 100
+	}
+	switch {
+	case o.Warmup == 0:
+		o.Warmup = 1
+	case o.Warmup < 0:
+		o.Warmup = 0
+	}
+	if o.Provider == "" {
+		o.Provider = ProviderFake
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 5 * time.Minute
+	}
+	if o.Logf == nil {
+		o.Logf = func(string, ...any) {}
+	}
+	var errs []error
+	if o.Messages < 1 || o.Messages > 1_000_000 {
+		errs = append(errs, fmt.Errorf("--messages: %d is not between 1 and 1000000", o.Messages))
+	}
+	if o.Chats < 1 || o.Chats > 10_000 {
+		errs = append(errs, fmt.Errorf("--chats: %d is not between 1 and 10000", o.Chats))
+	}
+	if o.Warmup > 1000 {
+		errs = append(errs, fmt.Errorf("--warmup: %d is more than 1000 messages per chat", o.Warmup))
+	}
+	if o.ModelDelay < 0 || o.ModelDelay > time.Minute {
+		errs = append(errs, fmt.Errorf("--model-delay: %s is not between 0 and 1m", o.ModelDelay))
+	}
+	if o.Rate < 0 || o.Rate > 100_000 {
+		errs = append(errs, fmt.Errorf("--rate: %g is not between 0 and 100000 messages a second", o.Rate))
+	}
+	if o.Hooks < 0 || o.Hooks > 1000 {
+		errs = append(errs, fmt.Errorf("--hooks: %d is not between 0 and 1000", o.Hooks))
+	}
+	switch o.Provider {
+	case ProviderFake, ProviderOpenAI:
+	default:
+		errs = append(errs, fmt.Errorf("--provider: %q is not fake or openai", o.Provider))
+	}
+	if o.External != "" {
+		if o.Provider == ProviderFake && o.ModelDelay > 0 {
+			errs = append(errs, errors.New("--model-delay with --external needs --provider openai: `llm.provider: fake` in a config answers at once"))
+		}
+		if !o.Pacing {
+			// Pacing is not a config key (only telegram.Options has it): `gateway run` always paces.
+			errs = append(errs, errors.New("--external runs `gateway run`, which always paces sends to Telegram's limits: use --pacing on"))
+		}
+		if o.Hooks > 0 {
+			errs = append(errs, errors.New("--hooks is for in-process runs only"))
+		}
+		if o.CPUProfile != nil || o.MemProfile != nil {
+			errs = append(errs, errors.New("profiles are for in-process runs only (the child serves none)"))
+		}
+	}
+	return o, errors.Join(errs...)
+}
+
+// Result is what one run measured. Times are in milliseconds, sizes in MiB.
+type Result struct {
+	Mode       string  `json:"mode"` // "in-process" or "external"
+	Includes   string  `json:"includes"`
+	Provider   string  `json:"provider"`
+	Messages   int     `json:"messages"`
+	Chats      int     `json:"chats"`
+	Warmup     int     `json:"warmup_per_chat"`
+	ModelDelay float64 `json:"model_delay_ms"`
+	Pacing     bool    `json:"pacing"`
+	Rate       float64 `json:"rate,omitempty"` // open-loop messages per second; 0: closed loop
+	Hooks      int     `json:"hooks"`
+
+	Answered   int     `json:"answered"`
+	Failed     int     `json:"failed"`
+	Elapsed    float64 `json:"elapsed_ms"`
+	MsgsPerSec float64 `json:"msgs_per_sec"`
+	P50        float64 `json:"latency_p50_ms"`
+	P90        float64 `json:"latency_p90_ms"`
+	P99        float64 `json:"latency_p99_ms"`
+	Max        float64 `json:"latency_max_ms"`
+	AddedP99   float64 `json:"added_latency_p99_ms"` // p99 less the model delay
+	CPUPerMsg  float64 `json:"cpu_per_msg_ms"`
+	CPUTotal   float64 `json:"cpu_total_ms"`
+
+	RSSReady  float64 `json:"rss_ready_mib"`
+	RSSPeak   float64 `json:"rss_peak_mib"`
+	HeapReady float64 `json:"heap_ready_mib,omitempty"`
+	HeapPeak  float64 `json:"heap_peak_mib,omitempty"` // in-process: sampled peak; external: at the end
+	GorReady  int     `json:"goroutines_ready,omitempty"`
+	GorPeak   int     `json:"goroutines_peak,omitempty"`
+
+	Errors []string `json:"errors,omitempty"` // a few unexpected answers, if any
+}
+
+// Run runs one benchmark.
+func Run(ctx context.Context, o Options) (Result, error) {
+	o, err := o.withDefaults()
+	if err != nil {
+		return Result{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	if o.External != "" {
+		return runExternal(ctx, o)
+	}
+	return runInProcess(ctx, o)
+}
+
+// target is the process being measured.
+type target interface {
+	mem() (memStatus, error)
+	resetPeak() bool
+	cpu() (time.Duration, error)
+	// heap returns the Go heap in use and the goroutine count, when known; cheap says
+	// whether sampling it during the run costs the target nothing worth counting.
+	heap() (bytes int64, goroutines int, ok bool)
+	cheapHeap() bool
+}
+
+// measure warms up, then drives the measured messages and reads the target around them.
+func measure(ctx context.Context, o Options, tr *tracker, srv *telegramtest.Server, tgt target, profile func() func()) (Result, error) {
+	r := Result{
+		Provider: o.Provider, Messages: o.Messages, Chats: o.Chats, Warmup: o.Warmup,
+		ModelDelay: ms(o.ModelDelay), Pacing: o.Pacing, Rate: o.Rate, Hooks: o.Hooks,
+	}
+	ready, err := tgt.mem()
+	if err != nil {
+		return r, err
+	}
+	r.RSSReady = mib(ready.RSS)
+	if h, g, ok := tgt.heap(); ok {
+		r.HeapReady, r.GorReady = mib(h), g
+	}
+	if o.Warmup > 0 {
+		o.Logf("warming up: %d message(s) in each of %d chats", o.Warmup, o.Chats)
+		counts := make([]int, o.Chats)
+		for i := range counts {
+			counts[i] = o.Warmup
+		}
+		if _, _, err := tr.drive(ctx, srv, counts, 0, 0); err != nil {
+			return r, fmt.Errorf("warm-up did not finish: %w", err)
+		}
+	}
+	srv.ForgetCalls()
+	o.Logf("measuring: %d messages over %d chats", o.Messages, o.Chats)
+
+	peakReset := tgt.resetPeak()
+	var (
+		smu      sync.Mutex
+		peakRSS  int64
+		peakHeap int64
+		peakGor  int
+	)
+	sampleOnce := func() {
+		m, err := tgt.mem()
+		smu.Lock()
+		defer smu.Unlock()
+		if err == nil {
+			peakRSS = max(peakRSS, m.RSS)
+		}
+		if tgt.cheapHeap() {
+			if h, g, ok := tgt.heap(); ok {
+				peakHeap, peakGor = max(peakHeap, h), max(peakGor, g)
+			}
+		}
+	}
+	stopSampler := make(chan struct{})
+	samplerDone := make(chan struct{})
+	go func() {
+		defer close(samplerDone)
+		t := time.NewTicker(20 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stopSampler:
+				return
+			case <-t.C:
+				sampleOnce()
+			}
+		}
+	}()
+
+	var stopProfile func()
+	if profile != nil {
+		stopProfile = profile()
+	}
+	cpu0, err := tgt.cpu()
+	if err != nil {
+		close(stopSampler)
+		<-samplerDone
+		return r, err
+	}
+	start := time.Now()
+	samples, bad, driveErr := tr.drive(ctx, srv, spread(o.Messages, o.Chats), o.Warmup, o.Rate)
+	elapsed := time.Since(start)
+	cpu1, cpuErr := tgt.cpu()
+	if stopProfile != nil {
+		stopProfile()
+	}
+	close(stopSampler)
+	<-samplerDone
+	sampleOnce()
+	if end, err := tgt.mem(); err == nil && peakReset {
+		peakRSS = max(peakRSS, end.HWM)
+	}
+	if !tgt.cheapHeap() {
+		if h, g, ok := tgt.heap(); ok {
+			peakHeap, peakGor = h, g
+		}
+	}
+
+	p, answered, failed := latencies(samples)
+	r.Answered, r.Failed, r.Errors = answered, failed, bad
+	r.Elapsed = ms(elapsed)
+	r.MsgsPerSec = float64(answered) / elapsed.Seconds()
+	r.P50, r.P90, r.P99, r.Max = ms(p.P50), ms(p.P90), ms(p.P99), ms(p.Max)
+	r.AddedP99 = ms(p.P99 - o.ModelDelay)
+	if cpuErr == nil && len(samples) > 0 {
+		r.CPUTotal = ms(cpu1 - cpu0)
+		r.CPUPerMsg = ms(cpu1-cpu0) / float64(len(samples))
+	}
+	r.RSSPeak = mib(peakRSS)
+	r.HeapPeak, r.GorPeak = mib(peakHeap), peakGor
+	if driveErr != nil {
+		return r, fmt.Errorf("only %d of %d messages were answered before the run's deadline: %w", answered, o.Messages, driveErr)
+	}
+	return r, cpuErr
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+func mib(b int64) float64        { return float64(b) / (1 << 20) }
+
+// WriteTable prints r for people.
+func WriteTable(w io.Writer, r Result) {
+	pacing := "off (gateway overhead only)"
+	if r.Pacing {
+		pacing = "on (Telegram's limits: 30 sends/s per bot, 1/s per chat)"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "gateway bench — Telegram path, %s\n", r.Mode)
+	fmt.Fprintf(&b, "  measured process  %s\n", r.Includes)
+	load := "closed loop: one user per chat sends the next message when the answer arrived"
+	if r.Rate > 0 {
+		load = fmt.Sprintf("open loop: %g messages a second in all, round-robin over the chats", r.Rate)
+	}
+	fmt.Fprintf(&b, "  load              %d messages over %d chats, %d warm-up per chat\n", r.Messages, r.Chats, r.Warmup)
+	fmt.Fprintf(&b, "                    %s\n", load)
+	fmt.Fprintf(&b, "  model             %s, answers after %s\n", r.Provider, time.Duration(r.ModelDelay*float64(time.Millisecond)))
+	fmt.Fprintf(&b, "  pacing            %s\n", pacing)
+	if r.Hooks > 0 {
+		fmt.Fprintf(&b, "  hooks             %d no-op observers\n", r.Hooks)
+	}
+	fmt.Fprintf(&b, "\n")
+	fmt.Fprintf(&b, "  %-22s %s\n", "answered", fmt.Sprintf("%d (%d failed)", r.Answered, r.Failed))
+	fmt.Fprintf(&b, "  %-22s %.0f msg/s in %.2f s\n", "throughput", r.MsgsPerSec, r.Elapsed/1000)
+	fmt.Fprintf(&b, "  %-22s p50 %.1f ms  p90 %.1f ms  p99 %.1f ms  max %.1f ms\n", "latency (update→sent)", r.P50, r.P90, r.P99, r.Max)
+	fmt.Fprintf(&b, "  %-22s %.1f ms\n", "added latency p99", r.AddedP99)
+	fmt.Fprintf(&b, "  %-22s %.3f ms/msg (%.0f ms in all)\n", "CPU (user+sys)", r.CPUPerMsg, r.CPUTotal)
+	fmt.Fprintf(&b, "  %-22s ready %.1f MiB, peak %.1f MiB\n", "RSS", r.RSSReady, r.RSSPeak)
+	if r.HeapReady > 0 || r.HeapPeak > 0 {
+		label := "peak"
+		if r.Mode == "external" {
+			label = "end"
+		}
+		fmt.Fprintf(&b, "  %-22s ready %.1f MiB, %s %.1f MiB\n", "Go heap (objects)", r.HeapReady, label, r.HeapPeak)
+		fmt.Fprintf(&b, "  %-22s ready %d, %s %d\n", "goroutines", r.GorReady, label, r.GorPeak)
+	}
+	for _, e := range r.Errors {
+		fmt.Fprintf(&b, "  unexpected answer    %s\n", e)
+	}
+	_, _ = io.WriteString(w, b.String())
+}
+
+// WriteJSON prints r as one JSON object.
+func WriteJSON(w io.Writer, r Result) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}

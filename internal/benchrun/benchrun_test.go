@@ -1,0 +1,222 @@
+package benchrun
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"gateway/channels/telegram"
+	"gateway/channels/telegram/telegramtest"
+	"gateway/gateway"
+	"gateway/harness"
+)
+
+// standInEnv makes the test binary act as `gateway run` (see standIn).
+const standInEnv = "BENCHRUN_STAND_IN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(standInEnv) == "1" {
+		os.Exit(standIn(os.Args[1:]))
+	}
+	os.Exit(m.Run())
+}
+
+func TestInProcessAnswersEveryMessageAndMeasures(t *testing.T) {
+	res, err := Run(context.Background(), Options{Messages: 60, Chats: 6, Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Answered != 60 || res.Failed != 0 {
+		t.Fatalf("answered %d, failed %d; want all 60 answered", res.Answered, res.Failed)
+	}
+	if res.Mode != "in-process" || res.CPUPerMsg <= 0 || res.RSSReady <= 0 || res.RSSPeak < res.RSSReady*0.5 || res.HeapPeak <= 0 || res.P99 < res.P50 || res.MsgsPerSec <= 0 {
+		t.Fatalf("implausible figures: %+v", res)
+	}
+	var b strings.Builder
+	WriteTable(&b, res)
+	for _, want := range []string{"in-process", "fake Bot API server", "60 (0 failed)", "ms/msg", "RSS"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, b.String())
+		}
+	}
+}
+
+func TestModelDelayShowsInLatencyNotInAddedLatency(t *testing.T) {
+	res, err := Run(context.Background(), Options{Messages: 8, Chats: 4, Warmup: -1, ModelDelay: 300 * time.Millisecond, Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.P50 < 300 {
+		t.Fatalf("p50 %.1f ms with a 300 ms model", res.P50)
+	}
+	if d := res.AddedP99 - (res.P99 - 300); d > 0.01 || d < -0.01 {
+		t.Fatalf("added p99 %.1f; want p99 %.1f less the 300 ms model", res.AddedP99, res.P99)
+	}
+}
+
+func TestOpenLoopSendsAtTheRate(t *testing.T) {
+	res, err := Run(context.Background(), Options{Messages: 20, Chats: 5, Rate: 50, Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 20 messages at 50/s take at least 380 ms from the first to the last.
+	if res.Answered != 20 || res.Elapsed < 380 {
+		t.Fatalf("answered %d in %.0f ms; want 20 in at least 380 ms", res.Answered, res.Elapsed)
+	}
+}
+
+func TestOpenAIProviderPath(t *testing.T) {
+	res, err := Run(context.Background(), Options{Messages: 10, Chats: 2, Provider: ProviderOpenAI, Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Answered != 10 || res.Provider != ProviderOpenAI {
+		t.Fatalf("%+v", res)
+	}
+}
+
+func TestUnexpectedAnswersCountAsFailures(t *testing.T) {
+	tr := newTracker(1)
+	tr.round(2)
+	st := tr.chats[firstChat]
+	st.queue = []awaited{{tag: "msg-a", sent: time.Now()}, {tag: "msg-b", sent: time.Now()}}
+	tr.onSent(telegramtest.Message{ChatID: firstChat, Text: "msg"})   // a preview: not yet
+	tr.onSent(telegramtest.Message{ChatID: firstChat, Text: "msg-a"}) // the answer
+	tr.onSent(telegramtest.Message{ChatID: 999, Text: "msg-b"})       // another chat: ignored
+	tr.onSent(telegramtest.Message{ChatID: firstChat, Text: "Sorry, something went wrong"})
+	samples, bad := tr.results()
+	p, answered, failed := latencies(samples)
+	if answered != 1 || failed != 1 || len(bad) != 1 || !strings.Contains(bad[0], "Sorry") || p.P50 <= 0 {
+		t.Fatalf("answered %d failed %d bad %q", answered, failed, bad)
+	}
+	select {
+	case <-tr.allDone:
+	default:
+		t.Fatal("both awaited answers were settled, but the round is not done")
+	}
+}
+
+func TestBadOptionsAreNamed(t *testing.T) {
+	_, err := Run(context.Background(), Options{Messages: -1, Chats: 20_000, Provider: "gpt", External: "/bin/true", ModelDelay: time.Second})
+	for _, want := range []string{"--messages", "--chats", "--provider", "--pacing on"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not name %s", err, want)
+		}
+	}
+}
+
+func TestProcReaders(t *testing.T) {
+	m, err := readMem("self")
+	if err != nil || m.RSS <= 0 || m.HWM < m.RSS {
+		t.Fatalf("readMem: %+v, %v", m, err)
+	}
+	cpu, err := parseStatCPU([]byte("123 (a (weird) name) S 1 2 3 4 5 6 7 8 9 10 250 50 0 0 20 0"))
+	if err != nil || cpu != 3*time.Second {
+		t.Fatalf("parseStatCPU = %v, %v; want 3s from 300 ticks", cpu, err)
+	}
+	if _, err := readCPU(os.Getpid()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestExternalMeasuresTheChild runs the external mode against a stand-in for `gateway
+// run`: this test binary, wired like the in-process mode, reading the config the bench
+// writes. (Building the real binary here would take most of a minute.)
+func TestExternalMeasuresTheChild(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a child process")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(t.TempDir(), "gateway")
+	body := fmt.Sprintf("#!/bin/sh\n%s=1 exec %q \"$@\"\n", standInEnv, exe)
+	if err := os.WriteFile(script, []byte(body), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(context.Background(), Options{Messages: 20, Chats: 10, Pacing: true, External: script, Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Mode != "external" || res.Answered != 20 || res.RSSReady <= 0 || res.HeapReady <= 0 || res.GorReady <= 0 {
+		t.Fatalf("%+v", res)
+	}
+	if !strings.Contains(res.Includes, "child process") {
+		t.Fatalf("includes: %q", res.Includes)
+	}
+}
+
+// standIn is `gateway run --config PATH` for TestExternalMeasuresTheChild: it reads the
+// keys the bench writes, serves /readyz and /metrics, and stops on SIGTERM.
+func standIn(args []string) int {
+	if len(args) != 3 || args[0] != "run" || args[1] != "--config" {
+		fmt.Fprintln(os.Stderr, "stand-in: want run --config PATH, got", args)
+		return 2
+	}
+	var cfg struct {
+		StateDir string `yaml:"state_dir"`
+		HTTP     struct {
+			Listen string `yaml:"listen"`
+		} `yaml:"http"`
+		LLM struct {
+			Provider string `yaml:"provider"`
+		} `yaml:"llm"`
+		Channels struct {
+			Telegram struct {
+				APIURL string `yaml:"api_url"`
+				Token  string `yaml:"token"`
+			} `yaml:"telegram"`
+		} `yaml:"channels"`
+	}
+	b, err := os.ReadFile(args[2])
+	if err == nil {
+		err = yaml.Unmarshal(b, &cfg)
+	}
+	if err == nil && (cfg.LLM.Provider != "fake" || cfg.Channels.Telegram.Token != telegramtest.Token) {
+		err = errors.New("the config is not the bench's")
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "stand-in:", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	prov, _ := harness.NewProvider(harness.Config{Provider: "fake"}, nil)
+	gw, reg, err := newGateway(wiring{dir: cfg.StateDir, apiURL: cfg.Channels.Telegram.APIURL, provider: prov, client: &http.Client{}, pacing: telegram.Pacing{}})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "stand-in:", err)
+		return 1
+	}
+	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "stand-in:", err)
+		return 1
+	}
+	srv := &http.Server{Handler: gw.Handler(gateway.HTTPOptions{Gatherer: reg}), ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln)
+	if err := gw.Start(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "stand-in:", err)
+		return 1
+	}
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+	if err := gw.Stop(sctx); err != nil {
+		fmt.Fprintln(os.Stderr, "stand-in:", err)
+		return 1
+	}
+	return 0
+}
