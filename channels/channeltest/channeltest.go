@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -109,7 +110,7 @@ func Run(t *testing.T, newPlatform func(t *testing.T) Platform) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			p := newPlatform(t)
-			h := &harness{t: t, p: p, f: p.Features(), logs: &syncBuffer{}}
+			h := &harness{t: t, p: p, f: p.Features(), logs: &LogBuffer{}}
 			t.Cleanup(func() { h.assertNoSecrets(h.logs.String(), "logs") })
 			c.fn(t, h)
 		})
@@ -123,7 +124,7 @@ type harness struct {
 	t    *testing.T
 	p    Platform
 	f    Features
-	logs *syncBuffer
+	logs *LogBuffer
 	ch   channels.Channel
 	sink *Sink
 }
@@ -131,7 +132,7 @@ type harness struct {
 func (h *harness) env(access channels.Access) Env {
 	return Env{
 		Access:   access,
-		Logger:   slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Logger:   h.logs.Logger(),
 		StateDir: h.t.TempDir(),
 	}
 }
@@ -498,16 +499,23 @@ func testBadToken(t *testing.T, h *harness) {
 	}
 }
 
-// Sink records what an adapter delivers.
+// Sink records what an adapter delivers and every connection it reports.
 type Sink struct {
-	mu        sync.Mutex
-	msgs      chan *channels.Message
-	connected map[string]bool
+	mu    sync.Mutex
+	msgs  chan *channels.Message
+	conns []Connection
+}
+
+// Connection is one report an adapter made through Sink.Connected.
+type Connection struct {
+	Channel string
+	Up      bool
+	Err     error
 }
 
 // NewSink returns a sink that holds up to 100 undelivered messages.
 func NewSink() *Sink {
-	return &Sink{msgs: make(chan *channels.Message, 100), connected: map[string]bool{}}
+	return &Sink{msgs: make(chan *channels.Message, 100)}
 }
 
 func (s *Sink) Deliver(ctx context.Context, m *channels.Message) error {
@@ -522,17 +530,25 @@ func (s *Sink) Deliver(ctx context.Context, m *channels.Message) error {
 func (s *Sink) Connected(channel string, up bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if up {
-		s.connected[channel] = true
-	}
+	s.conns = append(s.conns, Connection{Channel: channel, Up: up, Err: err})
 }
 
 // WasConnected reports whether the channel ever reported a connection.
 func (s *Sink) WasConnected(channel string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.connected[channel]
+	return slices.ContainsFunc(s.conns, func(c Connection) bool { return c.Channel == channel && c.Up })
 }
+
+// Connections returns the connection reports so far, oldest first.
+func (s *Sink) Connections() []Connection {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.conns)
+}
+
+// Messages is where delivered messages wait, for a test that answers them as they come.
+func (s *Sink) Messages() <-chan *channels.Message { return s.msgs }
 
 // Next waits up to 10s for the next delivered message.
 func (s *Sink) Next(t testing.TB) *channels.Message {
@@ -556,19 +572,26 @@ func (s *Sink) ExpectNone(t testing.TB, d time.Duration) {
 	}
 }
 
-type syncBuffer struct {
+// LogBuffer collects an adapter's log output; it is safe for concurrent use, so the
+// adapter's goroutines may write while the test reads.
+type LogBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
+func (l *LogBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
 }
 
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+func (l *LogBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// Logger logs everything, debug level included, as text into l.
+func (l *LogBuffer) Logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }

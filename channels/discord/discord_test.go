@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,84 +15,13 @@ import (
 	"time"
 
 	"gateway/channels"
+	"gateway/channels/channeltest"
 	"gateway/channels/discord"
 	"gateway/channels/discord/discordtest"
 	"gateway/internal/secret"
 )
 
 const user = "1001"
-
-type connEvent struct {
-	up  bool
-	err error
-}
-
-// recSink records deliveries and every connection report.
-type recSink struct {
-	msgs chan *channels.Message
-	mu   sync.Mutex
-	conn []connEvent
-}
-
-func newSink() *recSink { return &recSink{msgs: make(chan *channels.Message, 100)} }
-
-func (s *recSink) Deliver(ctx context.Context, m *channels.Message) error {
-	select {
-	case s.msgs <- m:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func (s *recSink) Connected(_ string, up bool, err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.conn = append(s.conn, connEvent{up, err})
-}
-
-func (s *recSink) history() []connEvent {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.conn)
-}
-
-func (s *recSink) next(t *testing.T) *channels.Message {
-	t.Helper()
-	select {
-	case m := <-s.msgs:
-		return m
-	case <-time.After(10 * time.Second):
-		t.Fatal("no message delivered within 10s")
-		return nil
-	}
-}
-
-func (s *recSink) none(t *testing.T, d time.Duration) {
-	t.Helper()
-	select {
-	case m := <-s.msgs:
-		t.Fatalf("unexpected delivery: %q (id %s)", m.Text(), m.ID)
-	case <-time.After(d):
-	}
-}
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuf) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuf) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
 
 func defaultAccess() channels.Access {
 	return channels.Access{AllowFrom: []string{user}, DMPolicy: channels.DMAllowlist, RequireMention: true}
@@ -102,7 +30,7 @@ func defaultAccess() channels.Access {
 type env struct {
 	srv   *discordtest.Server
 	ch    *discord.Channel
-	sink  *recSink
+	sink  *channeltest.Sink
 	state string
 }
 
@@ -113,13 +41,13 @@ func start(t *testing.T, srv *discordtest.Server, cfg discord.Config) *env {
 		cfg.Token = secret.Secret(srv.Bot().Token)
 	}
 	cfg.APIURL = srv.URL
-	logs := &syncBuf{}
+	logs := &channeltest.LogBuffer{}
 	state := t.TempDir()
-	ch, err := discord.New(cfg, discord.Options{Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})), StateDir: state})
+	ch, err := discord.New(cfg, discord.Options{Logger: logs.Logger(), StateDir: state})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sink := newSink()
+	sink := channeltest.NewSink()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := ch.Start(ctx, sink); err != nil {
@@ -196,7 +124,7 @@ func TestResumeAfterDropReplaysMissedEvents(t *testing.T) {
 	srv := discordtest.New(t)
 	e := start(t, srv, discord.Config{Access: defaultAccess()})
 	srv.InjectDM("601", user, "before the drop")
-	if m := e.sink.next(t); m.Text() != "before the drop" {
+	if m := e.sink.Next(t); m.Text() != "before the drop" {
 		t.Fatalf("first = %q", m.Text())
 	}
 	last := srv.Drop()
@@ -204,11 +132,11 @@ func TestResumeAfterDropReplaysMissedEvents(t *testing.T) {
 	srv.InjectDM("601", user, "while down 1")
 	srv.InjectDM("601", user, "while down 2")
 	for _, want := range []string{"while down 1", "while down 2"} {
-		if m := e.sink.next(t); m.Text() != want {
+		if m := e.sink.Next(t); m.Text() != want {
 			t.Fatalf("after the drop got %q; want %q", m.Text(), want)
 		}
 	}
-	e.sink.none(t, 500*time.Millisecond)
+	e.sink.ExpectNone(t, 500*time.Millisecond)
 
 	resumes := opsOf(srv, discordtest.OpResume)
 	if len(resumes) != 1 || !resumes[0].Resumed || resumes[0].Seq != last {
@@ -220,13 +148,13 @@ func TestResumeAfterDropReplaysMissedEvents(t *testing.T) {
 	if n := len(opsOf(srv, discordtest.OpIdentify)); n != 1 {
 		t.Errorf("%d IDENTIFY; a resume must not identify again", n)
 	}
-	h := e.sink.history()
-	if len(h) != 3 || !h[0].up || h[1].up || h[1].err == nil || !h[2].up {
+	h := e.sink.Connections()
+	if len(h) != 3 || !h[0].Up || h[1].Up || h[1].Err == nil || !h[2].Up {
 		t.Errorf("connection reports = %+v; want up, down with an error, up", h)
 	}
 	// Still answering after the resume.
 	srv.InjectDM("601", user, "after")
-	if m := e.sink.next(t); m.Text() != "after" {
+	if m := e.sink.Next(t); m.Text() != "after" {
 		t.Fatalf("after resume got %q", m.Text())
 	}
 }
@@ -253,11 +181,11 @@ func TestRejectedResumeIdentifiesAgain(t *testing.T) {
 		t.Fatalf("gateway ops %v; want %v", kinds, want)
 	}
 	waitFor(t, "the connection reported up again", func() bool {
-		h := e.sink.history()
-		return len(h) >= 3 && h[len(h)-1].up
+		h := e.sink.Connections()
+		return len(h) >= 3 && h[len(h)-1].Up
 	})
 	srv.InjectDM("602", user, "new session")
-	if m := e.sink.next(t); m.Text() != "new session" {
+	if m := e.sink.Next(t); m.Text() != "new session" {
 		t.Fatalf("got %q", m.Text())
 	}
 }
@@ -270,7 +198,7 @@ func TestBadTokenStartupError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = ch.Start(context.Background(), newSink())
+	err = ch.Start(context.Background(), channeltest.NewSink())
 	if err == nil {
 		t.Fatal("Start succeeded with a rejected token")
 	}
@@ -291,11 +219,11 @@ func TestRevokedTokenStopsReconnecting(t *testing.T) {
 	srv := discordtest.New(t)
 	e := start(t, srv, discord.Config{Access: defaultAccess()})
 	srv.Revoke(srv.Bot().Token)
-	var last connEvent
+	var last channeltest.Connection
 	waitFor(t, "a final disconnect report", func() bool {
-		h := e.sink.history()
+		h := e.sink.Connections()
 		last = h[len(h)-1]
-		return !last.up && last.err != nil && strings.Contains(last.err.Error(), "token was rejected")
+		return !last.Up && last.Err != nil && strings.Contains(last.Err.Error(), "token was rejected")
 	})
 	n := len(srv.Ops())
 	time.Sleep(1500 * time.Millisecond)
@@ -322,7 +250,7 @@ func TestBotLoopGuard(t *testing.T) {
 			select {
 			case <-ctx.Done():
 				return
-			case m := <-e.sink.msgs:
+			case m := <-e.sink.Messages():
 				_ = answer(t, e.ch, channels.TargetOf(m), channels.Frame{Type: channels.FrameDone, Text: "<@" + other + "> what do you think?"})
 			}
 		}
@@ -363,10 +291,10 @@ func TestBotsIgnoredByDefault(t *testing.T) {
 	e := start(t, srv, discord.Config{Access: channels.Access{DMPolicy: channels.DMOpen, RequireMention: true}})
 	srv.Inject(discordtest.Incoming{ChannelID: "701", Guild: true, AuthorID: "5550", AuthorBot: true, MentionBot: true, Content: "I am a bot"})
 	srv.InjectGuild("701", user, "I am a person", true)
-	if m := e.sink.next(t); m.Text() != "I am a person" {
+	if m := e.sink.Next(t); m.Text() != "I am a person" {
 		t.Fatalf("delivered %q; another bot's message must be ignored", m.Text())
 	}
-	e.sink.none(t, 300*time.Millisecond)
+	e.sink.ExpectNone(t, 300*time.Millisecond)
 }
 
 func TestInboundGuildMessages(t *testing.T) {
@@ -377,24 +305,24 @@ func TestInboundGuildMessages(t *testing.T) {
 	e := start(t, srv, discord.Config{Access: defaultAccess()})
 
 	srv.Inject(discordtest.Incoming{ChannelID: "710", Guild: true, AuthorID: user, Content: "<@!" + bot.ID + "> nickname form", Mentions: []string{bot.ID}})
-	if m := e.sink.next(t); !m.Mentioned || m.Text() != "nickname form" || m.ChatType != channels.ChatGroup || m.ChatID != "710" {
+	if m := e.sink.Next(t); !m.Mentioned || m.Text() != "nickname form" || m.ChatType != channels.ChatGroup || m.ChatID != "710" {
 		t.Errorf("<@!id> mention: %+v text %q", m, m.Text())
 	}
 	srv.Inject(discordtest.Incoming{ChannelID: "710", Guild: true, AuthorID: user, Content: "<@&4242> role call", MentionRoles: []string{"4242"}})
-	if m := e.sink.next(t); !m.Mentioned || m.Text() != "role call" {
+	if m := e.sink.Next(t); !m.Mentioned || m.Text() != "role call" {
 		t.Errorf("role mention: mentioned %v text %q", m.Mentioned, m.Text())
 	}
 	srv.Inject(discordtest.Incoming{ChannelID: "710", Guild: true, AuthorID: user, MentionBot: true, Content: "ask <@2002> about it", Mentions: []string{"2002"}})
-	if m := e.sink.next(t); m.Text() != "ask @User 2002 about it" {
+	if m := e.sink.Next(t); m.Text() != "ask @User 2002 about it" {
 		t.Errorf("other mentions: text %q", m.Text())
 	}
 	// Some other role, no mention: the gate holds.
 	srv.Inject(discordtest.Incoming{ChannelID: "710", Guild: true, AuthorID: user, Content: "<@&77> not us", MentionRoles: []string{"77"}})
-	e.sink.none(t, 300*time.Millisecond)
+	e.sink.ExpectNone(t, 300*time.Millisecond)
 
 	// A reply to the bot passes the mention gate and carries what it answers.
 	userMsg := srv.InjectGuild("710", user, "first question", true)
-	first := e.sink.next(t)
+	first := e.sink.Next(t)
 	if err := answer(t, e.ch, channels.TargetOf(first), channels.Frame{Type: channels.FrameDone, Text: "first answer"}); err != nil {
 		t.Fatal(err)
 	}
@@ -403,14 +331,14 @@ func TestInboundGuildMessages(t *testing.T) {
 		t.Fatalf("posted %+v; want one answer quoting message %s", posted, userMsg)
 	}
 	srv.InjectReply("710", user, posted[0].ID, "follow-up without a mention", true)
-	m := e.sink.next(t)
+	m := e.sink.Next(t)
 	if m.ReplyTo == nil || !m.ReplyTo.FromBot || m.ReplyTo.ID != posted[0].ID || m.ReplyTo.Text != "first answer" || !m.Mentioned {
 		t.Fatalf("reply: %+v (reply_to %+v)", m, m.ReplyTo)
 	}
 
 	// Threads: the chat is the parent channel, the thread its own id.
 	srv.InjectThread("710", "7777", user, "in the thread", true)
-	m = e.sink.next(t)
+	m = e.sink.Next(t)
 	if m.ChatID != "710" || m.ThreadID != "7777" {
 		t.Fatalf("thread message chat %q thread %q; want 710 and 7777", m.ChatID, m.ThreadID)
 	}
@@ -432,7 +360,7 @@ func TestDMStrangerIsToldWhy(t *testing.T) {
 	if got := srv.Posted("720")[0]; got.Content != channels.NotAllowedText("666") || got.ReferenceID != "" {
 		t.Errorf("notice %q (reference %q); want the allowlist text, not quoting in a DM", got.Content, got.ReferenceID)
 	}
-	e.sink.none(t, 200*time.Millisecond)
+	e.sink.ExpectNone(t, 200*time.Millisecond)
 }
 
 func TestInboundAttachments(t *testing.T) {
@@ -441,7 +369,7 @@ func TestInboundAttachments(t *testing.T) {
 	e := start(t, srv, discord.Config{Access: defaultAccess()})
 	voice := append([]byte("OggS"), bytes.Repeat([]byte{7}, 3000)...)
 	srv.InjectVoice("730", user, voice, 2.5, false)
-	m := e.sink.next(t)
+	m := e.sink.Next(t)
 	if !m.IsVoice || len(m.Parts) != 1 {
 		t.Fatalf("voice message: %+v", m)
 	}
@@ -460,7 +388,7 @@ func TestInboundAttachments(t *testing.T) {
 		{Name: "song.mp3", ContentType: "audio/mpeg", Data: []byte("ID3 not really")},
 		{Name: "../../evil name.png", ContentType: "image/png", Data: []byte("\x89PNG")},
 	}})
-	m = e.sink.next(t)
+	m = e.sink.Next(t)
 	if m.IsVoice || len(m.Parts) != 3 || m.Text() != "a song and a picture" {
 		t.Fatalf("attachments: voice %v parts %+v", m.IsVoice, m.Parts)
 	}
@@ -481,7 +409,7 @@ func TestAttachmentOverLimit(t *testing.T) {
 	if got := srv.Posted("740")[0].Content; !strings.Contains(got, "too large") {
 		t.Errorf("reply %q; want it to say the file is too large", got)
 	}
-	e.sink.none(t, 300*time.Millisecond)
+	e.sink.ExpectNone(t, 300*time.Millisecond)
 	for _, c := range srv.Calls() {
 		if strings.HasPrefix(c.Path, "/attachments/") {
 			t.Errorf("the oversized file was downloaded: %s", c.Path)
@@ -673,7 +601,7 @@ func TestStopIsPromptAndDisconnects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ch.Start(context.Background(), newSink()); err != nil {
+	if err := ch.Start(context.Background(), channeltest.NewSink()); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -688,7 +616,7 @@ func TestStopIsPromptAndDisconnects(t *testing.T) {
 	if _, err := ch.Open(ctx, channels.Target{ChatID: "1"}); err == nil {
 		t.Errorf("Open after Stop succeeded")
 	}
-	if err := ch.Start(ctx, newSink()); err == nil {
+	if err := ch.Start(ctx, channeltest.NewSink()); err == nil {
 		t.Errorf("Start after Stop succeeded")
 	}
 }
@@ -702,7 +630,7 @@ func TestStartHonoursContext(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := ch.Start(ctx, newSink()); err == nil {
+	if err := ch.Start(ctx, channeltest.NewSink()); err == nil {
 		t.Fatal("Start with a cancelled context succeeded")
 	}
 }
@@ -754,7 +682,7 @@ func TestStartGivesUpOnAHungGateway(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	err = ch.Start(ctx, newSink())
+	err = ch.Start(ctx, channeltest.NewSink())
 	if err == nil || !strings.HasPrefix(err.Error(), "discord: cannot connect to the gateway") {
 		t.Fatalf("Start against a silent gateway: %v", err)
 	}

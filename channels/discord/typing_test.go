@@ -6,14 +6,10 @@ import (
 	"time"
 
 	"gateway/channels"
+	"gateway/channels/channeltest"
 	"gateway/channels/discord/discordtest"
 	"gateway/internal/secret"
 )
-
-type nopSink struct{}
-
-func (nopSink) Deliver(context.Context, *channels.Message) error { return nil }
-func (nopSink) Connected(string, bool, error)                    {}
 
 func TestTypingRefreshesUntilDone(t *testing.T) {
 	t.Parallel()
@@ -25,7 +21,7 @@ func TestTypingRefreshesUntilDone(t *testing.T) {
 	c.typingEvery = 100 * time.Millisecond
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if err := c.Start(ctx, nopSink{}); err != nil {
+	if err := c.Start(ctx, channeltest.NewSink()); err != nil {
 		t.Fatal(err)
 	}
 	defer c.Stop(context.Background())

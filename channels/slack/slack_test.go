@@ -16,21 +16,21 @@ import (
 	"time"
 
 	"gateway/channels"
+	"gateway/channels/channeltest"
 	"gateway/channels/slack/slacktest"
 )
 
-// recSink records deliveries and connection reports; it can refuse or slow deliveries.
+// recSink is a channeltest.Sink that can refuse or slow deliveries.
 type recSink struct {
-	msgs chan *channels.Message
+	*channeltest.Sink
 
 	mu       sync.Mutex
 	failNext int
 	delay    time.Duration // the next Deliver takes this long, ignoring its context
 	delivers int
-	ups      []bool
 }
 
-func newRecSink() *recSink { return &recSink{msgs: make(chan *channels.Message, 100)} }
+func newRecSink() *recSink { return &recSink{Sink: channeltest.NewSink()} }
 
 func (s *recSink) Deliver(ctx context.Context, m *channels.Message) error {
 	s.mu.Lock()
@@ -46,40 +46,16 @@ func (s *recSink) Deliver(ctx context.Context, m *channels.Message) error {
 		return channels.ErrNotAccepted
 	}
 	time.Sleep(delay)
-	s.msgs <- m
-	return nil
+	return s.Sink.Deliver(context.WithoutCancel(ctx), m)
 }
 
-func (s *recSink) Connected(_ string, up bool, _ error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.ups = append(s.ups, up)
-}
-
-func (s *recSink) next(t *testing.T) *channels.Message {
-	t.Helper()
-	select {
-	case m := <-s.msgs:
-		return m
-	case <-time.After(10 * time.Second):
-		t.Fatal("no message delivered within 10s")
-		return nil
-	}
-}
-
-func (s *recSink) expectNone(t *testing.T, d time.Duration) {
-	t.Helper()
-	select {
-	case m := <-s.msgs:
-		t.Fatalf("unexpected delivery: %q from %s in %s", m.Text(), m.UserID, m.ChatID)
-	case <-time.After(d):
-	}
-}
-
+// reports lists the connection reports, up or down, oldest first.
 func (s *recSink) reports() []bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.ups)
+	var ups []bool
+	for _, c := range s.Connections() {
+		ups = append(ups, c.Up)
+	}
+	return ups
 }
 
 func (s *recSink) deliveries() int {
@@ -88,26 +64,9 @@ func (s *recSink) deliveries() int {
 	return s.delivers
 }
 
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuf) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuf) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // testLogger logs at debug level and fails the test if a secret shows up in the log.
 func testLogger(t *testing.T) *slog.Logger {
-	buf := &syncBuf{}
+	buf := &channeltest.LogBuffer{}
 	t.Cleanup(func() {
 		for _, s := range []string{slacktest.BotToken, slacktest.AppToken, slacktest.SigningSecret, rejectedToken} {
 			if strings.Contains(buf.String(), s) {
@@ -115,7 +74,7 @@ func testLogger(t *testing.T) *slog.Logger {
 			}
 		}
 	})
-	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	return buf.Logger()
 }
 
 const user = "U1001"
@@ -194,7 +153,7 @@ func texts(t *testing.T, sink *recSink, n int) []string {
 	t.Helper()
 	var out []string
 	for range n {
-		out = append(out, sink.next(t).Text())
+		out = append(out, sink.Next(t).Text())
 	}
 	slices.Sort(out)
 	return out
@@ -206,7 +165,7 @@ func TestReconnectLosesAndDuplicatesNothing(t *testing.T) {
 			s := slacktest.New(t)
 			st := start(t, s, nil)
 			s.DM("D1", user, "one")
-			first := st.sink.next(t)
+			first := st.sink.Next(t)
 			if first.Text() != "one" {
 				t.Fatalf("first = %q", first.Text())
 			}
@@ -221,7 +180,7 @@ func TestReconnectLosesAndDuplicatesNothing(t *testing.T) {
 			if got := texts(t, st.sink, 3); !slices.Equal(got, []string{"four", "three", "two"}) {
 				t.Fatalf("delivered %q after the reconnect; want two, three and four once each", got)
 			}
-			st.sink.expectNone(t, 1500*time.Millisecond) // past the fake's ack timeout
+			st.sink.ExpectNone(t, 1500*time.Millisecond) // past the fake's ack timeout
 			if s.Connections() < 2 {
 				t.Errorf("%d Socket Mode connections; want a reconnect", s.Connections())
 			}
@@ -250,7 +209,7 @@ func TestUnackedEnvelopeIsRedeliveredAndAnsweredOnce(t *testing.T) {
 	st.sink.failNext = 1 // the gateway cannot take the first delivery
 	st.sink.mu.Unlock()
 	ts := s.DM("D2", user, "retry me")
-	if m := st.sink.next(t); m.Text() != "retry me" {
+	if m := st.sink.Next(t); m.Text() != "retry me" {
 		t.Fatalf("delivered %q", m.Text())
 	}
 	eventually(t, "the ack", func() bool { return s.Envelopes()[0].Acked })
@@ -267,14 +226,14 @@ func TestUnackedEnvelopeIsRedeliveredAndAnsweredOnce(t *testing.T) {
 		envs := s.Envelopes()
 		return len(envs) == 2 && envs[1].Acked
 	})
-	st.sink.expectNone(t, 300*time.Millisecond)
+	st.sink.ExpectNone(t, 300*time.Millisecond)
 }
 
 func TestThreadContinuesWithoutMention(t *testing.T) {
 	s := slacktest.New(t)
 	st := start(t, s, nil)
 	root := s.ChannelMessage("C1", user, "help me with this", true)
-	m := st.sink.next(t)
+	m := st.sink.Next(t)
 	if m.ThreadID != root || !m.Mentioned || m.ChatType != channels.ChatGroup || m.Text() != "help me with this" {
 		t.Fatalf("delivered %+v; want the mention without its tag, threaded under %s", m, root)
 	}
@@ -297,14 +256,14 @@ func TestThreadContinuesWithoutMention(t *testing.T) {
 	}
 
 	s.ThreadReply("C1", root, user, "and one more thing", false)
-	m2 := st.sink.next(t)
+	m2 := st.sink.Next(t)
 	if m2.ThreadID != root || m2.Text() != "and one more thing" {
 		t.Fatalf("thread reply delivered as %+v", m2)
 	}
 	// Elsewhere in the channel a mention is still needed.
 	other := s.ChannelMessage("C1", user, "talking to people", false)
 	s.ThreadReply("C1", other, user, "still people", false)
-	st.sink.expectNone(t, 400*time.Millisecond)
+	st.sink.ExpectNone(t, 400*time.Millisecond)
 }
 
 func TestTypingSignals(t *testing.T) {
@@ -314,7 +273,7 @@ func TestTypingSignals(t *testing.T) {
 
 	// In a thread: the assistant status, cleared at the end.
 	root := s.ChannelMessage("C3", user, "q", true)
-	m := st.sink.next(t)
+	m := st.sink.Next(t)
 	stream, err := st.ch.Open(ctx, channels.TargetOf(m))
 	if err != nil {
 		t.Fatal(err)
@@ -331,7 +290,7 @@ func TestTypingSignals(t *testing.T) {
 	// Where Slack refuses statuses: a reaction on the user's message, removed at the end.
 	s.RefuseAssistantStatus(true)
 	q := s.ChannelMessage("C4", user, "q2", true)
-	m = st.sink.next(t)
+	m = st.sink.Next(t)
 	stream, _ = st.ch.Open(ctx, channels.TargetOf(m))
 	stream.Send(ctx, channels.Frame{Type: channels.FrameStart})
 	if r := s.Reactions("C4", q); !slices.Equal(r, []string{typingReaction}) {
@@ -373,7 +332,7 @@ func TestFiles(t *testing.T) {
 
 	img := randomBytes(t, 3000)
 	s.Send(slacktest.UserMessage{Channel: "D6", User: user, Text: "look", Files: []slacktest.UserFile{{Name: "pic.png", MIME: "image/png", Data: img}}})
-	m := st.sink.next(t)
+	m := st.sink.Next(t)
 	if len(m.Parts) != 2 || m.Parts[1].Type != channels.PartImage || m.IsVoice {
 		t.Fatalf("parts %+v; want the text and an image", m.Parts)
 	}
@@ -386,7 +345,7 @@ func TestFiles(t *testing.T) {
 
 	clip := randomBytes(t, 2000)
 	s.AudioClip("D6", user, clip, "audio/webm")
-	m = st.sink.next(t)
+	m = st.sink.Next(t)
 	if len(m.Parts) != 1 || m.Parts[0].Type != channels.PartAudio || !m.Parts[0].Voice || m.Parts[0].MIME != "audio/webm" || !m.IsVoice {
 		t.Fatalf("clip delivered as %+v", m)
 	}
@@ -407,7 +366,7 @@ func TestFiles(t *testing.T) {
 	if p := s.Posted("D8"); !strings.Contains(p[0].Text, "larger than") {
 		t.Fatalf("reply %q", p[0].Text)
 	}
-	st.sink.expectNone(t, 200*time.Millisecond)
+	st.sink.ExpectNone(t, 200*time.Millisecond)
 	if left, _ := filepath.Glob(filepath.Join(st.stateDir, "slack", "files", "D8-*")); len(left) != 0 {
 		t.Errorf("partial download left on disk: %v", left)
 	}
@@ -419,7 +378,7 @@ func TestDownloadFailureIsRetriedThenExplained(t *testing.T) {
 	s.FailNextCall("files.download", 1, 0)
 	data := randomBytes(t, 1000)
 	s.AudioClip("D9", user, data, "audio/mp4")
-	m := st.sink.next(t)
+	m := st.sink.Next(t)
 	if got, _ := os.ReadFile(m.Parts[0].Path); !bytes.Equal(got, data) {
 		t.Fatalf("audio after a 5xx: %d bytes; want %d", len(got), len(data))
 	}
@@ -433,7 +392,7 @@ func TestDownloadFailureIsRetriedThenExplained(t *testing.T) {
 	if p := s.Posted("D10"); !strings.Contains(p[0].Text, "could not download") {
 		t.Fatalf("reply %q", p[0].Text)
 	}
-	st.sink.expectNone(t, 200*time.Millisecond)
+	st.sink.ExpectNone(t, 200*time.Millisecond)
 }
 
 func TestIgnoresBotsAndStrangers(t *testing.T) {
@@ -444,10 +403,10 @@ func TestIgnoresBotsAndStrangers(t *testing.T) {
 	s.ChannelMessage("C11", "U666", "stranger in a channel", true)
 	s.DM("D12", "U666", "stranger in a DM")
 	s.DM("D11", user, "a person")
-	if m := st.sink.next(t); m.Text() != "a person" {
+	if m := st.sink.Next(t); m.Text() != "a person" {
 		t.Fatalf("delivered %q; bots, the bot itself and strangers must be ignored", m.Text())
 	}
-	st.sink.expectNone(t, 300*time.Millisecond)
+	st.sink.ExpectNone(t, 300*time.Millisecond)
 	if p := s.Posted("D12"); len(p) != 1 || !strings.Contains(p[0].Text, "U666") {
 		t.Fatalf("DM stranger got %+v; want the not-allowed reply naming their id", p)
 	}
@@ -525,7 +484,7 @@ func TestEventsMode(t *testing.T) {
 	})
 	t.Run("message and retried delivery", func(t *testing.T) {
 		ts := s.DM("D20", user, "over http")
-		m := st.sink.next(t)
+		m := st.sink.Next(t)
 		if m.Text() != "over http" {
 			t.Fatalf("delivered %q", m.Text())
 		}
@@ -539,7 +498,7 @@ func TestEventsMode(t *testing.T) {
 			}
 			return false
 		})
-		st.sink.expectNone(t, 300*time.Millisecond)
+		st.sink.ExpectNone(t, 300*time.Millisecond)
 		if p := s.Posted("D20"); len(p) != 1 {
 			t.Fatalf("posted %+v; want one answer", p)
 		}
@@ -550,14 +509,14 @@ func TestEventsMode(t *testing.T) {
 		st.sink.delay = 700 * time.Millisecond
 		st.sink.mu.Unlock()
 		s.DM("D21", user, "slow one")
-		if m := st.sink.next(t); m.Text() != "slow one" {
+		if m := st.sink.Next(t); m.Text() != "slow one" {
 			t.Fatalf("delivered %q", m.Text())
 		}
 		eventually(t, "Slack to get a 200", func() bool {
 			ds := s.Deliveries()
 			return ds[len(ds)-1].Status == http.StatusOK && ds[len(ds)-1].RetryNum > 0
 		})
-		st.sink.expectNone(t, 500*time.Millisecond)
+		st.sink.ExpectNone(t, 500*time.Millisecond)
 	})
 	t.Run("refused delivery is retried by Slack", func(t *testing.T) {
 		s.SetHTTPTimeout(3 * time.Second)
@@ -565,7 +524,7 @@ func TestEventsMode(t *testing.T) {
 		st.sink.failNext = 1
 		st.sink.mu.Unlock()
 		s.DM("D22", user, "second time lucky")
-		if m := st.sink.next(t); m.Text() != "second time lucky" {
+		if m := st.sink.Next(t); m.Text() != "second time lucky" {
 			t.Fatalf("delivered %q", m.Text())
 		}
 		var statuses []int
@@ -684,7 +643,7 @@ func TestLifecycle(t *testing.T) {
 	// Messages sent while the adapter is down wait for the next one.
 	s.DM("D1", user, "while away")
 	st := start(t, s, nil)
-	if m := st.sink.next(t); m.Text() != "while away" {
+	if m := st.sink.Next(t); m.Text() != "while away" {
 		t.Fatalf("delivered %q", m.Text())
 	}
 }

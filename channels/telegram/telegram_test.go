@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-
-	"log/slog"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -15,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -29,24 +26,6 @@ import (
 	"gateway/internal/secret"
 )
 
-// logBuf collects a channel's logs so tests can check them for secrets.
-type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // funcSink is a channeltest.Sink whose Deliver can be replaced.
 type funcSink struct {
 	*channeltest.Sink
@@ -58,12 +37,12 @@ func (s funcSink) Deliver(ctx context.Context, m *channels.Message) error { retu
 type fixture struct {
 	t    *testing.T
 	srv  *telegramtest.Server
-	logs *logBuf
+	logs *channeltest.LogBuffer // the channel's logs, checked for secrets
 	dir  string
 }
 
 func newFixture(t *testing.T) *fixture {
-	f := &fixture{t: t, srv: telegramtest.NewServer(t), logs: &logBuf{}, dir: t.TempDir()}
+	f := &fixture{t: t, srv: telegramtest.NewServer(t), logs: &channeltest.LogBuffer{}, dir: t.TempDir()}
 	t.Cleanup(func() {
 		for _, s := range []string{telegramtest.Token, "hook-secret-0123456789"} {
 			if strings.Contains(f.logs.String(), s) {
@@ -80,7 +59,7 @@ func (f *fixture) config() telegram.Config {
 }
 
 func (f *fixture) options() telegram.Options {
-	return telegram.Options{Logger: slogTo(f.logs), StateDir: f.dir, PollTimeout: 5 * time.Second,
+	return telegram.Options{Logger: f.logs.Logger(), StateDir: f.dir, PollTimeout: 5 * time.Second,
 		Pacing: telegram.Pacing{GlobalPerSecond: -1, PerChatInterval: -1, GroupInterval: -1}}
 }
 
@@ -632,10 +611,6 @@ func TestConfigValidate(t *testing.T) {
 	if _, err := telegram.New(ok, telegram.Options{}); err == nil || !strings.Contains(err.Error(), "state") {
 		t.Errorf("New without a state dir: %v", err)
 	}
-}
-
-func slogTo(w *logBuf) *slog.Logger {
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
 func TestRevisedShorterAnswerRemovesStaleMessages(t *testing.T) {

@@ -7,7 +7,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -19,37 +18,22 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
 
+	"gateway/channels/channeltest"
 	"gateway/harness/openaitest"
 	"gateway/profiles"
 )
 
-// syncBuffer is the gateway's log sink: written by the gateway, read by the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// logBuffer is the gateway's log sink: written by the gateway, read by the test.
+type logBuffer struct{ channeltest.LogBuffer }
 
 // entries returns the JSON log records whose msg is msg.
-func (s *syncBuffer) entries(msg string) []map[string]any {
+func (s *logBuffer) entries(msg string) []map[string]any {
 	var out []map[string]any
 	sc := bufio.NewScanner(strings.NewReader(s.String()))
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
@@ -70,7 +54,7 @@ type liveGateway struct {
 	addr    string
 	oai     *openaitest.Server
 	reload  chan struct{} // what SIGHUP feeds in main
-	log     *syncBuffer
+	log     *logBuffer
 }
 
 // gatewayConfig writes root/gateway.yaml: the web chat on a free loopback port, JSON logs,
@@ -108,7 +92,7 @@ func startGateway(t *testing.T, root, extra string) *liveGateway {
 	t.Helper()
 	oai := openaitest.NewServer()
 	t.Cleanup(oai.Close) // runs last: the gateway stops first
-	g := &liveGateway{t: t, root: root, addr: freePort(t), oai: oai, reload: make(chan struct{}, 1), log: &syncBuffer{}}
+	g := &liveGateway{t: t, root: root, addr: freePort(t), oai: oai, reload: make(chan struct{}, 1), log: &logBuffer{}}
 	g.cfgPath = gatewayConfig(t, root, g.addr, oai.URL(), extra)
 
 	ctx, cancel := context.WithCancel(context.Background())
