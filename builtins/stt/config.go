@@ -1,13 +1,11 @@
 package stt
 
 import (
-	"errors"
-	"fmt"
-	"net/url"
 	"slices"
 	"strings"
 	"time"
 
+	"gateway/builtins/internal/speech"
 	"gateway/internal/secret"
 )
 
@@ -94,43 +92,25 @@ func (c Config) Validate() error {
 	if !c.Enabled {
 		return nil
 	}
-	var errs []error
-	bad := func(key, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("stt.%s: %s", key, fmt.Sprintf(format, args...)))
+	p := speech.NewProblems("stt")
+	if p.Provider(c.Provider, c.Command, `[pocketsphinx_continuous, -infile, "{input}", -logfn, /dev/null]`) &&
+		!slices.ContainsFunc(c.Command, func(a string) bool { return strings.Contains(a, "{input}") }) {
+		p.Add("command", "must contain {input}, where the audio file goes")
 	}
-	switch c.Provider {
-	case "", "openai":
-		if len(c.Command) > 0 {
-			bad("command", "is only used with provider: command (provider is openai)")
-		}
-	case "command":
-		switch {
-		case len(c.Command) == 0 || strings.TrimSpace(c.Command[0]) == "":
-			bad("command", "is required with provider: command (e.g. [pocketsphinx_continuous, -infile, \"{input}\", -logfn, /dev/null])")
-		case !slices.ContainsFunc(c.Command, func(a string) bool { return strings.Contains(a, "{input}") }):
-			bad("command", "must contain {input}, where the audio file goes")
-		}
-	default:
-		bad("provider", "%q is not a provider (want openai or command)", c.Provider)
-	}
-	if c.BaseURL != "" {
-		if u, err := url.Parse(c.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			bad("base_url", "%q is not an http(s) URL", c.BaseURL)
-		}
-	}
+	p.BaseURL(c.BaseURL)
 	if c.MaxBytes < 0 {
-		bad("max_bytes", "must not be negative")
+		p.Add("max_bytes", "must not be negative")
 	}
 	if c.MaxDuration < 0 {
-		bad("max_duration", "must not be negative")
+		p.Add("max_duration", "must not be negative")
 	}
 	if c.Timeout < 0 {
-		bad("timeout", "must not be negative")
+		p.Add("timeout", "must not be negative")
 	}
 	switch c.InputFormat {
 	case "", InputWAV, InputOgg, InputOriginal:
 	default:
-		bad("input_format", "%q is not a format (want wav, ogg or original)", c.InputFormat)
+		p.Add("input_format", "%q is not a format (want wav, ogg or original)", c.InputFormat)
 	}
-	return errors.Join(errs...)
+	return p.Err()
 }

@@ -12,13 +12,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"time"
 
 	"github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/option"
 
+	"gateway/builtins/internal/speech"
 	"gateway/channels"
 	"gateway/hooks"
 	"gateway/internal/audio"
@@ -49,9 +48,7 @@ type STT struct {
 	cfg    Config
 	opts   Options
 	client openai.Client // openai provider only
-	// slots bounds the voice notes processed at once: a burst of them queues here
-	// instead of starting a converter each.
-	slots chan struct{}
+	slots  speech.Slots  // bounds the voice notes processed at once
 }
 
 // New checks cfg and that the programs it needs exist (ffmpeg, ffprobe and the command's
@@ -61,33 +58,19 @@ func New(cfg Config, opts Options) (*STT, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &STT{cfg: cfg.withDefaults(), opts: opts, slots: make(chan struct{}, max(2, runtime.NumCPU()))}
+	s := &STT{cfg: cfg.withDefaults(), opts: opts, slots: speech.NewSlots()}
 	if !cfg.Enabled {
 		return s, nil
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	tools := []string{"ffmpeg", "ffprobe"}
-	if s.cfg.Provider == "command" {
-		tools = append(tools, s.cfg.Command[0])
-	}
-	if err := audio.CheckTools(tools...); err != nil {
+	client, err := speech.Setup(speech.Provider{Name: s.cfg.Provider, Command: s.cfg.Command,
+		BaseURL: s.cfg.BaseURL, APIKey: s.cfg.APIKey, HTTPClient: opts.HTTPClient})
+	if err != nil {
 		return nil, err
 	}
-	if s.cfg.Provider == "openai" {
-		ropts := []option.RequestOption{option.WithMaxRetries(1)}
-		if s.cfg.BaseURL != "" {
-			ropts = append(ropts, option.WithBaseURL(s.cfg.BaseURL))
-		}
-		if s.cfg.APIKey.IsSet() {
-			ropts = append(ropts, option.WithAPIKey(s.cfg.APIKey.Reveal()))
-		}
-		if opts.HTTPClient != nil {
-			ropts = append(ropts, option.WithHTTPClient(opts.HTTPClient))
-		}
-		s.client = openai.NewClient(ropts...)
-	}
+	s.client = client
 	return s, nil
 }
 
@@ -194,12 +177,10 @@ func fail(reason string, err error) *Failure { return &Failure{Reason: reason, E
 // Transcribe returns the words spoken in the audio part p. Errors are *Failure, except
 // when ctx itself ends.
 func (s *STT) Transcribe(ctx context.Context, p channels.Part, language string) (string, error) {
-	select {
-	case s.slots <- struct{}{}:
-		defer func() { <-s.slots }()
-	case <-ctx.Done():
-		return "", ctx.Err()
+	if err := s.slots.Acquire(ctx); err != nil {
+		return "", err
 	}
+	defer s.slots.Release()
 	work, err := os.MkdirTemp(s.opts.TempDir, "stt-")
 	if err != nil {
 		return "", fail("I could not store it for processing", err)

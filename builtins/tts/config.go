@@ -1,13 +1,11 @@
 package tts
 
 import (
-	"errors"
-	"fmt"
-	"net/url"
 	"slices"
 	"strings"
 	"time"
 
+	"gateway/builtins/internal/speech"
 	"gateway/internal/secret"
 )
 
@@ -106,47 +104,27 @@ func ValidMode(m string) bool {
 
 // Validate checks the settings and names the key of each problem.
 func (c Config) Validate() error {
-	var errs []error
-	bad := func(key, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("tts.%s: %s", key, fmt.Sprintf(format, args...)))
-	}
+	p := speech.NewProblems("tts")
 	if !ValidMode(c.Mode) {
-		bad("mode", "%q is not a mode (want off, inbound or always)", c.Mode)
+		p.Add("mode", "%q is not a mode (want off, inbound or always)", c.Mode)
 	}
 	if c.Mode == ModeOff {
-		return errors.Join(errs...)
+		return p.Err()
 	}
-	has := func(ph string) bool {
-		return slices.ContainsFunc(c.Command, func(a string) bool { return strings.Contains(a, ph) })
+	p.Provider(c.Provider, c.Command, `[espeak-ng, -w, "{output}", -f, "{text_file}"]`)
+	if c.Provider == speech.Command && c.Voice == "" &&
+		slices.ContainsFunc(c.Command, func(a string) bool { return strings.Contains(a, "{voice}") }) {
+		p.Add("voice", "must be set when tts.command uses {voice}")
 	}
-	switch c.Provider {
-	case "", "openai":
-		if len(c.Command) > 0 {
-			bad("command", "is only used with provider: command (provider is openai)")
-		}
-	case "command":
-		if len(c.Command) == 0 || strings.TrimSpace(c.Command[0]) == "" {
-			bad("command", "is required with provider: command (e.g. [espeak-ng, -w, \"{output}\", -f, \"{text_file}\"])")
-		}
-		if has("{voice}") && c.Voice == "" {
-			bad("voice", "must be set when tts.command uses {voice}")
-		}
-	default:
-		bad("provider", "%q is not a provider (want openai or command)", c.Provider)
-	}
-	if c.BaseURL != "" {
-		if u, err := url.Parse(c.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			bad("base_url", "%q is not an http(s) URL", c.BaseURL)
-		}
-	}
+	p.BaseURL(c.BaseURL)
 	if c.OutputFormat != "" && !outputFormatOK(c.OutputFormat) {
-		bad("output_format", "%q is not a format (want wav, mp3, ogg, opus, flac, aiff or au)", c.OutputFormat)
+		p.Add("output_format", "%q is not a format (want wav, mp3, ogg, opus, flac, aiff or au)", c.OutputFormat)
 	}
 	if c.MaxChars < 0 {
-		bad("max_chars", "must not be negative")
+		p.Add("max_chars", "must not be negative")
 	}
 	if c.Timeout < 0 {
-		bad("timeout", "must not be negative")
+		p.Add("timeout", "must not be negative")
 	}
-	return errors.Join(errs...)
+	return p.Err()
 }

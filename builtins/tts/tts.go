@@ -12,14 +12,13 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"time"
 	"unicode"
 
 	"github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/option"
 
+	"gateway/builtins/internal/speech"
 	"gateway/channels"
 	"gateway/hooks"
 	"gateway/internal/audio"
@@ -47,7 +46,7 @@ type TTS struct {
 	cfg    Config
 	opts   Options
 	client openai.Client
-	slots  chan struct{} // bounds the replies synthesised at once
+	slots  speech.Slots // bounds the replies synthesised at once
 }
 
 // New checks cfg and that the programs it needs exist (ffmpeg, ffprobe and the command's
@@ -59,30 +58,16 @@ func New(cfg Config, opts Options) (*TTS, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	t := &TTS{cfg: cfg.withDefaults(), opts: opts, slots: make(chan struct{}, max(2, runtime.NumCPU()))}
+	t := &TTS{cfg: cfg.withDefaults(), opts: opts, slots: speech.NewSlots()}
 	if t.cfg.Mode == ModeOff {
 		return t, nil
 	}
-	tools := []string{"ffmpeg", "ffprobe"}
-	if t.cfg.Provider == "command" {
-		tools = append(tools, t.cfg.Command[0])
-	}
-	if err := audio.CheckTools(tools...); err != nil {
+	client, err := speech.Setup(speech.Provider{Name: t.cfg.Provider, Command: t.cfg.Command,
+		BaseURL: t.cfg.BaseURL, APIKey: t.cfg.APIKey, HTTPClient: opts.HTTPClient})
+	if err != nil {
 		return nil, err
 	}
-	if t.cfg.Provider == "openai" {
-		ropts := []option.RequestOption{option.WithMaxRetries(1)}
-		if t.cfg.BaseURL != "" {
-			ropts = append(ropts, option.WithBaseURL(t.cfg.BaseURL))
-		}
-		if t.cfg.APIKey.IsSet() {
-			ropts = append(ropts, option.WithAPIKey(t.cfg.APIKey.Reveal()))
-		}
-		if opts.HTTPClient != nil {
-			ropts = append(ropts, option.WithHTTPClient(opts.HTTPClient))
-		}
-		t.client = openai.NewClient(ropts...)
-	}
+	t.client = client
 	return t, nil
 }
 
@@ -151,12 +136,10 @@ func (t *TTS) Synthesize(ctx context.Context, text, voice, language string) (cha
 	if language == "" {
 		language = t.cfg.Language
 	}
-	select {
-	case t.slots <- struct{}{}:
-		defer func() { <-t.slots }()
-	case <-ctx.Done():
-		return channels.Part{}, fmt.Errorf("tts: waiting for a free slot: %w", ctx.Err())
+	if err := t.slots.Acquire(ctx); err != nil {
+		return channels.Part{}, fmt.Errorf("tts: waiting for a free slot: %w", err)
 	}
+	defer t.slots.Release()
 	work, err := os.MkdirTemp(t.opts.TempDir, "tts-")
 	if err != nil {
 		return channels.Part{}, fmt.Errorf("tts: %w", err)
