@@ -2,12 +2,9 @@ package markdown
 
 import (
 	"net/url"
-	"strconv"
 	"strings"
 
-	"github.com/yuin/goldmark"
 	"github.com/yuin/goldmark/ast"
-	"github.com/yuin/goldmark/extension"
 	east "github.com/yuin/goldmark/extension/ast"
 	"github.com/yuin/goldmark/text"
 	"github.com/yuin/goldmark/util"
@@ -20,21 +17,14 @@ import (
 // <@U123>) or forge links. The output is well-formed for any input: an unclosed fence
 // runs to the end, as it does while an answer streams.
 func Mrkdwn(md string) string {
-	src := []byte(md)
-	p := goldmark.New(goldmark.WithExtensions(extension.Strikethrough, extension.Table, extension.TaskList)).Parser()
-	doc := p.Parse(text.NewReader(src))
+	doc, src := parse(md)
 	r := &mrkdwnRenderer{src: src}
 	r.blocks(doc, "\n\n")
 	return strings.TrimSpace(r.b.String())
 }
 
 // EscapeMrkdwn escapes the three characters Slack gives a meaning in message text.
-func EscapeMrkdwn(s string) string {
-	if !strings.ContainsAny(s, "&<>") {
-		return s
-	}
-	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(s)
-}
+func EscapeMrkdwn(s string) string { return escapeAmpLtGt(s) }
 
 type mrkdwnRenderer struct {
 	src   []byte
@@ -42,14 +32,7 @@ type mrkdwnRenderer struct {
 	depth int // list nesting, for indentation
 }
 
-func (r *mrkdwnRenderer) blocks(n ast.Node, sep string) {
-	for c := n.FirstChild(); c != nil; c = c.NextSibling() {
-		if c != n.FirstChild() {
-			r.b.WriteString(sep)
-		}
-		r.block(c)
-	}
-}
+func (r *mrkdwnRenderer) blocks(n ast.Node, sep string) { joinChildren(&r.b, n, sep, r.block) }
 
 func (r *mrkdwnRenderer) block(n ast.Node) {
 	switch n := n.(type) {
@@ -79,16 +62,7 @@ func (r *mrkdwnRenderer) block(n ast.Node) {
 		r.list(n)
 	case *ast.HTMLBlock:
 		// Raw HTML is shown as the text it is.
-		var s strings.Builder
-		lines := n.Lines()
-		for i := 0; i < lines.Len(); i++ {
-			seg := lines.At(i)
-			s.Write(seg.Value(r.src))
-		}
-		if n.HasClosure() {
-			s.Write(n.ClosureLine.Value(r.src))
-		}
-		r.b.WriteString(EscapeMrkdwn(strings.TrimRight(s.String(), "\n")))
+		r.b.WriteString(EscapeMrkdwn(htmlBlockText(n, r.src)))
 	case *east.Table:
 		r.table(n)
 	default:
@@ -102,12 +76,7 @@ func (r *mrkdwnRenderer) block(n ast.Node) {
 
 // code writes a fenced block. The language is dropped: Slack would show it as code text.
 func (r *mrkdwnRenderer) code(lines *text.Segments) {
-	var s strings.Builder
-	for i := 0; i < lines.Len(); i++ {
-		seg := lines.At(i)
-		s.Write(seg.Value(r.src))
-	}
-	r.b.WriteString("```\n" + strings.TrimRight(s.String(), "\n") + "\n```")
+	r.b.WriteString("```\n" + strings.TrimRight(segmentsText(lines, r.src), "\n") + "\n```")
 }
 
 func (r *mrkdwnRenderer) list(l *ast.List) {
@@ -118,28 +87,7 @@ func (r *mrkdwnRenderer) list(l *ast.List) {
 	}
 	r.depth++
 	defer func() { r.depth-- }()
-	sep := "\n"
-	if !l.IsTight {
-		sep = "\n\n"
-	}
-	i := 0
-	for item := l.FirstChild(); item != nil; item = item.NextSibling() {
-		if i > 0 {
-			r.b.WriteString(sep)
-		}
-		marker := bullet
-		if l.IsOrdered() {
-			marker = strconv.Itoa(l.Start+i) + ". "
-		}
-		r.b.WriteString(indent + marker)
-		for c := item.FirstChild(); c != nil; c = c.NextSibling() {
-			if c != item.FirstChild() {
-				r.b.WriteString("\n")
-			}
-			r.block(c)
-		}
-		i++
-	}
+	writeList(&r.b, l, indent, bullet, r.block)
 }
 
 // table becomes a code block with padded columns: Slack has no tables.
@@ -150,7 +98,7 @@ func (r *mrkdwnRenderer) table(t *east.Table) {
 	for row := t.FirstChild(); row != nil; row = row.NextSibling() {
 		var cells []string
 		for cell := row.FirstChild(); cell != nil; cell = cell.NextSibling() {
-			c := strings.TrimSpace(mrkdwnPlain(cell, r.src))
+			c := strings.TrimSpace(plainText(cell, r.src, mrkdwnText))
 			if len(cells) >= len(widths) {
 				widths = append(widths, 0)
 			}
@@ -222,26 +170,15 @@ func (r *mrkdwnRenderer) inline(n ast.Node) {
 	case *ast.Image:
 		r.link(string(n.Destination), n)
 	case *ast.AutoLink:
-		u := string(n.URL(r.src))
-		if n.AutoLinkType == ast.AutoLinkEmail && !strings.HasPrefix(strings.ToLower(u), "mailto:") {
-			u = "mailto:" + u
-		}
-		if mrkdwnSafeURL(u) {
+		if u := autoLinkURL(n, r.src); mrkdwnSafeURL(u) {
 			r.b.WriteString("<" + mrkdwnURL(u) + ">")
 		} else {
 			r.b.WriteString(EscapeMrkdwn(string(n.Label(r.src))))
 		}
 	case *ast.RawHTML:
-		for i := 0; i < n.Segments.Len(); i++ {
-			seg := n.Segments.At(i)
-			r.b.WriteString(EscapeMrkdwn(string(seg.Value(r.src))))
-		}
+		r.b.WriteString(EscapeMrkdwn(segmentsText(n.Segments, r.src)))
 	case *east.TaskCheckBox:
-		if n.IsChecked {
-			r.b.WriteString("☑ ")
-		} else {
-			r.b.WriteString("☐ ")
-		}
+		r.b.WriteString(checkBox(n))
 	default:
 		r.inlines(n)
 	}
@@ -289,25 +226,4 @@ func mrkdwnText(n *ast.Text, src []byte) string {
 		return string(v)
 	}
 	return string(util.ResolveEntityNames(util.ResolveNumericReferences(util.UnescapePunctuations(v))))
-}
-
-// mrkdwnPlain is the text of n's inline descendants, without markup.
-func mrkdwnPlain(n ast.Node, src []byte) string {
-	var b strings.Builder
-	_ = ast.Walk(n, func(c ast.Node, entering bool) (ast.WalkStatus, error) {
-		if !entering {
-			return ast.WalkContinue, nil
-		}
-		switch c := c.(type) {
-		case *ast.Text:
-			b.WriteString(mrkdwnText(c, src))
-			if c.SoftLineBreak() || c.HardLineBreak() {
-				b.WriteByte(' ')
-			}
-		case *ast.String:
-			b.Write(c.Value)
-		}
-		return ast.WalkContinue, nil
-	})
-	return b.String()
 }

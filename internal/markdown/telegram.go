@@ -2,12 +2,9 @@ package markdown
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 
-	"github.com/yuin/goldmark"
 	"github.com/yuin/goldmark/ast"
-	"github.com/yuin/goldmark/extension"
 	east "github.com/yuin/goldmark/extension/ast"
 	"github.com/yuin/goldmark/text"
 )
@@ -18,9 +15,7 @@ import (
 // become text that reads well. The output is always well-formed, whatever the input:
 // an unclosed code fence simply runs to the end, as it does while an answer streams.
 func TelegramHTML(md string) string {
-	src := []byte(md)
-	p := goldmark.New(goldmark.WithExtensions(extension.Strikethrough, extension.Table, extension.TaskList)).Parser()
-	doc := p.Parse(text.NewReader(src))
+	doc, src := parse(md)
 	r := &tgRenderer{src: src}
 	r.blocks(doc, "\n\n")
 	return strings.TrimSpace(r.b.String())
@@ -33,16 +28,7 @@ type tgRenderer struct {
 }
 
 // blocks renders the block children of n, separated by sep.
-func (r *tgRenderer) blocks(n ast.Node, sep string) {
-	first := true
-	for c := n.FirstChild(); c != nil; c = c.NextSibling() {
-		if !first {
-			r.b.WriteString(sep)
-		}
-		first = false
-		r.block(c)
-	}
-}
+func (r *tgRenderer) blocks(n ast.Node, sep string) { joinChildren(&r.b, n, sep, r.block) }
 
 func (r *tgRenderer) block(n ast.Node) {
 	switch n := n.(type) {
@@ -66,16 +52,7 @@ func (r *tgRenderer) block(n ast.Node) {
 		r.list(n)
 	case *ast.HTMLBlock:
 		// Raw HTML is shown as the text it is: passing it through could break the message.
-		var s strings.Builder
-		lines := n.Lines()
-		for i := 0; i < lines.Len(); i++ {
-			seg := lines.At(i)
-			s.Write(seg.Value(r.src))
-		}
-		if n.HasClosure() {
-			s.Write(n.ClosureLine.Value(r.src))
-		}
-		r.b.WriteString(EscapeHTML(strings.TrimRight(s.String(), "\n")))
+		r.b.WriteString(EscapeHTML(htmlBlockText(n, r.src)))
 	case *east.Table:
 		r.table(n)
 	default:
@@ -88,12 +65,7 @@ func (r *tgRenderer) block(n ast.Node) {
 }
 
 func (r *tgRenderer) code(lines *text.Segments, lang string) {
-	var s strings.Builder
-	for i := 0; i < lines.Len(); i++ {
-		seg := lines.At(i)
-		s.Write(seg.Value(r.src))
-	}
-	body := EscapeHTML(strings.TrimRight(s.String(), "\n"))
+	body := EscapeHTML(strings.TrimRight(segmentsText(lines, r.src), "\n"))
 	if body == "" {
 		body = " " // Telegram rejects an empty pre entity
 	}
@@ -119,30 +91,7 @@ func (r *tgRenderer) list(l *ast.List) {
 	indent := strings.Repeat("   ", r.depth)
 	r.depth++
 	defer func() { r.depth-- }()
-	sep := "\n"
-	if !l.IsTight {
-		sep = "\n\n"
-	}
-	i := 0
-	for item := l.FirstChild(); item != nil; item = item.NextSibling() {
-		if i > 0 {
-			r.b.WriteString(sep)
-		}
-		marker := "• "
-		if l.IsOrdered() {
-			marker = strconv.Itoa(l.Start+i) + ". "
-		}
-		r.b.WriteString(indent + marker)
-		first := true
-		for c := item.FirstChild(); c != nil; c = c.NextSibling() {
-			if !first {
-				r.b.WriteString("\n")
-			}
-			first = false
-			r.block(c)
-		}
-		i++
-	}
+	writeList(&r.b, l, indent, "• ", r.block)
 }
 
 func (r *tgRenderer) table(t *east.Table) {
@@ -150,7 +99,7 @@ func (r *tgRenderer) table(t *east.Table) {
 	for row := t.FirstChild(); row != nil; row = row.NextSibling() {
 		var cells []string
 		for cell := row.FirstChild(); cell != nil; cell = cell.NextSibling() {
-			cells = append(cells, strings.TrimSpace(plainText(cell, r.src)))
+			cells = append(cells, strings.TrimSpace(plainText(cell, r.src, rawText)))
 		}
 		rows = append(rows, strings.Join(cells, " | "))
 		if _, ok := row.(*east.TableHeader); ok {
@@ -177,7 +126,7 @@ func (r *tgRenderer) inline(n ast.Node) {
 	case *ast.String:
 		r.b.WriteString(EscapeHTML(string(n.Value)))
 	case *ast.CodeSpan:
-		r.b.WriteString("<code>" + EscapeHTML(plainText(n, r.src)) + "</code>")
+		r.b.WriteString("<code>" + EscapeHTML(plainText(n, r.src, rawText)) + "</code>")
 	case *ast.Emphasis:
 		tag := "i"
 		if n.Level >= 2 {
@@ -200,28 +149,16 @@ func (r *tgRenderer) inline(n ast.Node) {
 		}
 		r.link(string(n.Destination), n)
 	case *ast.AutoLink:
-		url := string(n.URL(r.src))
 		label := string(n.Label(r.src))
-		if n.AutoLinkType == ast.AutoLinkEmail && !strings.HasPrefix(strings.ToLower(url), "mailto:") {
-			url = "mailto:" + url
-		}
-		if safeURL(url) {
+		if url := autoLinkURL(n, r.src); safeURL(url) {
 			fmt.Fprintf(&r.b, `<a href="%s">%s</a>`, escapeAttr(url), EscapeHTML(label))
 		} else {
 			r.b.WriteString(EscapeHTML(label))
 		}
 	case *ast.RawHTML:
-		segs := n.Segments
-		for i := 0; i < segs.Len(); i++ {
-			seg := segs.At(i)
-			r.b.WriteString(EscapeHTML(string(seg.Value(r.src))))
-		}
+		r.b.WriteString(EscapeHTML(segmentsText(n.Segments, r.src)))
 	case *east.TaskCheckBox:
-		if n.IsChecked {
-			r.b.WriteString("☑ ")
-		} else {
-			r.b.WriteString("☐ ")
-		}
+		r.b.WriteString(checkBox(n))
 	default:
 		r.inlines(n)
 	}
@@ -254,34 +191,8 @@ func safeURL(u string) bool {
 	return false
 }
 
-// plainText is the text of n's inline descendants, without markup.
-func plainText(n ast.Node, src []byte) string {
-	var b strings.Builder
-	_ = ast.Walk(n, func(c ast.Node, entering bool) (ast.WalkStatus, error) {
-		if !entering {
-			return ast.WalkContinue, nil
-		}
-		switch c := c.(type) {
-		case *ast.Text:
-			b.Write(c.Value(src))
-			if c.SoftLineBreak() || c.HardLineBreak() {
-				b.WriteByte(' ')
-			}
-		case *ast.String:
-			b.Write(c.Value)
-		}
-		return ast.WalkContinue, nil
-	})
-	return b.String()
-}
-
 // EscapeHTML escapes the three characters Telegram's HTML parse mode requires escaped.
-func EscapeHTML(s string) string {
-	if !strings.ContainsAny(s, "&<>") {
-		return s
-	}
-	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(s)
-}
+func EscapeHTML(s string) string { return escapeAmpLtGt(s) }
 
 func escapeAttr(s string) string {
 	return strings.ReplaceAll(EscapeHTML(s), `"`, "&quot;")
