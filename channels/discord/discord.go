@@ -325,7 +325,7 @@ func (c *Channel) supervise() {
 		c.sink.Connected(Name, false, errConnLost)
 		wait := 250 * time.Millisecond
 		for attempt := 1; ; attempt++ {
-			if !sleep(c.ctx, wait) {
+			if !channels.Sleep(c.ctx, wait) {
 				return
 			}
 			err := c.open(c.ctx)
@@ -347,17 +347,6 @@ func (c *Channel) supervise() {
 	}
 }
 
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
 // Stop disconnects and waits for the adapter's goroutines, or ctx.
 func (c *Channel) Stop(ctx context.Context) error {
 	c.mu.Lock()
@@ -369,21 +358,17 @@ func (c *Channel) Stop(ctx context.Context) error {
 	c.state = stateStopped
 	c.mu.Unlock()
 	c.cancel()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
+	err := channels.Await(ctx, func() {
 		c.wg.Wait()
 		// A normal close also tells Discord to end the session. discordgo waits 1 s here.
 		_ = c.s.Close()
 		c.dialer.closeAll()
-	}()
-	select {
-	case <-done:
-		c.log.Info("discord: stopped")
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("discord: stop: %w", ctx.Err())
+	})
+	if err != nil {
+		return fmt.Errorf("discord: stop: %w", err)
 	}
+	c.log.Info("discord: stopped")
+	return nil
 }
 
 // running returns the session when the channel is running, and registers one more

@@ -236,15 +236,8 @@ func (c *Channel) Stop(ctx context.Context) error {
 		return nil
 	}
 	cancel()
-	done := make(chan struct{})
-	go func() {
-		c.wg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		return fmt.Errorf("slack: stop: %w", ctx.Err())
+	if err := channels.Await(ctx, c.wg.Wait); err != nil {
+		return fmt.Errorf("slack: stop: %w", err)
 	}
 	c.setUp(false, nil)
 	return nil

@@ -10,6 +10,8 @@ import (
 	slackgo "github.com/slack-go/slack"
 	"github.com/slack-go/slack/slackevents"
 	"github.com/slack-go/slack/socketmode"
+
+	"gateway/channels"
 )
 
 const ackTimeout = 5 * time.Second
@@ -44,12 +46,8 @@ func (c *Channel) runSocket(ctx context.Context, ready chan<- error) {
 		}
 		c.setUp(false, c.redact(err))
 		c.log.Warn("slack: Socket Mode client stopped; starting again", "err", c.redact(err), "in", backoff)
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !channels.Sleep(ctx, backoff) {
 			return
-		case <-t.C:
 		}
 		backoff = min(backoff*2, 5*time.Minute)
 	}

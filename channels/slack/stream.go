@@ -145,12 +145,8 @@ func (s *stream) flush(ctx context.Context, force bool) error {
 func (s *stream) sync(ctx context.Context, md string, pol pace.Policy) error {
 	if wait := time.Until(s.notBefore); wait > 0 {
 		// Honour a Retry-After an intermediate edit was given.
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !channels.Sleep(ctx, wait) {
 			return ctx.Err()
-		case <-t.C:
 		}
 	}
 	var chunks []string

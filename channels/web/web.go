@@ -175,13 +175,9 @@ func (c *Channel) Stop(ctx context.Context) error {
 	closing.Wait()
 	c.cancel() // ends Deliver calls in flight and sockets accepted meanwhile
 
-	done := make(chan struct{})
-	go func() { c.wg.Wait(); close(done) }()
-	var err error
-	select {
-	case <-done:
-	case <-ctx.Done():
-		err = fmt.Errorf("web: stop: %w", ctx.Err())
+	err := channels.Await(ctx, c.wg.Wait)
+	if err != nil {
+		err = fmt.Errorf("web: stop: %w", err)
 	}
 	c.media.clear()
 	if c.tempDir {
