@@ -146,18 +146,7 @@ func (h *harness) start(access channels.Access) {
 	h.t.Helper()
 	h.ch = h.p.NewChannel(h.t, h.env(access))
 	h.sink = NewSink()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := h.ch.Start(ctx, h.sink); err != nil {
-		h.t.Fatalf("Start: %v", err)
-	}
-	h.t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := h.ch.Stop(ctx); err != nil {
-			h.t.Errorf("Stop: %v", err)
-		}
-	})
+	Start(h.t, h.ch, h.sink)
 	if !h.sink.WasConnected(h.ch.Name()) {
 		h.t.Errorf("Start returned without reporting the connection (Sink.Connected(%q, true))", h.ch.Name())
 	}
@@ -497,6 +486,24 @@ func testBadToken(t *testing.T, h *harness) {
 	if !strings.Contains(strings.ToLower(err.Error()), ch.Name()) {
 		t.Errorf("start error %q does not name the channel %q", err, ch.Name())
 	}
+}
+
+// Start starts ch with sink, allowing 10s to connect, and fails the test if it cannot.
+// When the test ends ch is stopped, and a Stop that fails or takes over 10s fails the test.
+func Start(t testing.TB, ch channels.Channel, sink channels.Sink) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := ch.Start(ctx, sink); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := ch.Stop(ctx); err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+	})
 }
 
 // Sink records what an adapter delivers and every connection it reports.

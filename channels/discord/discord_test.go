@@ -47,22 +47,13 @@ func start(t *testing.T, srv *discordtest.Server, cfg discord.Config) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sink := channeltest.NewSink()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := ch.Start(ctx, sink); err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := ch.Stop(ctx); err != nil {
-			t.Errorf("Stop: %v", err)
-		}
+	t.Cleanup(func() { // after the Stop that Start registers: cleanups run last first
 		if tok := cfg.Token.Reveal(); strings.Contains(logs.String(), tok) {
 			t.Errorf("the token appears in the logs")
 		}
 	})
+	sink := channeltest.NewSink()
+	channeltest.Start(t, ch, sink)
 	return &env{srv: srv, ch: ch, sink: sink, state: state}
 }
 

@@ -108,18 +108,7 @@ func start(t *testing.T, s *slacktest.Server, mutate func(*Config)) started {
 		st.eventsURL = srv.URL + EventsPath
 		s.DeliverTo(st.eventsURL)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := ch.Start(ctx, st.sink); err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := ch.Stop(ctx); err != nil {
-			t.Errorf("Stop: %v", err)
-		}
-	})
+	channeltest.Start(t, ch, st.sink)
 	return st
 }
 

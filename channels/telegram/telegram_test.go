@@ -75,18 +75,7 @@ func (f *fixture) start(cfg telegram.Config, opts telegram.Options, sink channel
 
 func (f *fixture) run(ch *telegram.Channel, sink channels.Sink) *telegram.Channel {
 	f.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := ch.Start(ctx, sink); err != nil {
-		f.t.Fatalf("Start: %v", err)
-	}
-	f.t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := ch.Stop(ctx); err != nil {
-			f.t.Errorf("Stop: %v", err)
-		}
-	})
+	channeltest.Start(f.t, ch, sink)
 	return ch
 }
 

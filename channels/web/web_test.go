@@ -426,16 +426,7 @@ func started(t *testing.T, cfg web.Config) (*web.Channel, string, *errSink) {
 	ch := web.New(cfg, web.Options{MediaDir: t.TempDir()})
 	base := webtest.Serve(t, ch)
 	sink := &errSink{Sink: channeltest.NewSink()}
-	if err := ch.Start(context.Background(), sink); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := ch.Stop(ctx); err != nil {
-			t.Errorf("Stop: %v", err)
-		}
-	})
+	channeltest.Start(t, ch, sink)
 	return ch, base, sink
 }
 
