@@ -1,0 +1,46 @@
+package telegram_test
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"gateway/channels/channeltest"
+	"gateway/channels/telegram/telegramtest"
+)
+
+// An offset saved by an earlier version (a shorter file, here with a stray tail) is
+// honoured, and saving over it leaves a file that the next start reads.
+func TestOffsetFromAnEarlierFormatIsHonouredAndRewritten(t *testing.T) {
+	f := newFixture(t)
+	f.srv.HoldConfirm(true) // only the saved offset keeps old updates from coming again
+	old, _ := f.srv.Send(telegramtest.Update{ChatID: 1001, Text: "already handled"})
+	dir := filepath.Join(f.dir, "telegram")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	legacy := `{"bot_id":` + strconv.Itoa(telegramtest.BotID) + `,"offset":` + strconv.FormatInt(old+1, 10) + "}" +
+		"                                                                      \n"
+	if err := os.WriteFile(filepath.Join(dir, "offset.json"), []byte(legacy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	sink := channeltest.NewSink()
+	ch := f.start(f.config(), f.options(), sink)
+	f.srv.Send(telegramtest.Update{ChatID: 1001, Text: "new"})
+	if m := sink.Next(t); m.Text() != "new" {
+		t.Fatalf("got %q; want only the message after the saved offset", m.Text())
+	}
+	sink.ExpectNone(t, 200*time.Millisecond)
+	stop(t, ch)
+
+	sink2 := channeltest.NewSink()
+	f.start(f.config(), f.options(), sink2)
+	f.srv.Send(telegramtest.Update{ChatID: 1001, Text: "newer"})
+	if m := sink2.Next(t); m.Text() != "newer" {
+		t.Fatalf("after a restart got %q; want only the newest message", m.Text())
+	}
+	sink2.ExpectNone(t, 200*time.Millisecond)
+}
