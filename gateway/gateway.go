@@ -347,6 +347,11 @@ func (g *Gateway) Deliver(ctx context.Context, msg *channels.Message) error {
 	}
 	key := SessionKey(msg.Channel, msg.ChatID, msg.ThreadID)
 	queued, err := g.enqueue(key, msg)
+	if errors.Is(err, errTooManyChats) {
+		// Every chat slot is busy: tell the user rather than leave them unanswered.
+		g.reject(msg, "capacity", "I'm talking with too many people at once right now. Please send this again in a few minutes.")
+		return nil
+	}
 	if err != nil {
 		if msg.ID != "" {
 			g.dedup.Forget(msg.Channel + "|" + msg.ChatID + "|" + msg.ID)
@@ -359,6 +364,8 @@ func (g *Gateway) Deliver(ctx context.Context, msg *channels.Message) error {
 	return nil
 }
 
+var errTooManyChats = fmt.Errorf("%w: too many active chats", channels.ErrNotAccepted)
+
 // enqueue puts msg on its session's mailbox, creating the session actor when needed.
 func (g *Gateway) enqueue(key string, msg *channels.Message) (queued bool, err error) {
 	g.mu.Lock()
@@ -366,7 +373,7 @@ func (g *Gateway) enqueue(key string, msg *channels.Message) (queued bool, err e
 	s, ok := g.sessions[key]
 	if !ok {
 		if len(g.sessions) >= g.cfg.MaxSessions && !g.evictOneLocked() {
-			return false, fmt.Errorf("%w: too many active chats", channels.ErrNotAccepted)
+			return false, errTooManyChats
 		}
 		s = newSession(g, key)
 		g.sessions[key] = s

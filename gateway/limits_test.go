@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -89,4 +90,22 @@ func gauge(g prometheus.Gauge) float64 {
 		return -1
 	}
 	return m.GetGauge().GetValue()
+}
+
+func TestTooManyChatsTellsTheUser(t *testing.T) {
+	block := make(chan struct{})
+	e := newEnv(t, func(c *Config, rt *Runtime, d *Deps) { c.MaxSessions = 1 })
+	e.fake.SetFunc(func(*harness.Request) harness.FakeReply {
+		<-block
+		return harness.FakeReply{Text: "done"}
+	})
+	e.mem.inject(t, "busy", "1", "hold the only slot")
+	waitRequests(t, e.fake, 1)
+	e.mem.inject(t, "other", "1", "hello?")
+	e.mem.waitDone(t, 1)
+	if got := e.mem.finals("other"); len(got) != 1 || !strings.Contains(got[0], "too many people") {
+		t.Fatalf("second chat got %q; want a plain notice", got)
+	}
+	close(block)
+	e.mem.waitDone(t, 1)
 }
