@@ -220,6 +220,7 @@ func (s *Session) Reset(ctx context.Context) error {
 	}
 	s.hist.reset()
 	s.count.Store(0)
+	defer s.hist.release()
 	if err := s.hist.flush(); err != nil {
 		return fmt.Errorf("the conversation was reset, but saving that failed: %w", err)
 	}
@@ -245,6 +246,7 @@ func (s *Session) Run(ctx context.Context, prompt string, on func(Update)) (Resu
 		on = func(Update) {}
 	}
 	r := &run{s: s, cfg: cfg, ctx: ctx, on: on}
+	defer s.hist.release()
 	res, err := r.exec(prompt)
 	r.finish(res, err)
 	return res, err

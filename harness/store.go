@@ -192,6 +192,9 @@ type history struct {
 	keep  int
 
 	pending bytes.Buffer // encoded lines waiting for the next save point
+
+	f    *os.File // the history file, open during a run (see flush)
+	size int64    // its size while open
 }
 
 // open loads the active branch of key's history, repairing a torn last line.
@@ -396,6 +399,9 @@ func (h *history) encode(v any) {
 
 // flush is a save point: pending entries are written and fsynced in one append. On
 // failure the file is cut back to where it was, and the entries stay pending.
+//
+// The file stays open from the first save point of a run to its end (release), so that
+// a save point costs a write and an fsync, not also an open, two stats and a close.
 func (h *history) flush() error {
 	if h.store == nil || h.pending.Len() == 0 {
 		return nil
@@ -403,16 +409,7 @@ func (h *history) flush() error {
 	if h.store.isClosed() {
 		return errors.New("the history store is closed")
 	}
-	var header []byte
-	if fi, err := os.Stat(h.path); err != nil || fi.Size() == 0 {
-		b, _ := json.Marshal(headerEntry{Type: entrySession, Version: storeVersion, ID: newID() + newID(), Timestamp: nowStamp(), Key: h.key})
-		header = append(b, '\n')
-	}
-	data := h.pending.Bytes()
-	if header != nil {
-		data = append(header, data...)
-	}
-	if err := appendDurable(h.path, data); err != nil {
+	if err := h.appendPending(); err != nil {
 		if h.pending.Len() > maxPending {
 			// The disk has refused writes for a long while: stop holding the backlog.
 			h.log.Error("session history: dropping unsaved entries", "key", h.key, "bytes", h.pending.Len())
@@ -422,6 +419,57 @@ func (h *history) flush() error {
 	}
 	h.pending.Reset()
 	return nil
+}
+
+func (h *history) appendPending() error {
+	if h.f == nil {
+		f, err := os.OpenFile(h.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err != nil {
+			return err
+		}
+		fi, err := f.Stat()
+		if err != nil {
+			f.Close()
+			return err
+		}
+		h.f, h.size = f, fi.Size()
+	}
+	data := h.pending.Bytes()
+	if h.size == 0 {
+		b, _ := json.Marshal(headerEntry{Type: entrySession, Version: storeVersion, ID: newID() + newID(), Timestamp: nowStamp(), Key: h.key})
+		data = append(append(b, '\n'), data...)
+	}
+	_, err := h.f.Write(data)
+	if err == nil {
+		err = h.f.Sync()
+	}
+	if err != nil {
+		// No torn or unsynced line is left to be written twice by the next attempt.
+		_ = h.f.Truncate(h.size)
+		h.release()
+		return err
+	}
+	if h.size == 0 {
+		syncDir(filepath.Dir(h.path))
+	}
+	h.size += int64(len(data))
+	return nil
+}
+
+// release closes the history file between runs: the store holds no descriptors then.
+func (h *history) release() {
+	if h.f != nil {
+		_ = h.f.Close()
+		h.f = nil
+	}
+}
+
+// syncDir makes a new file's directory entry durable.
+func syncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
 }
 
 // appendDurable appends data to the file at path and fsyncs it; a new file's directory
@@ -450,10 +498,7 @@ func appendDurable(path string, data []byte) error {
 		return err
 	}
 	if size == 0 {
-		if d, err := os.Open(filepath.Dir(path)); err == nil {
-			_ = d.Sync()
-			d.Close()
-		}
+		syncDir(filepath.Dir(path))
 	}
 	return nil
 }
