@@ -304,7 +304,9 @@ func (r *run) exec(prompt string) (Result, error) {
 			r.add(m, false)
 		}
 	}
-	r.save()
+	// The prompt is saved with the model's answer at the first save point (or by finish
+	// if the call fails): one fsync per simple turn, not two. A crash during the model
+	// call leaves no unanswered prompt in the history, just as the chat got no answer.
 	r.emit(&hooks.AgentStart{Session: info, Prompt: prompt})
 
 	defs := make([]llm.ToolDef, 0, len(r.cfg.tools))
