@@ -316,10 +316,21 @@ func (c *Channel) wait(ctx context.Context, chat int64) error {
 
 // tryWait takes a send slot only if one is free now: streaming edits skip a beat rather
 // than hold up the answer.
+//
+// The bot's slot is taken before the chat's: a limiter that cannot serve within the
+// deadline takes nothing, but one that did stays taken. Taking the chat's slot first and
+// then missing the bot's used up the chat's one send a second, so the final answer then
+// waited a whole second for the next one.
 func (c *Channel) tryWait(ctx context.Context, chat int64) bool {
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer cancel()
-	return c.wait(ctx, chat) == nil
+	if c.global != nil && c.global.Wait(ctx, "") != nil {
+		return false
+	}
+	if p := c.chatPacer(chat); p != nil {
+		return p.Wait(ctx, strconv.FormatInt(chat, 10)) == nil
+	}
+	return true
 }
 
 func (c *Channel) chatPacer(chat int64) *pace.Pacer {
