@@ -64,6 +64,9 @@ type stream struct {
 	pauseUntil time.Time // after a 429 on a preview edit
 	stopTyping func()
 	finished   bool
+
+	renderedMD string   // the Markdown last rendered, usually the last preview's
+	rendered   []string // its chunks
 }
 
 type sentMsg struct {
@@ -185,11 +188,20 @@ func render(md string) []string {
 	return markdown.SplitTelegramHTML(markdown.TelegramHTML(md), MaxText)
 }
 
+// renderOnce is render with a one-entry cache: the final text is most often exactly what
+// the last preview showed, and rendering costs a Markdown parse.
+func (s *stream) renderOnce(md string) []string {
+	if md != s.renderedMD || s.rendered == nil {
+		s.renderedMD, s.rendered = md, render(md)
+	}
+	return s.rendered
+}
+
 // preview shows the text so far with at most one call, and only when a send slot is free
 // now: a streaming preview never holds up the answer, and the final sync fixes any gap.
 func (s *stream) preview(ctx context.Context) {
 	s.lastFlush = time.Now()
-	chunks := render(s.text.String())
+	chunks := s.renderOnce(s.text.String())
 	i := 0
 	for i < len(chunks) && i < len(s.sent) && s.sent[i].html == chunks[i] {
 		i++
@@ -225,7 +237,7 @@ func (s *stream) preview(ctx context.Context) {
 // messages for the rest. Each call is paced and retried; Telegram refusing the HTML
 // sends that piece as plain text instead.
 func (s *stream) sync(ctx context.Context, md string) error {
-	chunks := render(md)
+	chunks := s.renderOnce(md)
 	for i, chunk := range chunks {
 		if i < len(s.sent) {
 			if s.sent[i].html == chunk {
