@@ -132,21 +132,31 @@ func (s *stream) startTyping() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), maxTyping)
-	done := make(chan struct{})
+	first, done := make(chan struct{}), make(chan struct{})
 	ok := s.c.goRun(func(life context.Context) {
 		defer close(done)
 		unlink := context.AfterFunc(life, cancel)
 		defer unlink()
+		// The first signal goes out at once, while the model works: sending it before
+		// Start returned held every answer back by a round trip to Telegram.
+		s.c.typing(ctx, s.chat, s.thread)
+		close(first)
 		s.c.typingLoop(ctx, s.chat, s.thread)
 	})
 	if !ok {
 		cancel()
 		return
 	}
-	// The first signal goes out before Start returns, so even an instant answer shows it.
-	s.c.typing(ctx, s.chat, s.thread)
-	// Waiting for the loop means no typing action lands after the answer.
-	s.stopTyping = func() { cancel(); <-done }
+	// The answer waits for the first signal, so even an instant answer shows it; waiting
+	// for the loop means no typing action lands after the answer.
+	s.stopTyping = func() {
+		select {
+		case <-first:
+		case <-done:
+		}
+		cancel()
+		<-done
+	}
 }
 
 // typingLoop refreshes the indicator until ctx ends.
