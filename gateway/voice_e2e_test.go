@@ -202,17 +202,29 @@ func TestVoiceModesPerChat(t *testing.T) {
 func TestBadVoiceNotesGetPlainRepliesAndTheNextMessageWorks(t *testing.T) {
 	srv := voicetest.NewServer(t)
 	srv.SetTranscript(spoken)
-	e := newEnv(t, openAIVoice(t, srv))
+	voicetest.RequireTools(t, "ffmpeg", "ffprobe")
+	sttCfg := stt.DefaultConfig()
+	sttCfg.Enabled, sttCfg.Provider, sttCfg.BaseURL, sttCfg.APIKey = true, "openai", srv.URL(), "sk-test"
+	sttCfg.MaxBytes = 4000 // a spoken sentence is larger
+	ttsCfg := tts.DefaultConfig()
+	ttsCfg.Mode, ttsCfg.Provider, ttsCfg.BaseURL, ttsCfg.APIKey = "inbound", "openai", srv.URL(), "sk-test"
+	e := newEnv(t, withVoice(t, sttCfg, ttsCfg))
 	c := e.client(t, "voice3")
-	for name, data := range map[string][]byte{
-		"corrupt":      []byte("OggS this is not really audio at all, just bytes pretending"),
-		"wrong format": []byte("\x89PNG\r\n\x1a\n not audio"),
+	for _, tc := range []struct {
+		name string
+		data []byte
+		want string
+	}{
+		{"oversized", voicetest.SpeakOgg(t, spoken), "limit"},
+		{"empty", []byte{}, "empty"},
+		{"corrupt", []byte("OggS this is not really audio at all, just bytes pretending"), "damaged"},
+		{"wrong format", []byte("\x89PNG\r\n\x1a\n not audio"), "not audio"},
 	} {
-		c.sayVoice(data)
+		c.sayVoice(tc.data)
 		fs := c.until("done", "error")
 		last := fs[len(fs)-1]
-		if !strings.Contains(strings.ToLower(last.Text), "voice") && !strings.Contains(strings.ToLower(last.Text), "audio") {
-			t.Fatalf("%s audio answered %+v; want a plain explanation", name, last)
+		if !strings.Contains(strings.ToLower(last.Text), tc.want) {
+			t.Fatalf("%s audio answered %+v; want a plain explanation mentioning %q", tc.name, last, tc.want)
 		}
 	}
 	if n := len(e.fake.Requests()); n != 0 {
@@ -277,5 +289,22 @@ func TestEchoTranscriptShowsWhatWasHeard(t *testing.T) {
 	answer := c.until("done", "error")
 	if answer[len(answer)-1].Type != "done" || len(e.voiceParts(t, answer)) != 1 {
 		t.Fatalf("answer %v; want a done with one voice part", types(answer))
+	}
+}
+
+func TestProfileVoiceOverrides(t *testing.T) {
+	srv := voicetest.NewServer(t)
+	e := newEnv(t, openAIVoice(t, srv), func(c *Config, rt *Runtime, d *Deps) {
+		p := rt.Profiles.Default()
+		p.TTSMode, p.TTSVoice = "always", "nova"
+	})
+	c := e.client(t, "voice5")
+	c.say("hello")
+	fs := c.until("done", "error")
+	if n := len(e.voiceParts(t, fs)); n != 1 {
+		t.Fatalf("a profile with tts.mode always: typed message got %d voice parts; want 1", n)
+	}
+	if reqs := srv.SpeechRequests(); len(reqs) != 1 || reqs[0].Voice != "nova" {
+		t.Fatalf("speech requests %+v; want one with the profile's voice", reqs)
 	}
 }
