@@ -145,8 +145,14 @@ type Result struct {
 	CPUPerMsg  float64 `json:"cpu_per_msg_ms"`
 	CPUTotal   float64 `json:"cpu_total_ms"`
 
-	RSSReady  float64 `json:"rss_ready_mib"`
-	RSSPeak   float64 `json:"rss_peak_mib"`
+	RSSReady float64 `json:"rss_ready_mib"`
+	RSSPeak  float64 `json:"rss_peak_mib"`
+	// The RSS split into private memory and mapped file pages (the binary's code and
+	// read-only data, shared with other processes and dropped first under pressure).
+	AnonReady float64 `json:"rss_anon_ready_mib"`
+	AnonPeak  float64 `json:"rss_anon_peak_mib"` // sampled
+	FileReady float64 `json:"rss_file_ready_mib"`
+	FilePeak  float64 `json:"rss_file_peak_mib"` // sampled
 	HeapReady float64 `json:"heap_ready_mib,omitempty"`
 	HeapPeak  float64 `json:"heap_peak_mib,omitempty"` // in-process: sampled peak; external: at the end
 	GorReady  int     `json:"goroutines_ready,omitempty"`
@@ -190,7 +196,7 @@ func measure(ctx context.Context, o Options, tr *tracker, srv *telegramtest.Serv
 	if err != nil {
 		return r, err
 	}
-	r.RSSReady = mib(ready.RSS)
+	r.RSSReady, r.AnonReady, r.FileReady = mib(ready.RSS), mib(ready.Anon), mib(ready.File)
 	if h, g, ok := tgt.heap(); ok {
 		r.HeapReady, r.GorReady = mib(h), g
 	}
@@ -211,6 +217,8 @@ func measure(ctx context.Context, o Options, tr *tracker, srv *telegramtest.Serv
 	var (
 		smu      sync.Mutex
 		peakRSS  int64
+		peakAnon int64
+		peakFile int64
 		peakHeap int64
 		peakGor  int
 	)
@@ -219,7 +227,7 @@ func measure(ctx context.Context, o Options, tr *tracker, srv *telegramtest.Serv
 		smu.Lock()
 		defer smu.Unlock()
 		if err == nil {
-			peakRSS = max(peakRSS, m.RSS)
+			peakRSS, peakAnon, peakFile = max(peakRSS, m.RSS), max(peakAnon, m.Anon), max(peakFile, m.File)
 		}
 		if tgt.cheapHeap() {
 			if h, g, ok := tgt.heap(); ok {
@@ -282,7 +290,7 @@ func measure(ctx context.Context, o Options, tr *tracker, srv *telegramtest.Serv
 		r.CPUTotal = ms(cpu1 - cpu0)
 		r.CPUPerMsg = ms(cpu1-cpu0) / float64(len(samples))
 	}
-	r.RSSPeak = mib(peakRSS)
+	r.RSSPeak, r.AnonPeak, r.FilePeak = mib(peakRSS), mib(peakAnon), mib(peakFile)
 	r.HeapPeak, r.GorPeak = mib(peakHeap), peakGor
 	if driveErr != nil {
 		return r, fmt.Errorf("only %d of %d messages were answered before the run's deadline: %w", answered, o.Messages, driveErr)
@@ -320,6 +328,8 @@ func WriteTable(w io.Writer, r Result) {
 	fmt.Fprintf(&b, "  %-22s %.1f ms\n", "added latency p99", r.AddedP99)
 	fmt.Fprintf(&b, "  %-22s %.3f ms/msg (%.0f ms in all)\n", "CPU (user+sys)", r.CPUPerMsg, r.CPUTotal)
 	fmt.Fprintf(&b, "  %-22s ready %.1f MiB, peak %.1f MiB\n", "RSS", r.RSSReady, r.RSSPeak)
+	fmt.Fprintf(&b, "  %-22s ready %.1f MiB, peak %.1f MiB (heap, stacks)\n", "  private (RssAnon)", r.AnonReady, r.AnonPeak)
+	fmt.Fprintf(&b, "  %-22s ready %.1f MiB, peak %.1f MiB (the binary's pages)\n", "  file-backed", r.FileReady, r.FilePeak)
 	if r.HeapReady > 0 || r.HeapPeak > 0 {
 		label := "peak"
 		if r.Mode == "external" {

@@ -40,7 +40,7 @@ func TestInProcessAnswersEveryMessageAndMeasures(t *testing.T) {
 	if res.Answered != 60 || res.Failed != 0 {
 		t.Fatalf("answered %d, failed %d; want all 60 answered", res.Answered, res.Failed)
 	}
-	if res.Mode != "in-process" || res.CPUPerMsg <= 0 || res.RSSReady <= 0 || res.RSSPeak < res.RSSReady*0.5 || res.HeapPeak <= 0 || res.P99 < res.P50 || res.MsgsPerSec <= 0 {
+	if res.Mode != "in-process" || res.CPUPerMsg <= 0 || res.RSSReady <= 0 || res.RSSPeak < res.RSSReady*0.5 || res.AnonReady <= 0 || res.FileReady <= 0 || res.AnonPeak <= 0 || res.HeapPeak <= 0 || res.P99 < res.P50 || res.MsgsPerSec <= 0 {
 		t.Fatalf("implausible figures: %+v", res)
 	}
 	var b strings.Builder

@@ -18,8 +18,10 @@ const userHZ = 100
 
 // memStatus is a process's resident memory as /proc/PID/status reports it.
 type memStatus struct {
-	RSS int64 // VmRSS, bytes
-	HWM int64 // VmHWM (peak RSS since start or the last resetPeak), bytes
+	RSS  int64 // VmRSS, bytes
+	HWM  int64 // VmHWM (peak RSS since start or the last resetPeak), bytes
+	Anon int64 // RssAnon: private memory (heap, stacks), bytes
+	File int64 // RssFile: mapped file pages, mostly the binary's code and read-only data
 }
 
 // readMem reads VmRSS and VmHWM of pid ("self" or a number).
@@ -41,6 +43,10 @@ func readMem(pid string) (memStatus, error) {
 			dst = &m.RSS
 		case "VmHWM":
 			dst = &m.HWM
+		case "RssAnon":
+			dst = &m.Anon
+		case "RssFile":
+			dst = &m.File
 		default:
 			continue
 		}
