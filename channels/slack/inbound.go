@@ -110,6 +110,8 @@ func (c *Channel) handleCallback(ctx context.Context, cb *slackevents.EventsAPIC
 		taken = true
 		return nil
 	}
+	// Looked up only now, for a message that will be delivered; bounded by nameTimeout.
+	msg.UserName = c.names.get(ctx, ev.User)
 	dctx, cancel := context.WithTimeout(ctx, deliverTimeout)
 	defer cancel()
 	if err := sink.Deliver(dctx, msg); err != nil {

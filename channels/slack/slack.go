@@ -52,6 +52,7 @@ type Channel struct {
 	claims   *claims
 	threads  *boundedSet // channel:thread_ts the bot answered in: replies there need no mention
 	noStatus *boundedSet // channels where assistant.threads.setStatus was refused
+	names    *names      // authors' display names
 	secrets  []string
 
 	mu      sync.Mutex
@@ -117,6 +118,11 @@ func New(cfg Config, opts Options) (*Channel, error) {
 		slackgo.OptionAppLevelToken(cfg.AppToken.Reveal()),
 		slackgo.OptionLog(libLog{c}),
 	)
+	// users.info is a read, not a send: it is left out of the send pacer, and a rate limit
+	// on it pauses the lookups instead (see names).
+	c.names = newNames(func(ctx context.Context, id string) (*slackgo.User, error) {
+		return c.api.GetUserInfoContext(ctx, id, slackgo.GetUserInfoOptionIncludeLocale(false))
+	}, log, c.redact)
 	if cfg.DMPolicy != channels.DMOpen && len(cfg.AllowFrom) == 0 {
 		log.Warn("channels.slack.allow_from is empty: nobody may talk to the bot; add Slack user ids or set dm_policy: open")
 	}

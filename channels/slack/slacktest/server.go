@@ -88,6 +88,8 @@ type Server struct {
 	sent       map[string]*injected // channel:ts -> the events a user message produced
 	fail       map[string]*failure  // method ("" = every sending method) -> pending failures
 	noStatus   bool                 // assistant.threads.setStatus is refused
+	users      map[string]userInfo  // users.info answers, by user id
+	userDelay  time.Duration        // users.info answers after this long
 	socket     socketState
 	httpEvents httpState
 }
@@ -97,6 +99,10 @@ type message struct {
 	user    string
 	bot     bool
 	deleted bool
+}
+
+type userInfo struct {
+	display, real string
 }
 
 type upload struct {
@@ -127,6 +133,7 @@ func New(t testing.TB) *Server {
 		messages: map[string][]*message{}, byKey: map[string]*message{},
 		reactions: map[string]map[string]bool{}, typing: map[string]int{}, status: map[string]string{},
 		uploads: map[string]*upload{}, userFiles: map[string]*File{}, sent: map[string]*injected{}, fail: map[string]*failure{},
+		users: map[string]userInfo{},
 	}
 	s.socket.setup()
 	s.httpEvents.setup()
@@ -176,6 +183,23 @@ func (s *Server) RefuseAssistantStatus(refuse bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.noStatus = refuse
+}
+
+// SetUser makes users.info know user id, with a profile display name and a real name
+// (either may be ""). Its user name is the id in lower case. users.info answers
+// user_not_found for ids never set.
+func (s *Server) SetUser(id, display, real string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.users[id] = userInfo{display: display, real: real}
+}
+
+// SetUserInfoDelay makes users.info answer only after d (or when the client gives up), as
+// a slow Slack would.
+func (s *Server) SetUserInfoDelay(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.userDelay = d
 }
 
 // Calls lists the Web API calls received for method ("" for all), oldest first.
@@ -278,6 +302,20 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 	if err := r.ParseForm(); err != nil {
 		http.Error(w, "bad form", http.StatusBadRequest)
 		return
+	}
+	if method == "users.info" {
+		s.mu.Lock()
+		d := s.userDelay
+		s.mu.Unlock()
+		if d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case <-r.Context().Done():
+			case <-s.ctx.Done():
+			}
+			t.Stop()
+		}
 	}
 	tok := token(r)
 	params := url.Values{}
@@ -384,8 +422,24 @@ func (s *Server) api(method, tok string, p url.Values) apiResult {
 		return okBody("upload_url", s.URL+"/upload/"+id, "file_id", id)
 	case "files.completeUploadExternal":
 		return s.completeUpload(p)
+	case "users.info":
+		return s.userInfo(p.Get("user"))
 	}
 	return errBody("unknown_method")
+}
+
+// userInfo answers users.info as Slack does, with the fields the adapter reads; call with
+// mu held.
+func (s *Server) userInfo(id string) apiResult {
+	u, ok := s.users[id]
+	if !ok {
+		return errBody("user_not_found")
+	}
+	name := strings.ToLower(id)
+	return okBody("user", map[string]any{
+		"id": id, "team_id": TeamID, "name": name, "real_name": u.real,
+		"profile": map[string]any{"display_name": u.display, "real_name": u.real},
+	})
 }
 
 func parseInt(s string) (int, error) {

@@ -82,3 +82,31 @@ func TestUploadFlowSharesIntoThread(t *testing.T) {
 		t.Fatalf("posted %+v", p)
 	}
 }
+
+func TestUsersInfo(t *testing.T) {
+	s := New(t)
+	ctx := context.Background()
+	api := client(s, BotToken)
+	s.SetUser("U1", "ally", "Alice Liddell")
+	s.SetUser("U2", "", "")
+	u, err := api.GetUserInfoContext(ctx, "U1")
+	if err != nil || u.Profile.DisplayName != "ally" || u.Profile.RealName != "Alice Liddell" || u.RealName != "Alice Liddell" || u.Name != "u1" {
+		t.Fatalf("U1: %+v, %v", u, err)
+	}
+	if u, err := api.GetUserInfoContext(ctx, "U2"); err != nil || u.Name != "u2" || u.Profile.DisplayName != "" {
+		t.Fatalf("U2: %+v, %v", u, err)
+	}
+	if _, err := api.GetUserInfoContext(ctx, "U404"); err == nil || err.Error() != "user_not_found" {
+		t.Fatalf("unknown user: %v; want user_not_found", err)
+	}
+	calls := s.Calls("users.info")
+	if len(calls) != 3 || calls[2].Params.Get("user") != "U404" || calls[2].Error != "user_not_found" {
+		t.Fatalf("calls %+v", calls)
+	}
+	s.SetUserInfoDelay(time.Minute)
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if _, err := api.GetUserInfoContext(short, "U1"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("slow users.info: %v; want the client's deadline", err)
+	}
+}
