@@ -39,6 +39,7 @@ type Fake struct {
 	fn       func(req *Request) FakeReply
 	requests []Request
 	calls    int
+	noLog    bool // keep no record of requests (the fake built from config: nobody reads it)
 }
 
 // NewFake returns a Fake that answers with script, in order.
@@ -73,17 +74,21 @@ func (f *Fake) Name() string { return "fake" }
 
 func (f *Fake) Stream(ctx context.Context, req *Request, onDelta func(string)) (*Response, error) {
 	cp := *req
-	cp.Messages = slices.Clone(req.Messages)
-	cp.Tools = slices.Clone(req.Tools)
 	cp.Payload, cp.OnResponse = nil, nil
+	if !f.noLog {
+		cp.Messages = slices.Clone(req.Messages)
+		cp.Tools = slices.Clone(req.Tools)
+	}
 
 	f.mu.Lock()
 	f.calls++
 	call := f.calls
-	if len(f.requests) >= maxFakeRequests {
-		f.requests = slices.Delete(f.requests, 0, 1)
+	if !f.noLog {
+		if len(f.requests) >= maxFakeRequests {
+			f.requests = slices.Delete(f.requests, 0, 1)
+		}
+		f.requests = append(f.requests, cp)
 	}
-	f.requests = append(f.requests, cp)
 	var r FakeReply
 	switch {
 	case len(f.script) > 0:

@@ -31,7 +31,9 @@ func newProvider(cfg Config, client *http.Client) (Provider, error) {
 	case "", "echo":
 		return NewEcho(), nil
 	case "fake":
-		f := NewFake()
+		// Built from config, its request log could never be read: it would only hold the
+		// messages of the latest 1024 calls in memory.
+		f := &Fake{noLog: true}
 		f.SetFunc(func(req *Request) FakeReply { return FakeReply{Text: lastUserText(req.Messages)} })
 		return f, nil
 	case "openai":
