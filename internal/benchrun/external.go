@@ -84,8 +84,12 @@ func runExternal(ctx context.Context, o Options) (res Result, err error) {
 		return Result{}, err
 	}
 
+	bin, err := copyBinary(o.External, dir)
+	if err != nil {
+		return Result{}, err
+	}
 	stderr := &tailBuffer{max: 16 << 10}
-	cmd := exec.Command(o.External, "run", "--config", cfgPath)
+	cmd := exec.Command(bin, "run", "--config", cfgPath)
 	cmd.Dir = dir
 	cmd.Env = childEnv(dir)
 	cmd.Stdout, cmd.Stderr = io.Discard, stderr
@@ -117,6 +121,34 @@ func runExternal(ctx context.Context, o Options) (res Result, err error) {
 		err = fmt.Errorf("%w\nthe child's log:\n%s", err, stderr.String())
 	}
 	return res, err
+}
+
+// copyBinary copies the gateway binary into dir and syncs it. The child then runs from a
+// file no other process maps, as in production: pages shared with this process (when it
+// runs the same binary) would stay in the child's RSS whatever the child does, and a
+// freshly written, unsynced file has dirty pages the kernel cannot drop either.
+func copyBinary(src, dir string) (string, error) {
+	in, err := os.Open(src)
+	if err != nil {
+		return "", fmt.Errorf("the gateway binary: %w", err)
+	}
+	defer in.Close()
+	dst := filepath.Join(dir, "gateway")
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o700)
+	if err != nil {
+		return "", err
+	}
+	_, err = io.Copy(out, in)
+	if err == nil {
+		err = out.Sync()
+	}
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return "", fmt.Errorf("copying the gateway binary: %w", err)
+	}
+	return dst, nil
 }
 
 // childEnv is a clean environment: no GATEWAY_* or API keys from ours leak into the
