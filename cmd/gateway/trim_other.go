@@ -1,0 +1,6 @@
+//go:build !linux
+
+package main
+
+// releaseStartupPages is Linux-only (see trim_linux.go).
+func releaseStartupPages() {}
