@@ -64,18 +64,7 @@ func runInProcess(ctx context.Context, o Options) (res Result, err error) {
 			return Result{}, err
 		}
 	default:
-		f := harness.NewFake()
-		delay := o.ModelDelay
-		f.SetFunc(func(r *harness.Request) harness.FakeReply {
-			text := ""
-			for _, m := range r.Messages {
-				if m.Role == llm.RoleUser {
-					text = m.Content
-				}
-			}
-			return harness.FakeReply{Text: text, Delay: delay}
-		})
-		prov = f
+		prov = echoModel{delay: o.ModelDelay}
 	}
 
 	pacing := telegram.Pacing{GlobalPerSecond: -1, PerChatInterval: -1, GroupInterval: -1}
@@ -125,6 +114,36 @@ func runInProcess(ctx context.Context, o Options) (res Result, err error) {
 	res.Mode = "in-process"
 	res.Includes = "this process: gateway + Telegram adapter + fake Bot API server + load driver (external mode measures the gateway alone)"
 	return res, err
+}
+
+// echoModel answers with the user's latest text after a delay, in one piece, as the fake
+// that `llm.provider: fake` builds does; unlike harness.Fake it keeps no request log,
+// which would weigh on the memory measured.
+type echoModel struct{ delay time.Duration }
+
+func (echoModel) Name() string { return "fake" }
+
+func (m echoModel) Stream(ctx context.Context, req *harness.Request, onDelta func(string)) (*harness.Response, error) {
+	if m.delay > 0 {
+		t := time.NewTimer(m.delay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		}
+	}
+	if req.OnResponse != nil {
+		req.OnResponse(http.StatusOK, nil)
+	}
+	text := ""
+	for _, msg := range req.Messages {
+		if msg.Role == llm.RoleUser {
+			text = msg.Content
+		}
+	}
+	onDelta(text)
+	return &harness.Response{Message: llm.Message{Role: llm.RoleAssistant, Content: text}, StopReason: "stop"}, nil
 }
 
 // wiring is what newGateway needs.
