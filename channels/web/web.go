@@ -19,6 +19,7 @@ import (
 	"github.com/coder/websocket"
 
 	"gateway/channels"
+	"gateway/internal/secret"
 )
 
 // Name is the channel's name in messages, targets and session keys.
@@ -47,6 +48,9 @@ type Config struct {
 	// AllowedHosts are host names (without port) the chat answers to besides IP literals and
 	// localhost, e.g. a LAN name. Other names are refused to defeat DNS rebinding.
 	AllowedHosts []string `mapstructure:"allowed_hosts"`
+	// Token is the web chat's own password; required when http.listen is not loopback. The page
+	// asks for it once and keeps it.
+	Token secret.Secret `mapstructure:"token"`
 }
 
 // Options are the channel's collaborators.

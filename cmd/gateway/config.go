@@ -39,6 +39,12 @@ type Config struct {
 	Bindings []profiles.Binding `mapstructure:"bindings"`
 	Sessions gateway.Config     `mapstructure:"sessions"`
 	Channels ChannelsConfig     `mapstructure:"channels"`
+	Admin    AdminConfig        `mapstructure:"admin"`
+}
+
+// AdminConfig guards the admin endpoints. Empty token: loopback clients only.
+type AdminConfig struct {
+	Token secret.Secret `mapstructure:"token"`
 }
 
 type HTTPConfig struct {
