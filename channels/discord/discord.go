@@ -68,6 +68,7 @@ type Channel struct {
 	guard       *botGuard
 	chans       *cache[chanInfo]
 	roles       *cache[[]string]
+	names       *cache[string] // names of mentioned channels ("c/id") and roles ("r/guild/id")
 	botID       atomic.Pointer[string]
 	typingEvery time.Duration // typing refresh; a field so that a test can shorten it
 
@@ -110,6 +111,7 @@ func New(cfg Config, opts Options) (*Channel, error) {
 		guard:       newBotGuard(),
 		chans:       newCache[chanInfo](4096, time.Hour),
 		roles:       newCache[[]string](1024, 10*time.Minute),
+		names:       newCache[string](4096, time.Hour),
 		inbox:       make(chan *discordgo.Message, inboxSize),
 		typingEvery: typingEvery,
 		lost:        make(chan struct{}, 1),

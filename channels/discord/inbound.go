@@ -60,7 +60,7 @@ func (c *Channel) handle(ctx context.Context, dm *discordgo.Message) {
 	if isBot && !c.cfg.AllowBots {
 		return
 	}
-	msg := c.normalise(ctx, dm, bot)
+	msg, opts := c.normalise(ctx, dm, bot)
 	chat := msg.ChatID + "/" + msg.ThreadID
 	if !isBot {
 		c.guard.human(chat)
@@ -79,7 +79,12 @@ func (c *Channel) handle(ctx context.Context, dm *discordgo.Message) {
 		c.log.Info("discord: ignoring bots in this chat until a human writes", "chat_id", msg.ChatID, "thread_id", msg.ThreadID, "limit", BotStreak)
 		return
 	}
-	parts, err := c.attachments(ctx, dm)
+	if msg.ReplyTo != nil && dm.ReferencedMessage != nil {
+		ro := opts
+		ro.mentions, ro.stripBot = dm.ReferencedMessage.Mentions, false
+		msg.ReplyTo.Text = c.summary(ctx, dm.ReferencedMessage, ro)
+	}
+	parts, err := c.content(ctx, dm, msg, opts)
 	if err != nil {
 		var big *tooBigError
 		if errors.As(err, &big) {
@@ -99,18 +104,15 @@ func (c *Channel) handle(ctx context.Context, dm *discordgo.Message) {
 		msg.Parts = append(msg.Parts, p)
 		msg.IsVoice = msg.IsVoice || p.Voice
 	}
-	if len(msg.Parts) == 0 {
-		return // a bare mention: nothing to answer
-	}
 	if err := c.sink.Deliver(ctx, msg); err != nil {
 		c.dedup.Forget(dm.ID)
 		c.log.Warn("discord: the gateway did not take a message", "message_id", dm.ID, "err", err)
 	}
 }
 
-// normalise maps a Discord message onto the message model (parts other than text are
-// added by attachments).
-func (c *Channel) normalise(ctx context.Context, dm *discordgo.Message, bot string) *channels.Message {
+// normalise maps a Discord message onto the message model, all but its parts (content
+// adds them once the message is known to be for the bot), and says how to read its markup.
+func (c *Channel) normalise(ctx context.Context, dm *discordgo.Message, bot string) (*channels.Message, textOpts) {
 	msg := &channels.Message{
 		ID:       dm.ID,
 		Channel:  Name,
@@ -144,10 +146,11 @@ func (c *Channel) normalise(ctx context.Context, dm *discordgo.Message, bot stri
 	for _, r := range dm.MentionRoles {
 		msg.Mentioned = msg.Mentioned || slices.Contains(botRoles, r)
 	}
-	if ref := dm.MessageReference; ref != nil && ref.MessageID != "" {
+	// A forward carries a message_reference too (type 1), but answers nothing: its
+	// content is in message_snapshots, read by content.
+	if ref := dm.MessageReference; ref != nil && ref.MessageID != "" && ref.Type == discordgo.MessageReferenceTypeDefault {
 		r := &channels.Reply{ID: ref.MessageID}
 		if rm := dm.ReferencedMessage; rm != nil {
-			r.Text = rm.Content
 			if rm.Author != nil {
 				r.UserID = rm.Author.ID
 				r.FromBot = rm.Author.ID == bot
@@ -156,29 +159,81 @@ func (c *Channel) normalise(ctx context.Context, dm *discordgo.Message, bot stri
 		msg.ReplyTo = r
 		msg.Mentioned = msg.Mentioned || r.FromBot
 	}
-	if text := cleanText(dm, bot, botRoles); text != "" {
-		msg.Parts = append(msg.Parts, channels.TextPart(text))
-	}
-	return msg
+	lookups := maxNameLookups
+	return msg, textOpts{mentions: dm.Mentions, guild: dm.GuildID, bot: bot, botRoles: botRoles, stripBot: true, lookups: &lookups}
 }
 
-// cleanText removes the bot's own mentions and writes other user mentions as @name.
-func cleanText(dm *discordgo.Message, bot string, botRoles []string) string {
-	pairs := []string{"<@" + bot + "> ", "", "<@!" + bot + "> ", "", "<@" + bot + ">", "", "<@!" + bot + ">", ""}
-	for _, r := range botRoles {
-		pairs = append(pairs, "<@&"+r+"> ", "", "<@&"+r+">", "")
+// content builds a message's parts: the user's words (markup made plain) and descriptions
+// of what has no words, the attachments, then each forwarded message with its own
+// attachments. It never comes back empty: a message the bot was sent is always passed on.
+// discordgo v0.29.0 decodes message_snapshots, sticker_items and poll itself.
+func (c *Channel) content(ctx context.Context, dm *discordgo.Message, msg *channels.Message, o textOpts) ([]channels.Part, error) {
+	limit := c.cfg.maxFileBytes()
+	all := slices.Clone(dm.Attachments)
+	for _, s := range dm.MessageSnapshots {
+		if s.Message != nil {
+			all = append(all, s.Message.Attachments...)
+		}
 	}
-	for _, u := range dm.Mentions {
-		if u == nil || u.ID == bot {
+	for _, a := range all {
+		if a != nil && int64(a.Size) > limit {
+			return nil, &tooBigError{size: int64(a.Size), limit: limit}
+		}
+	}
+	var parts []channels.Part
+	fail := func(err error) ([]channels.Part, error) {
+		for _, p := range parts {
+			if p.Path != "" {
+				_ = os.Remove(p.Path)
+			}
+		}
+		return nil, err
+	}
+	var lines []string
+	if t := c.plainText(ctx, dm.Content, o); t != "" {
+		lines = append(lines, t)
+	}
+	lines = append(lines, c.notes(ctx, dm, o, "The user sent")...)
+	if len(lines) > 0 {
+		parts = append(parts, channels.TextPart(strings.Join(lines, "\n")))
+	}
+	n := 0 // numbers the downloads of this message
+	files, err := c.attachments(ctx, dm.ID, dm.Attachments, dm.Flags&discordgo.MessageFlagsIsVoiceMessage != 0, &n, limit)
+	parts = append(parts, files...)
+	if err != nil {
+		return fail(err)
+	}
+	for _, s := range dm.MessageSnapshots {
+		fm := s.Message
+		if fm == nil {
 			continue
 		}
-		name := u.GlobalName
-		if name == "" {
-			name = u.Username
+		fo := o
+		fo.mentions, fo.stripBot, fo.guild = fm.Mentions, false, ""
+		if ref := dm.MessageReference; ref != nil {
+			fo.guild = ref.GuildID // where the forwarded message's roles live
 		}
-		pairs = append(pairs, "<@"+u.ID+">", "@"+name, "<@!"+u.ID+">", "@"+name)
+		var body []string
+		if t := c.plainText(ctx, fm.Content, fo); t != "" {
+			body = append(body, t)
+		}
+		body = append(body, c.notes(ctx, fm, fo, "")...)
+		parts = append(parts, channels.TextPart(forwardHeader(body, len(fm.Attachments))))
+		// A forwarded voice message is audio to transcribe, but the user did not speak.
+		files, err := c.attachments(ctx, dm.ID, fm.Attachments, false, &n, limit)
+		parts = append(parts, files...)
+		if err != nil {
+			return fail(err)
+		}
 	}
-	return strings.TrimSpace(strings.NewReplacer(pairs...).Replace(dm.Content))
+	if len(parts) == 0 {
+		what := "[The user sent a message with nothing in it that can be shown as text]"
+		if msg.ChatType == channels.ChatGroup && msg.Mentioned {
+			what = "[The user mentioned you without writing anything else]"
+		}
+		parts = append(parts, channels.TextPart(what))
+	}
+	return parts, nil
 }
 
 func (c *Channel) channelInfo(ctx context.Context, id string) (chanInfo, bool) {
@@ -228,17 +283,16 @@ func (e *tooBigError) text() string {
 		float64(e.size)/1e6, float64(e.limit)/1e6)
 }
 
-// attachments downloads every attachment of dm, or none when one is over the limit.
-func (c *Channel) attachments(ctx context.Context, dm *discordgo.Message) ([]channels.Part, error) {
-	limit := c.cfg.maxFileBytes()
-	for _, a := range dm.Attachments {
-		if int64(a.Size) > limit {
-			return nil, &tooBigError{size: int64(a.Size), limit: limit}
-		}
-	}
+// attachments downloads atts in order. Files are named after the message id and the
+// running number n, so that the attachments of a forward do not overwrite the message's own.
+// What it downloaded before an error is returned along with it, for the caller to remove.
+func (c *Channel) attachments(ctx context.Context, id string, atts []*discordgo.MessageAttachment, voiceFirst bool, n *int, limit int64) ([]channels.Part, error) {
 	var parts []channels.Part
-	for i, a := range dm.Attachments {
-		voice := i == 0 && dm.Flags&discordgo.MessageFlagsIsVoiceMessage != 0
+	for i, a := range atts {
+		if a == nil {
+			continue
+		}
+		voice := i == 0 && voiceFirst
 		ct := a.ContentType
 		if ct == "" {
 			ct = mime.TypeByExtension(strings.ToLower(filepath.Ext(a.Filename)))
@@ -251,14 +305,12 @@ func (c *Channel) attachments(ctx context.Context, dm *discordgo.Message) ([]cha
 		if p.MIME == "" {
 			p.MIME = "application/octet-stream"
 		}
-		path, n, err := c.download(ctx, a.URL, fmt.Sprintf("%s-%d%s", dm.ID, i, safeExt(a.Filename)), limit)
+		path, size, err := c.download(ctx, a.URL, fmt.Sprintf("%s-%d%s", id, *n, safeExt(a.Filename)), limit)
+		*n++
 		if err != nil {
-			for _, done := range parts {
-				_ = os.Remove(done.Path)
-			}
-			return nil, err
+			return parts, err
 		}
-		p.Path, p.Size = path, n
+		p.Path, p.Size = path, size
 		parts = append(parts, p)
 	}
 	return parts, nil

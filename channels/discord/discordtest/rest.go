@@ -57,6 +57,7 @@ func (s *Server) routes() http.Handler {
 	api("DELETE /api/{v}/channels/{cid}/messages/{mid}", true, s.deleteMessage)
 	api("POST /api/{v}/channels/{cid}/typing", true, s.postTyping)
 	api("GET /api/{v}/guilds/{gid}/members/{uid}", true, s.getMember)
+	api("GET /api/{v}/guilds/{gid}/roles", true, s.getRoles)
 	api("GET /attachments/{cid}/{mid}/{idx}/{name}", false, s.getAttachment)
 	api("/", false, func(w http.ResponseWriter, r *http.Request, _ Bot, _ *Call) {
 		writeErr(w, http.StatusNotFound, 0, "404: Not Found")
@@ -122,6 +123,21 @@ func (s *Server) getMember(w http.ResponseWriter, r *http.Request, _ Bot, _ *Cal
 	roles := append([]string{}, s.roles[s.guildID+"/"+uid]...)
 	s.mu.Unlock()
 	writeJSON(w, http.StatusOK, map[string]any{"user": u, "roles": roles, "joined_at": "2024-01-01T00:00:00Z"})
+}
+
+func (s *Server) getRoles(w http.ResponseWriter, r *http.Request, _ Bot, _ *Call) {
+	if r.PathValue("gid") != s.guildID {
+		writeErr(w, http.StatusNotFound, 10004, "Unknown Guild")
+		return
+	}
+	s.mu.Lock()
+	// @everyone has the guild's id, as on Discord.
+	roles := []map[string]any{{"id": s.guildID, "name": "@everyone", "position": 0, "permissions": "0"}}
+	for id, name := range s.roleNames {
+		roles = append(roles, map[string]any{"id": id, "name": name, "position": 1, "permissions": "0"})
+	}
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, roles)
 }
 
 func (s *Server) postTyping(w http.ResponseWriter, r *http.Request, bot Bot, _ *Call) {

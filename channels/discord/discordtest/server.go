@@ -117,6 +117,7 @@ type Server struct {
 	revoked       map[string]bool
 	guildID       string
 	roles         map[string][]string // guildID/userID -> role ids
+	roleNames     map[string]string   // role id -> name, in the one guild
 	channels      map[string]*channel
 	messages      map[string]*Message
 	order         []string // message ids, oldest first
@@ -139,6 +140,7 @@ func New(t testing.TB) *Server {
 		revoked:   map[string]bool{},
 		guildID:   "81000000000000000",
 		roles:     map[string][]string{},
+		roleNames: map[string]string{},
 		channels:  map[string]*channel{},
 		messages:  map[string]*Message{},
 		typing:    map[string]int{},
