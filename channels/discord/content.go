@@ -3,6 +3,7 @@ package discord
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"regexp"
 	"slices"
 	"strconv"
@@ -25,6 +26,23 @@ var markupRE = regexp.MustCompile(`<(@!?|@&|#)(\d{1,20})>( ?)|<a?:([\w~]{1,32}):
 // maxNameLookups bounds the REST look-ups of channel and role names one message may cause;
 // past it, a mention reads as a generic "#channel" or "@role".
 const maxNameLookups = 8
+
+// lookupTimeout bounds one name look-up. Names are a nicety: one worker reads every
+// Discord chat's messages in order, so a slow API must not hold them up with retries.
+const lookupTimeout = 5 * time.Second
+
+// lookup runs one REST look-up, once, within lookupTimeout.
+func (c *Channel) lookup(ctx context.Context, fn func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, lookupTimeout)
+	defer cancel()
+	return c.clean(fn(ctx))
+}
+
+// unseen says that Discord answered a look-up with "no access" or "unknown": asking again
+// would get the same answer, so the miss is worth remembering.
+func unseen(err error) bool {
+	return isStatus(err, http.StatusForbidden) || isStatus(err, http.StatusNotFound)
+}
 
 // textOpts says how to read one message's markup.
 type textOpts struct {
@@ -133,20 +151,19 @@ func (c *Channel) channelName(ctx context.Context, o textOpts, id string) string
 		return ""
 	}
 	var ch *discordgo.Channel
-	err := c.call(ctx, "", "look up a mentioned channel", func(ctx context.Context) (err error) {
+	err := c.lookup(ctx, func(ctx context.Context) (err error) {
 		ch, err = c.s.Channel(id, discordgo.WithContext(ctx))
 		return err
 	})
-	name := ""
-	if err == nil {
-		name = ch.Name
-	} else if ctx.Err() != nil {
-		return ""
-	} else {
+	if err != nil {
 		c.log.Debug("discord: could not name a mentioned channel", "channel_id", id, "err", err)
+		if unseen(err) {
+			c.names.put("c/"+id, "")
+		}
+		return ""
 	}
-	c.names.put("c/"+id, name)
-	return name
+	c.names.put("c/"+id, ch.Name)
+	return ch.Name
 }
 
 // roleName looks up a mentioned role's name in the message's guild, or "" when unknown.
@@ -162,13 +179,13 @@ func (c *Channel) roleName(ctx context.Context, o textOpts, id string) string {
 		return ""
 	}
 	var roles []*discordgo.Role
-	err := c.call(ctx, "", "look up the guild's roles", func(ctx context.Context) (err error) {
+	err := c.lookup(ctx, func(ctx context.Context) (err error) {
 		roles, err = c.s.GuildRoles(o.guild, discordgo.WithContext(ctx))
 		return err
 	})
 	if err != nil {
-		if ctx.Err() == nil {
-			c.log.Debug("discord: could not name a mentioned role", "guild_id", o.guild, "role_id", id, "err", err)
+		c.log.Debug("discord: could not name a mentioned role", "guild_id", o.guild, "role_id", id, "err", err)
+		if unseen(err) {
 			c.names.put(key, "")
 		}
 		return ""

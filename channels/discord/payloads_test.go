@@ -106,7 +106,7 @@ func TestGuildMarkupBecomesWords(t *testing.T) {
 	e := start(t, srv, discord.Config{Access: defaultAccess()})
 
 	srv.Inject(discordtest.Incoming{ChannelID: "710", Guild: true, AuthorID: user, MentionBot: true,
-		Content: "ping <@&77> and <@&4242> about <#710>, <#999> and <@3003> <a:dance:1200000000000000001>",
+		Content:      "ping <@&77> and <@&4242> about <#710>, <#999> and <@3003> <a:dance:1200000000000000001>",
 		MentionRoles: []string{"77", "4242"}})
 	want := "ping @moderators and about #chan-710, #channel and @unknown-user :dance:"
 	if m := e.sink.Next(t); m.Text() != want {
