@@ -177,10 +177,19 @@ func (c *Channel) newSession() *discordgo.Session {
 			}
 		}
 	})
-	s.AddHandler(func(_ *discordgo.Session, m *discordgo.MessageCreate) {
+	// Messages are read from the raw event, not discordgo's MessageCreate: see decodeMessage.
+	s.AddHandler(func(_ *discordgo.Session, e *discordgo.Event) {
+		if e.Type != "MESSAGE_CREATE" {
+			return
+		}
+		m, err := decodeMessage(e.RawData)
+		if err != nil {
+			c.log.Warn("discord: an incoming message could not be read", "seq", e.Sequence, "err", err)
+			return
+		}
 		// Blocking here holds back discordgo's reader: backpressure instead of loss.
 		select {
-		case c.inbox <- m.Message:
+		case c.inbox <- m:
 		case <-c.ctx.Done():
 		}
 	})

@@ -32,6 +32,11 @@ const poll = `{"type":0,"tts":false,"timestamp":"2025-03-02T10:19:05.700000+00:0
 // A picture with no text at all.
 const imageAlone = `{"type":0,"tts":false,"timestamp":"2025-03-02T10:20:00.000000+00:00","pinned":false,"nonce":"1345680000000000000","mentions":[],"mention_roles":[],"mention_everyone":false,"id":"1345680000500000005","flags":0,"embeds":[],"edited_timestamp":null,"content":"","components":[],"channel_id":"{{DM}}","author":` + author + `,"attachments":[{"width":640,"url":"{{FILE}}","size":9,"proxy_url":"{{FILE}}","id":"1345680000000000124","height":480,"filename":"cat.png","content_type":"image/png"}]}`
 
+// A forward of a bot's layout message whose components include a type newer than
+// discordgo v0.29.0 knows (99 here). Note the key order: components come before id and
+// author, as in Discord's own payloads.
+const forwardNewComponent = `{"type":0,"tts":false,"timestamp":"2025-03-02T10:21:00.000000+00:00","pinned":false,"nonce":"1345680200000000000","message_snapshots":[{"message":{"type":0,"timestamp":"2025-03-01T08:00:00.000000+00:00","mentions":[],"mention_roles":[],"flags":32768,"embeds":[],"edited_timestamp":null,"content":"","components":[{"type":17,"id":1,"components":[{"type":10,"id":2,"content":"Server restarts at noon"},{"type":99,"id":3}]}],"attachments":[]}}],"message_reference":{"type":1,"message_id":"1345400000000000777","channel_id":"1345400000000000001"},"mentions":[],"mention_roles":[],"mention_everyone":false,"id":"1345680200500000006","flags":16384,"embeds":[],"edited_timestamp":null,"content":"","components":[],"channel_id":"{{DM}}","author":` + author + `,"attachments":[]}`
+
 func replay(t *testing.T, srv *discordtest.Server, payload string, vars ...string) string {
 	t.Helper()
 	id, err := srv.InjectRaw([]byte(strings.NewReplacer(vars...).Replace(payload)))
@@ -93,6 +98,12 @@ func TestRealPayloadsAreNeverSilent(t *testing.T) {
 	m = e.sink.Next(t)
 	if len(m.Parts) != 1 || m.Parts[0].Type != channels.PartImage || m.Parts[0].Name != "cat.png" {
 		t.Errorf("picture alone: parts %+v", m.Parts)
+	}
+
+	// discordgo cannot decode this one whole; the message still reaches the model.
+	replay(t, srv, forwardNewComponent, "{{DM}}", dm)
+	if m := e.sink.Next(t); m.ChatID != dm || m.Text() != "[The user forwarded a message]\n> Server restarts at noon" {
+		t.Errorf("forward of a layout message with a new component type: chat %q text %q", m.ChatID, m.Text())
 	}
 	e.sink.ExpectNone(t, 200*time.Millisecond)
 }
