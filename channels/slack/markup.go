@@ -9,7 +9,9 @@ import (
 // Slack writes mentions, channel links, URLs and special words as <...> tokens and
 // escapes &, < and > in message text. The model reads what a person sees instead.
 var (
-	markupToken = regexp.MustCompile(`<([^<>\n]*)>`)
+	// A token is <@U…>, <#C…>, <!word…> (a date format may hold spaces) or <scheme:…>,
+	// with an optional |label.
+	markupToken = regexp.MustCompile(`<([@#][^<>|\s]+|![^<>|]+|[a-zA-Z][a-zA-Z0-9+.-]*:[^<>|\s]+)(\|[^<>]*)?>`)
 	userToken   = regexp.MustCompile(`<@([UW][A-Z0-9]+)(?:\|[^<>]*)?>`)
 	entities    = strings.NewReplacer("&lt;", "<", "&gt;", ">", "&amp;", "&")
 )
@@ -22,8 +24,7 @@ func plainText(s string, name func(id string) string) string {
 		return s
 	}
 	s = markupToken.ReplaceAllStringFunc(s, func(tok string) string {
-		body := tok[1 : len(tok)-1]
-		ref, label, hasLabel := strings.Cut(body, "|")
+		ref, label, hasLabel := strings.Cut(tok[1:len(tok)-1], "|")
 		switch {
 		case strings.HasPrefix(ref, "@"):
 			if hasLabel && label != "" {
@@ -54,8 +55,6 @@ func plainText(s string, name func(id string) string) string {
 				return "@group"
 			}
 			return word
-		case ref == "":
-			return tok
 		}
 		// A link: <url>, <url|label>, <mailto:a@b|a@b>.
 		url := ref
