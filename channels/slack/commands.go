@@ -20,6 +20,11 @@ import (
 // Slack wants a slash command acknowledged within 3 seconds, or the user sees an error.
 const commandDeliverTimeout = 2 * time.Second
 
+// slashPrefix starts the message id of a slash command, which is not a Slack message.
+const slashPrefix = "slash-"
+
+func isSlashID(id string) bool { return strings.HasPrefix(id, slashPrefix) }
+
 // slashInfo is what the adapter keeps of a delivered slash command to answer it.
 type slashInfo struct {
 	user string // who typed it: the reply is for their eyes
@@ -57,9 +62,9 @@ func (c *Channel) onSlash(ctx context.Context, cmd slackgo.SlashCommand) string 
 		c.log.Warn("slack: dropped a slash command without a user, channel or name", "command", cmd.Command)
 		return ""
 	}
-	id := "slash-" + cmd.TriggerID
+	id := slashPrefix + cmd.TriggerID
 	if cmd.TriggerID == "" {
-		id = "slash-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+		id = slashPrefix + strconv.FormatInt(time.Now().UnixNano(), 36)
 	}
 	release, dup, err := c.claims.claim(ctx, cmd.ChannelID+":"+id)
 	if err != nil {

@@ -4,9 +4,14 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 
 	"gateway/channels"
 	"gateway/channels/slack/slacktest"
@@ -191,4 +196,80 @@ func TestThreadWordsStandForCommands(t *testing.T) {
 	other := s.ChannelMessage("C45", user, "people talk", false)
 	s.ThreadReply("C45", other, user, "stop", false)
 	st.sink.ExpectNone(t, 400*time.Millisecond)
+}
+
+// The shipped manifest registers every gateway command under a name Slack accepts, and
+// the adapter maps each back; it asks for the scopes and events the adapter needs.
+func TestManifestMatchesTheAdapter(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "slack-app-manifest.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		Features struct {
+			SlashCommands []struct {
+				Command string `yaml:"command"`
+			} `yaml:"slash_commands"`
+		} `yaml:"features"`
+		OAuth struct {
+			Scopes struct {
+				Bot []string `yaml:"bot"`
+			} `yaml:"scopes"`
+		} `yaml:"oauth_config"`
+		Settings struct {
+			Events struct {
+				Bot []string `yaml:"bot_events"`
+			} `yaml:"event_subscriptions"`
+			SocketMode bool `yaml:"socket_mode_enabled"`
+		} `yaml:"settings"`
+	}
+	if err := yaml.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	// Slack's own commands, which an app cannot register.
+	reserved := []string{"/status", "/me", "/away", "/active", "/dnd", "/remind", "/msg", "/dm", "/feed", "/who",
+		"/collapse", "/expand", "/leave", "/open", "/search", "/topic", "/mute", "/shortcuts", "/shrug", "/invite"}
+	var got []string
+	for _, c := range m.Features.SlashCommands {
+		if slices.Contains(reserved, c.Command) {
+			t.Errorf("the manifest registers %s, which Slack reserves", c.Command)
+		}
+		got = append(got, commandName(c.Command))
+	}
+	for _, want := range []string{"new", "stop", "status", "voice", "help"} {
+		if !slices.Contains(got, want) {
+			t.Errorf("no slash command reaches /%s (registered: %v)", want, got)
+		}
+	}
+	for _, scope := range []string{"commands", "chat:write", "app_mentions:read", "im:history", "channels:history", "files:read", "files:write", "users:read"} {
+		if !slices.Contains(m.OAuth.Scopes.Bot, scope) {
+			t.Errorf("the manifest lacks the bot scope %s", scope)
+		}
+	}
+	for _, ev := range []string{"app_mention", "message.im", "message.channels"} {
+		if !slices.Contains(m.Settings.Events.Bot, ev) {
+			t.Errorf("the manifest lacks the event %s", ev)
+		}
+	}
+	if !m.Settings.SocketMode {
+		t.Errorf("the manifest does not turn Socket Mode on (the default mode)")
+	}
+}
+
+func TestCommandReplyFallsBackToAMessage(t *testing.T) {
+	s := slacktest.New(t)
+	st := start(t, s, nil)
+	s.SlashCommand(slacktest.Command{Channel: "D47", User: user, Command: "/help"})
+	m := st.sink.Next(t)
+	if m.Text() != "/help" {
+		t.Fatalf("delivered %q", m.Text())
+	}
+	s.FailNextCall("chat.postEphemeral", 4, 0) // Slack keeps failing the private reply
+	replyTo(t, st.ch, m, "Commands: /new /stop")
+	if n := len(s.Calls("chat.postEphemeral")); n != 4 {
+		t.Fatalf("%d chat.postEphemeral attempts; want the retries of one send", n)
+	}
+	if p := s.Posted("D47"); len(p) != 1 || p[0].Text != "Commands: /new /stop" {
+		t.Fatalf("posted %+v; want the reply as a message rather than lost", p)
+	}
 }

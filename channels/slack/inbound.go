@@ -156,12 +156,9 @@ func (c *Channel) handleCallback(ctx context.Context, cb *slackevents.EventsAPIC
 	return nil
 }
 
-// threadWords are what a person may write in a thread instead of a slash command, which
-// Slack does not allow there.
-var threadWords = map[string]string{"stop": "/stop", "new": "/new"}
-
-// threadCommand is the command a message in a thread stands for ("stop" addressed to the
-// bot is /stop), or "".
+// threadCommand is the command a message in a thread stands for, or "": Slack does not
+// allow slash commands in threads, so there "stop" or "new" addressed to the bot is
+// /stop or /new.
 func threadCommand(ev inner, msg *channels.Message, text string) string {
 	if ev.ThreadTS == "" || ev.ThreadTS == ev.TS || len(ev.Files) > 0 || len(ev.Attachments) > 0 {
 		return ""
@@ -169,7 +166,11 @@ func threadCommand(ev inner, msg *channels.Message, text string) string {
 	if msg.ChatType == channels.ChatGroup && !msg.Mentioned {
 		return ""
 	}
-	return threadWords[strings.ToLower(strings.TrimSpace(text))]
+	switch word := strings.ToLower(strings.TrimSpace(text)); word {
+	case "stop", "new":
+		return "/" + word
+	}
+	return ""
 }
 
 // normalise turns an event into a message without its content, and returns its text with

@@ -43,9 +43,14 @@ func (c *Channel) Open(ctx context.Context, target channels.Target) (channels.St
 	}
 	channel, thread := replyPlace(target)
 	st := &stream{c: c, target: target, channel: channel, thread: thread}
-	if info, ok := c.commands.get(target.ReplyToID); ok && target.ReplyToID != "" {
-		// The answer to a slash command: the command is no message to thread under.
-		st.slash, st.thread = &info, target.ThreadID
+	if isSlashID(target.ReplyToID) {
+		// The answer to a slash command: the command is no message to thread under or
+		// react to. Its reply goes to its user alone while the adapter remembers who that
+		// was (not across a restart).
+		st.thread = target.ThreadID
+		if info, ok := c.commands.get(target.ReplyToID); ok {
+			st.slash = &info
+		}
 	}
 	return st, nil
 }
@@ -251,8 +256,8 @@ func (s *stream) typingOn(ctx context.Context) {
 			return
 		}
 	}
-	if s.target.ReplyToID == "" || s.slash != nil {
-		return // a slash command is no message to react to
+	if s.target.ReplyToID == "" || isSlashID(s.target.ReplyToID) {
+		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
