@@ -36,13 +36,16 @@ func TestSlashCommandsOverSocketMode(t *testing.T) {
 		envs := s.Envelopes()
 		return len(envs) == 1 && envs[0].Acked
 	})
+	// In a DM the reply stays in the conversation (an ephemeral one would vanish).
 	replyTo(t, st.ch, m, "Nothing to stop.")
-	r := s.Replies("D40")
-	if len(r) != 1 || r[0].Text != "Nothing to stop." || r[0].User != user || r[0].Via != "chat.postEphemeral" {
-		t.Fatalf("private replies %+v; want the command's reply to its user alone", r)
+	if p := s.Posted("D40"); len(p) != 1 || p[0].Text != "Nothing to stop." || p[0].ThreadTS != "" {
+		t.Fatalf("posted %+v; want the command's reply in the DM", p)
 	}
-	if p := s.Posted("D40"); len(p) != 0 {
-		t.Fatalf("posted %+v; a command's reply is private", p)
+	if r := s.Replies("D40"); len(r) != 0 {
+		t.Fatalf("private replies %+v in a DM", r)
+	}
+	if n := len(s.Calls("reactions.add")); n != 0 {
+		t.Fatalf("%d reactions; a command is no message to react to", n)
 	}
 
 	// /status is Slack's own, so the app registers /agent-status; arguments follow.
@@ -113,8 +116,8 @@ func TestSlashCommandsInEventsMode(t *testing.T) {
 		t.Fatalf("command answered %+v; want 200", r)
 	}
 	replyTo(t, st.ch, m, "Started a new conversation.")
-	if r := s.Replies("D43"); len(r) != 1 || r[0].Text != "Started a new conversation." {
-		t.Fatalf("private replies %+v", r)
+	if p := s.Posted("D43"); len(p) != 1 || p[0].Text != "Started a new conversation." {
+		t.Fatalf("posted %+v", p)
 	}
 
 	form := url.Values{"command": {"/stop"}, "channel_id": {"D43"}, "user_id": {user}, "trigger_id": {"forged.1"}}
@@ -259,7 +262,7 @@ func TestManifestMatchesTheAdapter(t *testing.T) {
 func TestCommandReplyFallsBackToAMessage(t *testing.T) {
 	s := slacktest.New(t)
 	st := start(t, s, nil)
-	s.SlashCommand(slacktest.Command{Channel: "D47", User: user, Command: "/help"})
+	s.SlashCommand(slacktest.Command{Channel: "C47", User: user, Command: "/help"})
 	m := st.sink.Next(t)
 	if m.Text() != "/help" {
 		t.Fatalf("delivered %q", m.Text())
@@ -269,7 +272,7 @@ func TestCommandReplyFallsBackToAMessage(t *testing.T) {
 	if n := len(s.Calls("chat.postEphemeral")); n != 4 {
 		t.Fatalf("%d chat.postEphemeral attempts; want the retries of one send", n)
 	}
-	if p := s.Posted("D47"); len(p) != 1 || p[0].Text != "Commands: /new /stop" {
+	if p := s.Posted("C47"); len(p) != 1 || p[0].Text != "Commands: /new /stop" || p[0].ThreadTS != "" {
 		t.Fatalf("posted %+v; want the reply as a message rather than lost", p)
 	}
 }

@@ -45,10 +45,11 @@ func (c *Channel) Open(ctx context.Context, target channels.Target) (channels.St
 	st := &stream{c: c, target: target, channel: channel, thread: thread}
 	if isSlashID(target.ReplyToID) {
 		// The answer to a slash command: the command is no message to thread under or
-		// react to. Its reply goes to its user alone while the adapter remembers who that
-		// was (not across a restart).
+		// react to. In a channel its reply goes to its user alone, while the adapter
+		// remembers who that was; in a DM it stays in the conversation, as ephemeral
+		// messages vanish there and nobody else is in it to spare.
 		st.thread = target.ThreadID
-		if info, ok := c.commands.get(target.ReplyToID); ok {
+		if info, ok := c.commands.get(target.ReplyToID); ok && target.ChatType == channels.ChatGroup {
 			st.slash = &info
 		}
 	}
