@@ -21,6 +21,10 @@ const (
 // EventsPath is where the Events API mode serves Slack's requests.
 const EventsPath = "/slack/events"
 
+// CommandsPath is where the Events API mode takes slash commands (the Request URL of
+// each command in the Slack app); in socket mode they come over the socket.
+const CommandsPath = "/slack/commands"
+
 // DefaultMaxFileBytes bounds a downloaded user file when max_file_bytes is unset.
 const DefaultMaxFileBytes = 20 << 20
 

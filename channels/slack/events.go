@@ -14,27 +14,26 @@ import (
 // maxEventBody bounds an Events API request body; Slack's events are a few KB.
 const maxEventBody = 1 << 20
 
-// Routes serves EventsPath in events mode; in socket mode it adds nothing.
+// Routes serves EventsPath and CommandsPath in events mode; in socket mode it adds nothing.
 func (c *Channel) Routes(mux *http.ServeMux) {
 	if c.cfg.mode() != ModeEvents {
 		return
 	}
 	mux.HandleFunc("POST "+EventsPath, c.serveEvents)
+	mux.HandleFunc("POST "+CommandsPath, c.serveCommands)
 }
 
-// serveEvents takes one Events API request: the signature is checked, url_verification
-// is answered, and an event callback is answered 200 only once the gateway took the
-// message, so that Slack retries it otherwise. A retry (X-Slack-Retry-Num) of an event
-// already taken is answered 200 without delivering it again.
-func (c *Channel) serveEvents(w http.ResponseWriter, r *http.Request) {
+// readSigned reads a request body of at most maxEventBody bytes and checks Slack's
+// signature on it; when it reports false, it has answered the request.
+func (c *Channel) readSigned(w http.ResponseWriter, r *http.Request, what string) ([]byte, bool) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxEventBody))
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
-			return
+			return nil, false
 		}
 		http.Error(w, "cannot read the request body", http.StatusBadRequest)
-		return
+		return nil, false
 	}
 	sv, err := slackgo.NewSecretsVerifier(r.Header, c.cfg.SigningSecret.Reveal())
 	if err == nil {
@@ -42,8 +41,20 @@ func (c *Channel) serveEvents(w http.ResponseWriter, r *http.Request) {
 		err = sv.Ensure()
 	}
 	if err != nil {
-		c.log.Warn("slack: rejected an Events API request with a missing or bad signature", "remote", r.RemoteAddr, "err", err)
+		c.log.Warn("slack: rejected a "+what+" request with a missing or bad signature", "remote", r.RemoteAddr, "err", err)
 		http.Error(w, "invalid signature", http.StatusUnauthorized)
+		return nil, false
+	}
+	return body, true
+}
+
+// serveEvents takes one Events API request: the signature is checked, url_verification
+// is answered, and an event callback is answered 200 only once the gateway took the
+// message, so that Slack retries it otherwise. A retry (X-Slack-Retry-Num) of an event
+// already taken is answered 200 without delivering it again.
+func (c *Channel) serveEvents(w http.ResponseWriter, r *http.Request) {
+	body, ok := c.readSigned(w, r, "Events API")
+	if !ok {
 		return
 	}
 	var outer struct {

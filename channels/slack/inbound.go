@@ -34,6 +34,24 @@ type inner struct {
 	ThreadTS     string         `json:"thread_ts"`
 	ParentUserID string         `json:"parent_user_id"`
 	Files        []slackgo.File `json:"files"`
+	Attachments  []attachment   `json:"attachments"`
+}
+
+// attachment is what the adapter reads of a message attachment: a forwarded (shared)
+// message arrives as one, with the forwarded text in it. Read here rather than with
+// slackgo.Attachment, whose blocks could fail to parse and lose the whole message.
+type attachment struct {
+	Fallback    string         `json:"fallback"`
+	AuthorName  string         `json:"author_name"`
+	AuthorSub   string         `json:"author_subname"`
+	Title       string         `json:"title"`
+	TitleLink   string         `json:"title_link"`
+	Pretext     string         `json:"pretext"`
+	Text        string         `json:"text"`
+	FromURL     string         `json:"from_url"`
+	IsShare     bool           `json:"is_share"`
+	IsMsgUnfurl bool           `json:"is_msg_unfurl"`
+	Files       []slackgo.File `json:"files"`
 }
 
 // handleCallback handles one Events API callback. It returns nil when the event may be
@@ -61,7 +79,7 @@ func (c *Channel) handleCallback(ctx context.Context, cb *slackevents.EventsAPIC
 		return nil
 	}
 	switch ev.SubType {
-	case "", "file_share", "thread_broadcast":
+	case "", "file_share", "thread_broadcast", "me_message":
 	default: // edits, deletions, joins, bot_message...
 		return nil
 	}
@@ -80,7 +98,7 @@ func (c *Channel) handleCallback(ctx context.Context, cb *slackevents.EventsAPIC
 	taken := false
 	defer func() { release(taken) }()
 
-	msg := c.normalise(ev, bot, mention)
+	msg, text := c.normalise(ev, bot, mention)
 	target := channels.TargetOf(msg)
 	switch c.cfg.Access.Check(msg) {
 	case channels.NotAllowed:
@@ -94,24 +112,34 @@ func (c *Channel) handleCallback(ctx context.Context, cb *slackevents.EventsAPIC
 		taken = true
 		return nil
 	}
-	parts, refusal := c.download(ctx, ev)
-	if refusal != "" {
-		c.notice(ctx, target, refusal)
-		taken = true
-		return nil
-	}
-	msg.Parts = append(msg.Parts, parts...)
-	for _, p := range parts {
-		if p.Type == channels.PartAudio {
-			msg.IsVoice = true
+	var parts []channels.Part
+	if cmd := threadCommand(ev, msg, text); cmd != "" {
+		msg.Parts = []channels.Part{channels.TextPart(cmd)}
+	} else {
+		// Looked up only now, for a message that will be delivered; one budget for all
+		// the names, since Slack wants its ack within 3s.
+		nctx, cancel := context.WithTimeout(ctx, nameTimeout)
+		msg.UserName = c.names.get(nctx, ev.User)
+		msg.Parts = c.textParts(ev, text, c.mentionedNames(nctx, textsOf(ev, text)...))
+		cancel()
+		var refusal string
+		parts, refusal = c.download(ctx, ev)
+		if refusal != "" {
+			c.notice(ctx, target, refusal)
+			taken = true
+			return nil
+		}
+		msg.Parts = append(msg.Parts, parts...)
+		for _, p := range parts {
+			if p.Type == channels.PartAudio {
+				msg.IsVoice = true
+			}
+		}
+		if len(msg.Parts) == 0 {
+			// Whatever a person sent the bot gets an answer, even when nothing in it is readable.
+			msg.Parts = append(msg.Parts, channels.TextPart("[a message with no text or file that I can read]"))
 		}
 	}
-	if len(msg.Parts) == 0 {
-		taken = true
-		return nil
-	}
-	// Looked up only now, for a message that will be delivered; bounded by nameTimeout.
-	msg.UserName = c.names.get(ctx, ev.User)
 	dctx, cancel := context.WithTimeout(ctx, deliverTimeout)
 	defer cancel()
 	if err := sink.Deliver(dctx, msg); err != nil {
@@ -121,15 +149,36 @@ func (c *Channel) handleCallback(ctx context.Context, cb *slackevents.EventsAPIC
 		return fmt.Errorf("slack: the gateway did not take message %s in %s: %w", ev.TS, ev.Channel, err)
 	}
 	taken = true
+	if msg.ChatType == channels.ChatGroup {
+		// A slash command in this channel acts on the user's latest conversation here.
+		c.lastThread.put(ev.Channel+":"+ev.User, msg.ThreadID)
+	}
 	return nil
 }
 
-// normalise turns an event into a message without its files.
-func (c *Channel) normalise(ev inner, bot string, mention *regexp.Regexp) *channels.Message {
+// threadCommand is the command a message in a thread stands for, or "": Slack does not
+// allow slash commands in threads, so there "stop" or "new" addressed to the bot is
+// /stop or /new.
+func threadCommand(ev inner, msg *channels.Message, text string) string {
+	if ev.ThreadTS == "" || ev.ThreadTS == ev.TS || len(ev.Files) > 0 || len(ev.Attachments) > 0 {
+		return ""
+	}
+	if msg.ChatType == channels.ChatGroup && !msg.Mentioned {
+		return ""
+	}
+	switch word := strings.ToLower(strings.TrimSpace(text)); word {
+	case "stop", "new":
+		return "/" + word
+	}
+	return ""
+}
+
+// normalise turns an event into a message without its content, and returns its text with
+// the bot's mention removed but Slack's markup still in it.
+func (c *Channel) normalise(ev inner, bot string, mention *regexp.Regexp) (*channels.Message, string) {
 	dm := ev.ChannelType == "im" || (ev.ChannelType == "" && strings.HasPrefix(ev.Channel, "D"))
 	mentioned := ev.Type == "app_mention" || mention.MatchString(ev.Text)
 	text := strings.TrimSpace(mention.ReplaceAllString(ev.Text, ""))
-	text = strings.NewReplacer("&lt;", "<", "&gt;", ">", "&amp;", "&").Replace(text)
 
 	m := &channels.Message{
 		ID:       ev.TS,
@@ -152,10 +201,105 @@ func (c *Channel) normalise(ev inner, bot string, mention *regexp.Regexp) *chann
 		}
 	}
 	m.Mentioned = mentioned
-	if text != "" {
-		m.Parts = append(m.Parts, channels.TextPart(text))
+	return m, text
+}
+
+// textsOf lists the texts of a message that may mention users.
+func textsOf(ev inner, text string) []string {
+	out := []string{text}
+	for _, a := range ev.Attachments {
+		out = append(out, a.Text, a.Pretext)
 	}
-	return m
+	return out
+}
+
+// textParts is the message's text in plain words: its own text, a forwarded message in
+// it, and a word about each file that will not be downloaded.
+func (c *Channel) textParts(ev inner, text string, name func(string) string) []channels.Part {
+	var parts []channels.Part
+	add := func(s string) {
+		if s = strings.TrimSpace(s); s != "" {
+			parts = append(parts, channels.TextPart(s))
+		}
+	}
+	text = plainText(text, name)
+	if ev.SubType == "me_message" && strings.TrimSpace(text) != "" {
+		text = "*" + strings.TrimSpace(text) + "*" // "/me waves": an action, as Slack shows it
+	}
+	add(text)
+	for _, a := range ev.Attachments {
+		add(describeAttachment(a, name))
+	}
+	for _, f := range ev.Files {
+		if !downloadable(f) {
+			add(fmt.Sprintf("[shared a file I cannot open: %s%s]", displayName(f.Name), orEmpty(" ", f.Permalink)))
+		}
+	}
+	return parts
+}
+
+// describeAttachment puts an attachment in words: a forwarded message with its author
+// and text, else its title and text.
+func describeAttachment(a attachment, name func(string) string) string {
+	body := plainText(strings.TrimSpace(a.Text), name)
+	if body == "" {
+		body = plainText(strings.TrimSpace(a.Fallback), name)
+	}
+	var b strings.Builder
+	if a.IsShare || a.IsMsgUnfurl {
+		who := plainText(firstOf(a.AuthorName, a.AuthorSub), name)
+		if who != "" {
+			fmt.Fprintf(&b, "[forwarded message from %s]", who)
+		} else {
+			b.WriteString("[forwarded message]")
+		}
+		if body != "" {
+			b.WriteString("\n" + body)
+		}
+		for _, f := range a.Files {
+			fmt.Fprintf(&b, "\n[with a file: %s]", displayName(f.Name))
+		}
+		return b.String()
+	}
+	title := plainText(strings.TrimSpace(firstOf(a.Title, a.Pretext)), name)
+	if title != "" && a.TitleLink != "" {
+		title += " (" + a.TitleLink + ")"
+	}
+	switch {
+	case title != "" && body != "":
+		return "[attachment] " + title + "\n" + body
+	case title != "":
+		return "[attachment] " + title
+	case body != "":
+		return "[attachment] " + body
+	}
+	return ""
+}
+
+func firstOf(ss ...string) string {
+	for _, s := range ss {
+		if s != "" {
+			return s
+		}
+	}
+	return ""
+}
+
+// orEmpty is prefix+s, or "" when s is empty.
+func orEmpty(prefix, s string) string {
+	if s == "" {
+		return ""
+	}
+	return prefix + s
+}
+
+// downloadable reports whether the adapter fetches f: a file stored in Slack that the
+// bot may read.
+func downloadable(f slackgo.File) bool {
+	if f.IsExternal || f.Mode == "external" || f.Mode == "tombstone" || f.Mode == "hidden_by_limit" {
+		return false
+	}
+	return f.URLPrivateDownload != "" || f.URLPrivate != ""
 }
 
 // tsTime reads a Slack ts ("1700000000.000100") as a time.
@@ -176,7 +320,7 @@ var errTooLarge = errors.New("file too large")
 func (c *Channel) download(ctx context.Context, ev inner) (parts []channels.Part, refusal string) {
 	limit := c.cfg.maxFileBytes()
 	for _, f := range ev.Files {
-		if int64(f.Size) > limit {
+		if downloadable(f) && int64(f.Size) > limit {
 			return nil, tooLarge(f.Name, int64(f.Size), limit)
 		}
 	}
@@ -184,12 +328,12 @@ func (c *Channel) download(ctx context.Context, ev inner) (parts []channels.Part
 		c.prune()
 	}
 	for i, f := range ev.Files {
+		if !downloadable(f) {
+			continue // described in words by textParts
+		}
 		u := f.URLPrivateDownload
 		if u == "" {
 			u = f.URLPrivate
-		}
-		if u == "" || f.IsExternal {
-			continue
 		}
 		path := filepath.Join(c.dir, fmt.Sprintf("%s-%s-%d-%s", safeName(ev.Channel), strings.ReplaceAll(ev.TS, ".", ""), i, safeName(f.Name)))
 		n, err := c.fetch(ctx, u, path, limit)

@@ -53,6 +53,12 @@ type Channel struct {
 	threads  *boundedSet // channel:thread_ts the bot answered in: replies there need no mention
 	noStatus *boundedSet // channels where assistant.threads.setStatus was refused
 	names    *names      // authors' display names
+	// lastThread is, by channel:user, the thread of the user's latest conversation with
+	// the bot in a channel: a slash command there (never typed in a thread) acts on it.
+	lastThread *boundedMap[string]
+	// commands are the slash commands delivered lately, by message id: their replies go
+	// to the user alone.
+	commands *boundedMap[slashInfo]
 	secrets  []string
 
 	mu      sync.Mutex
@@ -106,6 +112,9 @@ func New(cfg Config, opts Options) (*Channel, error) {
 		claims:   newClaims(dedupSize),
 		threads:  newBoundedSet(threadSetSize),
 		noStatus: newBoundedSet(1000),
+
+		lastThread: newBoundedMap[string](threadSetSize),
+		commands:   newBoundedMap[slashInfo](1000),
 	}
 	for _, s := range []string{cfg.BotToken.Reveal(), cfg.AppToken.Reveal(), cfg.SigningSecret.Reveal()} {
 		if s != "" {

@@ -82,10 +82,12 @@ func (c *Channel) consume(ctx context.Context, smc *socketmode.Client, done <-ch
 				}
 			case socketmode.EventTypeEventsAPI:
 				c.onEventsAPI(ctx, smc, evt)
-			case socketmode.EventTypeInteractive, socketmode.EventTypeSlashCommand:
+			case socketmode.EventTypeSlashCommand:
+				c.onSlashEnvelope(ctx, smc, evt)
+			case socketmode.EventTypeInteractive:
 				// Not used by the gateway; acknowledged so that Slack does not resend them.
 				if evt.Request != nil {
-					c.ack(ctx, smc, evt.Request.EnvelopeID)
+					c.ack(ctx, smc, evt.Request.EnvelopeID, nil)
 				}
 			case socketmode.EventTypeErrorBadMessage:
 				c.onBadMessage(ctx, smc, evt)
@@ -111,7 +113,7 @@ func (c *Channel) onEventsAPI(ctx context.Context, smc *socketmode.Client, evt s
 		c.log.Warn("slack: event not taken; Slack will send it again", "err", c.redact(err))
 		return
 	}
-	c.ack(ctx, smc, evt.Request.EnvelopeID)
+	c.ack(ctx, smc, evt.Request.EnvelopeID, nil)
 }
 
 // onBadMessage acknowledges an envelope slack-go could not parse (an event type it does
@@ -126,14 +128,30 @@ func (c *Channel) onBadMessage(ctx context.Context, smc *socketmode.Client, evt 
 	}
 	if json.Unmarshal(bad.Message, &env) == nil && env.EnvelopeID != "" {
 		c.log.Debug("slack: acknowledged an envelope slack-go cannot parse", "err", bad.Cause)
-		c.ack(ctx, smc, env.EnvelopeID)
+		c.ack(ctx, smc, env.EnvelopeID, nil)
 	}
 }
 
-func (c *Channel) ack(ctx context.Context, smc *socketmode.Client, envelopeID string) {
+// onSlashEnvelope hands a slash command to the gateway and acknowledges it, with a private
+// answer when the command was not taken. A command is acknowledged either way: Slack does
+// not send it again, and the user would only see an error.
+func (c *Channel) onSlashEnvelope(ctx context.Context, smc *socketmode.Client, evt socketmode.Event) {
+	if evt.Request == nil {
+		return
+	}
+	var payload any
+	if cmd, ok := evt.Data.(slackgo.SlashCommand); ok {
+		if reply := c.onSlash(ctx, cmd); reply != "" {
+			payload = ephemeralPayload(reply)
+		}
+	}
+	c.ack(ctx, smc, evt.Request.EnvelopeID, payload)
+}
+
+func (c *Channel) ack(ctx context.Context, smc *socketmode.Client, envelopeID string, payload any) {
 	ctx, cancel := context.WithTimeout(ctx, ackTimeout)
 	defer cancel()
-	if err := smc.AckCtx(ctx, envelopeID, nil); err != nil {
+	if err := smc.AckCtx(ctx, envelopeID, payload); err != nil {
 		c.log.Warn("slack: could not acknowledge an envelope", "envelope", envelopeID, "err", err)
 	}
 }

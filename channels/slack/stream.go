@@ -42,7 +42,18 @@ func (c *Channel) Open(ctx context.Context, target channels.Target) (channels.St
 		return nil, errors.New("slack: the answer has no chat id")
 	}
 	channel, thread := replyPlace(target)
-	return &stream{c: c, target: target, channel: channel, thread: thread}, nil
+	st := &stream{c: c, target: target, channel: channel, thread: thread}
+	if isSlashID(target.ReplyToID) {
+		// The answer to a slash command: the command is no message to thread under or
+		// react to. In a channel its reply goes to its user alone, while the adapter
+		// remembers who that was; in a DM it stays in the conversation, as ephemeral
+		// messages vanish there and nobody else is in it to spare.
+		st.thread = target.ThreadID
+		if info, ok := c.commands.get(target.ReplyToID); ok && target.ChatType == channels.ChatGroup {
+			st.slash = &info
+		}
+	}
+	return st, nil
 }
 
 type stream struct {
@@ -57,6 +68,8 @@ type stream struct {
 	notBefore time.Time // Slack asked to wait (Retry-After) before the next edit
 	status    bool      // an assistant status is shown
 	reacted   bool      // the typing reaction is on the user's message
+	started   bool      // a turn runs (start frame): an answer, not a one-shot notice
+	slash     *slashInfo
 	ended     bool
 }
 
@@ -69,6 +82,7 @@ func (s *stream) Send(ctx context.Context, f channels.Frame) error {
 	}
 	switch f.Type {
 	case channels.FrameStart:
+		s.started = true
 		s.typingOn(ctx)
 	case channels.FrameDelta:
 		s.text.WriteString(f.Text)
@@ -98,6 +112,12 @@ func (s *stream) Send(ctx context.Context, f channels.Frame) error {
 			}
 		}
 	case channels.FrameDone:
+		if s.slash != nil && !s.started && len(s.msgs) == 0 && s.text.Len() == 0 && f.Text != "" {
+			// A command's reply is for the user who typed it.
+			err := s.c.ephemeral(ctx, s.channel, s.thread, s.slash.user, f.Text)
+			s.end(ctx)
+			return err
+		}
 		if f.Text != "" {
 			s.text.Reset()
 			s.text.WriteString(f.Text)
@@ -237,7 +257,7 @@ func (s *stream) typingOn(ctx context.Context) {
 			return
 		}
 	}
-	if s.target.ReplyToID == "" {
+	if s.target.ReplyToID == "" || isSlashID(s.target.ReplyToID) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)

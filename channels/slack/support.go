@@ -116,34 +116,48 @@ func (c *claims) claim(ctx context.Context, key string) (release func(ok bool), 
 }
 
 // boundedSet remembers up to size keys, forgetting the oldest first.
-type boundedSet struct {
+type boundedSet struct{ m *boundedMap[struct{}] }
+
+func newBoundedSet(size int) *boundedSet { return &boundedSet{m: newBoundedMap[struct{}](size)} }
+
+func (s *boundedSet) add(key string) { s.m.put(key, struct{}{}) }
+
+func (s *boundedSet) has(key string) bool {
+	_, ok := s.m.get(key)
+	return ok
+}
+
+// boundedMap keeps up to size entries, forgetting the oldest first.
+type boundedMap[V any] struct {
 	mu   sync.Mutex
-	keys map[string]struct{}
+	vals map[string]V
 	ring []string
 	next int
 }
 
-func newBoundedSet(size int) *boundedSet {
-	return &boundedSet{keys: make(map[string]struct{}, size), ring: make([]string, size)}
+func newBoundedMap[V any](size int) *boundedMap[V] {
+	return &boundedMap[V]{vals: make(map[string]V, size), ring: make([]string, size)}
 }
 
-func (s *boundedSet) add(key string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.keys[key]; ok {
+// put sets key to v; a key already there keeps its place in the order.
+func (m *boundedMap[V]) put(key string, v V) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.vals[key]; ok {
+		m.vals[key] = v
 		return
 	}
-	if old := s.ring[s.next]; old != "" {
-		delete(s.keys, old)
+	if old := m.ring[m.next]; old != "" {
+		delete(m.vals, old)
 	}
-	s.ring[s.next] = key
-	s.next = (s.next + 1) % len(s.ring)
-	s.keys[key] = struct{}{}
+	m.ring[m.next] = key
+	m.next = (m.next + 1) % len(m.ring)
+	m.vals[key] = v
 }
 
-func (s *boundedSet) has(key string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_, ok := s.keys[key]
-	return ok
+func (m *boundedMap[V]) get(key string) (V, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v, ok := m.vals[key]
+	return v, ok
 }

@@ -18,6 +18,9 @@ type UserMessage struct {
 	Files       []UserFile
 	BotID       string // set to send as another bot (bot_message)
 	SubType     string
+	// Attachments are added to the event as they are: a forwarded message is one with
+	// is_share and the forwarded text.
+	Attachments []map[string]any
 }
 
 // UserFile is a file attached to a user's message.
@@ -27,6 +30,9 @@ type UserFile struct {
 	Data      []byte
 	AudioClip bool // recorded in Slack as an audio clip (media_display_type audio)
 	Size      int  // the size Slack announces; 0 means len(Data)
+	// Mode is Slack's file mode: "" is "hosted"; "external" (a linked Google Drive file)
+	// and "hidden_by_limit" (past a free plan's history) come without a download URL.
+	Mode string
 }
 
 type injected struct {
@@ -91,6 +97,13 @@ func (s *Server) Send(m UserMessage) string {
 		file := map[string]any{
 			"id": id, "name": f.Name, "title": f.Name, "mimetype": f.MIME, "size": size, "mode": "hosted",
 			"url_private": u, "url_private_download": u + "?download=1", "user": m.User,
+			"permalink": s.URL + "/archives/" + m.Channel + "/" + id,
+		}
+		if f.Mode != "" && f.Mode != "hosted" {
+			file["mode"] = f.Mode
+			delete(file, "url_private")
+			delete(file, "url_private_download")
+			file["is_external"] = f.Mode == "external"
 		}
 		if f.AudioClip {
 			file["media_display_type"] = "audio"
@@ -108,6 +121,9 @@ func (s *Server) Send(m UserMessage) string {
 	}
 	if m.SubType != "" {
 		ev["subtype"] = m.SubType
+	}
+	if len(m.Attachments) > 0 {
+		ev["attachments"] = m.Attachments
 	}
 	rec := &injected{user: m.User}
 	rec.events = append(rec.events, s.callback(ev))

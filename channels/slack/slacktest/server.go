@@ -92,6 +92,7 @@ type Server struct {
 	userDelay  time.Duration        // users.info answers after this long
 	socket     socketState
 	httpEvents httpState
+	commands   commandState
 }
 
 type message struct {
@@ -119,7 +120,7 @@ type failure struct {
 // sending reports whether FailNext affects method: the calls that put something in a chat.
 func sending(method string) bool {
 	switch method {
-	case "chat.postMessage", "chat.update", "chat.delete", "files.getUploadURLExternal", "files.completeUploadExternal":
+	case "chat.postMessage", "chat.postEphemeral", "chat.update", "chat.delete", "files.getUploadURLExternal", "files.completeUploadExternal":
 		return true
 	}
 	return false
@@ -146,6 +147,7 @@ func New(t testing.TB) *Server {
 	})
 	mux.HandleFunc("POST /upload/{id}", s.serveUpload)
 	mux.HandleFunc("GET /link", s.serveSocket)
+	mux.HandleFunc("POST /commands/response/{channel}/{user}", s.serveResponseURL)
 	s.srv = httptest.NewServer(mux) // binds 127.0.0.1
 	s.URL = s.srv.URL
 	s.wg.Add(1)
@@ -385,6 +387,8 @@ func (s *Server) api(method, tok string, p url.Values) apiResult {
 		return okBody("url", "ws"+strings.TrimPrefix(s.URL, "http")+"/link?ticket="+s.nextID("tk"))
 	case "chat.postMessage":
 		return s.postMessage(p)
+	case "chat.postEphemeral":
+		return s.postEphemeral(p)
 	case "chat.update":
 		return s.updateMessage(p)
 	case "chat.delete":

@@ -13,14 +13,20 @@ import (
 type Envelope struct {
 	ID       string
 	EventID  string
-	Type     string // inner event type: "message", "app_mention"
+	Type     string // inner event type: "message", "app_mention"; "slash_commands" for a command
 	Attempts int    // times sent; retry_attempt of the last send is Attempts-1
 	Acked    bool
-	Dropped  bool // never acked within the retries
+	Dropped  bool            // never acked within the retries
+	Payload  json.RawMessage // the payload of the ack, when the app sent one
 }
+
+// envSlashCommands is the envelope type of a slash command.
+const envSlashCommands = "slash_commands"
 
 type envelope struct {
 	Envelope
+	channel string // a slash command's channel and user, for its private answer
+	user    string
 	payload json.RawMessage
 	base    int // retry_attempt of the first send: 1 for a redelivered event
 	sentAt  time.Time
@@ -237,14 +243,21 @@ func (s *Server) readLoop(c *wsConn) {
 			return
 		}
 		var ack struct {
-			EnvelopeID string `json:"envelope_id"`
+			EnvelopeID string          `json:"envelope_id"`
+			Payload    json.RawMessage `json:"payload"`
 		}
 		if json.Unmarshal(b, &ack) != nil || ack.EnvelopeID == "" {
 			continue
 		}
 		s.mu.Lock()
-		if e := s.socket.byID[ack.EnvelopeID]; e != nil {
+		if e := s.socket.byID[ack.EnvelopeID]; e != nil && !e.Acked {
 			e.Acked = true
+			if len(ack.Payload) > 0 && string(ack.Payload) != "null" {
+				e.Payload = ack.Payload
+				if e.Type == envSlashCommands {
+					s.replyFromPayload(e.channel, e.user, "ack", ack.Payload)
+				}
+			}
 		}
 		s.mu.Unlock()
 	}
@@ -259,10 +272,11 @@ func (s *Server) poke() {
 }
 
 // enqueue adds an envelope for payload; call with mu held.
-func (s *Server) enqueue(eventID, typ string, payload json.RawMessage, retry int) {
+func (s *Server) enqueue(eventID, typ string, payload json.RawMessage, retry int) *envelope {
 	e := &envelope{Envelope: Envelope{ID: s.nextID("env-"), EventID: eventID, Type: typ}, payload: payload, base: retry}
 	s.socket.envelopes = append(s.socket.envelopes, e)
 	s.socket.byID[e.ID] = e
+	return e
 }
 
 // dispatch sends pending envelopes on the newest open connection, and sends again
@@ -309,6 +323,9 @@ func (s *Server) sendPending() {
 		frame := map[string]any{
 			"envelope_id": e.ID, "type": "events_api", "payload": e.payload,
 			"accepts_response_payload": false, "retry_attempt": e.base + e.Attempts, "retry_reason": "",
+		}
+		if e.Type == envSlashCommands {
+			frame["type"], frame["accepts_response_payload"] = envSlashCommands, true
 		}
 		if e.base+e.Attempts > 0 {
 			frame["retry_reason"] = "timeout"
