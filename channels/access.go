@@ -1,6 +1,10 @@
 package channels
 
-import "slices"
+import (
+	"errors"
+	"fmt"
+	"slices"
+)
 
 // DM policies.
 const (
@@ -42,4 +46,22 @@ func (a Access) Check(m *Message) Verdict {
 // that the admin can add them; groups stay silent to avoid noise.
 func NotAllowedText(userID string) string {
 	return "Sorry, you are not allowed to use this bot. Ask its admin to add your user id " + userID + " to allow_from."
+}
+
+// Validate checks dm_policy and every allow_from id of the channel called name; validID
+// says whether an id has the platform's form and hint tells the admin where to find one.
+// Each error names its key (channels.NAME.allow_from[i]).
+func (a Access) Validate(name string, validID func(string) bool, hint string) error {
+	var errs []error
+	switch a.DMPolicy {
+	case "", DMAllowlist, DMOpen:
+	default:
+		errs = append(errs, fmt.Errorf("channels.%s.dm_policy: %q is not one of %s, %s", name, a.DMPolicy, DMAllowlist, DMOpen))
+	}
+	for i, id := range a.AllowFrom {
+		if validID != nil && !validID(id) {
+			errs = append(errs, fmt.Errorf("channels.%s.allow_from[%d]: %q is not a user id (%s)", name, i, id, hint))
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -1,0 +1,60 @@
+package channels
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+)
+
+// ErrTooLarge is returned by ReadPart for media over the caller's limit.
+var ErrTooLarge = errors.New("too large")
+
+// ReadPart returns a media part's bytes, from Data or its file, refusing more than max bytes
+// (max <= 0: no limit) without reading them all.
+func ReadPart(p Part, max int64) ([]byte, error) {
+	name := p.Name
+	if name == "" && p.Path != "" {
+		name = filepath.Base(p.Path)
+	}
+	if p.Data != nil {
+		if max > 0 && int64(len(p.Data)) > max {
+			return nil, fmt.Errorf("%s %s is %s: %w (the limit is %s)", p.Type, name, HumanSize(int64(len(p.Data))), ErrTooLarge, HumanSize(max))
+		}
+		return p.Data, nil
+	}
+	if p.Path == "" {
+		return nil, fmt.Errorf("a %s part has neither data nor a path", p.Type)
+	}
+	f, err := os.Open(p.Path)
+	if err != nil {
+		return nil, fmt.Errorf("reading a %s part: %w", p.Type, err)
+	}
+	defer f.Close()
+	r := io.Reader(f)
+	if max > 0 {
+		r = io.LimitReader(f, max+1)
+	}
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("reading a %s part: %w", p.Type, err)
+	}
+	if max > 0 && int64(len(b)) > max {
+		return nil, fmt.Errorf("%s %s is over %s: %w", p.Type, name, HumanSize(max), ErrTooLarge)
+	}
+	return b, nil
+}
+
+// HumanSize prints a byte count the way people read it (12.3 MB).
+func HumanSize(n int64) string {
+	switch {
+	case n >= 1_000_000_000:
+		return fmt.Sprintf("%.1f GB", float64(n)/1e9)
+	case n >= 1_000_000:
+		return fmt.Sprintf("%.1f MB", float64(n)/1e6)
+	case n >= 1_000:
+		return fmt.Sprintf("%.1f kB", float64(n)/1e3)
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
