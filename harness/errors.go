@@ -53,7 +53,7 @@ func (e *ProviderError) Error() string {
 	case e.Timeout:
 		b.WriteString("The model provider did not answer in time")
 	case e.DNS:
-		b.WriteString("I could not reach the model (network error: the host name in llm.base_url could not be resolved)")
+		b.WriteString("I could not reach the model (network error: the name of its server could not be resolved)")
 	case e.Unreachable:
 		b.WriteString("I could not reach the model (network error)")
 	default:
