@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -21,6 +23,11 @@ type ProviderError struct {
 	Message string
 	// Timeout is set when the provider did not answer in time.
 	Timeout bool
+	// Unreachable is set when no answer came because the provider could not be reached
+	// (connection refused or reset, no route, DNS); DNS says the host name did not resolve.
+	// The user reads "could not reach", never "busy": waiting will not help a wrong address.
+	Unreachable bool
+	DNS         bool
 	// Midway is set when the answer broke off after part of it had been streamed.
 	Midway bool
 	// Attempts is how many calls were made before giving up (set by the session).
@@ -45,8 +52,12 @@ func (e *ProviderError) Error() string {
 		fmt.Fprintf(&b, "The model provider failed (HTTP %d)", e.Status)
 	case e.Timeout:
 		b.WriteString("The model provider did not answer in time")
+	case e.DNS:
+		b.WriteString("I could not reach the model (network error: the name of its server could not be resolved)")
+	case e.Unreachable:
+		b.WriteString("I could not reach the model (network error)")
 	default:
-		b.WriteString("Could not reach the model provider")
+		b.WriteString("The connection to the model provider failed")
 	}
 	retryable := e.Status == 0 || e.Status == http.StatusTooManyRequests || e.Status == http.StatusRequestTimeout || e.Status >= 500
 	if retryable && e.Attempts > 1 {
@@ -57,10 +68,32 @@ func (e *ProviderError) Error() string {
 		b.WriteString(e.Message)
 	}
 	b.WriteString(".")
-	if retryable {
+	switch {
+	case e.Unreachable:
+		b.WriteString(" Please try again later.")
+	case retryable:
 		b.WriteString(" Please try again.")
 	}
 	return b.String()
+}
+
+// RetryStatus is the status line the chat shows while a failed call waits for its next
+// attempt. Only a provider that said so (429, 503) is called busy: a network failure is
+// reported as one, so that nobody waits for a model that cannot be reached at all.
+func (e *ProviderError) RetryStatus(wait time.Duration) string {
+	secs := int(math.Ceil(wait.Seconds()))
+	switch {
+	case e.Status == http.StatusTooManyRequests || e.Status == http.StatusServiceUnavailable:
+		return fmt.Sprintf("The model is busy; retrying in %ds…", secs)
+	case e.Status != 0:
+		return fmt.Sprintf("The model provider failed (HTTP %d); retrying in %ds…", e.Status, secs)
+	case e.Timeout:
+		return fmt.Sprintf("The model did not answer in time; retrying in %ds…", secs)
+	case e.Unreachable:
+		return fmt.Sprintf("I could not reach the model (network error); retrying in %ds…", secs)
+	default:
+		return fmt.Sprintf("The connection to the model provider failed; retrying in %ds…", secs)
+	}
 }
 
 func (e *ProviderError) Unwrap() error { return e.Err }
@@ -134,12 +167,28 @@ func classify(provider string, ctx context.Context, status int, header http.Head
 		return pe
 	}
 	var ne net.Error
-	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+	var dnsErr *net.DNSError
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()):
 		pe.Timeout = true
+	case errors.As(err, &dnsErr):
+		pe.Unreachable, pe.DNS = true, true
+	case unreachable(err):
+		pe.Unreachable = true
 	}
 	// Without a status the call failed on the way (refused, reset, DNS, broken stream):
 	// all worth another try.
 	return &RetryableError{Err: pe}
+}
+
+// unreachable reports failures to connect at all, as opposed to a stream that broke off.
+func unreachable(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) ||
+		errors.Is(err, syscall.ENETUNREACH) || errors.Is(err, syscall.ECONNRESET)
 }
 
 // redactedError hides secrets in an underlying error's text.

@@ -78,20 +78,3 @@ func TestWindowSendsAValidSequence(t *testing.T) {
 		t.Fatalf("long chain window starts with %+v (%d)", w[0], len(w))
 	}
 }
-
-func TestProviderErrorText(t *testing.T) {
-	cases := map[string]*ProviderError{
-		"The model provider failed (HTTP 500) after 4 attempts. Please try again.":           {Status: 500, Attempts: 4},
-		"The model API rejected the API key (HTTP 401). Check llm.api_key.":                  {Status: 401, Attempts: 1},
-		"The model provider did not answer in time after 2 attempts. Please try again.":      {Timeout: true, Attempts: 2},
-		"Could not reach the model provider. Please try again.":                              {Attempts: 1},
-		"The model API rejected the request (HTTP 400): bad model.":                          {Status: 400, Message: "bad model"},
-		"The model API answered HTTP 404 (check llm.base_url and llm.model): no such model.": {Status: 404, Message: "no such model"},
-		"The model stopped answering midway. Please try again.":                              {Midway: true, Attempts: 1},
-	}
-	for want, e := range cases {
-		if got := e.Error(); got != want {
-			t.Errorf("got  %q\nwant %q", got, want)
-		}
-	}
-}

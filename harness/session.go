@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"math/rand/v2"
 	"net/http"
 	"strings"
@@ -496,7 +495,7 @@ func (r *run) call(req *Request) (*Response, string, error) {
 			serverWait = re.RetryAfter
 		}
 		wait := retryWait(attempt, serverWait, rand.Float64)
-		r.on(Update{Kind: UpdateStatus, Text: fmt.Sprintf("The model is busy; retrying in %ds…", int(math.Ceil(wait.Seconds())))})
+		r.on(Update{Kind: UpdateStatus, Text: pe.RetryStatus(wait)})
 		r.s.log.Info("model call failed; retrying", "key", r.s.key, "provider", p.Name(), "attempt", attempt, "wait", wait, "err", pe.Err)
 		if sleepCtx(r.ctx, wait) != nil {
 			return nil, "", r.ctx.Err()

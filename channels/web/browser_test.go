@@ -99,7 +99,13 @@ func (s *answeringSink) next(t *testing.T) *channels.Message {
 // serveAnswering starts a web channel on 127.0.0.1 whose sink answers with answer.
 func serveAnswering(t *testing.T, answer func(ctx context.Context, st channels.Stream, m *channels.Message) error) (string, *answeringSink) {
 	t.Helper()
-	ch := web.New(web.Config{Enabled: true}, web.Options{MediaDir: t.TempDir()})
+	return serveAnsweringWith(t, web.Config{Enabled: true}, answer)
+}
+
+// serveAnsweringWith is serveAnswering with the channel's configuration given.
+func serveAnsweringWith(t *testing.T, cfg web.Config, answer func(ctx context.Context, st channels.Stream, m *channels.Message) error) (string, *answeringSink) {
+	t.Helper()
+	ch := web.New(cfg, web.Options{MediaDir: t.TempDir()})
 	mux := http.NewServeMux()
 	ch.Routes(mux)
 	srv := httptest.NewUnstartedServer(mux)
@@ -218,7 +224,11 @@ func TestBrowserStreamsAnAnswer(t *testing.T) {
 	if m2 := sink.next(t); m2.ChatID != m.ChatID || m2.Text() != "again" {
 		t.Errorf("after reload delivered %q in chat %q; want again in chat %q", m2.Text(), m2.ChatID, m.ChatID)
 	}
-	if _, err := webtest.Answer(ctx, 0); err != nil {
+	// The first answer is shown again from the chat's history; the second follows it.
+	if b, err := webtest.Answer(ctx, 0); err != nil || b.Text != wantText {
+		t.Fatalf("first answer after the reload: %+v %v", b, err)
+	}
+	if _, err := webtest.Answer(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
 
@@ -236,7 +246,7 @@ func TestBrowserStreamsAnAnswer(t *testing.T) {
 	if m3 := sink.next(t); m3.Text() != "after the drop" || m3.ChatID != m.ChatID {
 		t.Errorf("after the drop delivered %q in chat %q", m3.Text(), m3.ChatID)
 	}
-	if b, err := webtest.Answer(ctx, 1); err != nil || b.State != "done" {
+	if b, err := webtest.Answer(ctx, 2); err != nil || b.State != "done" {
 		t.Fatalf("answer after the drop: %+v %v", b, err)
 	}
 	select {

@@ -40,6 +40,7 @@ type wireFrame struct {
 	ReplyTo        string             `json:"reply_to,omitempty"`
 	ChatID         string             `json:"chat_id,omitempty"`          // hello
 	MaxUploadBytes int64              `json:"max_upload_bytes,omitempty"` // hello
+	History        []historyEntry     `json:"history,omitempty"`          // hello: the chat so far
 }
 
 // wirePart is a part as the page renders it: media by URL, never inline.
@@ -104,10 +105,24 @@ func (c *Channel) serveWS(w http.ResponseWriter, r *http.Request) {
 	c.mu.Unlock()
 	defer c.wg.Done()
 
+	authorized := true
+	if c.cfg.Token.IsSet() {
+		tok, brought := presentedToken(r)
+		authorized = brought && tokenMatches(tok, c.cfg.Token.Reveal())
+		if authorized {
+			c.setMediaCookie(w, r)
+		} else {
+			c.log.Info("websocket refused: no token or a wrong one", "token_given", brought)
+		}
+	}
 	// The origin was checked above with loopback allowed, which Accept's own check does not know.
-	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
+	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true, Subprotocols: []string{subprotocol}})
 	if err != nil {
 		c.log.Debug("websocket accept failed", "err", err)
+		return
+	}
+	if !authorized {
+		_ = ws.Close(statusUnauthorized, "the web chat's token is required")
 		return
 	}
 	ws.SetReadLimit(c.readLimit)
@@ -125,7 +140,11 @@ func (c *Channel) serveWS(w http.ResponseWriter, r *http.Request) {
 	c.wg.Add(1)
 	go c.keepAlive(kctx, k)
 
-	if err := k.send(ctx, wireFrame{Type: "hello", ChatID: chat, MaxUploadBytes: c.cfg.MaxUploadBytes}); err != nil {
+	hello := wireFrame{Type: "hello", ChatID: chat, MaxUploadBytes: c.cfg.MaxUploadBytes}
+	if chat != "" {
+		hello.History = c.history.get(chat)
+	}
+	if err := k.send(ctx, hello); err != nil {
 		return
 	}
 	c.log.Debug("socket open", "chat", chat)
@@ -334,10 +353,17 @@ func (c *Channel) handle(ctx context.Context, k *conn, data []byte) {
 		msg.IsVoice = true
 	}
 
+	// The transcript takes the message before the gateway does, so that it precedes its answer.
+	if startsOver(in.Text) {
+		c.history.clear(chat)
+	}
+	c.history.add(chat, historyEntry{Role: "user", ID: in.ID, Text: in.Text, Voice: audio != nil})
+
 	dctx, cancel := context.WithTimeout(ctx, deliverTimeout)
 	err := c.sink.Deliver(dctx, msg)
 	cancel()
 	if err != nil {
+		c.history.remove(chat, in.ID)
 		c.dedup.Forget(key) // so that the user's retry is taken
 		if saved != "" {
 			c.media.forget(saved)

@@ -1,6 +1,6 @@
 // Package web is the local web chat: one self-contained page served on the gateway's HTTP
-// listener and a WebSocket that carries the chat. It needs no token, so it is the way to try
-// the gateway with nothing configured.
+// listener and a WebSocket that carries the chat. On loopback it needs no token, so it is the
+// way to try the gateway with nothing configured.
 //
 // # Routes
 //
@@ -8,6 +8,19 @@
 //	                 the gateway's other routes and 404s are not swallowed)
 //	GET /ws          the WebSocket (query: chat_id=<id>)
 //	GET /media/{id}  audio and images the channel sent in a parts frame
+//
+// # Token
+//
+// With channels.web.token set (required when the gateway listens beyond loopback), the
+// WebSocket and the media route require it. The page itself holds nothing secret and is
+// served to anyone; it asks for the token once, keeps it in localStorage and offers it as a
+// WebSocket subprotocol "gateway.token.<base64url of the token>" next to "gateway.v1" (the
+// one the server selects); other clients may send "Authorization: Bearer <token>" instead.
+// A socket without the right token is closed right after the upgrade with status 4401 (a
+// browser cannot read the status of a refused upgrade), and the page asks again. The upgrade
+// that brought the right token sets an HttpOnly cookie derived from it (not the token) that
+// lets the page's <audio> and <img> elements load media. Tokens are compared in constant
+// time and never logged.
 //
 // Every route answers only to a Host that is an IP literal, localhost (or *.localhost), or
 // listed in allowed_hosts, and the WebSocket refuses an Origin that is neither the page's own
@@ -32,7 +45,10 @@
 //
 // Server to client:
 //
-//	{"type":"hello","chat_id":"<id>","max_upload_bytes":20000000}   the socket is ready
+//	{"type":"hello","chat_id":"<id>","max_upload_bytes":20000000,   the socket is ready
+//	 "history":[{"role":"user","id":"<client msg id>","text":"hi","voice":false},
+//	            {"role":"assistant","reply_to":"<client msg id>","text":"...","error":false,
+//	             "parts":[...]}]}
 //	{"type":"ack","reply_to":"<client msg id>"}                     the gateway took the message
 //	{"type":"start|delta|tool|status|parts|done|error","text":"...",
 //	 "tool":{"id":"...","name":"current_time","phase":"start|end","is_error":false,"summary":"..."},
@@ -44,4 +60,12 @@
 // malformed, gateway busy or stopping), with reply_to naming it and a plain-language text.
 // A message larger than the socket's read limit (a little above max_upload_bytes*4/3) closes
 // the socket with status 1009 (message too big); nothing of it is delivered.
+//
+// # History
+//
+// hello carries the chat's recent transcript (the user's messages the gateway took and the
+// finished answers, oldest first), so a reloaded page shows the conversation again; the
+// page renders it on the first hello of a page load. The transcript is kept by the channel,
+// in memory and bounded (see history.go), because only the server sees answers that finish
+// while no tab is open; /new (or /reset) starts it over.
 package web

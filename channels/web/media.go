@@ -158,6 +158,10 @@ func servedType(m string, t channels.PartType) string {
 }
 
 func (c *Channel) serveMedia(w http.ResponseWriter, r *http.Request) {
+	if !c.mediaAllowed(r) {
+		http.Error(w, "The web chat's token is required.", http.StatusUnauthorized)
+		return
+	}
 	it := c.media.get(r.PathValue("id"))
 	if it == nil || !it.public {
 		http.Error(w, "This media is no longer available.", http.StatusNotFound)

@@ -69,6 +69,7 @@ type Channel struct {
 	readLimit int64
 	dedup     *channels.Dedup
 	media     *mediaStore
+	history   *histories
 	pageCSP   string
 
 	mu       sync.Mutex
@@ -109,6 +110,7 @@ func New(cfg Config, opts Options) *Channel {
 		readLimit: cfg.MaxUploadBytes*4/3 + readLimitMargin,
 		dedup:     channels.NewDedup(dedupSize),
 		media:     newMediaStore(),
+		history:   newHistories(),
 		pageCSP:   pageCSP(page),
 		mediaDir:  opts.MediaDir,
 		all:       map[*conn]struct{}{},
@@ -204,10 +206,16 @@ func (c *Channel) Open(ctx context.Context, target channels.Target) (channels.St
 	return &stream{c: c, chatID: target.ChatID, replyTo: target.ReplyToID}, nil
 }
 
+// stream is one answer. It gathers what the page will show of it (streamed text, parts) so
+// that the finished answer joins the chat's transcript.
 type stream struct {
 	c       *Channel
 	chatID  string
 	replyTo string
+
+	mu    sync.Mutex
+	text  strings.Builder // deltas so far, bounded by historyEntryMax
+	parts []wirePart
 }
 
 // Send writes f to the chat's sockets; it returns when every socket has taken it.
@@ -225,8 +233,33 @@ func (s *stream) Send(ctx context.Context, f channels.Frame) error {
 		}
 		wf.Parts = append(wf.Parts, wp)
 	}
+	s.remember(f.Type, f.Text, wf.Parts)
 	s.c.broadcast(ctx, s.chatID, wf)
 	return ctx.Err()
+}
+
+// remember keeps the answer for the transcript; done or error ends it there.
+func (s *stream) remember(t channels.FrameType, text string, parts []wirePart) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch t {
+	case channels.FrameDelta:
+		if s.text.Len() < historyEntryMax {
+			s.text.WriteString(text)
+		}
+	case channels.FrameParts:
+		s.parts = append(s.parts, parts[:min(len(parts), 16-len(s.parts))]...)
+	case channels.FrameDone, channels.FrameError:
+		e := historyEntry{Role: "assistant", ReplyTo: s.replyTo, Text: text, Parts: s.parts, Error: t == channels.FrameError}
+		if e.Text == "" && !e.Error {
+			e.Text = s.text.String() // done carries the whole text, except after a stop
+		}
+		s.text.Reset()
+		s.parts = nil
+		if e.Text != "" || len(e.Parts) > 0 {
+			s.c.history.add(s.chatID, e)
+		}
+	}
 }
 
 // broadcast writes one frame to every socket of chat. A socket that fails is closed (the page

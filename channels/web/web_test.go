@@ -187,6 +187,17 @@ type serverFrame struct {
 	ReplyTo        string             `json:"reply_to"`
 	ChatID         string             `json:"chat_id"`
 	MaxUploadBytes int64              `json:"max_upload_bytes"`
+	History        []historyEntry     `json:"history"`
+}
+
+type historyEntry struct {
+	Role    string       `json:"role"`
+	ID      string       `json:"id"`
+	ReplyTo string       `json:"reply_to"`
+	Text    string       `json:"text"`
+	Voice   bool         `json:"voice"`
+	Error   bool         `json:"error"`
+	Parts   []serverPart `json:"parts"`
 }
 
 // tab is one browser tab on a chat: a WebSocket client that renders frames into Posted the

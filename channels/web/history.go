@@ -1,0 +1,149 @@
+package web
+
+import (
+	"strings"
+	"sync"
+)
+
+// The channel keeps a short transcript of each chat so that a reloaded page shows the
+// conversation again. It lives here rather than in the page's storage because the server
+// sees every answer, including one that finished while the page was reloading or closed,
+// and every tab of a chat shows the same. It is memory only and bounded: after a restart
+// the page starts empty, while the model's own history is kept by the session store.
+const (
+	historyEntries  = 100       // per chat, oldest dropped first
+	historyBytes    = 256 << 10 // text per chat
+	historyChats    = 128       // chats remembered; the least recently used is forgotten
+	historyEntryMax = 32 << 10  // one entry's text
+)
+
+// historyEntry is one line of the transcript as the page renders it.
+type historyEntry struct {
+	Role    string     `json:"role"`               // "user" or "assistant"
+	ID      string     `json:"id,omitempty"`       // user: the client's message id
+	ReplyTo string     `json:"reply_to,omitempty"` // assistant: the user message it answers
+	Text    string     `json:"text,omitempty"`
+	Voice   bool       `json:"voice,omitempty"` // user: a voice note
+	Error   bool       `json:"error,omitempty"` // assistant: the answer failed; Text says why
+	Parts   []wirePart `json:"parts,omitempty"` // assistant: media of the answer, by URL
+}
+
+func (e historyEntry) size() int {
+	n := len(e.Text) + 64
+	for _, p := range e.Parts {
+		n += len(p.Text) + len(p.URL) + len(p.Name) + 64
+	}
+	return n
+}
+
+type transcript struct {
+	entries []historyEntry
+	bytes   int
+	used    uint64 // recency stamp for eviction
+}
+
+type histories struct {
+	mu     sync.Mutex
+	byChat map[string]*transcript
+	clock  uint64
+}
+
+func newHistories() *histories { return &histories{byChat: map[string]*transcript{}} }
+
+// add appends e to chat's transcript, dropping the oldest entries past the bounds.
+func (h *histories) add(chat string, e historyEntry) {
+	e.Text = clipText(e.Text, historyEntryMax)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t := h.byChat[chat]
+	if t == nil {
+		if len(h.byChat) >= historyChats {
+			h.evictLocked()
+		}
+		t = &transcript{}
+		h.byChat[chat] = t
+	}
+	h.clock++
+	t.used = h.clock
+	t.entries = append(t.entries, e)
+	t.bytes += e.size()
+	for len(t.entries) > 1 && (len(t.entries) > historyEntries || t.bytes > historyBytes) {
+		t.bytes -= t.entries[0].size()
+		t.entries[0] = historyEntry{}
+		t.entries = t.entries[1:]
+	}
+}
+
+// evictLocked forgets the least recently used chat.
+func (h *histories) evictLocked() {
+	var oldest string
+	var stamp uint64
+	for k, t := range h.byChat {
+		if oldest == "" || t.used < stamp {
+			oldest, stamp = k, t.used
+		}
+	}
+	delete(h.byChat, oldest)
+}
+
+// remove drops the user entry id (a message the gateway did not take).
+func (h *histories) remove(chat, id string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t := h.byChat[chat]
+	if t == nil {
+		return
+	}
+	for i := len(t.entries) - 1; i >= 0; i-- {
+		if e := t.entries[i]; e.Role == "user" && e.ID == id {
+			t.bytes -= e.size()
+			t.entries = append(t.entries[:i], t.entries[i+1:]...)
+			return
+		}
+	}
+}
+
+// clear forgets chat's transcript (/new).
+func (h *histories) clear(chat string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.byChat, chat)
+}
+
+// get returns a copy of chat's transcript, oldest first.
+func (h *histories) get(chat string) []historyEntry {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t := h.byChat[chat]
+	if t == nil {
+		return nil
+	}
+	h.clock++
+	t.used = h.clock
+	return append([]historyEntry(nil), t.entries...)
+}
+
+// startsOver reports whether text is the command that starts a new conversation, after
+// which the transcript starts over too.
+func startsOver(text string) bool {
+	text = strings.TrimSpace(text)
+	if !strings.HasPrefix(text, "/") {
+		return false
+	}
+	first, _, _ := strings.Cut(text[1:], " ")
+	first, _, _ = strings.Cut(first, "@")
+	first = strings.ToLower(first)
+	return first == "new" || first == "reset"
+}
+
+// clipText shortens s to at most n bytes on a rune boundary, marking the cut.
+func clipText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && s[cut]&0xC0 == 0x80 {
+		cut--
+	}
+	return s[:cut] + "…"
+}
