@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -87,7 +88,7 @@ func (s *session) loop() {
 		case <-draining:
 			draining = nil
 		case <-s.g.ctx.Done():
-			s.abortAll("the gateway is shutting down")
+			s.abortAll()
 			return
 		}
 		if s.running == nil && len(s.pending) == 0 {
@@ -100,9 +101,9 @@ func (s *session) loop() {
 }
 
 // abortAll cancels the running turn and waits for it to end (at shutdown).
-func (s *session) abortAll(reason string) {
+func (s *session) abortAll() {
 	if s.running != nil {
-		s.running.cancel(errCancelled(reason))
+		s.running.cancel(errShutdown)
 		<-s.turnDone
 		s.running = nil
 	}
@@ -120,9 +121,30 @@ func (s *session) intake(msg *channels.Message) {
 		Session: info, MessageID: msg.ID, ChatType: msg.ChatType, Mentioned: msg.Mentioned,
 		ReplyTo: msg.ReplyTo, Parts: msg.Parts, IsVoice: msg.IsVoice, Language: prof.Language,
 	}
+	// A handler that fails is skipped (the error policy) but reported for this chat: a
+	// filter that crashed lets through what it should have stopped, which an admin must learn.
+	var failures []string
 	ctx, cancel := context.WithTimeout(g.ctx, g.cfg.TurnTimeout)
-	rejected := rt.Bus.Receive(ctx, ev)
+	rejected := rt.Bus.Receive(hooks.WithFailureReport(ctx, func(source string, err error) {
+		failures = append(failures, fmt.Sprintf("message:receive hook %s failed: %v", source, err))
+	}), ev)
+	chainErr := ctx.Err()
 	cancel()
+	for _, f := range failures { // the bus has logged and counted them
+		rt.Bus.Emit(g.ctx, &hooks.GatewayError{Session: info, Stage: "receive", Error: f})
+	}
+	if chainErr != nil && rejected == nil {
+		if g.ctx.Err() != nil {
+			return // shutting down: nobody is left to answer
+		}
+		// The chain did not finish, so later handlers (filters, STT) never saw the message:
+		// passing it on would skip them.
+		g.log.Warn("receive hooks ran out of time", "session", s.key, "limit", g.cfg.TurnTimeout)
+		rt.Bus.Emit(g.ctx, &hooks.GatewayError{Session: info, Stage: "receive",
+			Error: fmt.Sprintf("message:receive hooks did not finish within turn_timeout (%s)", g.cfg.TurnTimeout)})
+		g.reject(msg, "receive_timeout", "Sorry, I couldn't process your message in time. Please send it again.")
+		return
+	}
 	if rejected != nil {
 		reason := rejected.Reason
 		if reason == "" {
@@ -186,13 +208,13 @@ func (s *session) dispatch(req *turnReq, mode string) {
 	}
 }
 
-// cancelRunning stops the running turn (its goroutine reports on turnDone) and emits message:cancel.
+// cancelRunning stops the running turn; its goroutine emits message:cancel on the bus the
+// turn started with and reports on turnDone.
 func (s *session) cancelRunning(reason string) bool {
 	if s.running == nil {
 		return false
 	}
 	s.running.cancel(errCancelled(reason))
-	s.g.Runtime().Bus.Emit(context.Background(), &hooks.MessageCancel{Session: s.running.req.info, Reason: reason})
 	return true
 }
 
