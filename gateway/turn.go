@@ -47,7 +47,7 @@ func (s *session) runTurn(ctx context.Context, req *turnReq, rt *Runtime, agent 
 		g.deliveryFailed(rt.Bus, req.info, err)
 		return
 	}
-	d := &deliverer{g: g, st: st, bus: rt.Bus, info: req.info, target: req.target, ctx: dctx}
+	d := &deliverer{g: g, st: st, bus: rt.Bus, info: req.info, ctx: dctx}
 	d.send(channels.Frame{Type: channels.FrameStart})
 
 	if openErr != nil {
@@ -117,13 +117,12 @@ func (s *session) runTurn(ctx context.Context, req *turnReq, rt *Runtime, agent 
 // one, only the final done/error is still attempted. Its events go to the bus of the runtime
 // the turn started with, which a reload may have replaced meanwhile.
 type deliverer struct {
-	g      *Gateway
-	st     channels.Stream
-	bus    *hooks.Bus
-	info   hooks.Session
-	target channels.Target
-	ctx    context.Context
-	err    error
+	g    *Gateway
+	st   channels.Stream
+	bus  *hooks.Bus
+	info hooks.Session
+	ctx  context.Context
+	err  error
 }
 
 // settleBudget is the least time the end of a turn gets to reach the chat.
