@@ -167,6 +167,8 @@ func TestShutdownCutEmitsCancelAndTellsTheUser(t *testing.T) {
 	e.mem.inject(t, "cut", "1", "tell me a story")
 	e.mem.inject(t, "mute", "1", "think hard")
 	waitRequests(t, e.fake, 2)
+	e.mem.inject(t, "cut", "2", "and then?") // waits behind the running turn
+	e.mem.inject(t, "cut", "3", "hello?")
 	deadline := time.Now().Add(30 * time.Second)
 	for !slices.ContainsFunc(e.mem.frames("cut"), func(f channels.Frame) bool { return f.Type == channels.FrameDelta }) {
 		if time.Now().After(deadline) {
@@ -187,8 +189,12 @@ func TestShutdownCutEmitsCancelAndTellsTheUser(t *testing.T) {
 			t.Errorf("message:cancel for %s has reason %q; want shutdown named", chat, ev.Reason)
 		}
 	}
-	if got := e.mem.finals("cut"); len(got) != 1 || !strings.HasPrefix(got[0], "done:a long story") || !strings.Contains(got[0], "restarting") {
-		t.Errorf("the chat cut mid-answer got %q; want what was said kept and the restart named", got)
+	if got := e.mem.finals("cut"); len(got) != 2 || !strings.HasPrefix(got[0], "done:a long story") || !strings.Contains(got[0], "restarting") ||
+		!strings.Contains(got[1], "restarting") || !strings.Contains(got[1], "send them again") {
+		t.Errorf("the chat cut mid-answer got %q; want what was said kept, the restart named, and one notice for the waiting messages", got)
+	}
+	if n := len(e.fake.Requests()); n != 2 {
+		t.Errorf("the model was called %d times; the waiting messages must not start turns at shutdown", n)
 	}
 	if got := e.mem.finals("mute"); len(got) != 1 || !strings.Contains(got[0], "restarting") || !strings.Contains(got[0], "again") {
 		t.Errorf("the chat cut before any answer got %q; want a plain notice to send again", got)

@@ -100,13 +100,37 @@ func (s *session) loop() {
 	}
 }
 
-// abortAll cancels the running turn and waits for it to end (at shutdown).
+// abortAll, at shutdown past Stop's deadline, cancels the running turn and waits for it
+// to end, and tells the chat once that what was still waiting will not be answered.
 func (s *session) abortAll() {
 	if s.running != nil {
 		s.running.cancel(errShutdown)
 		<-s.turnDone
 		s.running = nil
 	}
+	var first *channels.Target
+	if len(s.pending) > 0 {
+		first = &s.pending[0].target
+	}
+	s.pending = nil
+	for drained := false; !drained; {
+		select {
+		case msg := <-s.mailbox:
+			if first == nil {
+				t := channels.TargetOf(msg)
+				first = &t
+			}
+		default:
+			drained = true
+		}
+	}
+	if first == nil {
+		return
+	}
+	// g.ctx is done; Stop gives the actors a few seconds before it stops the channels.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.g.ctx), 3*time.Second)
+	defer cancel()
+	s.g.notify(ctx, *first, "Sorry, I'm restarting and couldn't get to your waiting messages. Please send them again in a minute.")
 }
 
 // intake runs one message through message:receive, commands and the queue mode.
@@ -220,8 +244,8 @@ func (s *session) cancelRunning(reason string) bool {
 
 // startNext starts the next pending turn when none is running.
 func (s *session) startNext() {
-	if s.running != nil || len(s.pending) == 0 {
-		return
+	if s.running != nil || len(s.pending) == 0 || s.g.ctx.Err() != nil {
+		return // past Stop's deadline nothing new starts: abortAll tells the chat
 	}
 	req := s.pending[0]
 	s.pending[0] = nil
