@@ -180,7 +180,7 @@ func (s *session) intake(msg *channels.Message) {
 	msg.Parts, msg.IsVoice = ev.Parts, ev.IsVoice
 	text := strings.TrimSpace(ev.Text)
 
-	if cmd, arg, ok := parseCommand(text); ok && s.command(cmd, arg, msg, prof, info) {
+	if cmd, arg, ok := parseCommand(text); ok && s.command(cmd, arg, msg, rt, prof, info) {
 		return
 	}
 	if msg.IsVoice && g.cfg.EchoTranscript && text != "" {
