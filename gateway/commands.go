@@ -28,8 +28,9 @@ func parseCommand(text string) (cmd, arg string, ok bool) {
 }
 
 // command runs a control command; it reports false when cmd is not one of ours (the text
-// then goes to the model). Commands bypass the turn queue and never reach the model.
-func (s *session) command(cmd, arg string, msg *channels.Message, prof *profiles.Profile, info hooks.Session) bool {
+// then goes to the model). Commands bypass the turn queue and never reach the model. rt is
+// the runtime the message's intake holds, the one prof was resolved from.
+func (s *session) command(cmd, arg string, msg *channels.Message, rt *Runtime, prof *profiles.Profile, info hooks.Session) bool {
 	g := s.g
 	target := channels.TargetOf(msg)
 	reply := func(text string) { g.notify(g.ctx, target, text) }
@@ -58,7 +59,7 @@ func (s *session) command(cmd, arg string, msg *channels.Message, prof *profiles
 			<-s.turnDone
 			s.running = nil
 		}
-		agent, err := s.ensureAgent(&turnReq{profile: prof, info: info}, g.Runtime())
+		agent, err := s.ensureAgent(&turnReq{profile: prof, info: info}, rt)
 		if err == nil {
 			ctx, cancel := context.WithTimeout(g.ctx, g.cfg.TurnTimeout)
 			err = agent.Reset(ctx)
@@ -76,7 +77,7 @@ func (s *session) command(cmd, arg string, msg *channels.Message, prof *profiles
 			st := s.agent.Stats()
 			fmt.Fprintf(&b, "Model: %s (%s)\nMessages in history: %d\n", st.Model, st.Provider, st.Messages)
 		} else {
-			cfg := mergeLLM(g.Runtime().LLM, prof.LLM)
+			cfg := mergeLLM(rt.LLM, prof.LLM)
 			fmt.Fprintf(&b, "Model: %s (%s)\n", cfg.Model, cfg.Provider)
 		}
 		state := "idle"
@@ -87,7 +88,7 @@ func (s *session) command(cmd, arg string, msg *channels.Message, prof *profiles
 			state, len(s.pending), queueMode(g.cfg.QueueMode, prof), voiceLabel(s.ttsMode, prof.TTSMode))
 		reply(b.String())
 	case "voice":
-		if !g.Runtime().VoiceReplies {
+		if !rt.VoiceReplies {
 			reply("Voice replies are not set up on this gateway (tts.mode is off), so I answer in text.")
 			return true
 		}

@@ -104,7 +104,7 @@ type Gateway struct {
 	turnSem  chan struct{}
 	actors   sync.WaitGroup
 	ctx      context.Context // lives until Stop's deadline: cancelling it aborts turns
-	cancel   context.CancelFunc
+	cancel   context.CancelCauseFunc
 	draining chan struct{} // closed when Stop begins: actors finish their queue and exit
 
 	stateMu  sync.Mutex
@@ -132,7 +132,7 @@ func New(cfg Config, rt *Runtime, deps Deps) (*Gateway, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancelCause(context.Background())
 	g := &Gateway{
 		cfg:       cfg,
 		log:       log,
@@ -276,14 +276,14 @@ func (g *Gateway) Stop(ctx context.Context) error {
 	case <-drained:
 	case <-ctx.Done():
 		g.log.Warn("shutdown deadline reached; cancelling running turns")
-		g.cancel()
+		g.cancel(errShutdown)
 		select {
 		case <-drained:
 		case <-time.After(5 * time.Second):
 			errs = append(errs, errors.New("gateway: some chat sessions did not stop in time"))
 		}
 	}
-	g.cancel()
+	g.cancel(errShutdown)
 	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for i := len(g.channels) - 1; i >= 0; i-- {
@@ -349,6 +349,7 @@ func (g *Gateway) Deliver(ctx context.Context, msg *channels.Message) error {
 	queued, err := g.enqueue(key, msg)
 	if errors.Is(err, errTooManyChats) {
 		// Every chat slot is busy: tell the user rather than leave them unanswered.
+		g.receiveFailed(msg, fmt.Sprintf("too many active chats (sessions.max_sessions: %d); the message was not taken", g.cfg.MaxSessions))
 		g.reject(msg, "capacity", "I'm talking with too many people at once right now. Please send this again in a few minutes.")
 		return nil
 	}
@@ -359,6 +360,7 @@ func (g *Gateway) Deliver(ctx context.Context, msg *channels.Message) error {
 		return err
 	}
 	if !queued {
+		g.receiveFailed(msg, fmt.Sprintf("the chat's queue is full (sessions.queue_size: %d); the message was not taken", g.cfg.QueueSize))
 		g.reject(msg, "queue_full", "I'm still working through your earlier messages, so I couldn't take this one. Please send it again in a moment.")
 	}
 	return nil
@@ -453,8 +455,20 @@ func (g *Gateway) notify(ctx context.Context, target channels.Target, text strin
 		err = st.Send(ctx, channels.Frame{Type: channels.FrameDone, Text: text})
 	}
 	if err != nil {
-		g.deliveryFailed(target, err)
+		g.deliveryFailed(g.Runtime().Bus, sessionOf(target), err)
 	}
+}
+
+// receiveFailed emits gateway:error at the receive stage for a message that could not be
+// taken. It runs on the adapter's intake loop, so observers get a short, fixed budget.
+func (g *Gateway) receiveFailed(msg *channels.Message, text string) {
+	ctx, cancel := context.WithTimeout(g.ctx, 2*time.Second)
+	defer cancel()
+	rt := g.Runtime()
+	info := sessionOf(channels.TargetOf(msg))
+	info.UserID = msg.UserID
+	info.Profile = rt.Profiles.Resolve(msg.Channel, msg.ChatID, msg.ThreadID, msg.UserID).Name
+	rt.Bus.Emit(ctx, &hooks.GatewayError{Session: info, Stage: "receive", Error: text})
 }
 
 func (g *Gateway) reject(msg *channels.Message, reason, text string) {
@@ -464,13 +478,16 @@ func (g *Gateway) reject(msg *channels.Message, reason, text string) {
 	g.notify(g.ctx, channels.TargetOf(msg), text)
 }
 
-func (g *Gateway) deliveryFailed(target channels.Target, err error) {
-	g.log.Error("delivery failed", "channel", target.Channel, "chat", target.ChatID, "err", err)
+// deliveryFailed logs, counts and emits on bus a failed send to the chat of info.
+func (g *Gateway) deliveryFailed(bus *hooks.Bus, info hooks.Session, err error) {
+	g.log.Error("delivery failed", "channel", info.Channel, "chat", info.ChatID, "err", err)
 	if g.metrics != nil {
-		g.metrics.DeliveryErrors.WithLabelValues(target.Channel).Inc()
+		g.metrics.DeliveryErrors.WithLabelValues(info.Channel).Inc()
 	}
-	g.Runtime().Bus.Emit(context.Background(), &hooks.GatewayError{
-		Session: hooks.Session{SessionKey: SessionKey(target.Channel, target.ChatID, target.ThreadID), Channel: target.Channel, ChatID: target.ChatID, ThreadID: target.ThreadID},
-		Stage:   "delivery", Error: err.Error(),
-	})
+	bus.Emit(context.Background(), &hooks.GatewayError{Session: info, Stage: "delivery", Error: err.Error()})
+}
+
+// sessionOf names the chat of a target for an event that has no turn behind it.
+func sessionOf(t channels.Target) hooks.Session {
+	return hooks.Session{SessionKey: SessionKey(t.Channel, t.ChatID, t.ThreadID), Channel: t.Channel, ChatID: t.ChatID, ThreadID: t.ThreadID}
 }

@@ -50,6 +50,9 @@ type memStream struct {
 }
 
 func (s memStream) Send(ctx context.Context, f channels.Frame) error {
+	if err := ctx.Err(); err != nil { // as a real platform call would
+		return err
+	}
 	s.m.mu.Lock()
 	s.m.byID[s.chat] = append(s.m.byID[s.chat], f)
 	s.m.mu.Unlock()

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -87,7 +88,7 @@ func (s *session) loop() {
 		case <-draining:
 			draining = nil
 		case <-s.g.ctx.Done():
-			s.abortAll("the gateway is shutting down")
+			s.abortAll()
 			return
 		}
 		if s.running == nil && len(s.pending) == 0 {
@@ -99,13 +100,37 @@ func (s *session) loop() {
 	}
 }
 
-// abortAll cancels the running turn and waits for it to end (at shutdown).
-func (s *session) abortAll(reason string) {
+// abortAll, at shutdown past Stop's deadline, cancels the running turn and waits for it
+// to end, and tells the chat once that what was still waiting will not be answered.
+func (s *session) abortAll() {
 	if s.running != nil {
-		s.running.cancel(errCancelled(reason))
+		s.running.cancel(errShutdown)
 		<-s.turnDone
 		s.running = nil
 	}
+	var first *channels.Target
+	if len(s.pending) > 0 {
+		first = &s.pending[0].target
+	}
+	s.pending = nil
+	for drained := false; !drained; {
+		select {
+		case msg := <-s.mailbox:
+			if first == nil {
+				t := channels.TargetOf(msg)
+				first = &t
+			}
+		default:
+			drained = true
+		}
+	}
+	if first == nil {
+		return
+	}
+	// g.ctx is done; Stop gives the actors a few seconds before it stops the channels.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.g.ctx), 3*time.Second)
+	defer cancel()
+	s.g.notify(ctx, *first, "Sorry, I'm restarting and couldn't get to your waiting messages. Please send them again in a minute.")
 }
 
 // intake runs one message through message:receive, commands and the queue mode.
@@ -120,9 +145,30 @@ func (s *session) intake(msg *channels.Message) {
 		Session: info, MessageID: msg.ID, ChatType: msg.ChatType, Mentioned: msg.Mentioned,
 		ReplyTo: msg.ReplyTo, Parts: msg.Parts, IsVoice: msg.IsVoice, Language: prof.Language,
 	}
+	// A handler that fails is skipped (the error policy) but reported for this chat: a
+	// filter that crashed lets through what it should have stopped, which an admin must learn.
+	var failures []string
 	ctx, cancel := context.WithTimeout(g.ctx, g.cfg.TurnTimeout)
-	rejected := rt.Bus.Receive(ctx, ev)
+	rejected := rt.Bus.Receive(hooks.WithFailureReport(ctx, func(source string, err error) {
+		failures = append(failures, fmt.Sprintf("message:receive hook %s failed: %v", source, err))
+	}), ev)
+	chainErr := ctx.Err()
 	cancel()
+	for _, f := range failures { // the bus has logged and counted them
+		rt.Bus.Emit(g.ctx, &hooks.GatewayError{Session: info, Stage: "receive", Error: f})
+	}
+	if chainErr != nil && rejected == nil {
+		if g.ctx.Err() != nil {
+			return // shutting down: nobody is left to answer
+		}
+		// The chain did not finish, so later handlers (filters, STT) never saw the message:
+		// passing it on would skip them.
+		g.log.Warn("receive hooks ran out of time", "session", s.key, "limit", g.cfg.TurnTimeout)
+		rt.Bus.Emit(g.ctx, &hooks.GatewayError{Session: info, Stage: "receive",
+			Error: fmt.Sprintf("message:receive hooks did not finish within turn_timeout (%s)", g.cfg.TurnTimeout)})
+		g.reject(msg, "receive_timeout", "Sorry, I couldn't process your message in time. Please send it again.")
+		return
+	}
 	if rejected != nil {
 		reason := rejected.Reason
 		if reason == "" {
@@ -134,7 +180,7 @@ func (s *session) intake(msg *channels.Message) {
 	msg.Parts, msg.IsVoice = ev.Parts, ev.IsVoice
 	text := strings.TrimSpace(ev.Text)
 
-	if cmd, arg, ok := parseCommand(text); ok && s.command(cmd, arg, msg, prof, info) {
+	if cmd, arg, ok := parseCommand(text); ok && s.command(cmd, arg, msg, rt, prof, info) {
 		return
 	}
 	if msg.IsVoice && g.cfg.EchoTranscript && text != "" {
@@ -186,20 +232,20 @@ func (s *session) dispatch(req *turnReq, mode string) {
 	}
 }
 
-// cancelRunning stops the running turn (its goroutine reports on turnDone) and emits message:cancel.
+// cancelRunning stops the running turn; its goroutine emits message:cancel on the bus the
+// turn started with and reports on turnDone.
 func (s *session) cancelRunning(reason string) bool {
 	if s.running == nil {
 		return false
 	}
 	s.running.cancel(errCancelled(reason))
-	s.g.Runtime().Bus.Emit(context.Background(), &hooks.MessageCancel{Session: s.running.req.info, Reason: reason})
 	return true
 }
 
 // startNext starts the next pending turn when none is running.
 func (s *session) startNext() {
-	if s.running != nil || len(s.pending) == 0 {
-		return
+	if s.running != nil || len(s.pending) == 0 || s.g.ctx.Err() != nil {
+		return // past Stop's deadline nothing new starts: abortAll tells the chat
 	}
 	req := s.pending[0]
 	s.pending[0] = nil

@@ -18,6 +18,9 @@ func (c *cancelled) Error() string { return "turn cancelled: " + c.reason }
 
 func errCancelled(reason string) error { return &cancelled{reason: reason} }
 
+// errShutdown cuts the turns still running when Stop's deadline passes.
+var errShutdown = errCancelled("the gateway is shutting down")
+
 // runTurn runs one turn and delivers its frames: start, deltas/tools/status, the parts of
 // message:send, then done (or error). done is sent only after everything reached the chat.
 func (s *session) runTurn(ctx context.Context, req *turnReq, rt *Runtime, agent *harness.Session, openErr error) {
@@ -35,20 +38,21 @@ func (s *session) runTurn(ctx context.Context, req *turnReq, rt *Runtime, agent 
 		g.log.Error("no channel for answer", "channel", req.target.Channel)
 		return
 	}
-	// Delivery keeps going briefly after a cancel so that the chat still gets its done frame.
+	// Streaming shares the turn's deadline but not its cancel, so /stop never cuts a send
+	// halfway; what ends the turn gets a fresh budget (settle).
 	dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.TurnTimeout)
 	defer dcancel()
 	st, err := ch.Open(dctx, req.target)
 	if err != nil {
-		g.deliveryFailed(req.target, err)
+		g.deliveryFailed(rt.Bus, req.info, err)
 		return
 	}
-	d := &deliverer{g: g, st: st, target: req.target, ctx: dctx}
+	d := &deliverer{g: g, st: st, bus: rt.Bus, info: req.info, ctx: dctx}
 	d.send(channels.Frame{Type: channels.FrameStart})
 
 	if openErr != nil {
 		g.log.Error("cannot open the chat session", "session", s.key, "err", openErr)
-		d.fail(req.info, "turn", "I couldn't start the assistant for this chat: "+openErr.Error())
+		d.fail("turn", "I couldn't start the assistant for this chat: "+openErr.Error())
 		return
 	}
 
@@ -56,6 +60,7 @@ func (s *session) runTurn(ctx context.Context, req *turnReq, rt *Runtime, agent 
 	case g.turnSem <- struct{}{}:
 		defer func() { <-g.turnSem }()
 	case <-ctx.Done():
+		defer d.settle()()
 		d.finishCancelled(ctx, "")
 		return
 	}
@@ -73,6 +78,7 @@ func (s *session) runTurn(ctx context.Context, req *turnReq, rt *Runtime, agent 
 			d.send(channels.Frame{Type: channels.FrameStatus, Text: u.Text})
 		}
 	})
+	defer d.settle()()
 	switch {
 	case res.Aborted || (err != nil && ctx.Err() != nil):
 		d.finishCancelled(ctx, res.Text)
@@ -82,7 +88,7 @@ func (s *session) runTurn(ctx context.Context, req *turnReq, rt *Runtime, agent 
 			g.metrics.ProviderErrors.WithLabelValues(agent.Stats().Provider).Inc()
 		}
 		g.log.Warn("turn failed", "session", s.key, "err", err)
-		d.fail(req.info, "turn", err.Error())
+		d.fail("turn", err.Error())
 		return
 	}
 
@@ -91,7 +97,7 @@ func (s *session) runTurn(ctx context.Context, req *turnReq, rt *Runtime, agent 
 	if mode == "" {
 		mode = req.profile.TTSMode
 	}
-	parts := rt.Bus.Send(dctx, &hooks.MessageSend{
+	parts := rt.Bus.Send(d.ctx, &hooks.MessageSend{
 		Session: req.info, InputText: req.prompt, ResponseText: res.Text, IsVoice: req.isVoice,
 		TTSMode: mode, Voice: req.profile.TTSVoice, Language: req.profile.TTSLanguage,
 	})
@@ -108,13 +114,27 @@ func (s *session) runTurn(ctx context.Context, req *turnReq, rt *Runtime, agent 
 }
 
 // deliverer sends a turn's frames in order and remembers the first delivery failure; after
-// one, only the final done/error is still attempted.
+// one, only the final done/error is still attempted. Its events go to the bus of the runtime
+// the turn started with, which a reload may have replaced meanwhile.
 type deliverer struct {
-	g      *Gateway
-	st     channels.Stream
-	target channels.Target
-	ctx    context.Context
-	err    error
+	g    *Gateway
+	st   channels.Stream
+	bus  *hooks.Bus
+	info hooks.Session
+	ctx  context.Context
+	err  error
+}
+
+// settleBudget is the least time the end of a turn gets to reach the chat.
+const settleBudget = 2 * time.Minute
+
+// settle gives the end of the turn (message:send, its parts, done or error, the events) a
+// budget of its own: a turn cut by turn_timeout has used all of the turn's, and its user
+// must still be told. It returns the func that releases the budget.
+func (d *deliverer) settle() (release func()) {
+	var cancel context.CancelFunc
+	d.ctx, cancel = context.WithTimeout(context.WithoutCancel(d.ctx), max(d.g.cfg.TurnTimeout, settleBudget))
+	return cancel
 }
 
 func (d *deliverer) send(f channels.Frame) {
@@ -124,25 +144,66 @@ func (d *deliverer) send(f channels.Frame) {
 	}
 	if err := d.st.Send(d.ctx, f); err != nil {
 		if d.err == nil || final {
-			d.g.deliveryFailed(d.target, fmt.Errorf("%s frame: %w", f.Type, err))
+			d.g.deliveryFailed(d.bus, d.info, fmt.Errorf("%s frame: %w", f.Type, err))
 		}
 		d.err = err
 	}
 }
 
 // fail ends the turn with an error frame the user can read and a gateway:error event.
-func (d *deliverer) fail(info hooks.Session, stage, text string) {
-	d.g.Runtime().Bus.Emit(d.ctx, &hooks.GatewayError{Session: info, Stage: stage, Error: text})
+func (d *deliverer) fail(stage, text string) {
+	d.bus.Emit(d.ctx, &hooks.GatewayError{Session: d.info, Stage: stage, Error: text})
 	d.send(channels.Frame{Type: channels.FrameError, Text: text})
 }
 
-// finishCancelled ends a stopped turn: the text said so far stays, and done closes the answer.
+// finishCancelled ends a stopped turn with message:cancel. A turn cut by turn_timeout is also
+// a failure: gateway:error, and the user is told why the answer ends there. Otherwise (/stop,
+// interrupt, /new, shutdown) the text said so far stays, and done closes the answer.
 func (d *deliverer) finishCancelled(ctx context.Context, partial string) {
-	if errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
-		d.send(channels.Frame{Type: channels.FrameError, Text: "This answer took too long and was stopped."})
+	cause := context.Cause(ctx)
+	if errors.Is(cause, context.DeadlineExceeded) {
+		limit := d.g.cfg.TurnTimeout
+		d.bus.Emit(d.ctx, &hooks.MessageCancel{Session: d.info, Reason: fmt.Sprintf("the turn ran longer than turn_timeout (%s)", limit)})
+		d.bus.Emit(d.ctx, &hooks.GatewayError{Session: d.info, Stage: "turn",
+			Error: fmt.Sprintf("turn_timeout: the turn ran longer than %s and was stopped", limit)})
+		d.send(channels.Frame{Type: channels.FrameError, Text: fmt.Sprintf(
+			"Sorry, this answer took too long (more than %s), so I stopped it. Please try again, perhaps with a smaller request.", plainDuration(limit))})
 		return
 	}
+	reason := "cancelled"
+	var c *cancelled
+	if errors.As(cause, &c) {
+		reason = c.reason
+	}
+	d.bus.Emit(d.ctx, &hooks.MessageCancel{Session: d.info, Reason: reason})
+	if errors.Is(cause, errShutdown) {
+		// Unlike /stop or a newer message, nothing the user did explains the cut.
+		if strings.TrimSpace(partial) == "" {
+			d.send(channels.Frame{Type: channels.FrameError, Text: "Sorry, I had to stop before answering because I'm restarting. Please send your message again in a minute."})
+			return
+		}
+		partial += "\n\n(I had to stop here because I'm restarting. Ask me to go on in a minute.)"
+	}
 	d.send(channels.Frame{Type: channels.FrameDone, Text: partial})
+}
+
+// plainDuration says a limit the way a person would: "10 minutes", "90 seconds".
+func plainDuration(d time.Duration) string {
+	unit := func(n int64, one string) string {
+		if n == 1 {
+			return "1 " + one
+		}
+		return fmt.Sprintf("%d %ss", n, one)
+	}
+	switch {
+	case d >= time.Hour && d%time.Hour == 0:
+		return unit(int64(d/time.Hour), "hour")
+	case d >= time.Minute && d%time.Minute == 0:
+		return unit(int64(d/time.Minute), "minute")
+	case d >= time.Second:
+		return unit(int64(d.Round(time.Second)/time.Second), "second")
+	}
+	return d.String()
 }
 
 // buildPrompt turns a message into the text the model sees: group speakers are named,

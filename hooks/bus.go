@@ -234,24 +234,37 @@ func (b *Bus) call(parent context.Context, r *registration, ev Event) any {
 	case o := <-done:
 		if o.err != nil {
 			if parent.Err() == nil {
-				b.fail(r, ev, o.err)
+				b.fail(parent, r, ev, o.err)
 			}
 			return nil
 		}
 		return o.res
 	case <-ctx.Done():
 		if parent.Err() == nil {
-			b.fail(r, ev, fmt.Errorf("timed out after %s", timeout))
+			b.fail(parent, r, ev, fmt.Errorf("timed out after %s", timeout))
 		}
 		return nil
 	}
 }
 
-func (b *Bus) fail(r *registration, ev Event, err error) {
+func (b *Bus) fail(ctx context.Context, r *registration, ev Event, err error) {
 	b.opts.Logger.Warn("hook failed; continuing without it", "source", r.source, "event", ev.EventName(), "err", err)
 	if b.opts.OnError != nil {
 		b.opts.OnError(r.source, ev.EventName(), err)
 	}
+	if report, ok := ctx.Value(failureReportKey{}).(func(string, error)); ok {
+		report(r.source, err)
+	}
+}
+
+type failureReportKey struct{}
+
+// WithFailureReport returns a ctx under which every handler failure of an emit (error, panic,
+// timeout, wrong result type) is also told to report, with the handler's source. OnError is
+// global; this lets the emitter tie a failure to the chat its event belonged to. report is
+// called from the emitting goroutine.
+func WithFailureReport(ctx context.Context, report func(source string, err error)) context.Context {
+	return context.WithValue(ctx, failureReportKey{}, report)
 }
 
 // fold is told each handler's non-nil result. It returns stop to end the chain, or an
@@ -289,7 +302,7 @@ func (b *Bus) run(ctx context.Context, ev Event, f fold) {
 		}
 		stop, err := f(res)
 		if err != nil {
-			b.fail(r, ev, err)
+			b.fail(ctx, r, ev, err)
 			continue
 		}
 		if stop {

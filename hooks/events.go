@@ -68,10 +68,12 @@ type GatewayStop struct {
 	Reason string `json:"reason"`
 }
 
-// GatewayError reports a turn or a delivery that failed.
+// GatewayError reports a failure: stage "receive" (an inbound message: a failed
+// message:receive hook, hooks out of time, a full queue), "turn" (the model, turn_timeout)
+// or "delivery" (a send to the chat).
 type GatewayError struct {
 	Session
-	Stage string `json:"stage"` // "turn", "delivery", "receive", ...
+	Stage string `json:"stage"` // "receive", "turn", "delivery"
 	Error string `json:"error"`
 }
 
@@ -138,7 +140,8 @@ type SendResult struct {
 	Parts []channels.Part `json:"parts"`
 }
 
-// MessageCancel is emitted when a turn is stopped (/stop, interrupt mode, shutdown).
+// MessageCancel is emitted when a running turn is stopped (/stop, /new, interrupt mode,
+// turn_timeout, shutdown), on the hooks the turn started with.
 type MessageCancel struct {
 	Session
 	Reason string `json:"reason"`
