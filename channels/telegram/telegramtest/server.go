@@ -101,6 +101,7 @@ type Server struct {
 	pollGen     int
 	holdConfirm bool
 	parseFails  int
+	pollFails   int
 }
 
 type fileEntry struct {
@@ -167,6 +168,14 @@ func (s *Server) FailNext(n int, retryAfter time.Duration) {
 			s.fails = append(s.fails, failure{502, "Bad Gateway", 0})
 		}
 	}
+}
+
+// FailPolls makes the next n getUpdates calls answer 502 Bad Gateway, as Telegram's front
+// does during an outage.
+func (s *Server) FailPolls(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pollFails += n
 }
 
 // RejectHTML makes the next n messages sent with parse_mode HTML fail as Telegram does
@@ -298,6 +307,10 @@ func (s *Server) handle(ctx context.Context, method string, p map[string]string,
 	if isSend(method) && len(s.fails) > 0 {
 		fail = &s.fails[0]
 		s.fails = s.fails[1:]
+	}
+	if method == "getUpdates" && s.pollFails > 0 {
+		s.pollFails--
+		fail = &failure{502, "Bad Gateway", 0}
 	}
 	s.mu.Unlock()
 	if delay > 0 {
