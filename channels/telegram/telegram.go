@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-telegram/bot"
@@ -51,6 +52,10 @@ type Channel struct {
 	dir      string // StateDir/telegram
 	mediaDir string
 
+	laneMu  sync.Mutex
+	lanes   map[int64]*lane // chats with media being fetched; see lanes.go
+	notices atomic.Int64    // access notices in flight
+
 	mu        sync.Mutex
 	state     int // stateNew, stateRunning, stateStopped
 	sink      channels.Sink
@@ -81,6 +86,7 @@ func New(cfg Config, opts Options) (*Channel, error) {
 		cfg: cfg, opts: opts, log: opts.Logger.With("channel", Name),
 		scrub:     scrubber{token: cfg.Token.Reveal()},
 		dedup:     channels.NewDedup(4096),
+		lanes:     map[int64]*lane{},
 		strangers: newNoticeLimiter(1024, time.Hour),
 		dir:       filepath.Join(opts.StateDir, Name),
 		policy:    pace.Policy{Attempts: 5, Base: 500 * time.Millisecond, Max: 2 * time.Minute},
@@ -138,12 +144,18 @@ func (c *Channel) Start(ctx context.Context, sink channels.Sink) error {
 		c.mu.Unlock()
 		return err
 	}
-	if err := os.MkdirAll(c.mediaDir, 0o700); err != nil {
-		c.Stop(context.Background())
-		return fmt.Errorf("telegram: cannot create the media directory: %w", err)
+	for _, d := range []string{c.mediaDir, c.inboxDir()} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			c.Stop(context.Background())
+			return fmt.Errorf("telegram: cannot create a state directory: %w", err)
+		}
 	}
 	c.registerCommands(ctx)
 	c.goRun(c.janitor)
+	c.mu.Lock()
+	life := c.ctx
+	c.mu.Unlock()
+	c.replayInbox(life)
 	if c.cfg.Mode == ModePolling {
 		c.goRun(c.superviseLongPolling)
 	}
