@@ -56,7 +56,7 @@ type lane struct {
 // acknowledged; an error means it must come again.
 func (c *Channel) take(ctx context.Context, u *models.Update, jpath string) error {
 	drop := func() error {
-		if jpath != "" {
+		if jpath != "" { // a replayed update that is done with
 			_ = os.Remove(jpath)
 		}
 		return nil
@@ -153,7 +153,9 @@ func (c *Channel) toLane(u *models.Update, it *item, need bool) (bool, error) {
 	if it.jpath == "" {
 		p, err := c.journal(u)
 		if err != nil {
-			return true, fmt.Errorf("telegram: cannot keep a message in the inbox journal: %w", err)
+			// A disk problem must not wedge the intake: the message still goes, only a
+			// restart before it is delivered would lose it.
+			c.log.Error("telegram: cannot keep a message in the inbox journal; a restart now would lose it", "chat", it.chat, "err", err)
 		}
 		it.jpath = p
 	}
@@ -322,6 +324,9 @@ func merge(batch []*item) *channels.Message {
 // forget removes a finished batch from the inbox journal.
 func (c *Channel) forget(batch []*item) {
 	for _, it := range batch {
+		if it.jpath == "" {
+			continue
+		}
 		if err := os.Remove(it.jpath); err != nil && !os.IsNotExist(err) {
 			c.log.Warn("telegram: cannot remove a finished message from the inbox journal; a restart may repeat it", "err", err)
 		}

@@ -142,7 +142,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 
 // handleBatch hands a batch over: one goroutine per chat (at most 8 at once) keeps each
 // chat's order while chats proceed in parallel; a chat stops at its first update that
-// failed. It returns the new offset: past every update when all were handled, else at
+// failed. Nothing here waits on a download: media go to the chat's lane (lanes.go). It returns the new offset: past every update when all were handled, else at
 // the first failed one, so that it comes again (those after it that were delivered are
 // then dropped as redeliveries).
 // tick is called after each update handed over: a slow batch that still progresses is not

@@ -1,9 +1,12 @@
 // Package telegram is the Telegram channel adapter, on github.com/go-telegram/bot.
 //
 // Updates arrive by long polling (a getUpdates loop of our own: per-chat order, retry_after
-// honoured, the offset saved under state_dir only after the gateway took the update) or by
-// webhook on the gateway's HTTP listener. Answers stream by editing one message, rendered
-// from Markdown to Telegram HTML, split at 4096 UTF-16 units, through one outbound pacer.
+// honoured, a backoff capped at a few seconds, the offset saved under state_dir only after
+// the gateway took the update) or by webhook on the gateway's HTTP listener. Messages with
+// media are fetched off the intake, in per-chat lanes backed by an inbox journal (lanes.go);
+// an album is one message. Answers stream by editing one message, rendered from Markdown to
+// Telegram HTML, split at 4096 UTF-16 units, through one outbound pacer whose per-chat
+// holds make every send path wait out a 429's retry_after.
 package telegram
 
 import (
