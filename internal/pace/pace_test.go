@@ -112,3 +112,18 @@ func TestHoldStopsSendsToThatChatOnly(t *testing.T) {
 		}
 	}
 }
+
+// Forgetting chats to stay within MaxKeys forgets one that is not held first: a chat the
+// platform told us to leave alone stays left alone.
+func TestEvictionKeepsHeldChats(t *testing.T) {
+	p := New(Limits{PerKey: rate.Every(time.Millisecond), PerKeyBurst: 1, MaxKeys: 2})
+	p.Hold("held", time.Minute)
+	for _, k := range []string{"b", "c", "d"} {
+		if err := p.Wait(context.Background(), k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p.HeldUntil("held").IsZero() {
+		t.Errorf("the held chat was forgotten to make room for others")
+	}
+}
