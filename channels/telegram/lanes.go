@@ -24,11 +24,11 @@ import (
 // busy join the lane too, to keep the chat's order.
 
 const (
-	maxLanes     = 1024                   // chats with media in flight at once
-	maxLaneQueue = 100                    // updates waiting in one chat's lane
-	albumWait    = 800 * time.Millisecond // how long an album waits for its next item
-	maxAlbum     = 10                     // Telegram's own limit of items in an album
-	maxNotices   = 32                     // access notices in flight at once
+	maxLanes     = 1024        // chats with media in flight at once
+	maxLaneQueue = 100         // updates waiting in one chat's lane
+	albumWait    = time.Second // how long an album waits for its next item
+	maxAlbum     = 10          // Telegram's own limit of items in an album
+	maxNotices   = 32          // access notices in flight at once
 )
 
 // errLaneFull: the update could not be queued now; it will come again.
@@ -38,7 +38,6 @@ var errLaneFull = errors.New("telegram: too many messages are waiting for their 
 type item struct {
 	msg   *models.Message
 	m     *channels.Message // normalised, text only
-	key   string            // dedup key
 	chat  int64
 	group string // media_group_id: the items of an album are delivered as one message
 	jpath string // its inbox journal file
@@ -90,8 +89,8 @@ func (c *Channel) take(ctx context.Context, u *models.Update, jpath string) erro
 	case channels.NotMentioned:
 		return drop()
 	}
-	files, _ := attachments(msg)
-	it := &item{msg: msg, m: m, key: key, chat: msg.Chat.ID, group: msg.MediaGroupID, jpath: jpath}
+	files, notes := attachments(msg)
+	it := &item{msg: msg, m: m, chat: msg.Chat.ID, group: msg.MediaGroupID, jpath: jpath}
 	queued, err := c.toLane(u, it, len(files) > 0 || it.group != "" || jpath != "")
 	if err != nil {
 		c.dedup.Forget(key)
@@ -101,7 +100,6 @@ func (c *Channel) take(ctx context.Context, u *models.Update, jpath string) erro
 		return nil
 	}
 	// Nothing to download: only descriptions of what arrived.
-	_, notes := attachments(msg)
 	for _, n := range notes {
 		m.Parts = append(m.Parts, channels.TextPart(n))
 	}

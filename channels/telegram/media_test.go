@@ -33,7 +33,7 @@ func TestFailedDownloadIsToldAndHoldsUpNobody(t *testing.T) {
 	cfg := f.config()
 	cfg.AllowFrom = append(cfg.AllowFrom, "2002")
 	sink := channeltest.NewSink()
-	f.srv.Slow("file", 3*time.Second)
+	f.srv.Slow("file", 5*time.Second)
 	f.start(cfg, f.options(), sink)
 
 	voiceUpdate, _ := f.srv.Send(telegramtest.Update{ChatID: 1001, Voice: []byte("OggS voice"), DownloadStatus: 404})
@@ -164,7 +164,7 @@ func TestAlbumIsOneMessage(t *testing.T) {
 			}
 			f.srv.Send(u)
 			if i == 0 {
-				time.Sleep(300 * time.Millisecond) // items may come in different polls
+				time.Sleep(200 * time.Millisecond) // items may come in different polls
 			}
 		}
 		m := sink.Next(t)
