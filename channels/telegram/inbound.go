@@ -3,6 +3,7 @@ package telegram
 import (
 	"context"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -14,72 +15,24 @@ import (
 	"gateway/channels"
 )
 
-// safeHandle is handleUpdate that survives a panic on a malformed update: the update is
-// logged and dropped (repeating it would only panic again), and the process lives on.
-func (c *Channel) safeHandle(ctx context.Context, u *models.Update) (err error) {
+// safeTake is take that survives a panic on a malformed update: the update is logged and
+// dropped (repeating it would only panic again), and the process lives on.
+func (c *Channel) safeTake(ctx context.Context, u *models.Update, jpath string) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			c.log.Error("telegram: dropped an update that could not be handled", "update", u.ID, "panic", fmt.Sprint(r))
+			if jpath != "" {
+				_ = os.Remove(jpath)
+			}
 			err = nil
 		}
 	}()
-	return c.handleUpdate(ctx, u)
+	return c.take(ctx, u, jpath)
 }
 
-// handleUpdate normalises one update, applies the access policy and hands it to the
-// gateway. A nil error means the update is done with (delivered, or deliberately dropped)
-// and may be acknowledged; an error means it must come again (the gateway did not take it,
-// or a download failed for a reason that may pass).
-func (c *Channel) handleUpdate(ctx context.Context, u *models.Update) error {
-	msg := u.Message
-	if msg == nil || msg.From == nil || msg.From.IsBot {
-		return nil // edits, channel posts, service updates, our own and other bots' messages
-	}
-	if msg.Chat.Type == models.ChatTypeChannel {
-		return nil
-	}
-	m, forUs := c.normalise(msg)
-	if !forUs {
-		return nil
-	}
-	key := m.ChatID + ":" + m.ID
-	if c.dedup.Seen(key) {
-		c.log.Debug("dropped a redelivered message", "chat", m.ChatID, "message", m.ID)
-		return nil
-	}
-	switch c.cfg.Access.Check(m) {
-	case channels.NotAllowed:
-		c.log.Info("message from a user not on allow_from", "user", m.UserID, "chat", m.ChatID)
-		if m.ChatType == channels.ChatDM && c.strangers.Allow(m.UserID, time.Now()) {
-			c.notify(ctx, msg, channels.NotAllowedText(m.UserID))
-		}
-		return nil
-	case channels.NotMentioned:
-		return nil
-	}
-	parts, refusal, err := c.media(ctx, msg)
-	if err != nil {
-		c.dedup.Forget(key)
-		return err
-	}
-	if refusal != "" {
-		c.notify(ctx, msg, refusal)
-		return nil
-	}
-	m.Parts = append(m.Parts, parts...)
-	for _, p := range parts {
-		if p.Type == channels.PartAudio && p.Voice {
-			m.IsVoice = true
-		}
-	}
-	if len(m.Parts) == 0 {
-		return nil // nothing we can show the agent (a service message)
-	}
-	if err := c.deliver(ctx, m); err != nil {
-		c.dedup.Forget(key)
-		return err
-	}
-	return nil
+// safeHandle takes one fresh update from the poll loop or the webhook; see take.
+func (c *Channel) safeHandle(ctx context.Context, u *models.Update) error {
+	return c.safeTake(ctx, u, "")
 }
 
 func (c *Channel) deliver(ctx context.Context, m *channels.Message) error {
@@ -92,8 +45,8 @@ func (c *Channel) deliver(ctx context.Context, m *channels.Message) error {
 	return nil
 }
 
-// notify answers msg in its chat with plain text (access refusals, size limits), quoting
-// it in groups. Failures are logged: the update itself is done with.
+// notify answers msg in its chat with plain text (access refusals, media that could not be
+// fetched), quoting it in groups. Failures are logged: the update itself is done with.
 func (c *Channel) notify(ctx context.Context, msg *models.Message, text string) {
 	p := &bot.SendMessageParams{ChatID: msg.Chat.ID, Text: text}
 	if msg.IsTopicMessage {

@@ -59,21 +59,73 @@ func attachments(msg *models.Message) (list []attachment, notes []string) {
 		list = append(list, attachment{what: "document", typ: typ, fileID: d.FileID, size: d.FileSize,
 			mime: orDefault(d.MimeType, "application/octet-stream"), name: d.FileName})
 	}
+	// Whatever else a person sent is described in words: the agent is never left with
+	// silence. (A caption, when there is one, arrives as the text.)
 	switch {
 	case msg.Sticker != nil:
 		notes = append(notes, fmt.Sprintf("[The user sent a sticker %s]", msg.Sticker.Emoji))
+	case msg.Dice != nil:
+		notes = append(notes, fmt.Sprintf("[The user sent an animated %s emoji (a Telegram dice); it landed on %d]", msg.Dice.Emoji, msg.Dice.Value))
 	case msg.Video != nil:
 		notes = append(notes, fmt.Sprintf("[The user sent a video (%d s); videos are not passed on]", msg.Video.Duration))
 	case msg.Animation != nil:
 		notes = append(notes, "[The user sent a GIF animation; animations are not passed on]")
+	case msg.Venue != nil:
+		v := msg.Venue
+		notes = append(notes, fmt.Sprintf("[The user shared a place: %s, %s (%.5f, %.5f)]", v.Title, v.Address, v.Location.Latitude, v.Location.Longitude))
 	case msg.Location != nil:
 		notes = append(notes, fmt.Sprintf("[The user shared a location: %.5f, %.5f]", msg.Location.Latitude, msg.Location.Longitude))
 	case msg.Contact != nil:
-		notes = append(notes, fmt.Sprintf("[The user shared a contact: %s %s, %s]", msg.Contact.FirstName, msg.Contact.LastName, msg.Contact.PhoneNumber))
+		notes = append(notes, fmt.Sprintf("[The user shared a contact: %s]", strings.TrimSpace(strings.Join([]string{msg.Contact.FirstName, msg.Contact.LastName, msg.Contact.PhoneNumber}, " "))))
 	case msg.Poll != nil:
-		notes = append(notes, fmt.Sprintf("[The user sent a poll: %s]", msg.Poll.Question))
+		var opts []string
+		for _, o := range msg.Poll.Options {
+			opts = append(opts, o.Text)
+		}
+		notes = append(notes, fmt.Sprintf("[The user sent a poll: %s (options: %s)]", msg.Poll.Question, strings.Join(opts, " / ")))
+	case msg.Checklist != nil:
+		var tasks []string
+		for _, t := range msg.Checklist.Tasks {
+			tasks = append(tasks, t.Text)
+		}
+		notes = append(notes, fmt.Sprintf("[The user sent a checklist: %s (%s)]", msg.Checklist.Title, strings.Join(tasks, " / ")))
+	case msg.Game != nil:
+		notes = append(notes, fmt.Sprintf("[The user sent the game %q]", msg.Game.Title))
+	case msg.Story != nil:
+		notes = append(notes, "[The user forwarded a story; stories are not passed on]")
+	case msg.PaidMedia != nil:
+		notes = append(notes, "[The user sent paid media; it is not passed on]")
+	case msg.Invoice != nil:
+		notes = append(notes, fmt.Sprintf("[The user sent an invoice: %s]", msg.Invoice.Title))
+	case msg.Giveaway != nil:
+		notes = append(notes, "[The user sent a giveaway]")
+	case msg.WebAppData != nil:
+		notes = append(notes, fmt.Sprintf("[The user sent data from a web app (%s): %s]", msg.WebAppData.ButtonText, msg.WebAppData.Data))
+	case msg.UsersShared != nil:
+		notes = append(notes, "[The user shared one or more users]")
+	case msg.ChatShared != nil:
+		notes = append(notes, "[The user shared a chat]")
 	}
 	return list, notes
+}
+
+// isService reports a service message: something Telegram says about the chat (members,
+// pins, topics, payments), not something a person wrote to the bot.
+func isService(msg *models.Message) bool {
+	return len(msg.NewChatMembers) > 0 || msg.LeftChatMember != nil || msg.NewChatTitle != "" || len(msg.NewChatPhoto) > 0 ||
+		msg.DeleteChatPhoto || msg.GroupChatCreated || msg.SupergroupChatCreated || msg.ChannelChatCreated ||
+		msg.MessageAutoDeleteTimerChanged != nil || msg.MigrateToChatID != 0 || msg.MigrateFromChatID != 0 ||
+		msg.PinnedMessage != nil || msg.SuccessfulPayment != nil || msg.RefundedPayment != nil || msg.Gift != nil ||
+		msg.UniqueGift != nil || msg.GiftUpgradeSent != nil || msg.ConnectedWebsite != "" || msg.WriteAccessAllowed != nil ||
+		msg.PassportData != nil || msg.ProximityAlertTriggered != nil || msg.BoostAdded != nil || msg.ChatBackgroundSet != nil ||
+		msg.ChecklistTasksDone != nil || msg.ChecklistTasksAdded != nil || msg.DirectMessagePriceChanged != nil ||
+		msg.ForumTopicCreated != nil || msg.ForumTopicEdited != nil || msg.ForumTopicClosed != nil || msg.ForumTopicReopened != nil ||
+		msg.GeneralForumTopicHidden != nil || msg.GeneralForumTopicUnhidden != nil || msg.GiveawayCreated != nil ||
+		msg.GiveawayWinners != nil || msg.GiveawayCompleted != nil || msg.PaidMessagePriceChanged != nil ||
+		msg.ChatOwnerLeft != nil || msg.ChatOwnerChanged != nil || msg.SuggestedPostApproved != nil ||
+		msg.SuggestedPostApprovalFailed != nil || msg.SuggestedPostDeclined != nil || msg.SuggestedPostPaid != nil ||
+		msg.SuggestedPostRefunded != nil || msg.VoiceChatScheduled != nil || msg.VoiceChatStarted != nil ||
+		msg.VoiceChatEnded != nil || msg.VoiceChatParticipantsInvited != nil
 }
 
 func orDefault(s, def string) string {
@@ -84,7 +136,8 @@ func orDefault(s, def string) string {
 }
 
 // media downloads msg's files into parts. refusal, when set, is what to tell the user
-// instead of delivering (a file over max_file_bytes). err means try the update again later.
+// instead of delivering: a file over max_file_bytes, or one that could not be fetched
+// (gone, expired, or Telegram failing past the retries). err is set only when ctx ended.
 func (c *Channel) media(ctx context.Context, msg *models.Message) (parts []channels.Part, refusal string, err error) {
 	list, notes := attachments(msg)
 	for _, n := range notes {
@@ -110,8 +163,14 @@ func (c *Channel) tooBig(a attachment, size int64) string {
 	return fmt.Sprintf("That %s is %s; the limit is %s.", a.what, humanSize(size), humanSize(c.cfg.MaxFileBytes))
 }
 
+// notFetched is what the user reads when one of their files could not be downloaded.
+func notFetched(a attachment) string {
+	return fmt.Sprintf("I couldn't download that %s from Telegram, so I haven't seen it. Please send it again.", a.what)
+}
+
 // download fetches one attachment with getFile and the file URL, writes it under the
-// media directory and returns its part.
+// media directory and returns its part. A failure is final (a refusal for the user);
+// only the end of ctx returns an error.
 func (c *Channel) download(ctx context.Context, msg *models.Message, idx int, a attachment) (channels.Part, string, error) {
 	var f *models.File
 	err := c.retry(ctx, func(ctx context.Context) (err error) {
@@ -119,13 +178,13 @@ func (c *Channel) download(ctx context.Context, msg *models.Message, idx int, a 
 		return err
 	})
 	switch {
+	case err != nil && ctx.Err() != nil:
+		return channels.Part{}, "", ctx.Err()
 	case err != nil && strings.Contains(err.Error(), "file is too big"):
 		return channels.Part{}, c.tooBig(a, a.size), nil
-	case err != nil && errors.Is(err, bot.ErrorBadRequest):
-		c.log.Warn("telegram: getFile refused a file", "what", a.what, "err", err)
-		return channels.TextPart(fmt.Sprintf("[The user sent a %s that could not be downloaded]", a.what)), "", nil
 	case err != nil:
-		return channels.Part{}, "", fmt.Errorf("telegram: getFile for a %s: %w", a.what, err)
+		c.log.Warn("telegram: getFile failed; the user is told", "what", a.what, "chat", msg.Chat.ID, "err", err)
+		return channels.Part{}, notFetched(a), nil
 	}
 	if f.FileSize > c.cfg.MaxFileBytes {
 		return channels.Part{}, c.tooBig(a, f.FileSize), nil
@@ -140,11 +199,14 @@ func (c *Channel) download(ctx context.Context, msg *models.Message, idx int, a 
 		size, err = c.fetch(ctx, f.FilePath, dest)
 		return err
 	})
-	if errors.Is(err, errTooBig) {
+	switch {
+	case errors.Is(err, errTooBig):
 		return channels.Part{}, c.tooBig(a, size), nil
-	}
-	if err != nil {
-		return channels.Part{}, "", err
+	case err != nil && ctx.Err() != nil:
+		return channels.Part{}, "", ctx.Err()
+	case err != nil:
+		c.log.Warn("telegram: a file download failed; the user is told", "what", a.what, "chat", msg.Chat.ID, "err", err)
+		return channels.Part{}, notFetched(a), nil
 	}
 	return channels.Part{Type: a.typ, MIME: a.mime, Path: dest, Name: a.name, Size: size, Duration: a.duration, Voice: a.voice}, "", nil
 }

@@ -8,6 +8,7 @@ import (
 	"gateway/channels"
 	"gateway/channels/channeltest"
 	"gateway/channels/telegram"
+	"gateway/channels/telegram/telegramtest"
 )
 
 // A streaming preview that finds no free send slot for the bot must not use up the chat's
@@ -63,5 +64,91 @@ func TestTypingDoesNotHoldTheAnswerBack(t *testing.T) {
 	typing, sent := f.srv.Calls("sendChatAction"), f.srv.Calls("sendMessage")
 	if len(typing) != 1 || len(sent) != 1 || !typing[0].Time.Before(sent[0].Time) || f.srv.Typing(1001) != 1 {
 		t.Fatalf("typing %+v, answer %+v; want the typing action taken before the answer", typing, sent)
+	}
+}
+
+// After a 429 with retry_after on the first message of a streamed answer, nothing goes to
+// that chat until the wait has passed, whichever path sends next: the final text, a voice
+// note of another answer, the typing indicator. Other chats are not held. The answer is
+// delivered once, on a second attempt.
+func TestRetryAfterHoldsEverySendToTheChat(t *testing.T) {
+	f := newFixture(t)
+	opts := f.options()
+	opts.TypingInterval = 100 * time.Millisecond // typing keeps asking during the hold
+	ch := f.start(f.config(), opts, channeltest.NewSink())
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	target := channels.Target{Channel: telegram.Name, ChatID: "1001", ChatType: channels.ChatDM}
+	a, err := ch.Open(ctx, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Send(ctx, channels.Frame{Type: channels.FrameStart}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the first typing action", func() bool { return f.srv.Typing(1001) > 0 })
+	const retryAfter = 3 * time.Second
+	f.srv.FailNext(1, retryAfter)
+	if err := a.Send(ctx, channels.Frame{Type: channels.FrameDelta, Text: "Hello"}); err != nil {
+		t.Fatal(err)
+	}
+	knew := time.Now() // the preview (and its 429) is done with when Send returns
+	var limited telegramtest.Call
+	eventually(t, "the 429", func() bool {
+		for _, c := range f.srv.Calls("sendMessage") {
+			if c.Status == 429 {
+				limited = c
+				return true
+			}
+		}
+		return false
+	})
+	// Another chat is not held.
+	answer(t, ch, channels.Target{Channel: telegram.Name, ChatID: "2002", ChatType: channels.ChatDM}, done("not held"))
+	// Another answer to the held chat: its voice note waits too.
+	b, err := ch.Open(ctx, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	voice := channels.Part{Type: channels.PartAudio, MIME: "audio/ogg", Voice: true, Data: []byte("OggS\x00\x02 OpusHead fake voice")}
+	if err := b.Send(ctx, channels.Frame{Type: channels.FrameParts, Parts: []channels.Part{voice}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Send(ctx, done("")); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Send(ctx, done("Hello world")); err != nil {
+		t.Fatal(err)
+	}
+
+	if other := f.srv.Messages(2002); len(other) != 1 || !other[0].Time.Before(limited.Time.Add(retryAfter)) {
+		t.Errorf("another chat got %+v; want its answer during the first chat's hold", other)
+	}
+	// Calls to chat 1001 that the bot started after it knew of the 429 and before
+	// retry_after passed break the hold.
+	var sends int
+	for _, c := range f.srv.Calls("") {
+		if c.Params["chat_id"] != "1001" {
+			continue
+		}
+		if c.Method == "sendMessage" {
+			sends++
+		}
+		if c.Time.After(knew) && c.Time.Before(limited.Time.Add(retryAfter)) {
+			t.Errorf("%s went to the chat %v after a 429 with retry_after %v", c.Method, c.Time.Sub(limited.Time).Round(time.Millisecond), retryAfter)
+		}
+	}
+	if sends < 2 {
+		t.Errorf("sendMessage was called %d times; want the refused one and a later attempt", sends)
+	}
+	msgs := f.srv.Messages(1001)
+	var texts []string
+	for _, m := range msgs {
+		if m.Kind == "text" {
+			texts = append(texts, m.Text)
+		}
+	}
+	if len(texts) != 1 || texts[0] != "Hello world" || len(msgs) != 2 {
+		t.Fatalf("the chat shows %+v; want the answer once and the voice note", msgs)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -71,7 +72,7 @@ func (c *Channel) pollLoop(ctx context.Context, progress *atomic.Int64) {
 				return
 			}
 			failures++
-			wait := min(time.Duration(1<<min(failures-1, 5))*time.Second, 30*time.Second)
+			wait := pollBackoff(failures)
 			var ae *apiError
 			if errors.As(err, &ae) && ae.retryAfter > 0 {
 				wait = time.Duration(ae.retryAfter) * time.Second
@@ -113,6 +114,21 @@ func (c *Channel) pollLoop(ctx context.Context, progress *atomic.Int64) {
 	}
 }
 
+// Poll retries back off from pollBackoffBase, doubling up to pollBackoffMax: after an
+// outage, messages sent during it are fetched within a few seconds of Telegram's return
+// (an uncapped doubling had reached 16 s after a 13 s outage).
+const (
+	pollBackoffBase = 500 * time.Millisecond
+	pollBackoffMax  = 4 * time.Second
+)
+
+// pollBackoff is the wait after the n-th failure in a row, with jitter so that many bots
+// behind one proxy do not retry in step.
+func pollBackoff(n int) time.Duration {
+	d := min(pollBackoffBase<<min(n-1, 10), pollBackoffMax)
+	return d/2 + rand.N(d/2+1)
+}
+
 func sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -126,7 +142,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 
 // handleBatch hands a batch over: one goroutine per chat (at most 8 at once) keeps each
 // chat's order while chats proceed in parallel; a chat stops at its first update that
-// failed. It returns the new offset: past every update when all were handled, else at
+// failed. Nothing here waits on a download: media go to the chat's lane (lanes.go). It returns the new offset: past every update when all were handled, else at
 // the first failed one, so that it comes again (those after it that were delivered are
 // then dropped as redeliveries).
 // tick is called after each update handed over: a slow batch that still progresses is not

@@ -61,7 +61,6 @@ type stream struct {
 	text       strings.Builder // Markdown streamed so far
 	sent       []sentMsg       // the answer's messages, in order
 	lastFlush  time.Time
-	pauseUntil time.Time // after a 429 on a preview edit
 	stopTyping func()
 	finished   bool
 
@@ -83,7 +82,7 @@ func (s *stream) Send(ctx context.Context, f channels.Frame) error {
 		s.startTyping()
 	case channels.FrameDelta:
 		s.text.WriteString(f.Text)
-		if time.Since(s.lastFlush) >= s.c.opts.EditInterval && time.Now().After(s.pauseUntil) {
+		if time.Since(s.lastFlush) >= s.c.opts.EditInterval {
 			s.preview(ctx)
 		}
 	case channels.FrameTool, channels.FrameStatus:
@@ -174,14 +173,16 @@ func (c *Channel) typingLoop(ctx context.Context, chat int64, thread int) {
 }
 
 // typing sends one typing action. It is a hint: it takes a send slot only when the bot
-// has one free, never a chat's, and its failures are only logged.
+// has one free, never a chat's, is skipped while a 429 holds the chat, and its failures
+// are only logged.
 func (c *Channel) typing(ctx context.Context, chat int64, thread int) {
-	if c.global != nil && !c.tryGlobal(ctx) {
+	if c.held(chat) || (c.global != nil && !c.tryGlobal(ctx)) {
 		return
 	}
 	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	_, err := c.api.SendChatAction(actx, &bot.SendChatActionParams{ChatID: chat, MessageThreadID: thread, Action: models.ChatActionTyping})
+	c.noteLimit(chat, err)
 	if err != nil && ctx.Err() == nil {
 		c.log.Debug("telegram: typing indicator failed", "chat", chat, "err", c.scrub.wrap(err))
 	}
@@ -235,10 +236,7 @@ func (s *stream) preview(ctx context.Context) {
 		}
 	}
 	if err != nil {
-		var tmr *bot.TooManyRequestsError
-		if errors.As(err, &tmr) {
-			s.pauseUntil = time.Now().Add(time.Duration(tmr.RetryAfter) * time.Second)
-		}
+		s.c.noteLimit(s.chat, err) // the final text then waits for retry_after too
 		s.c.log.Debug("telegram: streaming preview skipped", "chat", s.chat, "err", s.c.scrub.wrap(err))
 	}
 }

@@ -1,9 +1,12 @@
 // Package telegram is the Telegram channel adapter, on github.com/go-telegram/bot.
 //
 // Updates arrive by long polling (a getUpdates loop of our own: per-chat order, retry_after
-// honoured, the offset saved under state_dir only after the gateway took the update) or by
-// webhook on the gateway's HTTP listener. Answers stream by editing one message, rendered
-// from Markdown to Telegram HTML, split at 4096 UTF-16 units, through one outbound pacer.
+// honoured, a backoff capped at a few seconds, the offset saved under state_dir only after
+// the gateway took the update) or by webhook on the gateway's HTTP listener. Messages with
+// media are fetched off the intake, in per-chat lanes backed by an inbox journal (lanes.go);
+// an album is one message. Answers stream by editing one message, rendered from Markdown to
+// Telegram HTML, split at 4096 UTF-16 units, through one outbound pacer whose per-chat
+// holds make every send path wait out a 429's retry_after.
 package telegram
 
 import (
@@ -15,6 +18,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-telegram/bot"
@@ -39,9 +43,9 @@ type Channel struct {
 	scrub scrubber
 	api   *bot.Bot
 
-	global *pace.Pacer // whole bot
-	dms    *pace.Pacer // per private chat
-	groups *pace.Pacer // per group
+	global *pace.Pacer // whole bot; nil when off
+	dms    *pace.Pacer // per private chat: rate and retry_after holds
+	groups *pace.Pacer // per group: rate and retry_after holds
 	policy pace.Policy
 
 	dedup     *channels.Dedup
@@ -50,6 +54,10 @@ type Channel struct {
 
 	dir      string // StateDir/telegram
 	mediaDir string
+
+	laneMu  sync.Mutex
+	lanes   map[int64]*lane // chats with media being fetched; see lanes.go
+	notices atomic.Int64    // access notices in flight
 
 	mu        sync.Mutex
 	state     int // stateNew, stateRunning, stateStopped
@@ -81,6 +89,7 @@ func New(cfg Config, opts Options) (*Channel, error) {
 		cfg: cfg, opts: opts, log: opts.Logger.With("channel", Name),
 		scrub:     scrubber{token: cfg.Token.Reveal()},
 		dedup:     channels.NewDedup(4096),
+		lanes:     map[int64]*lane{},
 		strangers: newNoticeLimiter(1024, time.Hour),
 		dir:       filepath.Join(opts.StateDir, Name),
 		policy:    pace.Policy{Attempts: 5, Base: 500 * time.Millisecond, Max: 2 * time.Minute},
@@ -90,12 +99,16 @@ func New(cfg Config, opts Options) (*Channel, error) {
 	if p.GlobalPerSecond > 0 {
 		c.global = pace.New(pace.Limits{Global: rate.Limit(p.GlobalPerSecond), GlobalBurst: max(1, int(p.GlobalPerSecond))})
 	}
-	if p.PerChatInterval > 0 {
-		c.dms = pace.New(pace.Limits{PerKey: rate.Every(p.PerChatInterval), PerKeyBurst: 1})
+	// The per-chat pacers exist even with no per-chat rate: they keep the holds a 429
+	// puts on a chat, which every send path honours.
+	perChat := func(every time.Duration) *pace.Pacer {
+		var l pace.Limits
+		if every > 0 {
+			l.PerKey, l.PerKeyBurst = rate.Every(every), 1
+		}
+		return pace.New(l)
 	}
-	if p.GroupInterval > 0 {
-		c.groups = pace.New(pace.Limits{PerKey: rate.Every(p.GroupInterval), PerKeyBurst: 1})
-	}
+	c.dms, c.groups = perChat(p.PerChatInterval), perChat(p.GroupInterval)
 	api, err := bot.New(cfg.Token.Reveal(),
 		bot.WithSkipGetMe(),
 		bot.WithServerURL(cfg.APIURL),
@@ -134,12 +147,18 @@ func (c *Channel) Start(ctx context.Context, sink channels.Sink) error {
 		c.mu.Unlock()
 		return err
 	}
-	if err := os.MkdirAll(c.mediaDir, 0o700); err != nil {
-		c.Stop(context.Background())
-		return fmt.Errorf("telegram: cannot create the media directory: %w", err)
+	for _, d := range []string{c.mediaDir, c.inboxDir()} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			c.Stop(context.Background())
+			return fmt.Errorf("telegram: cannot create a state directory: %w", err)
+		}
 	}
 	c.registerCommands(ctx)
 	c.goRun(c.janitor)
+	c.mu.Lock()
+	life := c.ctx
+	c.mu.Unlock()
+	c.replayInbox(life)
 	if c.cfg.Mode == ModePolling {
 		c.goRun(c.superviseLongPolling)
 	}
@@ -288,8 +307,9 @@ func (c *Channel) retry(ctx context.Context, fn func(ctx context.Context) error)
 }
 
 // send runs one message-sending call to chat through the pacer and the retry policy:
-// each attempt waits for the chat's and the bot's slot; 429 waits retry_after; 5xx and
-// network errors back off. The error is final and free of the token.
+// each attempt waits for the chat's and the bot's slot; 429 holds the chat for retry_after
+// (for every send path, not only this one); 5xx and network errors back off. The error is
+// final and free of the token.
 func (c *Channel) send(ctx context.Context, chat int64, timeout time.Duration, fn func(ctx context.Context) error) error {
 	return pace.Do(ctx, c.policy, func(ctx context.Context) error {
 		if err := c.wait(ctx, chat); err != nil {
@@ -297,16 +317,46 @@ func (c *Channel) send(ctx context.Context, chat int64, timeout time.Duration, f
 		}
 		actx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
-		return c.scrub.classify(ctx, fn(actx))
+		err := fn(actx)
+		c.noteLimit(chat, err)
+		return c.scrub.classify(ctx, err)
 	})
+}
+
+// noteLimit holds chat for the retry_after of a 429: until it passes, nothing goes there,
+// whichever path sends next (a preview, the final text, a split part, a voice note, typing).
+func (c *Channel) noteLimit(chat int64, err error) {
+	if err == nil {
+		return
+	}
+	secs := 0
+	var tmr *bot.TooManyRequestsError
+	var ae *apiError
+	switch {
+	case errors.As(err, &tmr):
+		secs = tmr.RetryAfter
+	case errors.As(err, &ae) && errors.Is(ae.kind, bot.ErrorTooManyRequests):
+		secs = ae.retryAfter
+	case errors.Is(err, bot.ErrorTooManyRequests):
+	default:
+		return
+	}
+	d := time.Duration(max(secs, 1)) * time.Second
+	c.chatPacer(chat).Hold(chatKey(chat), d)
+	c.log.Info("telegram: rate limited in a chat; holding its sends", "chat", chat, "retry_after", d)
+}
+
+func chatKey(chat int64) string { return strconv.FormatInt(chat, 10) }
+
+// held reports whether a 429 still holds chat.
+func (c *Channel) held(chat int64) bool {
+	return !c.chatPacer(chat).HeldUntil(chatKey(chat)).IsZero()
 }
 
 // wait blocks for a send slot in chat.
 func (c *Channel) wait(ctx context.Context, chat int64) error {
-	if p := c.chatPacer(chat); p != nil {
-		if err := p.Wait(ctx, strconv.FormatInt(chat, 10)); err != nil {
-			return err
-		}
+	if err := c.chatPacer(chat).Wait(ctx, chatKey(chat)); err != nil {
+		return err
 	}
 	if c.global != nil {
 		return c.global.Wait(ctx, "")
@@ -315,22 +365,22 @@ func (c *Channel) wait(ctx context.Context, chat int64) error {
 }
 
 // tryWait takes a send slot only if one is free now: streaming edits skip a beat rather
-// than hold up the answer.
+// than hold up the answer. A chat held by a 429 has no free slot.
 //
 // The bot's slot is taken before the chat's: a limiter that cannot serve within the
 // deadline takes nothing, but one that did stays taken. Taking the chat's slot first and
 // then missing the bot's used up the chat's one send a second, so the final answer then
 // waited a whole second for the next one.
 func (c *Channel) tryWait(ctx context.Context, chat int64) bool {
+	if c.held(chat) {
+		return false
+	}
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer cancel()
 	if c.global != nil && c.global.Wait(ctx, "") != nil {
 		return false
 	}
-	if p := c.chatPacer(chat); p != nil {
-		return p.Wait(ctx, strconv.FormatInt(chat, 10)) == nil
-	}
-	return true
+	return c.chatPacer(chat).Wait(ctx, chatKey(chat)) == nil
 }
 
 func (c *Channel) chatPacer(chat int64) *pace.Pacer {

@@ -22,7 +22,9 @@ type Limits struct {
 	MaxKeys     int // bound on remembered chats (default 10,000)
 }
 
-// Pacer waits for a send slot overall and per chat. Safe for concurrent use.
+// Pacer waits for a send slot overall and per chat. It also keeps per-chat holds: after a
+// platform answered 429 with retry_after for a chat, Hold makes every later Wait for that
+// chat (from any send path) wait until the platform's time has passed. Safe for concurrent use.
 type Pacer struct {
 	lim    Limits
 	global *rate.Limiter
@@ -32,8 +34,9 @@ type Pacer struct {
 }
 
 type keyLimiter struct {
-	lim  *rate.Limiter
-	used time.Time
+	lim   *rate.Limiter // nil when there is no per-key rate
+	until time.Time     // nothing goes to this key before then (a platform's retry_after)
+	used  time.Time
 }
 
 // New returns a pacer for lim.
@@ -48,10 +51,27 @@ func New(lim Limits) *Pacer {
 	return p
 }
 
-// Wait blocks until a send to key may go, or ctx is done.
+// ErrHeld is returned by Wait when ctx ends before a hold on the key would.
+var ErrHeld = errors.New("the platform asked to wait before sending here again")
+
+// Wait blocks until a send to key may go, or ctx is done. Like rate.Limiter.Wait, it
+// returns at once with an error when ctx's deadline comes before the slot would.
 func (p *Pacer) Wait(ctx context.Context, key string) error {
-	if l := p.keyLimiter(key); l != nil {
-		if err := l.Wait(ctx); err != nil {
+	lim, until := p.keyState(key)
+	if d := time.Until(until); d > 0 {
+		if dl, ok := ctx.Deadline(); ok && dl.Before(until) {
+			return ErrHeld
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	if lim != nil {
+		if err := lim.Wait(ctx); err != nil {
 			return err
 		}
 	}
@@ -61,32 +81,79 @@ func (p *Pacer) Wait(ctx context.Context, key string) error {
 	return nil
 }
 
-func (p *Pacer) keyLimiter(key string) *rate.Limiter {
-	if p.lim.PerKey <= 0 {
-		return nil
+// Hold makes nothing go to key for d (the platform's retry_after), whichever send path
+// asks next. A longer hold already in place stays.
+func (p *Pacer) Hold(key string, d time.Duration) {
+	if d <= 0 {
+		return
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	now := time.Now()
-	if k, ok := p.keys[key]; ok {
-		k.used = now
-		return k.lim
-	}
-	if len(p.keys) >= p.lim.MaxKeys {
-		p.evict()
-	}
-	k := &keyLimiter{lim: rate.NewLimiter(p.lim.PerKey, max(p.lim.PerKeyBurst, 1)), used: now}
-	p.keys[key] = k
-	return k.lim
+	k := p.entryLocked(key, time.Now())
+	k.until = later(k.until, time.Now().Add(d))
 }
 
-// evict forgets the least recently used chat; its limiter is refilled by now in practice.
-func (p *Pacer) evict() {
+// HeldUntil is when a hold on key ends; the zero time when there is none.
+func (p *Pacer) HeldUntil(key string) time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if k, ok := p.keys[key]; ok && time.Now().Before(k.until) {
+		return k.until
+	}
+	return time.Time{}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// keyState returns key's limiter (nil when there is no per-key rate) and its hold.
+func (p *Pacer) keyState(key string) (*rate.Limiter, time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	if p.lim.PerKey <= 0 {
+		// Only holds are kept; a key without one costs nothing.
+		if k, ok := p.keys[key]; ok {
+			k.used = now
+			return nil, k.until
+		}
+		return nil, time.Time{}
+	}
+	k := p.entryLocked(key, now)
+	return k.lim, k.until
+}
+
+// entryLocked finds or makes key's entry; p.mu is held.
+func (p *Pacer) entryLocked(key string, now time.Time) *keyLimiter {
+	if k, ok := p.keys[key]; ok {
+		k.used = now
+		return k
+	}
+	if len(p.keys) >= p.lim.MaxKeys {
+		p.evict(now)
+	}
+	k := &keyLimiter{used: now}
+	if p.lim.PerKey > 0 {
+		k.lim = rate.NewLimiter(p.lim.PerKey, max(p.lim.PerKeyBurst, 1))
+	}
+	p.keys[key] = k
+	return k
+}
+
+// evict forgets the least recently used chat that is not held; its limiter is refilled by
+// now in practice. When every chat is held, the oldest goes anyway: memory stays bounded.
+func (p *Pacer) evict(now time.Time) {
 	var oldest string
 	var when time.Time
+	held := true
 	for k, v := range p.keys {
-		if oldest == "" || v.used.Before(when) {
-			oldest, when = k, v.used
+		free := !now.Before(v.until)
+		if oldest == "" || (free && held) || (free == !held && v.used.Before(when)) {
+			oldest, when, held = k, v.used, !free
 		}
 	}
 	delete(p.keys, oldest)

@@ -81,3 +81,49 @@ func TestPacerSpacesSendsPerKeyAndBoundsKeys(t *testing.T) {
 		t.Errorf("pacer remembers %d chats; bound is 2", n)
 	}
 }
+
+// A hold (a platform's retry_after for one chat) stops every later send to that chat until
+// it passes, with or without a per-chat rate, and leaves other chats alone.
+func TestHoldStopsSendsToThatChatOnly(t *testing.T) {
+	for _, lim := range []Limits{{}, {PerKey: rate.Every(10 * time.Millisecond), PerKeyBurst: 1}} {
+		p := New(lim)
+		ctx := context.Background()
+		start := time.Now()
+		p.Hold("chat", 300*time.Millisecond)
+		if err := p.Wait(ctx, "other"); err != nil {
+			t.Fatal(err)
+		}
+		if el := time.Since(start); el >= 300*time.Millisecond {
+			t.Errorf("another chat waited %v for a hold that was not its own", el)
+		}
+		short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		if err := p.Wait(short, "chat"); err == nil {
+			t.Errorf("a send that cannot wait went to a held chat")
+		}
+		cancel()
+		if err := p.Wait(ctx, "chat"); err != nil {
+			t.Fatal(err)
+		}
+		if el := time.Since(start); el < 300*time.Millisecond {
+			t.Errorf("a send went to the held chat after %v; the hold was 300ms", el)
+		}
+		if !p.HeldUntil("chat").IsZero() {
+			t.Errorf("the hold is still reported after it passed")
+		}
+	}
+}
+
+// Forgetting chats to stay within MaxKeys forgets one that is not held first: a chat the
+// platform told us to leave alone stays left alone.
+func TestEvictionKeepsHeldChats(t *testing.T) {
+	p := New(Limits{PerKey: rate.Every(time.Millisecond), PerKeyBurst: 1, MaxKeys: 2})
+	p.Hold("held", time.Minute)
+	for _, k := range []string{"b", "c", "d"} {
+		if err := p.Wait(context.Background(), k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p.HeldUntil("held").IsZero() {
+		t.Errorf("the held chat was forgotten to make room for others")
+	}
+}

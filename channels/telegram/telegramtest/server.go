@@ -101,12 +101,17 @@ type Server struct {
 	pollGen     int
 	holdConfirm bool
 	parseFails  int
+	pollFails   int
 }
 
 type fileEntry struct {
 	data []byte
 	size int64 // claimed size; may exceed len(data) to test limits without big payloads
 	path string
+	// downloadStatus, when set, is what the download answers (404: gone from the file server).
+	downloadStatus int
+	// gone: getFile refuses the file_id, as Telegram does for an expired or unavailable file.
+	gone bool
 }
 
 type failure struct {
@@ -169,6 +174,14 @@ func (s *Server) FailNext(n int, retryAfter time.Duration) {
 	}
 }
 
+// FailPolls makes the next n getUpdates calls answer 502 Bad Gateway, as Telegram's front
+// does during an outage.
+func (s *Server) FailPolls(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pollFails += n
+}
+
 // RejectHTML makes the next n messages sent with parse_mode HTML fail as Telegram does
 // for HTML it cannot parse, whatever they hold (Telegram refuses some valid-looking HTML,
 // e.g. entities nested beyond its limits).
@@ -178,7 +191,8 @@ func (s *Server) RejectHTML(n int) {
 	s.parseFails += n
 }
 
-// Slow delays every answer to method by d (the request's context still ends it).
+// Slow delays every answer to method by d (the request's context still ends it); method
+// "file" delays file downloads.
 func (s *Server) Slow(method string, d time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -298,6 +312,10 @@ func (s *Server) handle(ctx context.Context, method string, p map[string]string,
 	if isSend(method) && len(s.fails) > 0 {
 		fail = &s.fails[0]
 		s.fails = s.fails[1:]
+	}
+	if method == "getUpdates" && s.pollFails > 0 {
+		s.pollFails--
+		fail = &failure{502, "Bad Gateway", 0}
 	}
 	s.mu.Unlock()
 	if delay > 0 {
@@ -627,6 +645,9 @@ func (s *Server) getFile(id string) (int, any) {
 	if !found {
 		return 400, apiErr(400, "Bad Request: invalid file_id", 0)
 	}
+	if f.gone {
+		return 400, apiErr(400, "Bad Request: wrong file_id or the file is temporarily unavailable", 0)
+	}
 	if f.size > MaxDownload {
 		return 400, apiErr(400, "Bad Request: file is too big", 0)
 	}
@@ -639,12 +660,22 @@ func (s *Server) serveFile(w http.ResponseWriter, r *http.Request, rest string) 
 	s.calls = append(s.calls, Call{Method: "file", Time: time.Now(), Params: map[string]string{"path": path}})
 	id, found := s.paths[path]
 	f := s.files[id]
+	delay := s.slow["file"]
 	s.mu.Unlock()
+	if delay > 0 {
+		select {
+		case <-time.After(delay):
+		case <-r.Context().Done():
+			return
+		}
+	}
 	switch {
 	case token != s.Token:
 		writeJSON(w, 401, apiErr(401, "Unauthorized", 0))
 	case !found:
 		writeJSON(w, 404, apiErr(404, "Not Found", 0))
+	case f.downloadStatus != 0:
+		writeJSON(w, f.downloadStatus, apiErr(f.downloadStatus, http.StatusText(f.downloadStatus), 0))
 	default:
 		w.Header().Set("Content-Length", strconv.Itoa(len(f.data)))
 		_, _ = w.Write(f.data)

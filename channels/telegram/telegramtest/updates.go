@@ -41,6 +41,16 @@ type Update struct {
 	// FileSize, when set, is the size Telegram claims for the media, so that tests can
 	// send "a 31 MB voice note" without 31 MB of bytes.
 	FileSize int64
+	// DownloadStatus, when set, is the HTTP status the media's download answers (404: the
+	// file server lost it). FileGone makes getFile refuse the file (expired file_id).
+	DownloadStatus int
+	FileGone       bool
+	// MediaGroupID puts the message in an album: Telegram sends each item of an album as
+	// its own update, sharing this id, with the caption on one of them.
+	MediaGroupID string
+	// Edit, when set, changes the message before it is queued (for content the fields
+	// above do not cover: a dice, a poll, a venue, ...).
+	Edit func(m *models.Message)
 }
 
 // Send queues u for the bot and returns its update and message ids.
@@ -56,7 +66,7 @@ func (s *Server) Send(u Update) (updateID int64, messageID int) {
 	}
 	s.mu.Unlock()
 	m := &models.Message{ID: u.MessageID, Date: int(time.Now().Unix()), From: &from, Chat: chatOf(u.ChatID, u.ThreadID),
-		ReplyToMessage: u.ReplyTo, Caption: u.Caption}
+		ReplyToMessage: u.ReplyTo, Caption: u.Caption, MediaGroupID: u.MediaGroupID}
 	if u.ChatID > 0 {
 		m.Chat.FirstName, m.Chat.Username = from.FirstName, from.Username
 	}
@@ -80,25 +90,30 @@ func (s *Server) Send(u Update) (updateID int64, messageID int) {
 		}
 		return int64(len(b))
 	}
+	var ids []string
 	if u.Voice != nil {
 		mt := u.VoiceMIME
 		if mt == "" {
 			mt = "audio/ogg"
 		}
 		id := s.AddFile(u.Voice, size(u.Voice), "voice", ".oga")
+		ids = append(ids, id)
 		m.Voice = &models.Voice{FileID: id, FileUniqueID: "u" + id, Duration: 2, MimeType: mt, FileSize: size(u.Voice)}
 	}
 	if u.Audio != nil {
 		id := s.AddFile(u.Audio, size(u.Audio), "music", ".mp3")
+		ids = append(ids, id)
 		m.Audio = &models.Audio{FileID: id, FileUniqueID: "u" + id, Duration: 3, FileName: u.AudioName, MimeType: u.AudioMIME, FileSize: size(u.Audio)}
 	}
 	if u.VideoNote != nil {
 		id := s.AddFile(u.VideoNote, size(u.VideoNote), "video_notes", ".mp4")
+		ids = append(ids, id)
 		m.VideoNote = &models.VideoNote{FileID: id, FileUniqueID: "u" + id, Length: 240, Duration: 2, FileSize: int(size(u.VideoNote))}
 	}
 	if u.Photo != nil {
 		small := s.AddFile(u.Photo[:min(len(u.Photo), 16)], int64(min(len(u.Photo), 16)), "photos", ".jpg")
 		id := s.AddFile(u.Photo, size(u.Photo), "photos", ".jpg")
+		ids = append(ids, id)
 		m.Photo = []models.PhotoSize{
 			{FileID: small, FileUniqueID: "u" + small, Width: 90, Height: 90, FileSize: min(len(u.Photo), 16)},
 			{FileID: id, FileUniqueID: "u" + id, Width: 1280, Height: 960, FileSize: int(size(u.Photo))},
@@ -106,9 +121,28 @@ func (s *Server) Send(u Update) (updateID int64, messageID int) {
 	}
 	if u.Document != nil {
 		id := s.AddFile(u.Document, size(u.Document), "documents", "")
+		ids = append(ids, id)
 		m.Document = &models.Document{FileID: id, FileUniqueID: "u" + id, FileName: u.DocumentName, MimeType: u.DocumentMIME, FileSize: size(u.Document)}
 	}
+	s.breakFiles(ids, u.DownloadStatus, u.FileGone) // before the bot can see the update
+	if u.Edit != nil {
+		u.Edit(m)
+	}
 	return s.SendRaw(models.Update{ID: u.UpdateID, Message: m}), u.MessageID
+}
+
+// breakFiles makes the given files fail to download with status, or getFile refuse them.
+func (s *Server) breakFiles(ids []string, status int, gone bool) {
+	if status == 0 && !gone {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range ids {
+		f := s.files[id]
+		f.downloadStatus, f.gone = status, gone
+		s.files[id] = f
+	}
 }
 
 // SendRaw queues an update as given (a zero ID gets the next one) and returns its id.

@@ -1,0 +1,188 @@
+package telegram_test
+
+import (
+	"bytes"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-telegram/bot/models"
+
+	"gateway/channels"
+	"gateway/channels/channeltest"
+	"gateway/channels/telegram/telegramtest"
+)
+
+// texts lists what the bot posted in chat.
+func texts(f *fixture, chat int64) []string {
+	var out []string
+	for _, m := range f.srv.Messages(chat) {
+		out = append(out, m.Text)
+	}
+	return out
+}
+
+// A voice note whose download fails (the file server answers 404, slowly) holds up no other
+// chat: a text from another chat sent meanwhile is delivered before the failure is known.
+// The sender is told in plain words, the update is confirmed to Telegram (the offset moves
+// on) and it is not fetched again. An expired file (getFile refuses it) is told the same way.
+func TestFailedDownloadIsToldAndHoldsUpNobody(t *testing.T) {
+	f := newFixture(t)
+	cfg := f.config()
+	cfg.AllowFrom = append(cfg.AllowFrom, "2002")
+	sink := channeltest.NewSink()
+	f.srv.Slow("file", 5*time.Second)
+	f.start(cfg, f.options(), sink)
+
+	voiceUpdate, _ := f.srv.Send(telegramtest.Update{ChatID: 1001, Voice: []byte("OggS voice"), DownloadStatus: 404})
+	eventually(t, "the voice note's download", func() bool { return len(f.srv.Calls("file")) > 0 })
+	f.srv.Send(telegramtest.Update{ChatID: 2002, From: &models.User{ID: 2002, FirstName: "Bob"}, Text: "anyone there?"})
+	m := sink.Next(t)
+	if m.Text() != "anyone there?" {
+		t.Fatalf("delivered %q; want the other chat's text", m.Text())
+	}
+	if got := texts(f, 1001); len(got) != 0 {
+		t.Fatalf("the failed download was answered (%q) before the other chat's message was delivered: it held the intake", got)
+	}
+	want := "I couldn't download that voice note from Telegram, so I haven't seen it. Please send it again."
+	eventually(t, "the plain-language answer to the voice note", func() bool { return len(f.srv.Messages(1001)) > 0 })
+	if got := texts(f, 1001); !slices.Equal(got, []string{want}) {
+		t.Errorf("the sender got %q; want %q", got, want)
+	}
+	eventually(t, "the update to be confirmed", func() bool {
+		calls := f.srv.Calls("getUpdates")
+		off, _ := strconv.ParseInt(calls[len(calls)-1].Params["offset"], 10, 64)
+		return off > voiceUpdate && f.srv.Pending() == 0
+	})
+	time.Sleep(1500 * time.Millisecond) // it used to come again every second
+	if n := len(f.srv.Calls("file")); n != 1 {
+		t.Errorf("the voice note was downloaded %d times; a 404 is final", n)
+	}
+	sink.ExpectNone(t, 100*time.Millisecond)
+
+	f.srv.Slow("file", 0)
+	f.srv.Send(telegramtest.Update{ChatID: 1001, Photo: []byte("\xff\xd8 a photo"), Caption: "look", FileGone: true})
+	f.srv.Send(telegramtest.Update{ChatID: 1001, Text: "and this"})
+	if m := sink.Next(t); m.Text() != "and this" {
+		t.Fatalf("delivered %q; want the text after the expired photo", m.Text())
+	}
+	if got := texts(f, 1001); len(got) != 2 || got[1] != "I couldn't download that photo from Telegram, so I haven't seen it. Please send it again." {
+		t.Errorf("after an expired photo the sender got %q", got)
+	}
+	sink.ExpectNone(t, 200*time.Millisecond)
+}
+
+// A message whose media was still downloading when the channel stopped is not lost: Telegram
+// had it confirmed, and the next start delivers it from the inbox journal, once.
+func TestMediaInFlightAtStopIsDeliveredAfterRestart(t *testing.T) {
+	f := newFixture(t)
+	f.srv.Slow("file", time.Minute)
+	ch := f.start(f.config(), f.options(), channeltest.NewSink())
+	f.srv.Send(telegramtest.Update{ChatID: 1001, Voice: []byte("OggS hello")})
+	eventually(t, "the download to start", func() bool { return len(f.srv.Calls("file")) > 0 })
+	eventually(t, "the update to be confirmed", func() bool { return f.srv.Pending() == 0 && len(f.srv.Calls("getUpdates")) >= 2 })
+	stop(t, ch)
+
+	f.srv.Slow("file", 0)
+	sink := channeltest.NewSink()
+	f.start(f.config(), f.options(), sink)
+	m := sink.Next(t)
+	if len(m.Parts) != 1 || m.Parts[0].Type != channels.PartAudio || !bytes.Equal(channeltest.PartBytes(t, m.Parts[0]), []byte("OggS hello")) {
+		t.Fatalf("after the restart delivered %+v; want the voice note", m.Parts)
+	}
+	sink.ExpectNone(t, 300*time.Millisecond)
+}
+
+// Whatever a person sends the bot reaches the agent, as text or as a short description;
+// service messages (a member joined, a pin) do not.
+func TestEveryKindOfMessageReachesTheAgent(t *testing.T) {
+	f := newFixture(t)
+	sink := channeltest.NewSink()
+	f.start(f.config(), f.options(), sink)
+	cases := []struct {
+		edit func(m *models.Message)
+		want []string
+	}{
+		{func(m *models.Message) { m.Dice = &models.Dice{Emoji: "🎯", Value: 4} }, []string{"🎯", "4"}},
+		{func(m *models.Message) {
+			m.Poll = &models.Poll{Question: "Lunch?", Options: []models.PollOption{{Text: "pizza"}, {Text: "soup"}}}
+		}, []string{"poll", "Lunch?", "pizza", "soup"}},
+		{func(m *models.Message) {
+			m.Venue = &models.Venue{Title: "Café Central", Address: "Herrengasse 14", Location: models.Location{Latitude: 48.21, Longitude: 16.37}}
+		}, []string{"Café Central", "Herrengasse 14"}},
+		{func(m *models.Message) { m.Location = &models.Location{Latitude: 52.52, Longitude: 13.405} }, []string{"location", "52.52"}},
+		{func(m *models.Message) { m.Contact = &models.Contact{FirstName: "Ada", PhoneNumber: "+4912345"} }, []string{"contact", "Ada", "+4912345"}},
+		{func(m *models.Message) { m.Animation = &models.Animation{FileID: "a"} }, []string{"GIF"}},
+		{func(m *models.Message) { m.Video = &models.Video{FileID: "v", Duration: 7}; m.Caption = "my dog" }, []string{"my dog", "video"}},
+		{func(m *models.Message) { m.Game = &models.Game{Title: "Tetris"} }, []string{"Tetris"}},
+		{func(m *models.Message) { m.Story = &models.Story{ID: 1} }, []string{"story"}},
+		{func(m *models.Message) {}, []string{"cannot show"}}, // a kind this SDK does not know yet
+	}
+	for _, c := range cases {
+		f.srv.Send(telegramtest.Update{ChatID: 1001, Edit: c.edit})
+		m := sink.Next(t)
+		for _, w := range c.want {
+			if !strings.Contains(m.Text(), w) {
+				t.Errorf("delivered %q; want it to mention %q", m.Text(), w)
+			}
+		}
+	}
+	f.srv.Send(telegramtest.Update{ChatID: 1001, Edit: func(m *models.Message) {
+		m.PinnedMessage = &models.MaybeInaccessibleMessage{Message: &models.Message{ID: 5, Date: 1, Chat: m.Chat, Text: "pinned"}}
+	}})
+	f.srv.Send(telegramtest.Update{ChatID: -700, Edit: func(m *models.Message) {
+		m.NewChatMembers = []models.User{{ID: telegramtest.BotID, IsBot: true, FirstName: "Gateway"}}
+	}})
+	f.srv.Send(telegramtest.Update{ChatID: 1001, Text: "marker"})
+	if m := sink.Next(t); m.Text() != "marker" {
+		t.Errorf("a service message reached the agent as %q", m.Text())
+	}
+}
+
+// An album (three photos sharing a media_group_id, the caption on the second) is one
+// message: every photo and the caption, delivered once. In a group the mention in the
+// caption admits the whole album.
+func TestAlbumIsOneMessage(t *testing.T) {
+	f := newFixture(t)
+	sink := channeltest.NewSink()
+	f.start(f.config(), f.options(), sink)
+	for _, chat := range []int64{1001, -800} {
+		group := "album" + strconv.FormatInt(chat, 10)
+		for i := range 3 {
+			u := telegramtest.Update{ChatID: chat, MediaGroupID: group, Photo: bytes.Repeat([]byte{0xff, 0xd8, byte(i)}, 10)}
+			if i == 1 {
+				u.Caption = "which one is best?"
+				if chat < 0 {
+					mention := "@" + telegramtest.BotUsername
+					u.Caption = mention + " which one is best?"
+					u.Edit = func(m *models.Message) {
+						m.CaptionEntities = []models.MessageEntity{{Type: models.MessageEntityTypeMention, Length: len(mention)}}
+					}
+				}
+			}
+			f.srv.Send(u)
+			if i == 0 {
+				time.Sleep(200 * time.Millisecond) // items may come in different polls
+			}
+		}
+		m := sink.Next(t)
+		var images int
+		for i, p := range m.Parts {
+			if p.Type == channels.PartImage {
+				images++
+				if got := channeltest.PartBytes(t, p); len(got) != 30 {
+					t.Errorf("chat %d: image %d has %d bytes", chat, i, len(got))
+				}
+			}
+		}
+		if images != 3 || m.Text() != "which one is best?" || m.ChatID != strconv.FormatInt(chat, 10) {
+			t.Errorf("chat %d: the album arrived as text %q with %d images; want one message with the caption and 3 photos", chat, m.Text(), images)
+		}
+		if chat < 0 && !m.Mentioned {
+			t.Errorf("the album's mention was lost")
+		}
+		sink.ExpectNone(t, 1500*time.Millisecond)
+	}
+}
