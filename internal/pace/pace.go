@@ -233,3 +233,12 @@ func Do(ctx context.Context, pol Policy, fn func(ctx context.Context) error) err
 		}
 	}
 }
+
+// RetryAfterOf reports the wait a rate-limit error asked for (see RetryAfter).
+func RetryAfterOf(err error) (time.Duration, bool) {
+	var re *retryError
+	if errors.As(err, &re) && re.after > 0 {
+		return re.after, true
+	}
+	return 0, false
+}
