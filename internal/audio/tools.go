@@ -35,6 +35,8 @@ func debianPackage(program string) string {
 		return "opus-tools"
 	case "espeak-ng":
 		return "espeak-ng"
+	case "pdftotext":
+		return "poppler-utils"
 	case "espeak":
 		return "espeak"
 	case "pocketsphinx_continuous", "pocketsphinx_batch", "pocketsphinx":

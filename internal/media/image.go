@@ -1,0 +1,158 @@
+// Package media turns what users send into what a model can take: images decoded, turned
+// upright and scaled down to a provider's useful size; documents turned into bounded text.
+package media
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"image"
+	"image/draw"
+	"image/gif"
+	"image/jpeg"
+	"image/png"
+	"math"
+
+	xdraw "golang.org/x/image/draw"
+	"golang.org/x/image/webp"
+)
+
+// MaxImagePixels refuses images whose decoded size would be unreasonable (a decompression
+// bomb): 50 megapixels is far above any phone camera's photo.
+const MaxImagePixels = 50_000_000
+
+// ErrNotImage is returned for data that is none of JPEG, PNG, GIF or WebP.
+var ErrNotImage = errors.New("not a JPEG, PNG, GIF or WebP image")
+
+// Image is an image ready for a model.
+type Image struct {
+	Data          []byte
+	MIME          string // image/jpeg or image/png
+	Width, Height int    // after scaling
+	SrcW, SrcH    int    // as sent (upright)
+}
+
+// PrepareImage decodes data (JPEG, PNG, GIF's first frame, WebP), applies a JPEG's EXIF
+// orientation, and scales it so that its longer side is at most maxSide and its area at most
+// maxPixels (0: no bound). An image already within bounds and already JPEG or PNG, upright,
+// is passed through untouched. Scaled images are re-encoded as JPEG, or PNG when they have
+// transparency.
+func PrepareImage(data []byte, maxSide, maxPixels int) (Image, error) {
+	cfg, format, err := image.DecodeConfig(bytes.NewReader(data))
+	if err != nil {
+		if cfg, err = webp.DecodeConfig(bytes.NewReader(data)); err != nil {
+			return Image{}, ErrNotImage
+		}
+		format = "webp"
+	}
+	if cfg.Width <= 0 || cfg.Height <= 0 || cfg.Width*cfg.Height > MaxImagePixels {
+		return Image{}, fmt.Errorf("the image is %d×%d pixels, more than this gateway decodes", cfg.Width, cfg.Height)
+	}
+	orient := 1
+	if format == "jpeg" {
+		orient = jpegOrientation(data)
+	}
+	w, h := cfg.Width, cfg.Height
+	if orient >= 5 { // 5–8 swap width and height
+		w, h = h, w
+	}
+	tw, th := fit(w, h, maxSide, maxPixels)
+	if tw == w && th == h && orient == 1 && (format == "jpeg" || format == "png") {
+		return Image{Data: data, MIME: "image/" + format, Width: w, Height: h, SrcW: w, SrcH: h}, nil
+	}
+	var src image.Image
+	switch format {
+	case "webp":
+		src, err = webp.Decode(bytes.NewReader(data))
+	case "gif":
+		src, err = gif.Decode(bytes.NewReader(data)) // the first frame
+	default:
+		src, _, err = image.Decode(bytes.NewReader(data))
+	}
+	if err != nil {
+		return Image{}, fmt.Errorf("the image could not be decoded: %w", err)
+	}
+	src = orientImage(src, orient)
+	dst := image.NewRGBA(image.Rect(0, 0, tw, th))
+	if tw == w && th == h {
+		draw.Draw(dst, dst.Bounds(), src, src.Bounds().Min, draw.Src)
+	} else {
+		xdraw.CatmullRom.Scale(dst, dst.Bounds(), src, src.Bounds(), xdraw.Src, nil)
+	}
+	var buf bytes.Buffer
+	out := Image{Width: tw, Height: th, SrcW: w, SrcH: h}
+	if opaque(dst) {
+		err, out.MIME = jpeg.Encode(&buf, dst, &jpeg.Options{Quality: 85}), "image/jpeg"
+	} else {
+		err, out.MIME = png.Encode(&buf, dst), "image/png"
+	}
+	if err != nil {
+		return Image{}, err
+	}
+	out.Data = buf.Bytes()
+	return out, nil
+}
+
+// fit scales w×h down (never up) to a longer side of at most maxSide and an area of at most
+// maxPixels, keeping the aspect ratio.
+func fit(w, h, maxSide, maxPixels int) (int, int) {
+	scale := 1.0
+	if maxSide > 0 && max(w, h) > maxSide {
+		scale = float64(maxSide) / float64(max(w, h))
+	}
+	if maxPixels > 0 {
+		if area := float64(w) * float64(h) * scale * scale; area > float64(maxPixels) {
+			scale *= math.Sqrt(float64(maxPixels) / area)
+		}
+	}
+	if scale >= 1 {
+		return w, h
+	}
+	return max(1, int(float64(w)*scale+0.5)), max(1, int(float64(h)*scale+0.5))
+}
+
+func opaque(img *image.RGBA) bool {
+	for i := 3; i < len(img.Pix); i += 4 {
+		if img.Pix[i] != 0xff {
+			return false
+		}
+	}
+	return true
+}
+
+// orientImage applies EXIF orientation o (1–8) so the picture stands as the camera saw it.
+func orientImage(src image.Image, o int) image.Image {
+	if o <= 1 || o > 8 {
+		return src
+	}
+	b := src.Bounds()
+	w, h := b.Dx(), b.Dy()
+	dw, dh := w, h
+	if o >= 5 {
+		dw, dh = h, w
+	}
+	dst := image.NewRGBA(image.Rect(0, 0, dw, dh))
+	for y := 0; y < h; y++ {
+		for x := 0; x < w; x++ {
+			var dx, dy int
+			switch o {
+			case 2: // mirrored
+				dx, dy = w-1-x, y
+			case 3: // rotated 180
+				dx, dy = w-1-x, h-1-y
+			case 4: // mirrored vertically
+				dx, dy = x, h-1-y
+			case 5: // transposed
+				dx, dy = y, x
+			case 6: // rotated 90 clockwise to stand upright
+				dx, dy = h-1-y, x
+			case 7: // transversed
+				dx, dy = h-1-y, w-1-x
+			case 8: // rotated 90 counter-clockwise to stand upright
+				dx, dy = y, w-1-x
+			}
+			dst.Set(dx, dy, src.At(b.Min.X+x, b.Min.Y+y))
+		}
+	}
+	return dst
+}

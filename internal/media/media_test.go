@@ -1,0 +1,250 @@
+package media
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"image"
+	"image/color"
+	"image/gif"
+	"image/jpeg"
+	"image/png"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// quadrants is a w×h picture: red top-left, green top-right, blue bottom-left, white bottom-right.
+func quadrants(w, h int) *image.RGBA {
+	img := image.NewRGBA(image.Rect(0, 0, w, h))
+	for y := 0; y < h; y++ {
+		for x := 0; x < w; x++ {
+			c := color.RGBA{255, 255, 255, 255}
+			switch {
+			case x < w/2 && y < h/2:
+				c = color.RGBA{255, 0, 0, 255}
+			case y < h/2:
+				c = color.RGBA{0, 255, 0, 255}
+			case x < w/2:
+				c = color.RGBA{0, 0, 255, 255}
+			}
+			img.Set(x, y, c)
+		}
+	}
+	return img
+}
+
+func near(t *testing.T, img image.Image, x, y int, want color.RGBA, what string) {
+	t.Helper()
+	r, g, b, _ := img.At(x, y).RGBA()
+	d := func(a uint32, b uint8) int { v := int(a>>8) - int(b); return max(v, -v) }
+	if d(r, want.R) > 40 || d(g, want.G) > 40 || d(b, want.B) > 40 {
+		t.Errorf("%s: pixel (%d,%d) = %d,%d,%d; want about %v", what, x, y, r>>8, g>>8, b>>8, want)
+	}
+}
+
+func decode(t *testing.T, im Image) image.Image {
+	t.Helper()
+	img, _, err := image.Decode(bytes.NewReader(im.Data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img.Bounds().Dx() != im.Width || img.Bounds().Dy() != im.Height {
+		t.Fatalf("decoded %v; Image says %d×%d", img.Bounds(), im.Width, im.Height)
+	}
+	return img
+}
+
+func TestPrepareImageScalesAndKeepsThePicture(t *testing.T) {
+	var pngData bytes.Buffer
+	if err := png.Encode(&pngData, quadrants(3000, 1500)); err != nil {
+		t.Fatal(err)
+	}
+	im, err := PrepareImage(pngData.Bytes(), 1000, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if im.Width != 1000 || im.Height != 500 || im.MIME != "image/jpeg" || im.SrcW != 3000 {
+		t.Fatalf("got %d×%d %s (from %d×%d)", im.Width, im.Height, im.MIME, im.SrcW, im.SrcH)
+	}
+	img := decode(t, im)
+	near(t, img, 100, 100, color.RGBA{255, 0, 0, 255}, "top-left")
+	near(t, img, 900, 100, color.RGBA{0, 255, 0, 255}, "top-right")
+	near(t, img, 100, 400, color.RGBA{0, 0, 255, 255}, "bottom-left")
+	near(t, img, 900, 400, color.RGBA{255, 255, 255, 255}, "bottom-right")
+
+	// An area bound too: 1000×500 at most 125,000 pixels → 500×250.
+	if im, err = PrepareImage(pngData.Bytes(), 0, 125_000); err != nil || im.Width != 500 || im.Height != 250 {
+		t.Fatalf("area bound: %d×%d %v", im.Width, im.Height, err)
+	}
+	// Small enough: passed through as sent.
+	var small bytes.Buffer
+	_ = png.Encode(&small, quadrants(40, 20))
+	if im, err = PrepareImage(small.Bytes(), 1000, 0); err != nil || !bytes.Equal(im.Data, small.Bytes()) || im.MIME != "image/png" {
+		t.Fatalf("small PNG not passed through: %v", err)
+	}
+}
+
+func TestPrepareImageGIFAndNonImages(t *testing.T) {
+	var g bytes.Buffer
+	pal := image.NewPaletted(image.Rect(0, 0, 64, 32), color.Palette{color.RGBA{255, 0, 0, 255}, color.RGBA{0, 0, 255, 255}})
+	for y := 0; y < 32; y++ {
+		for x := 32; x < 64; x++ {
+			pal.SetColorIndex(x, y, 1)
+		}
+	}
+	if err := gif.Encode(&g, pal, nil); err != nil {
+		t.Fatal(err)
+	}
+	im, err := PrepareImage(g.Bytes(), 1000, 0)
+	if err != nil || im.MIME != "image/jpeg" {
+		t.Fatalf("GIF: %v %s", err, im.MIME)
+	}
+	img := decode(t, im)
+	near(t, img, 5, 5, color.RGBA{255, 0, 0, 255}, "gif left")
+	near(t, img, 60, 5, color.RGBA{0, 0, 255, 255}, "gif right")
+	if _, err := PrepareImage([]byte("%PDF-1.4 not an image"), 1000, 0); err != ErrNotImage {
+		t.Fatalf("non-image: %v", err)
+	}
+}
+
+// withOrientation puts an EXIF APP1 segment holding Orientation o right after SOI.
+func withOrientation(jpg []byte, o uint16) []byte {
+	var tiff bytes.Buffer
+	tiff.WriteString("MM")
+	_ = binary.Write(&tiff, binary.BigEndian, uint16(42))
+	_ = binary.Write(&tiff, binary.BigEndian, uint32(8))
+	_ = binary.Write(&tiff, binary.BigEndian, uint16(1))           // one entry
+	_ = binary.Write(&tiff, binary.BigEndian, []uint16{0x0112, 3}) // Orientation, SHORT
+	_ = binary.Write(&tiff, binary.BigEndian, uint32(1))           // count
+	_ = binary.Write(&tiff, binary.BigEndian, []uint16{o, 0})      // value
+	_ = binary.Write(&tiff, binary.BigEndian, uint32(0))           // next IFD
+	seg := append([]byte("Exif\x00\x00"), tiff.Bytes()...)
+	app1 := []byte{0xFF, 0xE1, byte((len(seg) + 2) >> 8), byte(len(seg) + 2)}
+	out := append([]byte{}, jpg[:2]...)
+	out = append(out, app1...)
+	out = append(out, seg...)
+	return append(out, jpg[2:]...)
+}
+
+func TestPrepareImageStandsAPhotoUpright(t *testing.T) {
+	var j bytes.Buffer
+	if err := jpeg.Encode(&j, quadrants(200, 100), &jpeg.Options{Quality: 95}); err != nil {
+		t.Fatal(err)
+	}
+	// Orientation 6: the camera was turned; the upright picture is 100 wide, 200 high, and
+	// what was stored top-left (red) is now top-right.
+	im, err := PrepareImage(withOrientation(j.Bytes(), 6), 1000, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if im.Width != 100 || im.Height != 200 {
+		t.Fatalf("upright size %d×%d; want 100×200", im.Width, im.Height)
+	}
+	img := decode(t, im)
+	near(t, img, 90, 10, color.RGBA{255, 0, 0, 255}, "red after rotation")
+	near(t, img, 10, 10, color.RGBA{0, 0, 255, 255}, "blue after rotation")
+	if o := jpegOrientation(j.Bytes()); o != 1 {
+		t.Fatalf("a JPEG without EXIF reads orientation %d", o)
+	}
+}
+
+func TestPrepareImageWebP(t *testing.T) {
+	ffmpeg, err := exec.LookPath("ffmpeg")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("ffmpeg is not installed")
+		}
+		t.Skip("ffmpeg not installed")
+	}
+	dir := t.TempDir()
+	var p bytes.Buffer
+	_ = png.Encode(&p, quadrants(400, 200))
+	in, out := filepath.Join(dir, "in.png"), filepath.Join(dir, "out.webp")
+	if err := os.WriteFile(in, p.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := exec.Command(ffmpeg, "-loglevel", "error", "-i", in, out).CombinedOutput(); err != nil {
+		t.Fatalf("ffmpeg: %v %s", err, b)
+	}
+	data, _ := os.ReadFile(out)
+	im, err := PrepareImage(data, 200, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := decode(t, im)
+	if im.Width != 200 || im.Height != 100 {
+		t.Fatalf("%d×%d", im.Width, im.Height)
+	}
+	near(t, img, 20, 20, color.RGBA{255, 0, 0, 255}, "webp top-left")
+	near(t, img, 180, 80, color.RGBA{255, 255, 255, 255}, "webp bottom-right")
+}
+
+// minimalPDF writes a one-page PDF whose page shows text, with a correct xref table.
+func minimalPDF(text string) []byte {
+	stream := fmt.Sprintf("BT /F1 12 Tf 72 720 Td (%s) Tj ET", text)
+	objs := []string{
+		"<< /Type /Catalog /Pages 2 0 R >>",
+		"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+		"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R /Resources << /Font << /F1 5 0 R >> >> >>",
+		fmt.Sprintf("<< /Length %d >>\nstream\n%s\nendstream", len(stream), stream),
+		"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+	}
+	var b bytes.Buffer
+	b.WriteString("%PDF-1.4\n")
+	offsets := make([]int, len(objs))
+	for i, o := range objs {
+		offsets[i] = b.Len()
+		fmt.Fprintf(&b, "%d 0 obj\n%s\nendobj\n", i+1, o)
+	}
+	xref := b.Len()
+	fmt.Fprintf(&b, "xref\n0 %d\n0000000000 65535 f \n", len(objs)+1)
+	for _, off := range offsets {
+		fmt.Fprintf(&b, "%010d 00000 n \n", off)
+	}
+	fmt.Fprintf(&b, "trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n", len(objs)+1, xref)
+	return b.Bytes()
+}
+
+func TestDocumentText(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, data []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	ctx := context.Background()
+	doc, err := DocumentText(ctx, write("notes.txt", []byte("shopping: milk, eggs")), "text/plain", "notes.txt", 0)
+	if err != nil || doc.Text != "shopping: milk, eggs" || doc.Truncated {
+		t.Fatalf("txt: %+v %v", doc, err)
+	}
+	// Bounded, cut at a rune boundary.
+	doc, err = DocumentText(ctx, write("long.md", []byte(strings.Repeat("é", 100))), "", "long.md", 51)
+	if err != nil || !doc.Truncated || len(doc.Text) != 50 {
+		t.Fatalf("bounded: %d bytes, truncated %v, %v", len(doc.Text), doc.Truncated, err)
+	}
+	if _, err := DocumentText(ctx, write("data.json", []byte{0x7b, 0, 0xff}), "application/json", "data.json", 0); err == nil {
+		t.Fatal("binary posing as JSON was read as text")
+	}
+	if _, err := DocumentText(ctx, write("a.zip", []byte("PK")), "application/zip", "a.zip", 0); err != ErrNotText {
+		t.Fatalf("zip: %v", err)
+	}
+	if _, err := exec.LookPath("pdftotext"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("pdftotext is not installed (poppler-utils)")
+		}
+		t.Skip("pdftotext not installed")
+	}
+	doc, err = DocumentText(ctx, write("invoice.pdf", minimalPDF("Invoice 4711 total 42 EUR")), "application/pdf", "invoice.pdf", 0)
+	if err != nil || !strings.Contains(doc.Text, "Invoice 4711 total 42 EUR") || doc.Kind != "pdf" {
+		t.Fatalf("pdf: %+v %v", doc, err)
+	}
+	if _, err := DocumentText(ctx, write("broken.pdf", []byte("%PDF-1.4 garbage")), "application/pdf", "broken.pdf", 0); err == nil {
+		t.Fatal("a broken PDF read without error")
+	}
+}
