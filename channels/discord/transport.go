@@ -76,6 +76,14 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
+// CloseIdleConnections closes the base transport's idle keep-alive connections (and so
+// their goroutines); http.Client.CloseIdleConnections reaches it. A stopped channel calls it.
+func (t *transport) CloseIdleConnections() {
+	if ci, ok := t.base.(interface{ CloseIdleConnections() }); ok {
+		ci.CloseIdleConnections()
+	}
+}
+
 func parseAPIError(resp *http.Response, body []byte) *apiError {
 	e := &apiError{Code: resp.StatusCode, Status: resp.Status}
 	var b struct {
