@@ -28,7 +28,7 @@ type Config struct {
 	channels.Access `mapstructure:",squash"`
 }
 
-// Validate reports the first bad value, naming its key.
+// Validate reports the first bad setting (every bad access entry at once), naming its key.
 func (c Config) Validate() error {
 	if c.APIURL != "" {
 		u, err := url.Parse(c.APIURL)

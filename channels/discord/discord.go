@@ -111,16 +111,17 @@ func New(cfg Config, opts Options) (*Channel, error) {
 		c.api, _ = url.Parse(cfg.APIURL) // Validate checked it
 	}
 	var base http.RoundTripper = http.DefaultTransport.(*http.Transport).Clone()
+	own := true
 	timeout := requestTimeout
 	if hc := opts.HTTPClient; hc != nil {
 		if hc.Transport != nil {
-			base = hc.Transport
+			base, own = hc.Transport, false
 		}
 		if hc.Timeout > 0 {
 			timeout = hc.Timeout
 		}
 	}
-	c.client = &http.Client{Transport: &transport{base: base, api: c.api}, Timeout: timeout}
+	c.client = &http.Client{Transport: &transport{base: base, api: c.api, ownBase: own}, Timeout: timeout}
 	dir := opts.StateDir
 	if dir == "" {
 		dir = filepath.Join(os.TempDir(), "gateway")

@@ -317,7 +317,7 @@ func (c *Channel) remove(ctx context.Context, dest, id string) error {
 func partBytes(p channels.Part) ([]byte, error) {
 	b, err := channels.ReadPart(p, maxUpload)
 	if err != nil {
-		return nil, fmt.Errorf("discord: %w (Discord's upload limit)", err)
+		return nil, fmt.Errorf("discord: %w", err)
 	}
 	return b, nil
 }
