@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,6 +27,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func TestConcurrentStartStop(t *testing.T) {
 	srv := discordtest.New(t)
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	var started atomic.Int32
 	for i := range 10 {
 		ch, err := discord.New(discord.Config{Token: secret.Secret(srv.Bot().Token), APIURL: srv.URL, Access: defaultAccess()},
 			discord.Options{StateDir: t.TempDir()})
@@ -37,7 +39,9 @@ func TestConcurrentStartStop(t *testing.T) {
 		wg.Add(4)
 		go func() {
 			defer wg.Done()
-			_ = ch.Start(ctx, channeltest.NewSink()) // may win or lose against the Stops
+			if ch.Start(ctx, channeltest.NewSink()) == nil { // it may win or lose against the Stops
+				started.Add(1)
+			}
 		}()
 		for range 3 {
 			go func() {
@@ -66,6 +70,7 @@ func TestConcurrentStartStop(t *testing.T) {
 		cancel()
 	}
 	waitFor(t, "the fake to see every socket closed", func() bool { return srv.Connected() == 0 })
+	t.Logf("%d of 10 Starts connected before a Stop", started.Load())
 }
 
 // A Start that fails, on a rejected token or on a gateway that never answers, leaves no
