@@ -28,7 +28,7 @@ type Config struct {
 	channels.Access `mapstructure:",squash"`
 }
 
-// Validate reports the first bad value, naming its key.
+// Validate reports the first bad setting (every bad access entry at once), naming its key.
 func (c Config) Validate() error {
 	if c.APIURL != "" {
 		u, err := url.Parse(c.APIURL)
@@ -39,15 +39,8 @@ func (c Config) Validate() error {
 	if c.MaxFileBytes < 0 {
 		return fmt.Errorf("channels.discord.max_file_bytes: must be 0 (default %d) or more, got %d", DefaultMaxFileBytes, c.MaxFileBytes)
 	}
-	switch c.DMPolicy {
-	case "", channels.DMAllowlist, channels.DMOpen:
-	default:
-		return fmt.Errorf("channels.discord.dm_policy: want %q or %q, got %q", channels.DMAllowlist, channels.DMOpen, c.DMPolicy)
-	}
-	for i, id := range c.AllowFrom {
-		if _, err := strconv.ParseUint(id, 10, 64); err != nil {
-			return fmt.Errorf("channels.discord.allow_from[%d]: %q is not a Discord user id (a number; enable Developer Mode and use Copy User ID)", i, id)
-		}
+	if err := c.Access.Validate(Name, validUserID, "a Discord user id is a number; enable Developer Mode and use Copy User ID"); err != nil {
+		return err
 	}
 	if !c.Enabled {
 		return nil
@@ -73,4 +66,10 @@ func (c Config) maxFileBytes() int64 {
 		return DefaultMaxFileBytes
 	}
 	return c.MaxFileBytes
+}
+
+// validUserID says whether id is a Discord user id: a snowflake, written as a number.
+func validUserID(id string) bool {
+	_, err := strconv.ParseUint(id, 10, 64)
+	return err == nil
 }

@@ -31,17 +31,14 @@ const maxNameLookups = 8
 // Discord chat's messages in order, so a slow API must not hold them up with retries.
 const lookupTimeout = 5 * time.Second
 
-// lookup runs one REST look-up, once, within lookupTimeout.
-func (c *Channel) lookup(ctx context.Context, fn func(ctx context.Context) error) error {
+// lookup runs one REST look-up, once, within lookupTimeout. unseen says that Discord
+// answered "no access" or "unknown": asking again would get the same answer, so the miss
+// is worth remembering.
+func (c *Channel) lookup(ctx context.Context, fn func(ctx context.Context) error) (unseen bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, lookupTimeout)
 	defer cancel()
-	return c.clean(fn(ctx))
-}
-
-// unseen says that Discord answered a look-up with "no access" or "unknown": asking again
-// would get the same answer, so the miss is worth remembering.
-func unseen(err error) bool {
-	return isStatus(err, http.StatusForbidden) || isStatus(err, http.StatusNotFound)
+	err = fn(ctx)
+	return isStatus(err, http.StatusForbidden) || isStatus(err, http.StatusNotFound), c.scrub.Wrap(err)
 }
 
 // textOpts says how to read one message's markup.
@@ -151,13 +148,13 @@ func (c *Channel) channelName(ctx context.Context, o textOpts, id string) string
 		return ""
 	}
 	var ch *discordgo.Channel
-	err := c.lookup(ctx, func(ctx context.Context) (err error) {
+	unseen, err := c.lookup(ctx, func(ctx context.Context) (err error) {
 		ch, err = c.s.Channel(id, discordgo.WithContext(ctx))
 		return err
 	})
 	if err != nil {
 		c.log.Debug("discord: could not name a mentioned channel", "channel_id", id, "err", err)
-		if unseen(err) {
+		if unseen {
 			c.names.put("c/"+id, "")
 		}
 		return ""
@@ -179,13 +176,13 @@ func (c *Channel) roleName(ctx context.Context, o textOpts, id string) string {
 		return ""
 	}
 	var roles []*discordgo.Role
-	err := c.lookup(ctx, func(ctx context.Context) (err error) {
+	unseen, err := c.lookup(ctx, func(ctx context.Context) (err error) {
 		roles, err = c.s.GuildRoles(o.guild, discordgo.WithContext(ctx))
 		return err
 	})
 	if err != nil {
 		c.log.Debug("discord: could not name a mentioned role", "guild_id", o.guild, "role_id", id, "err", err)
-		if unseen(err) {
+		if unseen {
 			c.names.put(key, "")
 		}
 		return ""

@@ -18,8 +18,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -58,6 +56,7 @@ type Channel struct {
 	cfg         Config
 	log         *slog.Logger
 	token       string
+	scrub       channels.Scrubber // hides token in errors and logs
 	api         *url.URL
 	client      *http.Client // REST (discordgo) and attachment downloads
 	dialer      *dialer
@@ -72,22 +71,12 @@ type Channel struct {
 	botID       atomic.Pointer[string]
 	typingEvery time.Duration // typing refresh; a field so that a test can shorten it
 
-	mu     sync.Mutex
-	state  int
-	s      *discordgo.Session
-	sink   channels.Sink
-	ctx    context.Context // the run: cancelled by Stop
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	inbox  chan *discordgo.Message
-	lost   chan struct{}
+	life  *channels.Lifecycle
+	s     *discordgo.Session // made by New, opened by Start; a Channel is never restarted
+	sink  channels.Sink      // set by Start before any goroutine that reads it
+	inbox chan *discordgo.Message
+	lost  chan struct{}
 }
-
-const (
-	stateNew = iota
-	stateRunning
-	stateStopped
-)
 
 // New checks cfg and builds a Channel; it connects nothing until Start.
 func New(cfg Config, opts Options) (*Channel, error) {
@@ -103,6 +92,7 @@ func New(cfg Config, opts Options) (*Channel, error) {
 		cfg:    cfg,
 		log:    log.With("channel", Name),
 		token:  cfg.token(),
+		scrub:  channels.NewScrubber(cfg.token()),
 		dialer: newDialer(),
 		// Discord allows 5 messages per 5 s per channel and 50 requests/s overall.
 		pacer:       pace.New(pace.Limits{Global: 40, GlobalBurst: 40, PerKey: 1, PerKeyBurst: 5}),
@@ -115,26 +105,29 @@ func New(cfg Config, opts Options) (*Channel, error) {
 		inbox:       make(chan *discordgo.Message, inboxSize),
 		typingEvery: typingEvery,
 		lost:        make(chan struct{}, 1),
+		life:        channels.NewLifecycle(Name),
 	}
 	if cfg.APIURL != "" {
 		c.api, _ = url.Parse(cfg.APIURL) // Validate checked it
 	}
 	var base http.RoundTripper = http.DefaultTransport.(*http.Transport).Clone()
+	own := true
 	timeout := requestTimeout
 	if hc := opts.HTTPClient; hc != nil {
 		if hc.Transport != nil {
-			base = hc.Transport
+			base, own = hc.Transport, false
 		}
 		if hc.Timeout > 0 {
 			timeout = hc.Timeout
 		}
 	}
-	c.client = &http.Client{Transport: &transport{base: base, api: c.api}, Timeout: timeout}
+	c.client = &http.Client{Transport: &transport{base: base, api: c.api, ownBase: own}, Timeout: timeout}
 	dir := opts.StateDir
 	if dir == "" {
 		dir = filepath.Join(os.TempDir(), "gateway")
 	}
 	c.mediaDir = filepath.Join(dir, "discord", "media")
+	c.s = c.newSession()
 	return c, nil
 }
 
@@ -170,7 +163,7 @@ func (c *Channel) newSession() *discordgo.Session {
 	})
 	s.AddHandler(func(_ *discordgo.Session, _ *discordgo.Resumed) { c.up("resumed") })
 	s.AddHandler(func(_ *discordgo.Session, _ *discordgo.Disconnect) {
-		if c.ctx.Err() == nil {
+		if c.life.Running() {
 			select {
 			case c.lost <- struct{}{}:
 			default:
@@ -188,9 +181,10 @@ func (c *Channel) newSession() *discordgo.Session {
 			return
 		}
 		// Blocking here holds back discordgo's reader: backpressure instead of loss.
+		// Events come only after Start's Begin, so the run context is set.
 		select {
 		case c.inbox <- m:
-		case <-c.ctx.Done():
+		case <-c.life.Context().Done():
 		}
 	})
 	return s
@@ -203,50 +197,50 @@ func (c *Channel) up(how string) {
 
 // Start checks the token over REST, connects the gateway and returns after READY.
 func (c *Channel) Start(ctx context.Context, sink channels.Sink) error {
-	c.mu.Lock()
-	if c.state != stateNew {
-		c.mu.Unlock()
-		return errors.New("discord: Start called on a channel already started or stopped")
+	run, err := c.life.Begin()
+	if err != nil {
+		return err
 	}
-	c.state = stateRunning
 	c.sink = sink
-	c.ctx, c.cancel = context.WithCancel(context.Background())
-	c.s = c.newSession()
-	c.wg.Add(1)
-	c.mu.Unlock()
-	go c.work()
+	c.life.Go(c.work)
 
 	c.pruneMedia()
 	var me *discordgo.User
-	err := pace.Do(ctx, c.policy, func(ctx context.Context) (err error) {
+	err = pace.Do(ctx, c.policy, func(ctx context.Context) (err error) {
 		ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 		defer cancel()
 		me, err = c.s.User("@me", discordgo.WithContext(ctx))
 		return retryable(err)
 	})
 	if err != nil {
-		c.abort()
+		c.fail()
 		if isStatus(err, http.StatusUnauthorized) {
 			return errTokenRejected
 		}
-		return fmt.Errorf("discord: cannot reach the Discord API at %s: %w", c.apiHost(), c.clean(unwrapURL(err)))
+		return fmt.Errorf("discord: cannot reach the Discord API at %s: %w", c.apiHost(), c.scrub.Wrap(unwrapURL(err)))
 	}
 	id := me.ID
 	c.botID.Store(&id)
 	// A Stop during Start ends the connect step too.
 	octx, ocancel := context.WithCancel(ctx)
 	defer ocancel()
-	defer context.AfterFunc(c.ctx, ocancel)()
+	defer context.AfterFunc(run, ocancel)()
 	if err := c.open(octx); err != nil {
-		c.abort()
+		c.fail()
 		return c.gatewayError(err)
 	}
-	if _, ok := c.running(true); !ok {
+	if !c.life.Go(c.supervise) {
+		c.disconnect() // Stop came while the socket opened: it may not have seen it
 		return errors.New("discord: stopped while starting")
 	}
-	go c.supervise()
 	c.log.Info("discord: started", "bot", me.Username, "bot_id", me.ID)
 	return nil
+}
+
+// fail undoes a failed Start: its goroutines end and its REST connections close.
+func (c *Channel) fail() {
+	c.life.Fail()
+	c.client.CloseIdleConnections()
 }
 
 func (c *Channel) apiHost() string {
@@ -254,15 +248,6 @@ func (c *Channel) apiHost() string {
 		return c.api.Host
 	}
 	return "discord.com"
-}
-
-// abort undoes a failed Start.
-func (c *Channel) abort() {
-	c.mu.Lock()
-	c.state = stateStopped
-	c.mu.Unlock()
-	c.cancel()
-	c.wg.Wait()
 }
 
 // open runs discordgo's Open under ctx: Open has no context, so ctx ending closes the
@@ -304,7 +289,7 @@ func (c *Channel) gatewayError(err error) error {
 	case fatal:
 		return fmt.Errorf("discord: the gateway refused the connection (close code %d)", code)
 	}
-	return fmt.Errorf("discord: cannot connect to the gateway: %w", c.clean(unwrapURL(err)))
+	return fmt.Errorf("discord: cannot connect to the gateway: %w", c.scrub.Wrap(unwrapURL(err)))
 }
 
 // unwrapURL drops net/http's "Get https://discord.com/...:" prefix: with api_url set that
@@ -318,11 +303,10 @@ func unwrapURL(err error) error {
 }
 
 // supervise reconnects after every loss, RESUME first, with capped backoff, until Stop.
-func (c *Channel) supervise() {
-	defer c.wg.Done()
+func (c *Channel) supervise(ctx context.Context) {
 	for {
 		select {
-		case <-c.ctx.Done():
+		case <-ctx.Done():
 			return
 		case <-c.lost:
 		}
@@ -336,14 +320,14 @@ func (c *Channel) supervise() {
 		c.sink.Connected(Name, false, errConnLost)
 		wait := 250 * time.Millisecond
 		for attempt := 1; ; attempt++ {
-			if !channels.Sleep(c.ctx, wait) {
+			if !channels.Sleep(ctx, wait) {
 				return
 			}
-			err := c.open(c.ctx)
+			err := c.open(ctx)
 			if err == nil || errors.Is(err, discordgo.ErrWSAlreadyOpen) {
 				break
 			}
-			if c.ctx.Err() != nil {
+			if ctx.Err() != nil {
 				return
 			}
 			if _, fatal := fatalClose(err); fatal {
@@ -352,7 +336,7 @@ func (c *Channel) supervise() {
 				c.sink.Connected(Name, false, err)
 				return
 			}
-			c.log.Warn("discord: reconnect failed", "attempt", attempt, "err", c.clean(err))
+			c.log.Warn("discord: reconnect failed", "attempt", attempt, "err", c.scrub.Wrap(err))
 			wait = min(wait*2, 2*time.Minute)
 		}
 	}
@@ -360,48 +344,31 @@ func (c *Channel) supervise() {
 
 // Stop disconnects and waits for the adapter's goroutines, or ctx.
 func (c *Channel) Stop(ctx context.Context) error {
-	c.mu.Lock()
-	if c.state != stateRunning {
-		c.state = stateStopped
-		c.mu.Unlock()
-		return nil
+	stopped, err := c.life.Stop(ctx)
+	if !stopped {
+		return err
 	}
-	c.state = stateStopped
-	c.mu.Unlock()
-	c.cancel()
-	err := channels.Await(ctx, func() {
-		c.wg.Wait()
-		// A normal close also tells Discord to end the session. discordgo waits 1 s here.
-		_ = c.s.Close()
-		c.dialer.closeAll()
-	})
 	if err != nil {
+		// The goroutines did not end in time: close the session once they do.
+		go func() {
+			_, _ = c.life.Stop(context.Background())
+			c.disconnect()
+		}()
+		return err
+	}
+	if err := channels.Await(ctx, c.disconnect); err != nil {
 		return fmt.Errorf("discord: stop: %w", err)
 	}
 	c.log.Info("discord: stopped")
 	return nil
 }
 
-// running returns the session when the channel is running, and registers one more
-// goroutine with wg when track is set, so that Stop waits for it.
-func (c *Channel) running(track bool) (*discordgo.Session, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.state != stateRunning {
-		return nil, false
-	}
-	if track {
-		c.wg.Add(1)
-	}
-	return c.s, true
-}
-
-// clean hides the token should it ever appear in an error's text.
-func (c *Channel) clean(err error) error {
-	if err == nil || c.token == "" || !strings.Contains(err.Error(), c.token) {
-		return err
-	}
-	return errors.New(strings.ReplaceAll(err.Error(), c.token, "***"))
+// disconnect closes the gateway session and the idle REST connections. A normal close
+// also tells Discord to end the session; discordgo waits 1 s there.
+func (c *Channel) disconnect() {
+	_ = c.s.Close()
+	c.dialer.closeAll()
+	c.client.CloseIdleConnections()
 }
 
 // pruneMedia removes downloads older than a day, so the media directory cannot grow forever.

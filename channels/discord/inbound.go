@@ -27,14 +27,13 @@ type chanInfo struct {
 }
 
 // work normalises and delivers inbound messages, one at a time, in gateway order.
-func (c *Channel) work() {
-	defer c.wg.Done()
+func (c *Channel) work(ctx context.Context) {
 	for {
 		select {
-		case <-c.ctx.Done():
+		case <-ctx.Done():
 			return
 		case m := <-c.inbox:
-			c.handle(c.ctx, m)
+			c.handle(ctx, m)
 		}
 	}
 }
@@ -95,7 +94,7 @@ func (c *Channel) handle(ctx context.Context, dm *discordgo.Message) {
 			c.dedup.Forget(dm.ID)
 			return
 		}
-		c.log.Warn("discord: attachment download failed", "message_id", dm.ID, "err", c.clean(err))
+		c.log.Warn("discord: attachment download failed", "message_id", dm.ID, "err", c.scrub.Wrap(err))
 		c.notice(ctx, msg, "Sorry, I could not download your attachment. Please send it again.")
 		c.dedup.Forget(dm.ID)
 		return

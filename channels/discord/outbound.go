@@ -5,10 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -39,7 +37,7 @@ func (c *Channel) Open(ctx context.Context, target channels.Target) (channels.St
 	if target.ChatID == "" {
 		return nil, errors.New("discord: the answer has no chat id")
 	}
-	if _, ok := c.running(false); !ok {
+	if !c.life.Running() {
 		return nil, errors.New("discord: the channel is not running")
 	}
 	st := &stream{c: c, dest: target.ChatID}
@@ -129,15 +127,16 @@ func (st *stream) startTyping(ctx context.Context) {
 	if st.stopTyping != nil {
 		return
 	}
-	s, ok := st.c.running(true)
+	// Entered before the first typing call, so that Stop waits for it as for the refreshes.
+	run, ok := st.c.life.Enter()
 	if !ok {
 		return
 	}
-	tctx, cancel := context.WithTimeout(st.c.ctx, typingMaxLife)
+	tctx, cancel := context.WithTimeout(run, typingMaxLife)
 	st.stopTyping = cancel
-	st.c.typing(ctx, s, st.dest)
+	st.c.typing(ctx, st.dest)
 	go func() {
-		defer st.c.wg.Done()
+		defer st.c.life.Leave()
 		defer cancel()
 		t := time.NewTicker(st.c.typingEvery)
 		defer t.Stop()
@@ -146,17 +145,17 @@ func (st *stream) startTyping(ctx context.Context) {
 			case <-tctx.Done():
 				return
 			case <-t.C:
-				st.c.typing(tctx, s, st.dest)
+				st.c.typing(tctx, st.dest)
 			}
 		}
 	}()
 }
 
-func (c *Channel) typing(ctx context.Context, s *discordgo.Session, dest string) {
+func (c *Channel) typing(ctx context.Context, dest string) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := s.ChannelTyping(dest, discordgo.WithContext(ctx)); err != nil && ctx.Err() == nil {
-		c.log.Debug("discord: typing failed", "chat_id", dest, "err", c.clean(err))
+	if err := c.s.ChannelTyping(dest, discordgo.WithContext(ctx)); err != nil && ctx.Err() == nil {
+		c.log.Debug("discord: typing failed", "chat_id", dest, "err", c.scrub.Wrap(err))
 	}
 }
 
@@ -236,8 +235,7 @@ func isOgg(m string) bool {
 // call runs fn with the pacer (when key is set) and bounded retries: 429 waits
 // retry_after, 5xx and network errors back off, anything else is final.
 func (c *Channel) call(ctx context.Context, key, what string, fn func(ctx context.Context) error) error {
-	s, ok := c.running(false)
-	if !ok || s == nil {
+	if !c.life.Running() {
 		return errors.New("discord: the channel is not running")
 	}
 	err := pace.Do(ctx, c.policy, func(ctx context.Context) error {
@@ -251,7 +249,7 @@ func (c *Channel) call(ctx context.Context, key, what string, fn func(ctx contex
 		return retryable(fn(ctx))
 	})
 	if err != nil {
-		return fmt.Errorf("discord: %s in channel %s: %w", what, key, c.clean(err))
+		return fmt.Errorf("discord: %s in channel %s: %w", what, key, c.scrub.Wrap(err, pace.ErrRetryTooLong))
 	}
 	return nil
 }
@@ -315,25 +313,11 @@ func (c *Channel) remove(ctx context.Context, dest, id string) error {
 	})
 }
 
-// partBytes returns a media part's bytes, from Data or its file, at most maxUpload.
+// partBytes returns a media part's bytes, at most Discord's upload limit.
 func partBytes(p channels.Part) ([]byte, error) {
-	if p.Data != nil {
-		return p.Data, nil
-	}
-	if p.Path == "" {
-		return nil, errors.New("discord: a media part has neither data nor a path")
-	}
-	f, err := os.Open(p.Path)
+	b, err := channels.ReadPart(p, maxUpload)
 	if err != nil {
-		return nil, fmt.Errorf("discord: read media part: %w", err)
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxUpload+1))
-	if err != nil {
-		return nil, fmt.Errorf("discord: read media part: %w", err)
-	}
-	if len(b) > maxUpload {
-		return nil, fmt.Errorf("discord: media part %s is over the %d MB upload limit", filepath.Base(p.Path), maxUpload>>20)
+		return nil, fmt.Errorf("discord: %w", err)
 	}
 	return b, nil
 }

@@ -45,8 +45,9 @@ func (e *apiError) Error() string {
 // call can escape to the real host, and two channels in one process may use different
 // URLs. It also classifies 429/5xx (see apiError) and caps bucket headers.
 type transport struct {
-	base http.RoundTripper
-	api  *url.URL // nil: talk to Discord itself
+	base    http.RoundTripper
+	api     *url.URL // nil: talk to Discord itself
+	ownBase bool     // base was made for this channel (not Options.HTTPClient's)
 }
 
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -74,6 +75,15 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 	}
 	return resp, nil
+}
+
+// CloseIdleConnections closes the idle keep-alive connections, and so their goroutines,
+// of a base transport made for this channel; a shared one is left to its owner.
+// http.Client.CloseIdleConnections reaches it; a stopped channel calls it.
+func (t *transport) CloseIdleConnections() {
+	if ci, ok := t.base.(interface{ CloseIdleConnections() }); ok && t.ownBase {
+		ci.CloseIdleConnections()
+	}
 }
 
 func parseAPIError(resp *http.Response, body []byte) *apiError {

@@ -54,3 +54,21 @@ func TestTransportRewritesAndClassifies(t *testing.T) {
 		t.Errorf("a 503 is not marked for retry")
 	}
 }
+
+type closeCounter struct {
+	http.RoundTripper
+	closed int
+}
+
+func (c *closeCounter) CloseIdleConnections() { c.closed++ }
+
+// A stopped channel closes the idle connections of a transport it made, never those of
+// one it was given (Options.HTTPClient is shared with the rest of the gateway).
+func TestTransportClosesOnlyItsOwnIdleConnections(t *testing.T) {
+	own, shared := &closeCounter{}, &closeCounter{}
+	(&http.Client{Transport: &transport{base: own, ownBase: true}}).CloseIdleConnections()
+	(&http.Client{Transport: &transport{base: shared}}).CloseIdleConnections()
+	if own.closed != 1 || shared.closed != 0 {
+		t.Fatalf("closed own %d times, shared %d times; want 1 and 0", own.closed, shared.closed)
+	}
+}

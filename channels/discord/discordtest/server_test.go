@@ -9,7 +9,10 @@ import (
 	"testing"
 
 	"github.com/gorilla/websocket"
+	"go.uber.org/goleak"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func post(t *testing.T, s *Server, token, path string, body any) *http.Response {
 	t.Helper()
