@@ -545,6 +545,9 @@ func TestConfigValidate(t *testing.T) {
 		{"api_url not a URL", func(c *Config) { c.APIURL = "slack/" }, "channels.slack.api_url"},
 		{"negative max_file_bytes", func(c *Config) { c.MaxFileBytes = -1 }, "channels.slack.max_file_bytes"},
 		{"bad dm_policy", func(c *Config) { c.DMPolicy = "closed" }, "channels.slack.dm_policy"},
+		{"allow_from ids", func(c *Config) { c.AllowFrom = []string{"U0123ABCD", "W0123ABCD", "U1"} }, ""},
+		{"allow_from a name", func(c *Config) { c.AllowFrom = []string{"U0123ABCD", "@alice"} }, "channels.slack.allow_from[1]"},
+		{"allow_from lower case", func(c *Config) { c.AllowFrom = []string{"u0123abcd"} }, "Copy member ID"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
