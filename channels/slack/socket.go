@@ -152,6 +152,6 @@ func (c *Channel) ack(ctx context.Context, smc *socketmode.Client, envelopeID st
 	ctx, cancel := context.WithTimeout(ctx, ackTimeout)
 	defer cancel()
 	if err := smc.AckCtx(ctx, envelopeID, payload); err != nil {
-		c.log.Warn("slack: could not acknowledge an envelope", "envelope", envelopeID, "err", err)
+		c.log.Warn("slack: could not acknowledge an envelope", "envelope", envelopeID, "err", c.scrub.Wrap(err))
 	}
 }
