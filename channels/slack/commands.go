@@ -98,7 +98,7 @@ func (c *Channel) onSlash(ctx context.Context, cmd slackgo.SlashCommand) string 
 	dctx, cancel := context.WithTimeout(ctx, commandDeliverTimeout)
 	defer cancel()
 	if err := sink.Deliver(dctx, msg); err != nil {
-		c.log.Warn("slack: the gateway did not take a slash command", "command", "/"+name, "chat", cmd.ChannelID, "err", c.redact(err))
+		c.log.Warn("slack: the gateway did not take a slash command", "command", "/"+name, "chat", cmd.ChannelID, "err", c.scrub.Wrap(err))
 		return "Sorry, I could not take /" + name + " just now. Please try again in a moment."
 	}
 	taken = true
@@ -117,9 +117,11 @@ func (c *Channel) serveCommands(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	_, runCtx, running := c.running()
-	if !running {
-		runCtx = context.Background()
+	runCtx, running := c.life.Enter() // Stop waits for the request
+	if running {
+		defer c.life.Leave()
+	} else {
+		runCtx = context.Background() // onSlash answers that the bot is not running
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	if r.Header.Get("Content-Type") == "" {

@@ -94,12 +94,25 @@ func (c Config) validate() error {
 	if c.MaxFileBytes < 0 {
 		errs = append(errs, fmt.Errorf("channels.slack.max_file_bytes is %d; it must be 0 (default 20 MB) or more", c.MaxFileBytes))
 	}
-	switch c.DMPolicy {
-	case "", channels.DMAllowlist, channels.DMOpen:
-	default:
-		errs = append(errs, fmt.Errorf("channels.slack.dm_policy is %q; use %q or %q", c.DMPolicy, channels.DMAllowlist, channels.DMOpen))
-	}
+	errs = append(errs, c.Access.Validate(Name, validUserID, userIDHint))
 	return errors.Join(errs...)
+}
+
+// userIDHint tells the admin where to find a Slack user id.
+const userIDHint = "Slack user ids are capital letters and digits, like U0123ABCD: open the person's profile, then ⋮ > Copy member ID"
+
+// validUserID reports whether id has the form of a Slack user id: capital letters and
+// digits (U0123ABCD, W0123ABCD on Enterprise Grid), never a name or an @handle.
+func validUserID(id string) bool {
+	if id == "" {
+		return false
+	}
+	for _, r := range id {
+		if (r < 'A' || r > 'Z') && (r < '0' || r > '9') {
+			return false
+		}
+	}
+	return true
 }
 
 func (c Config) mode() string {

@@ -75,11 +75,12 @@ func (c *Channel) serveEvents(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK) // app_rate_limited and the like: nothing to do
 		return
 	}
-	_, runCtx, ok := c.running()
+	runCtx, ok := c.life.Enter() // Stop waits for the request
 	if !ok {
 		http.Error(w, "not ready", http.StatusServiceUnavailable)
 		return
 	}
+	defer c.life.Leave()
 	var cb slackevents.EventsAPICallbackEvent
 	if err := json.Unmarshal(body, &cb); err != nil {
 		http.Error(w, "bad event_callback", http.StatusBadRequest)
@@ -94,7 +95,7 @@ func (c *Channel) serveEvents(w http.ResponseWriter, r *http.Request) {
 	stop := context.AfterFunc(runCtx, cancel)
 	defer stop()
 	if err := c.handleCallback(ctx, &cb); err != nil {
-		c.log.Warn("slack: event not taken; Slack will retry it", "event_id", cb.EventID, "err", c.redact(err))
+		c.log.Warn("slack: event not taken; Slack will retry it", "event_id", cb.EventID, "err", c.scrub.Wrap(err))
 		http.Error(w, "not taken; retry later", http.StatusServiceUnavailable)
 		return
 	}

@@ -313,8 +313,6 @@ func tsTime(ts string) time.Time {
 	return time.Unix(s, us*1000)
 }
 
-var errTooLarge = errors.New("file too large")
-
 // download fetches the message's files with the bot token into parts. refusal is the
 // reply to send instead of delivering when a file is too large or cannot be fetched.
 func (c *Channel) download(ctx context.Context, ev inner) (parts []channels.Part, refusal string) {
@@ -341,10 +339,10 @@ func (c *Channel) download(ctx context.Context, ev inner) (parts []channels.Part
 			for _, p := range parts {
 				os.Remove(p.Path)
 			}
-			if errors.Is(err, errTooLarge) {
+			if errors.Is(err, channels.ErrTooLarge) {
 				return nil, tooLarge(f.Name, 0, limit) // Slack announced a smaller size
 			}
-			c.log.Warn("slack: could not download a file", "file", f.ID, "err", c.redact(err))
+			c.log.Warn("slack: could not download a file", "file", f.ID, "err", c.scrub.Wrap(err))
 			return nil, fmt.Sprintf("Sorry, I could not download %s. Please send it again.", displayName(f.Name))
 		}
 		p := channels.Part{Type: channels.PartFile, MIME: f.Mimetype, Path: path, Name: f.Name, Size: n}
@@ -378,7 +376,7 @@ func (c *Channel) fetch(ctx context.Context, url, path string, limit int64) (int
 			err = cerr
 		}
 		if w.over {
-			return errTooLarge
+			return channels.ErrTooLarge
 		}
 		return classify(err)
 	})
@@ -398,7 +396,7 @@ type limitWriter struct {
 func (l *limitWriter) Write(p []byte) (int, error) {
 	if int64(len(p)) > l.left {
 		l.over = true
-		return 0, errTooLarge
+		return 0, channels.ErrTooLarge
 	}
 	n, err := l.w.Write(p)
 	l.n += int64(n)
@@ -449,6 +447,6 @@ func safeName(s string) string {
 func (c *Channel) notice(ctx context.Context, target channels.Target, text string) {
 	channel, thread := replyPlace(target)
 	if _, err := c.post(ctx, sendPolicy(), channel, thread, markdown.EscapeMrkdwn(text)); err != nil {
-		c.log.Warn("slack: could not post a notice", "chat", channel, "err", c.redact(err))
+		c.log.Warn("slack: could not post a notice", "chat", channel, "err", c.scrub.Wrap(err))
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"unicode"
 
 	slackgo "github.com/slack-go/slack"
+
+	"gateway/channels"
 )
 
 // Slack events carry only the author's user id; the display name comes from users.info.
@@ -27,10 +29,10 @@ const (
 
 // names resolves and caches display names by user id. Safe for concurrent use.
 type names struct {
-	fetch  func(ctx context.Context, id string) (*slackgo.User, error)
-	now    func() time.Time
-	log    *slog.Logger
-	redact func(error) error // keeps tokens out of the log
+	fetch func(ctx context.Context, id string) (*slackgo.User, error)
+	now   func() time.Time
+	log   *slog.Logger
+	scrub channels.Scrubber // keeps tokens out of the log
 
 	mu       sync.Mutex
 	entries  map[string]*list.Element // of *nameEntry
@@ -45,9 +47,9 @@ type nameEntry struct {
 	expires time.Time
 }
 
-func newNames(fetch func(context.Context, string) (*slackgo.User, error), log *slog.Logger, redact func(error) error) *names {
+func newNames(fetch func(context.Context, string) (*slackgo.User, error), log *slog.Logger, scrub channels.Scrubber) *names {
 	return &names{
-		fetch: fetch, now: time.Now, log: log, redact: redact,
+		fetch: fetch, now: time.Now, log: log, scrub: scrub,
 		entries: map[string]*list.Element{}, order: list.New(), inflight: map[string]chan struct{}{},
 	}
 }
@@ -125,10 +127,10 @@ func (n *names) lookup(ctx context.Context, id string) string {
 	case retry:
 		// Slack is slow or failing: stop asking for everyone, not only this user.
 		n.pauseFor(nameFailTTL)
-		n.log.Debug("slack: users.info failed; messages go without names for a while", "user", id, "err", n.redact(err))
+		n.log.Debug("slack: users.info failed; messages go without names for a while", "user", id, "err", n.scrub.Wrap(err))
 	default: // user_not_found and the like: about this user only
 		n.store(id, "", nameFailTTL)
-		n.log.Debug("slack: users.info gave no name", "user", id, "slack_error", code, "err", n.redact(err))
+		n.log.Debug("slack: users.info gave no name", "user", id, "slack_error", code, "err", n.scrub.Wrap(err))
 	}
 	return ""
 }

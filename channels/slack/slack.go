@@ -59,26 +59,20 @@ type Channel struct {
 	// commands are the slash commands delivered lately, by message id: their replies go
 	// to the user alone.
 	commands *boundedMap[slashInfo]
-	secrets  []string
+	life     *channels.Lifecycle
+	scrub    channels.Scrubber
 
 	mu      sync.Mutex
-	state   int // stateNew, stateRunning, stateStopped
-	sink    channels.Sink
+	sink    channels.Sink // set once auth.test passed: the adapter takes messages from then on
 	botUser string
 	mention *regexp.Regexp // <@botUser> and <@botUser|name> in message text
 	up      bool
-	cancel  context.CancelFunc
-	runCtx  context.Context
-	wg      sync.WaitGroup
 	pruned  time.Time
 	connErr error // the last Socket Mode connection failure, for Start's error
 }
 
-const (
-	stateNew = iota
-	stateRunning
-	stateStopped
-)
+// errStopping is Start's error when Stop came before the adapter was up.
+var errStopping = errors.New("slack: stopped while starting")
 
 // New returns an adapter for cfg, not yet started.
 func New(cfg Config, opts Options) (*Channel, error) {
@@ -115,11 +109,8 @@ func New(cfg Config, opts Options) (*Channel, error) {
 
 		lastThread: newBoundedMap[string](threadSetSize),
 		commands:   newBoundedMap[slashInfo](1000),
-	}
-	for _, s := range []string{cfg.BotToken.Reveal(), cfg.AppToken.Reveal(), cfg.SigningSecret.Reveal()} {
-		if s != "" {
-			c.secrets = append(c.secrets, s)
-		}
+		life:       channels.NewLifecycle(Name),
+		scrub:      channels.NewScrubber(cfg.BotToken.Reveal(), cfg.AppToken.Reveal(), cfg.SigningSecret.Reveal()),
 	}
 	c.api = slackgo.New(cfg.BotToken.Reveal(),
 		slackgo.OptionHTTPClient(hc),
@@ -131,7 +122,7 @@ func New(cfg Config, opts Options) (*Channel, error) {
 	// on it pauses the lookups instead (see names).
 	c.names = newNames(func(ctx context.Context, id string) (*slackgo.User, error) {
 		return c.api.GetUserInfoContext(ctx, id, slackgo.GetUserInfoOptionIncludeLocale(false))
-	}, log, c.redact)
+	}, log, c.scrub)
 	if cfg.DMPolicy != channels.DMOpen && len(cfg.AllowFrom) == 0 {
 		log.Warn("channels.slack.allow_from is empty: nobody may talk to the bot; add Slack user ids or set dm_policy: open")
 	}
@@ -143,64 +134,60 @@ func (c *Channel) Name() string { return Name }
 
 // Start checks the bot token with auth.test and, in socket mode, returns once the Socket
 // Mode connection is open. In events mode the adapter then takes requests on EventsPath.
+// A Stop while Start runs makes Start return at once with an error.
 func (c *Channel) Start(ctx context.Context, sink channels.Sink) error {
-	c.mu.Lock()
-	if c.state != stateNew {
-		c.mu.Unlock()
-		return errors.New("slack: Start called twice or after Stop")
-	}
-	c.state = stateRunning
-	c.mu.Unlock()
-
-	user, err := c.authTest(ctx)
+	runCtx, err := c.life.Begin()
 	if err != nil {
-		c.setStopped()
 		return err
 	}
-	runCtx, cancel := context.WithCancel(context.Background())
-	c.mu.Lock()
-	if c.state != stateRunning { // Stop came while auth.test ran
-		c.mu.Unlock()
-		cancel()
-		return errors.New("slack: stopped while starting")
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(runCtx, cancel)()
+	user, err := c.authTest(actx)
+	if err != nil {
+		stopped := runCtx.Err() != nil
+		c.life.Fail()
+		if stopped {
+			return errStopping
+		}
+		return err
 	}
-	c.sink, c.botUser, c.runCtx, c.cancel = sink, user, runCtx, cancel
+	c.mu.Lock()
+	c.sink, c.botUser = sink, user
 	c.mention = regexp.MustCompile(`<@` + regexp.QuoteMeta(user) + `(\|[^>]*)?>`)
 	c.mu.Unlock()
 	if err := os.MkdirAll(c.dir, 0o700); err != nil {
-		cancel()
-		c.setStopped()
+		c.life.Fail()
 		return fmt.Errorf("slack: cannot create the download directory: %w", err)
 	}
 	c.prune()
 
 	if c.cfg.mode() == ModeEvents {
+		// Reported inside Enter/Leave, so that a concurrent Stop reports down after it.
+		if _, ok := c.life.Enter(); !ok {
+			return errStopping
+		}
 		c.setUp(true, nil)
+		c.life.Leave()
 		c.log.Info("slack: ready for Events API requests", "path", EventsPath, "bot_user", user)
 		return nil
 	}
 	ready := make(chan error, 1)
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
-		c.runSocket(runCtx, ready)
-	}()
+	if !c.life.Go(func(ctx context.Context) { c.runSocket(ctx, ready) }) {
+		return errStopping
+	}
 	select {
 	case err := <-ready:
 		if err != nil {
-			cancel()
-			c.wg.Wait()
-			c.setStopped()
+			c.life.Fail()
 			return err
 		}
 		return nil
 	case <-runCtx.Done():
-		c.wg.Wait()
-		return errors.New("slack: stopped while starting")
+		c.life.Fail() // waits for the socket goroutine
+		return errStopping
 	case <-ctx.Done():
-		cancel()
-		c.wg.Wait()
-		c.setStopped()
+		c.life.Fail()
 		c.mu.Lock()
 		last := c.connErr
 		c.mu.Unlock()
@@ -209,12 +196,6 @@ func (c *Channel) Start(ctx context.Context, sink channels.Sink) error {
 		}
 		return fmt.Errorf("slack: Socket Mode did not connect in time: %w", ctx.Err())
 	}
-}
-
-func (c *Channel) setStopped() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.state = stateStopped
 }
 
 // authTest returns the bot's user id, or an error that says which setting to fix.
@@ -235,37 +216,35 @@ func (c *Channel) authTest(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("slack: auth.test failed: %s", code)
 	}
 	if err != nil {
-		return "", fmt.Errorf("slack: cannot reach the Slack API at %s: %w", c.cfg.APIURL, c.redact(err))
+		return "", fmt.Errorf("slack: cannot reach the Slack API at %s: %w", c.cfg.APIURL, c.scrub.Wrap(err))
 	}
 	return res.UserID, nil
 }
 
-// Stop disconnects and waits for the adapter's goroutines, or ctx.
+// Stop disconnects and waits for the adapter's goroutines and Events API requests, or ctx.
 func (c *Channel) Stop(ctx context.Context) error {
-	c.mu.Lock()
-	prev := c.state
-	c.state = stateStopped
-	cancel := c.cancel
-	c.mu.Unlock()
-	if prev != stateRunning || cancel == nil {
-		return nil
+	stopped, err := c.life.Stop(ctx)
+	if err != nil {
+		return err
 	}
-	cancel()
-	if err := channels.Await(ctx, c.wg.Wait); err != nil {
-		return fmt.Errorf("slack: stop: %w", err)
+	if stopped {
+		c.setUp(false, nil)
 	}
-	c.setUp(false, nil)
 	return nil
 }
 
 // running returns the sink and the run context while the adapter is started.
 func (c *Channel) running() (channels.Sink, context.Context, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.state != stateRunning || c.runCtx == nil {
+	if !c.life.Running() {
 		return nil, nil, false
 	}
-	return c.sink, c.runCtx, true
+	c.mu.Lock()
+	sink := c.sink
+	c.mu.Unlock()
+	if sink == nil { // auth.test has not passed yet
+		return nil, nil, false
+	}
+	return sink, c.life.Context(), true
 }
 
 // bot is the bot's user id and the pattern of a mention of it.
@@ -287,38 +266,20 @@ func (c *Channel) setUp(up bool, err error) {
 	}
 }
 
-// redact replaces any configured secret in err's text by ***.
-func (c *Channel) redact(err error) error {
-	if err == nil {
-		return nil
+// scrubbed is err with every secret taken out of its text. A rate limit stays visible
+// through it (its text holds no secret), so that a streaming edit can wait as Slack asked.
+func (c *Channel) scrubbed(err error) error {
+	if rl, ok := errors.AsType[*slackgo.RateLimitedError](err); ok {
+		return c.scrub.Wrap(err, rl, pace.ErrRetryTooLong)
 	}
-	msg := c.scrub(err.Error())
-	if msg == err.Error() {
-		return err
-	}
-	return &redactedError{msg: msg, err: err}
+	return c.scrub.Wrap(err, pace.ErrRetryTooLong)
 }
-
-func (c *Channel) scrub(s string) string {
-	for _, sec := range c.secrets {
-		s = strings.ReplaceAll(s, sec, "***")
-	}
-	return s
-}
-
-type redactedError struct {
-	msg string
-	err error
-}
-
-func (e *redactedError) Error() string { return e.msg }
-func (e *redactedError) Unwrap() error { return e.err }
 
 // libLog routes slack-go's own log lines to the adapter's logger at debug level.
 type libLog struct{ c *Channel }
 
 func (l libLog) Output(_ int, s string) error {
-	l.c.log.Debug("slack-go: " + l.c.scrub(strings.TrimSpace(s)))
+	l.c.log.Debug("slack-go: " + l.c.scrub.String(strings.TrimSpace(s)))
 	return nil
 }
 

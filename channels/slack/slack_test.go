@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	slackgo "github.com/slack-go/slack"
 
 	"gateway/channels"
 	"gateway/channels/channeltest"
@@ -545,6 +549,9 @@ func TestConfigValidate(t *testing.T) {
 		{"api_url not a URL", func(c *Config) { c.APIURL = "slack/" }, "channels.slack.api_url"},
 		{"negative max_file_bytes", func(c *Config) { c.MaxFileBytes = -1 }, "channels.slack.max_file_bytes"},
 		{"bad dm_policy", func(c *Config) { c.DMPolicy = "closed" }, "channels.slack.dm_policy"},
+		{"allow_from ids", func(c *Config) { c.AllowFrom = []string{"U0123ABCD", "W0123ABCD", "U1"} }, ""},
+		{"allow_from a name", func(c *Config) { c.AllowFrom = []string{"U0123ABCD", "@alice"} }, "channels.slack.allow_from[1]"},
+		{"allow_from lower case", func(c *Config) { c.AllowFrom = []string{"u0123abcd"} }, "Copy member ID"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -634,5 +641,25 @@ func TestLifecycle(t *testing.T) {
 	st := start(t, s, nil)
 	if m := st.sink.Next(t); m.Text() != "while away" {
 		t.Fatalf("delivered %q", m.Text())
+	}
+}
+
+// A scrubbed error holds no token, yet a rate limit in it stays visible to errors.As.
+func TestScrubbedErrorsKeepRateLimits(t *testing.T) {
+	ch, err := New(fakeConfig(slacktest.New(t)), Options{StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rl := &slackgo.RateLimitedError{RetryAfter: 3 * time.Second}
+	in := fmt.Errorf("posting with %s: %w", slacktest.BotToken, rl)
+	out := ch.scrubbed(in)
+	if strings.Contains(out.Error(), slacktest.BotToken) {
+		t.Fatalf("the token is in %q", out)
+	}
+	if got, ok := errors.AsType[*slackgo.RateLimitedError](out); !ok || got.RetryAfter != 3*time.Second {
+		t.Fatalf("the rate limit is lost in %q", out)
+	}
+	if _, ok := errors.AsType[*slackgo.RateLimitedError](ch.scrubbed(fmt.Errorf("plain"))); ok {
+		t.Fatal("a rate limit appeared from nowhere")
 	}
 }

@@ -40,12 +40,12 @@ func (c *Channel) runSocket(ctx context.Context, ready chan<- error) {
 			case "invalid_auth", "not_authed", "account_inactive", "token_revoked", "token_expired":
 				ready <- fmt.Errorf("slack: the app token was rejected (%s); check channels.slack.app_token", code)
 			default:
-				ready <- fmt.Errorf("slack: cannot open a Socket Mode connection: %w", c.redact(err))
+				ready <- fmt.Errorf("slack: cannot open a Socket Mode connection: %w", c.scrub.Wrap(err))
 			}
 			return
 		}
-		c.setUp(false, c.redact(err))
-		c.log.Warn("slack: Socket Mode client stopped; starting again", "err", c.redact(err), "in", backoff)
+		c.setUp(false, c.scrub.Wrap(err))
+		c.log.Warn("slack: Socket Mode client stopped; starting again", "err", c.scrub.Wrap(err), "in", backoff)
 		if !channels.Sleep(ctx, backoff) {
 			return
 		}
@@ -69,9 +69,9 @@ func (c *Channel) consume(ctx context.Context, smc *socketmode.Client, done <-ch
 			case socketmode.EventTypeConnectionError:
 				if e, ok := evt.Data.(*slackgo.ConnectionErrorEvent); ok {
 					c.mu.Lock()
-					c.connErr = c.redact(e.ErrorObj)
+					c.connErr = c.scrub.Wrap(e.ErrorObj)
 					c.mu.Unlock()
-					c.log.Warn("slack: Socket Mode connection failed; retrying", "err", c.redact(e.ErrorObj), "in", e.Backoff)
+					c.log.Warn("slack: Socket Mode connection failed; retrying", "err", c.scrub.Wrap(e.ErrorObj), "in", e.Backoff)
 				}
 			case socketmode.EventTypeConnected:
 				c.log.Info("slack: Socket Mode connected")
@@ -110,7 +110,7 @@ func (c *Channel) onEventsAPI(ctx context.Context, smc *socketmode.Client, evt s
 		c.log.Debug("slack: envelope redelivered", "envelope", evt.Request.EnvelopeID, "retry", evt.Request.RetryAttempt, "reason", evt.Request.RetryReason)
 	}
 	if err := c.handleCallback(ctx, cb); err != nil {
-		c.log.Warn("slack: event not taken; Slack will send it again", "err", c.redact(err))
+		c.log.Warn("slack: event not taken; Slack will send it again", "err", c.scrub.Wrap(err))
 		return
 	}
 	c.ack(ctx, smc, evt.Request.EnvelopeID, nil)
@@ -152,6 +152,6 @@ func (c *Channel) ack(ctx context.Context, smc *socketmode.Client, envelopeID st
 	ctx, cancel := context.WithTimeout(ctx, ackTimeout)
 	defer cancel()
 	if err := smc.AckCtx(ctx, envelopeID, payload); err != nil {
-		c.log.Warn("slack: could not acknowledge an envelope", "envelope", envelopeID, "err", err)
+		c.log.Warn("slack: could not acknowledge an envelope", "envelope", envelopeID, "err", c.scrub.Wrap(err))
 	}
 }

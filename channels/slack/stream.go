@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -222,18 +221,9 @@ func (s *stream) sendPart(ctx context.Context, p channels.Part) error {
 		s.answered()
 		return nil
 	case channels.PartAudio, channels.PartImage, channels.PartFile:
-		data := p.Data
-		if data == nil && p.Path != "" {
-			info, err := os.Stat(p.Path)
-			if err != nil {
-				return fmt.Errorf("slack: cannot read the part to upload: %w", err)
-			}
-			if info.Size() > maxUploadBytes {
-				return fmt.Errorf("slack: %s is %d bytes; Slack takes at most 1 GB", p.Path, info.Size())
-			}
-			if data, err = os.ReadFile(p.Path); err != nil {
-				return fmt.Errorf("slack: cannot read the part to upload: %w", err)
-			}
+		data, err := channels.ReadPart(p, maxUploadBytes)
+		if err != nil {
+			return fmt.Errorf("slack: cannot upload: %w", err)
 		}
 		if len(data) == 0 {
 			return errors.New("slack: a media part has no data to upload")
@@ -267,7 +257,7 @@ func (s *stream) typingOn(ctx context.Context) {
 		s.reacted = true
 		return
 	}
-	s.c.log.Debug("slack: could not add the typing reaction", "chat", s.channel, "err", s.c.redact(err))
+	s.c.log.Debug("slack: could not add the typing reaction", "chat", s.channel, "err", s.c.scrub.Wrap(err))
 }
 
 // setStatus sets the assistant thread status and reports whether it is shown. A refusal
@@ -288,7 +278,7 @@ func (s *stream) setStatus(ctx context.Context, status string) bool {
 	if retry, _ := retryable(err); !retry { // a refusal, not a hiccup
 		s.c.noStatus.add(s.channel)
 	}
-	s.c.log.Debug("slack: assistant status not available", "chat", s.channel, "err", s.c.redact(err))
+	s.c.log.Debug("slack: assistant status not available", "chat", s.channel, "err", s.c.scrub.Wrap(err))
 	return false
 }
 
@@ -302,13 +292,13 @@ func (s *stream) end(ctx context.Context) {
 		if err := s.c.api.SetAssistantThreadsStatusContext(ctx, slackgo.AssistantThreadsSetStatusParameters{
 			ChannelID: s.channel, ThreadTS: s.thread, Status: "",
 		}); err != nil {
-			s.c.log.Debug("slack: could not clear the assistant status", "chat", s.channel, "err", s.c.redact(err))
+			s.c.log.Debug("slack: could not clear the assistant status", "chat", s.channel, "err", s.c.scrub.Wrap(err))
 		}
 		s.status = false
 	}
 	if s.reacted {
 		if err := s.c.api.RemoveReactionContext(ctx, typingReaction, slackgo.NewRefToMessage(s.channel, s.target.ReplyToID)); err != nil && slackError(err) != "no_reaction" {
-			s.c.log.Debug("slack: could not remove the typing reaction", "chat", s.channel, "err", s.c.redact(err))
+			s.c.log.Debug("slack: could not remove the typing reaction", "chat", s.channel, "err", s.c.scrub.Wrap(err))
 		}
 		s.reacted = false
 	}
@@ -325,7 +315,7 @@ func (c *Channel) send(ctx context.Context, pol pace.Policy, channel, what strin
 		return classify(fn(ctx))
 	})
 	if err != nil {
-		return fmt.Errorf("slack: %s in %s: %w", what, channel, c.redact(err))
+		return fmt.Errorf("slack: %s in %s: %w", what, channel, c.scrubbed(err))
 	}
 	return nil
 }
