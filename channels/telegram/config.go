@@ -131,8 +131,9 @@ func (o Options) withDefaults() Options {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	if o.HTTPClient == nil {
-		// A backstop only: every call also carries its own deadline.
-		o.HTTPClient = &http.Client{Timeout: 10 * time.Minute}
+		// A backstop only: every call also carries its own deadline. Its own transport, so
+		// that Stop closing its idle connections touches no one else's.
+		o.HTTPClient = &http.Client{Timeout: 10 * time.Minute, Transport: http.DefaultTransport.(*http.Transport).Clone()}
 	}
 	if o.PollTimeout <= 0 {
 		o.PollTimeout = 30 * time.Second

@@ -140,6 +140,7 @@ func (c *Channel) Start(ctx context.Context, sink channels.Sink) error {
 	c.life.Leave()
 	if err != nil {
 		c.life.Fail()
+		c.opts.HTTPClient.CloseIdleConnections()
 		return err
 	}
 	return nil
@@ -245,6 +246,8 @@ func (c *Channel) Stop(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Kept-alive connections to the Bot API would keep two goroutines each after Stop.
+	c.opts.HTTPClient.CloseIdleConnections()
 	if stopped {
 		c.setConnected(false, nil)
 	}
