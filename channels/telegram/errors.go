@@ -25,15 +25,14 @@ type apiError struct {
 func (e *apiError) Error() string { return e.err.Error() }
 func (e *apiError) Unwrap() error { return e.kind }
 
-// apiKinds are the SDK's sentinel errors an apiError may be of, first match wins.
-var apiKinds = []error{context.Canceled, context.DeadlineExceeded,
-	bot.ErrorBadRequest, bot.ErrorForbidden, bot.ErrorUnauthorized, bot.ErrorNotFound, bot.ErrorConflict, bot.ErrorTooManyRequests}
+// apiKinds are the SDK's sentinel errors an apiError may be of.
+var apiKinds = []error{bot.ErrorBadRequest, bot.ErrorForbidden, bot.ErrorUnauthorized, bot.ErrorNotFound, bot.ErrorConflict, bot.ErrorTooManyRequests}
 
-// scrubber is the shared channels.Scrubber (of the token) with the Bot API's error kinds
-// on top.
+// scrubber is the shared channels.Scrubber (of the token and the webhook secret) with the
+// Bot API's error kinds on top.
 type scrubber struct{ channels.Scrubber }
 
-func newScrubber(token string) scrubber { return scrubber{channels.NewScrubber(token)} }
+func newScrubber(secrets ...string) scrubber { return scrubber{channels.NewScrubber(secrets...)} }
 
 // wrap turns an SDK or HTTP error into an apiError, safe to log and return.
 func (s scrubber) wrap(err error) error {
@@ -53,7 +52,7 @@ func (s scrubber) wrap(err error) error {
 	case errors.As(err, &mig):
 		e.kind = bot.ErrorBadRequest
 	default:
-		for _, k := range apiKinds {
+		for _, k := range append([]error{context.Canceled, context.DeadlineExceeded}, apiKinds...) {
 			if errors.Is(err, k) {
 				e.kind = k
 				break

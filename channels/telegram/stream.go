@@ -410,7 +410,7 @@ func (s *stream) sendPart(ctx context.Context, p channels.Part) error {
 func partData(p channels.Part) ([]byte, error) {
 	b, err := channels.ReadPart(p, maxUpload)
 	if errors.Is(err, channels.ErrTooLarge) {
-		return nil, fmt.Errorf("telegram: %w, over Telegram's 50 MB upload limit", err)
+		return nil, fmt.Errorf("telegram: %w: Telegram takes uploads of up to 50 MB", err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("telegram: %w", err)

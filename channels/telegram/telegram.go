@@ -79,7 +79,7 @@ func New(cfg Config, opts Options) (*Channel, error) {
 	cfg, opts = cfg.withDefaults(), opts.withDefaults()
 	c := &Channel{
 		cfg: cfg, opts: opts, log: opts.Logger.With("channel", Name),
-		scrub:     newScrubber(cfg.Token.Reveal()),
+		scrub:     newScrubber(cfg.Token.Reveal(), cfg.WebhookSecret.Reveal()),
 		life:      channels.NewLifecycle(Name),
 		dedup:     channels.NewDedup(4096),
 		lanes:     map[int64]*lane{},
