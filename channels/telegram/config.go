@@ -76,17 +76,14 @@ func (c Config) Validate() error {
 	if c.MaxFileBytes < 0 {
 		errs = append(errs, fmt.Errorf("channels.telegram.max_file_bytes: %d is negative", c.MaxFileBytes))
 	}
-	switch c.DMPolicy {
-	case "", channels.DMAllowlist, channels.DMOpen:
-	default:
-		errs = append(errs, fmt.Errorf("channels.telegram.dm_policy: %q is not one of allowlist, open", c.DMPolicy))
-	}
-	for _, id := range c.AllowFrom {
-		if _, err := strconv.ParseInt(id, 10, 64); err != nil {
-			errs = append(errs, fmt.Errorf("channels.telegram.allow_from: %q is not a numeric Telegram user id (usernames can change; ids cannot)", id))
-		}
-	}
+	errs = append(errs, c.Access.Validate(Name, validUserID, "a numeric Telegram user id: usernames can change, ids cannot"))
 	return errors.Join(errs...)
+}
+
+// validUserID reports whether id is a Telegram user id, a number.
+func validUserID(id string) bool {
+	_, err := strconv.ParseInt(id, 10, 64)
+	return err == nil
 }
 
 // withDefaults fills in what an empty key means.
@@ -134,8 +131,9 @@ func (o Options) withDefaults() Options {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	if o.HTTPClient == nil {
-		// A backstop only: every call also carries its own deadline.
-		o.HTTPClient = &http.Client{Timeout: 10 * time.Minute}
+		// A backstop only: every call also carries its own deadline. Its own transport, so
+		// that Stop closing its idle connections touches no one else's.
+		o.HTTPClient = &http.Client{Timeout: 10 * time.Minute, Transport: http.DefaultTransport.(*http.Transport).Clone()}
 	}
 	if o.PollTimeout <= 0 {
 		o.PollTimeout = 30 * time.Second

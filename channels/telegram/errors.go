@@ -3,39 +3,38 @@ package telegram
 import (
 	"context"
 	"errors"
-	"net/url"
 	"strings"
 	"time"
 
 	"github.com/go-telegram/bot"
 
+	"gateway/channels"
 	"gateway/internal/pace"
 )
 
-// apiError is a Bot API failure with the token scrubbed from its text. It unwraps only
-// to the SDK's sentinel errors, never to the original error whose text may hold the token
-// (the SDK puts it in every URL).
+// apiError is a Bot API failure, its text scrubbed of the token by the shared
+// channels.Scrubber, with the kind and retry_after that the poll loop and the pacer act on.
+// It unwraps only to its kind (one of the SDK's sentinel errors, or context cancellation),
+// never to the original error, whose text may hold the token (the SDK puts it in every URL).
 type apiError struct {
-	msg        string
+	err        error // the scrubbed error: its text is the message
 	kind       error // bot.ErrorBadRequest, ... or nil
 	retryAfter int   // seconds, for 429
 }
 
-func (e *apiError) Error() string { return e.msg }
+func (e *apiError) Error() string { return e.err.Error() }
 func (e *apiError) Unwrap() error { return e.kind }
 
-// scrubber removes the token from text.
-type scrubber struct{ token string }
+// apiKinds are the SDK's sentinel errors an apiError may be of.
+var apiKinds = []error{bot.ErrorBadRequest, bot.ErrorForbidden, bot.ErrorUnauthorized, bot.ErrorNotFound, bot.ErrorConflict, bot.ErrorTooManyRequests}
 
-func (s scrubber) String(text string) string {
-	if s.token == "" {
-		return text
-	}
-	text = strings.ReplaceAll(text, s.token, "***")
-	return strings.ReplaceAll(text, url.PathEscape(s.token), "***")
-}
+// scrubber is the shared channels.Scrubber (of the token and the webhook secret) with the
+// Bot API's error kinds on top.
+type scrubber struct{ channels.Scrubber }
 
-// wrap turns an SDK or HTTP error into one that is safe to log and return.
+func newScrubber(secrets ...string) scrubber { return scrubber{channels.NewScrubber(secrets...)} }
+
+// wrap turns an SDK or HTTP error into an apiError, safe to log and return.
 func (s scrubber) wrap(err error) error {
 	if err == nil {
 		return nil
@@ -44,7 +43,7 @@ func (s scrubber) wrap(err error) error {
 	if errors.As(err, &ae) {
 		return err
 	}
-	e := &apiError{msg: s.String(err.Error())}
+	e := &apiError{err: s.Wrap(err, apiKinds...)}
 	var tmr *bot.TooManyRequestsError
 	var mig *bot.MigrateError
 	switch {
@@ -52,12 +51,8 @@ func (s scrubber) wrap(err error) error {
 		e.kind, e.retryAfter = bot.ErrorTooManyRequests, tmr.RetryAfter
 	case errors.As(err, &mig):
 		e.kind = bot.ErrorBadRequest
-	case errors.Is(err, context.Canceled):
-		e.kind = context.Canceled
-	case errors.Is(err, context.DeadlineExceeded):
-		e.kind = context.DeadlineExceeded
 	default:
-		for _, k := range []error{bot.ErrorBadRequest, bot.ErrorForbidden, bot.ErrorUnauthorized, bot.ErrorNotFound, bot.ErrorConflict, bot.ErrorTooManyRequests} {
+		for _, k := range append([]error{context.Canceled, context.DeadlineExceeded}, apiKinds...) {
 			if errors.Is(err, k) {
 				e.kind = k
 				break

@@ -163,7 +163,7 @@ func (c *Channel) toLane(u *models.Update, it *item, need bool) (bool, error) {
 	if l == nil {
 		l = &lane{wake: make(chan struct{}, 1)}
 		chat := it.chat
-		if !c.goRun(func(ctx context.Context) { c.runLane(ctx, chat, l) }) {
+		if !c.life.Go(func(ctx context.Context) { c.runLane(ctx, chat, l) }) {
 			return true, errors.New("telegram: the channel is stopping")
 		}
 		c.lanes[chat] = l
@@ -296,7 +296,7 @@ func (c *Channel) process(ctx context.Context, batch []*item) bool {
 		}
 		// Only this chat waits: the gateway did not take its message now.
 		c.log.Warn("telegram: a message with media was not taken; trying again", "chat", m.ChatID, "err", err)
-		if !sleep(ctx, pollBackoff(attempt)) {
+		if !channels.Sleep(ctx, pollBackoff(attempt)) {
 			return false
 		}
 	}
@@ -404,7 +404,7 @@ func (c *Channel) notifyLater(msg *models.Message, text string) {
 		c.log.Warn("telegram: too many notices in flight; one was not sent", "chat", msg.Chat.ID)
 		return
 	}
-	if !c.goRun(func(ctx context.Context) {
+	if !c.life.Go(func(ctx context.Context) {
 		defer c.notices.Add(-1)
 		c.notify(ctx, msg, text)
 	}) {

@@ -19,6 +19,8 @@ import (
 
 	"github.com/go-telegram/bot"
 	"github.com/go-telegram/bot/models"
+
+	"gateway/channels"
 )
 
 // superviseLongPolling runs the poll loop and restarts it when it stops completing
@@ -88,7 +90,7 @@ func (c *Channel) pollLoop(ctx context.Context, progress *atomic.Int64) {
 			if failures == 3 {
 				c.setConnected(false, err)
 			}
-			if !sleep(ctx, wait) {
+			if !channels.Sleep(ctx, wait) {
 				return
 			}
 			continue
@@ -107,7 +109,7 @@ func (c *Channel) pollLoop(ctx context.Context, progress *atomic.Int64) {
 		}
 		if len(updates) > 0 && next <= updates[len(updates)-1].ID {
 			// The gateway refused one: give it a moment before asking again.
-			if !sleep(ctx, time.Second) {
+			if !channels.Sleep(ctx, time.Second) {
 				return
 			}
 		}
@@ -127,17 +129,6 @@ const (
 func pollBackoff(n int) time.Duration {
 	d := min(pollBackoffBase<<min(n-1, 10), pollBackoffMax)
 	return d/2 + rand.N(d/2+1)
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 // handleBatch hands a batch over: one goroutine per chat (at most 8 at once) keeps each
@@ -238,10 +229,10 @@ func (c *Channel) getUpdates(ctx context.Context, offset int64) ([]*models.Updat
 		} `json:"parameters"`
 	}
 	if err := json.Unmarshal(raw, &r); err != nil {
-		return nil, &apiError{msg: fmt.Sprintf("getUpdates: HTTP %d with an answer that is not JSON", resp.StatusCode)}
+		return nil, c.scrub.wrap(fmt.Errorf("getUpdates: HTTP %d with an answer that is not JSON", resp.StatusCode))
 	}
 	if !r.OK {
-		e := &apiError{msg: c.scrub.String(fmt.Sprintf("getUpdates: %d %s", r.ErrorCode, r.Description)), retryAfter: r.Parameters.RetryAfter}
+		e := &apiError{err: c.scrub.Wrap(fmt.Errorf("getUpdates: %d %s", r.ErrorCode, r.Description)), retryAfter: r.Parameters.RetryAfter}
 		switch r.ErrorCode {
 		case http.StatusUnauthorized, http.StatusNotFound:
 			e.kind = bot.ErrorUnauthorized

@@ -29,10 +29,7 @@ const maxUpload = 50 << 20
 // Open starts an answer in target's chat (and topic). In groups the answer quotes the
 // user's message (target.ReplyToID).
 func (c *Channel) Open(ctx context.Context, t channels.Target) (channels.Stream, error) {
-	c.mu.Lock()
-	running := c.state == stateRunning
-	c.mu.Unlock()
-	if !running {
+	if !c.life.Running() {
 		return nil, errors.New("telegram: the channel is not running")
 	}
 	chat, err := strconv.ParseInt(t.ChatID, 10, 64)
@@ -132,7 +129,7 @@ func (s *stream) startTyping() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), maxTyping)
 	first, done := make(chan struct{}), make(chan struct{})
-	ok := s.c.goRun(func(life context.Context) {
+	ok := s.c.life.Go(func(life context.Context) {
 		defer close(done)
 		unlink := context.AfterFunc(life, cancel)
 		defer unlink()
@@ -411,23 +408,14 @@ func (s *stream) sendPart(ctx context.Context, p channels.Part) error {
 
 // partData reads a media part, refusing what Telegram would refuse anyway.
 func partData(p channels.Part) ([]byte, error) {
-	if p.Data != nil {
-		if len(p.Data) > maxUpload {
-			return nil, fmt.Errorf("telegram: a %s part of %s is over Telegram's 50 MB upload limit", p.Type, humanSize(int64(len(p.Data))))
-		}
-		return p.Data, nil
+	b, err := channels.ReadPart(p, maxUpload)
+	if errors.Is(err, channels.ErrTooLarge) {
+		return nil, fmt.Errorf("telegram: %w: Telegram takes uploads of up to 50 MB", err)
 	}
-	if p.Path == "" {
-		return nil, fmt.Errorf("telegram: a %s part has neither data nor a path", p.Type)
-	}
-	info, err := os.Stat(p.Path)
 	if err != nil {
-		return nil, fmt.Errorf("telegram: reading a %s part: %w", p.Type, err)
+		return nil, fmt.Errorf("telegram: %w", err)
 	}
-	if info.Size() > maxUpload {
-		return nil, fmt.Errorf("telegram: %s is %s, over Telegram's 50 MB upload limit", filepath.Base(p.Path), humanSize(info.Size()))
-	}
-	return os.ReadFile(p.Path)
+	return b, nil
 }
 
 // toOggOpus converts audio to Telegram's voice-note format with ffmpeg.

@@ -59,21 +59,13 @@ type Channel struct {
 	lanes   map[int64]*lane // chats with media being fetched; see lanes.go
 	notices atomic.Int64    // access notices in flight
 
+	life *channels.Lifecycle // new → running → stopped; owns the goroutines
+
 	mu        sync.Mutex
-	state     int // stateNew, stateRunning, stateStopped
 	sink      channels.Sink
 	me        models.User
-	ctx       context.Context // lives from Start to Stop
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup
 	connected bool
 }
-
-const (
-	stateNew = iota
-	stateRunning
-	stateStopped
-)
 
 // New checks cfg and opts and returns an adapter that is not yet connected.
 func New(cfg Config, opts Options) (*Channel, error) {
@@ -87,7 +79,8 @@ func New(cfg Config, opts Options) (*Channel, error) {
 	cfg, opts = cfg.withDefaults(), opts.withDefaults()
 	c := &Channel{
 		cfg: cfg, opts: opts, log: opts.Logger.With("channel", Name),
-		scrub:     scrubber{token: cfg.Token.Reveal()},
+		scrub:     newScrubber(cfg.Token.Reveal(), cfg.WebhookSecret.Reveal()),
+		life:      channels.NewLifecycle(Name),
 		dedup:     channels.NewDedup(4096),
 		lanes:     map[int64]*lane{},
 		strangers: newNoticeLimiter(1024, time.Hour),
@@ -130,40 +123,56 @@ func (c *Channel) Name() string { return Name }
 // commands and starts receiving. It returns once Telegram answered, or with an error that
 // names the problem and never the token.
 func (c *Channel) Start(ctx context.Context, sink channels.Sink) error {
-	c.mu.Lock()
-	if c.state != stateNew {
-		c.mu.Unlock()
-		return errors.New("telegram: Start called twice (a stopped channel cannot be restarted; make a new one)")
+	life, err := c.life.Begin()
+	if err != nil {
+		return err
 	}
-	c.state = stateRunning
+	c.mu.Lock()
 	c.sink = sink
-	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.mu.Unlock()
+	// Start is work Stop waits for: a Stop meanwhile cancels life, which ends the start-up
+	// calls, and returns only once Start did, so that no goroutine or "connected" follows it.
+	if _, ok := c.life.Enter(); !ok {
+		c.life.Fail()
+		return fmt.Errorf("telegram: stopped while starting: %w", channels.ErrStopped)
+	}
+	err = c.start(ctx, life)
+	c.life.Leave()
+	if err != nil {
+		c.life.Fail()
+		c.opts.HTTPClient.CloseIdleConnections()
+		return err
+	}
+	return nil
+}
 
+// start is Start once running: life is the run context.
+func (c *Channel) start(ctx context.Context, life context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(life, cancel)()
 	if err := c.connect(ctx); err != nil {
-		c.mu.Lock()
-		c.state = stateStopped
-		c.cancel()
-		c.mu.Unlock()
+		if life.Err() != nil {
+			return fmt.Errorf("telegram: stopped while starting: %w", channels.ErrStopped)
+		}
 		return err
 	}
 	for _, d := range []string{c.mediaDir, c.inboxDir()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
-			c.Stop(context.Background())
 			return fmt.Errorf("telegram: cannot create a state directory: %w", err)
 		}
 	}
 	c.registerCommands(ctx)
-	c.goRun(c.janitor)
-	c.mu.Lock()
-	life := c.ctx
-	c.mu.Unlock()
+	c.life.Go(c.janitor)
 	c.replayInbox(life)
 	if c.cfg.Mode == ModePolling {
-		c.goRun(c.superviseLongPolling)
+		c.life.Go(c.superviseLongPolling)
+	}
+	if life.Err() != nil {
+		return fmt.Errorf("telegram: stopped while starting: %w", channels.ErrStopped)
 	}
 	c.setConnected(true, nil)
-	c.log.Info("telegram connected", "bot", "@"+c.me.Username, "mode", c.cfg.Mode)
+	c.log.Info("telegram connected", "bot", "@"+c.bot().Username, "mode", c.cfg.Mode)
 	return nil
 }
 
@@ -233,51 +242,16 @@ func (c *Channel) registerCommands(ctx context.Context) {
 
 // Stop ends polling, the webhook handler and every goroutine the adapter started.
 func (c *Channel) Stop(ctx context.Context) error {
-	c.mu.Lock()
-	if c.state != stateRunning {
-		c.state = stateStopped
-		c.mu.Unlock()
-		return nil
+	stopped, err := c.life.Stop(ctx)
+	if err != nil {
+		return err
 	}
-	c.state = stateStopped
-	c.cancel()
-	c.mu.Unlock()
-	done := make(chan struct{})
-	go func() { c.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		return fmt.Errorf("telegram: stop: %w", ctx.Err())
+	// Kept-alive connections to the Bot API would keep two goroutines each after Stop.
+	c.opts.HTTPClient.CloseIdleConnections()
+	if stopped {
+		c.setConnected(false, nil)
 	}
-	c.setConnected(false, nil)
 	return nil
-}
-
-// goRun runs fn on a goroutine that Stop waits for. It reports false after Stop.
-func (c *Channel) goRun(fn func(ctx context.Context)) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.state != stateRunning {
-		return false
-	}
-	c.wg.Add(1)
-	ctx := c.ctx
-	go func() {
-		defer c.wg.Done()
-		fn(ctx)
-	}()
-	return true
-}
-
-// enter registers work Stop must wait for (a webhook request); false once stopping.
-func (c *Channel) enter() (context.Context, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.state != stateRunning {
-		return nil, false
-	}
-	c.wg.Add(1)
-	return c.ctx, true
 }
 
 func (c *Channel) setConnected(up bool, err error) {

@@ -49,12 +49,12 @@ func (c *Channel) serveWebhook(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "the body is not a Telegram update", http.StatusBadRequest)
 		return
 	}
-	life, ok := c.enter()
+	life, ok := c.life.Enter()
 	if !ok {
 		http.Error(w, "not running", http.StatusServiceUnavailable)
 		return
 	}
-	defer c.wg.Done()
+	defer c.life.Leave()
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	stop := context.AfterFunc(life, cancel) // Stop ends the request's work too

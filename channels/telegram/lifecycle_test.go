@@ -1,0 +1,97 @@
+package telegram_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"gateway/channels"
+	"gateway/channels/channeltest"
+	"gateway/channels/telegram"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// A Start that fails (the fake rejects the token) leaves no goroutine behind, and the
+// channel is then stopped: Stop is a no-op and a second Start is refused.
+func TestFailedStartLeavesNoGoroutine(t *testing.T) {
+	f := newFixture(t)
+	cfg := f.config()
+	cfg.Token = badToken
+	before := goleak.IgnoreCurrent() // the fake and the test's own
+	ch, err := telegram.New(cfg, f.options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := channeltest.NewSink()
+	if err := ch.Start(context.Background(), sink); err == nil {
+		t.Fatal("Start succeeded with a rejected token")
+	}
+	goleak.VerifyNone(t, before)
+	stop(t, ch)
+	if err := ch.Start(context.Background(), sink); !errors.Is(err, channels.ErrStopped) {
+		t.Errorf("Start after a failed Start = %v; want ErrStopped", err)
+	}
+	if c := sink.Connections(); len(c) != 0 {
+		t.Errorf("a failed Start reported connections %+v", c)
+	}
+}
+
+// Start and Stop called at once, at every point of the start-up (getMe held back a
+// little so that Stop lands in the middle), neither deadlock nor leave a goroutine, and
+// never leave the channel reported connected.
+func TestConcurrentStartStop(t *testing.T) {
+	f := newFixture(t)
+	before := goleak.IgnoreCurrent()
+	for i := range 12 {
+		if i%2 == 0 {
+			f.srv.Slow("getMe", time.Duration(i)*5*time.Millisecond)
+		} else {
+			f.srv.Slow("getMe", 0)
+		}
+		ch, err := telegram.New(f.config(), f.options())
+		if err != nil {
+			t.Fatal(err)
+		}
+		sink := channeltest.NewSink()
+		var wg sync.WaitGroup
+		var startErr, stopErr error
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			startErr = ch.Start(context.Background(), sink)
+		}()
+		go func() {
+			defer wg.Done()
+			time.Sleep(time.Duration(i) * 3 * time.Millisecond)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			stopErr = ch.Stop(ctx)
+		}()
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("round %d: Start and Stop at once did not return (deadlock)", i)
+		}
+		if stopErr != nil {
+			t.Fatalf("round %d: Stop: %v", i, stopErr)
+		}
+		if startErr != nil && !errors.Is(startErr, channels.ErrStopped) {
+			t.Errorf("round %d: Start failed with %v; want success or ErrStopped", i, startErr)
+		}
+		stop(t, ch) // a second Stop is a no-op
+		if c := sink.Connections(); len(c) > 0 && c[len(c)-1].Up {
+			t.Errorf("round %d: after Stop the channel is reported connected (%+v)", i, c)
+		}
+		if _, err := ch.Open(context.Background(), channels.Target{Channel: telegram.Name, ChatID: "1001"}); err == nil {
+			t.Errorf("round %d: Open after Stop succeeded", i)
+		}
+		goleak.VerifyNone(t, before)
+	}
+}
