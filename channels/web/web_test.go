@@ -466,7 +466,12 @@ func TestPageIsSelfContained(t *testing.T) {
 	if !strings.Contains(csp, "script-src 'sha256-") || strings.Contains(csp, "unsafe-inline' ;") {
 		t.Errorf("CSP %q does not pin the page's script", csp)
 	}
-	if r, _ := http.Get(base + "/nothing-here"); r != nil && r.StatusCode != http.StatusNotFound {
+	r, err := http.Get(base + "/nothing-here")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Body.Close() // an unread, unclosed body keeps the client's connection goroutines alive
+	if r.StatusCode != http.StatusNotFound {
 		t.Errorf("GET /nothing-here = %s; the page must not swallow other paths", r.Status)
 	}
 }
