@@ -181,7 +181,7 @@ func (c *Channel) serveMedia(w http.ResponseWriter, r *http.Request) {
 	}
 	f, err := os.Open(it.path)
 	if err != nil {
-		c.log.Warn("media file unavailable", "err", err)
+		c.log.Warn("media file unavailable", "err", c.scrub.Wrap(err))
 		http.Error(w, "This media is no longer available.", http.StatusNotFound)
 		return
 	}
