@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -715,18 +717,34 @@ func TestMediaServedOnlyWhenPublished(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	voice := filepath.Join(t.TempDir(), "voice.ogg")
+	if err := os.WriteFile(voice, []byte("OggS fake"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	st, _ := ch.Open(context.Background(), channels.Target{Channel: "web", ChatID: "m"})
 	err = st.Send(context.Background(), channels.Frame{Type: channels.FrameParts, Parts: []channels.Part{
 		{Type: channels.PartImage, MIME: "image/png", Data: []byte("\x89PNG fake")},
 		{Type: channels.PartFile, MIME: "text/html", Data: []byte("<script>alert(1)</script>")},
 		{Type: channels.PartAudio, MIME: "audio/ogg", Path: "/does/not/exist.ogg"},
+		{Type: channels.PartFile, Path: t.TempDir()}, // not a regular file
+		{Type: channels.PartAudio, MIME: "audio/ogg", Path: voice},
 	}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	f := tb.next(t, "parts")
-	if len(f.Parts) != 3 {
+	if len(f.Parts) != 5 {
 		t.Fatalf("parts frame = %+v", f)
+	}
+	// The file's bytes were taken when the part was sent: the page loads them after it is gone.
+	if err := os.Remove(voice); err != nil {
+		t.Fatal(err)
+	}
+	if b := fetch(t, base+f.Parts[4].URL); string(b) != "OggS fake" {
+		t.Errorf("voice part served %q after its file was removed; want the bytes sent", b)
+	}
+	if p := f.Parts[3]; p.URL != "" || p.Type != "text" {
+		t.Errorf("a directory rendered as %+v; want a text note in its place", p)
 	}
 	for i, want := range []string{"image/png", "application/octet-stream"} {
 		resp, err := http.Get(base + f.Parts[i].URL)
