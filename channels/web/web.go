@@ -182,12 +182,16 @@ func (c *Channel) Stop(ctx context.Context) error {
 		return err
 	}
 	c.media.clear()
+	// Start holds c.mu from Begin until it has reported the connection, so the disconnect is
+	// reported after it; a Start that failed set no sink and reported nothing.
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.tempDir {
 		_ = os.RemoveAll(c.mediaDir)
 	}
-	c.mu.Unlock()
-	c.sink.Connected(Name, false, nil)
+	if c.sink != nil {
+		c.sink.Connected(Name, false, nil)
+	}
 	return err
 }
 
