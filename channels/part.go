@@ -12,7 +12,8 @@ import (
 var ErrTooLarge = errors.New("too large")
 
 // ReadPart returns a media part's bytes, from Data or its file, refusing more than max bytes
-// (max <= 0: no limit) without reading them all.
+// (max <= 0: no limit) without reading them all, and a path that is not a regular file (a
+// FIFO would block the read, a device never end it).
 func ReadPart(p Part, max int64) ([]byte, error) {
 	name := p.Name
 	if name == "" && p.Path != "" {
@@ -26,6 +27,13 @@ func ReadPart(p Part, max int64) ([]byte, error) {
 	}
 	if p.Path == "" {
 		return nil, fmt.Errorf("a %s part has neither data nor a path", p.Type)
+	}
+	fi, err := os.Stat(p.Path)
+	if err != nil {
+		return nil, fmt.Errorf("reading a %s part: %w", p.Type, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("reading a %s part: %s is not a regular file", p.Type, p.Path)
 	}
 	f, err := os.Open(p.Path)
 	if err != nil {

@@ -29,6 +29,12 @@ func TestReadPart(t *testing.T) {
 	if _, err := ReadPart(Part{Type: PartFile}, 0); err == nil {
 		t.Fatal("a part with nothing read as empty")
 	}
+	if _, err := ReadPart(Part{Type: PartFile, Path: t.TempDir()}, 0); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Fatalf("a directory: %v", err)
+	}
+	if _, err := ReadPart(Part{Type: PartFile, Path: filepath.Join(t.TempDir(), "gone")}, 0); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a missing file: %v", err)
+	}
 }
 
 func TestAccessValidateNamesTheKey(t *testing.T) {

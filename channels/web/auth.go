@@ -8,6 +8,8 @@ import (
 	"encoding/hex"
 	"net/http"
 	"strings"
+
+	"gateway/channels"
 )
 
 // The page cannot set headers on a WebSocket, so it offers the token as a subprotocol next
@@ -84,4 +86,11 @@ func (c *Channel) mediaAllowed(r *http.Request) bool {
 		return tokenMatches(tok, c.cfg.Token.Reveal())
 	}
 	return false
+}
+
+// newScrubber scrubs the token from what the channel logs and returns, in every form a
+// request carries it: plain (Authorization: Bearer) and base64url (the subprotocol), which
+// an error echoing a request header could hold.
+func newScrubber(token string) channels.Scrubber {
+	return channels.NewScrubber(token, base64.RawURLEncoding.EncodeToString([]byte(token)))
 }

@@ -171,3 +171,36 @@ func TestNoTokenConfiguredNeedsNone(t *testing.T) {
 		}
 	}
 }
+
+// An upgrade the WebSocket library refuses is logged with the library's error, which echoes
+// request headers: the token in them, plain or as the page encodes it, is scrubbed.
+func TestTokenScrubbedFromLoggedErrors(t *testing.T) {
+	logs := &channeltest.LogBuffer{}
+	ch := web.New(web.Config{Enabled: true, Token: secret.Secret(webToken)}, web.Options{Logger: logs.Logger(), MediaDir: t.TempDir()})
+	base := webtest.Serve(t, ch)
+	channeltest.Start(t, ch, channeltest.NewSink())
+	encoded := base64.RawURLEncoding.EncodeToString([]byte(webToken))
+	for _, version := range []string{webToken, "gateway.token." + encoded} {
+		req, _ := http.NewRequest(http.MethodGet, base+"/ws?chat_id=c1", nil)
+		req.Header.Set("Connection", "Upgrade")
+		req.Header.Set("Upgrade", "websocket")
+		req.Header.Set("Sec-WebSocket-Key", base64.StdEncoding.EncodeToString(make([]byte, 16)))
+		req.Header.Set("Sec-WebSocket-Version", version) // echoed by the library's error
+		req.Header.Set("Sec-WebSocket-Protocol", strings.Join(tokenProtocols(webToken), ", "))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Fatalf("upgrade with version %q = %s; want 400", version, resp.Status)
+		}
+	}
+	out := logs.String()
+	if !strings.Contains(out, "websocket accept failed") {
+		t.Fatalf("the refused upgrades were not logged: %q", out)
+	}
+	if strings.Contains(out, webToken) || strings.Contains(out, encoded) {
+		t.Errorf("the token appears in the logs: %q", out)
+	}
+}

@@ -74,13 +74,13 @@ func (k *conn) send(ctx context.Context, f wireFrame) error {
 // errorFrame tells the tab that its message (replyTo) was not taken, in plain words.
 func (c *Channel) errorFrame(ctx context.Context, k *conn, replyTo, text string) {
 	if err := k.send(ctx, wireFrame{Type: string(channels.FrameError), Text: text, ReplyTo: replyTo}); err != nil {
-		c.log.Debug("error frame not written", "err", err)
+		c.log.Debug("error frame not written", "err", c.scrub.Wrap(err))
 	}
 }
 
 func (c *Channel) serveWS(w http.ResponseWriter, r *http.Request) {
 	if err := checkOrigin(r); err != nil {
-		c.log.Warn("websocket refused", "err", err)
+		c.log.Warn("websocket refused", "err", c.scrub.Wrap(err))
 		http.Error(w, "Cross-origin WebSocket connections are not allowed.", http.StatusForbidden)
 		return
 	}
@@ -90,20 +90,19 @@ func (c *Channel) serveWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.mu.Lock()
-	if c.state != stateRunning {
+	ctx, running := c.life.Enter()
+	if !running {
 		c.mu.Unlock()
 		http.Error(w, "The web chat is not running.", http.StatusServiceUnavailable)
 		return
 	}
+	defer c.life.Leave()
 	if msg := c.fullLocked(chat); msg != "" {
 		c.mu.Unlock()
 		http.Error(w, msg, http.StatusServiceUnavailable)
 		return
 	}
-	ctx := c.ctx
-	c.wg.Add(1)
 	c.mu.Unlock()
-	defer c.wg.Done()
 
 	authorized := true
 	if c.cfg.Token.IsSet() {
@@ -118,7 +117,7 @@ func (c *Channel) serveWS(w http.ResponseWriter, r *http.Request) {
 	// The origin was checked above with loopback allowed, which Accept's own check does not know.
 	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true, Subprotocols: []string{subprotocol}})
 	if err != nil {
-		c.log.Debug("websocket accept failed", "err", err)
+		c.log.Debug("websocket accept failed", "err", c.scrub.Wrap(err))
 		return
 	}
 	if !authorized {
@@ -137,8 +136,7 @@ func (c *Channel) serveWS(w http.ResponseWriter, r *http.Request) {
 	// The pinger ends with this socket, not only with the channel.
 	kctx, kcancel := context.WithCancel(ctx)
 	defer kcancel()
-	c.wg.Add(1)
-	go c.keepAlive(kctx, k)
+	c.life.Go(func(context.Context) { c.keepAlive(kctx, k) })
 
 	hello := wireFrame{Type: "hello", ChatID: chat, MaxUploadBytes: c.cfg.MaxUploadBytes}
 	if chat != "" {
@@ -168,7 +166,6 @@ func (c *Channel) serveWS(w http.ResponseWriter, r *http.Request) {
 
 // keepAlive pings so that a tab that vanished (laptop lid, lost Wi-Fi) is noticed and closed.
 func (c *Channel) keepAlive(ctx context.Context, k *conn) {
-	defer c.wg.Done()
 	t := time.NewTicker(pingInterval)
 	defer t.Stop()
 	for {
@@ -201,7 +198,7 @@ func (c *Channel) fullLocked(chat string) string {
 func (c *Channel) register(k *conn, chat string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.state != stateRunning {
+	if !c.life.Running() {
 		return errors.New("gateway stopping")
 	}
 	if msg := c.fullLocked(chat); msg != "" {
@@ -342,7 +339,7 @@ func (c *Channel) handle(ctx context.Context, k *conn, data []byte) {
 		path, err := c.saveUpload(audio, audioMIME)
 		if err != nil {
 			c.dedup.Forget(key)
-			c.log.Error("voice note not saved", "chat", chat, "err", err)
+			c.log.Error("voice note not saved", "chat", chat, "err", c.scrub.Wrap(err))
 			c.errorFrame(ctx, k, reply, "The voice note could not be saved on the server; please try again.")
 			return
 		}
@@ -368,7 +365,7 @@ func (c *Channel) handle(ctx context.Context, k *conn, data []byte) {
 		if saved != "" {
 			c.media.forget(saved)
 		}
-		c.log.Warn("message not taken by the gateway", "chat", chat, "id", in.ID, "err", err)
+		c.log.Warn("message not taken by the gateway", "chat", chat, "id", in.ID, "err", c.scrub.Wrap(err))
 		c.errorFrame(ctx, k, reply, deliverFailure(err, ctx))
 		return
 	}

@@ -2,8 +2,6 @@ package web
 
 import (
 	"bytes"
-	"errors"
-	"fmt"
 	"mime"
 	"net/http"
 	"os"
@@ -19,13 +17,14 @@ import (
 // channel wrote are deleted, so a chatty user cannot fill the disk or memory.
 const (
 	maxMediaEntries = 256
-	maxMediaBytes   = 256 << 20 // in-memory parts plus uploaded files
+	maxMediaBytes   = 256 << 20 // parts sent plus uploaded files
+	maxPartBytes    = 64 << 20  // one part sent; a larger one is replaced by a note
 )
 
 type mediaItem struct {
 	id     string
-	path   string // a file on disk; "" when data holds the bytes
-	data   []byte
+	path   string // an upload on disk; "" when data holds the bytes
+	data   []byte // a part sent, served under /media/{id}
 	mime   string
 	size   int64 // counted against maxMediaBytes
 	owned  bool  // written by the channel: deleted when forgotten
@@ -111,33 +110,19 @@ func (s *mediaStore) clear() {
 	}
 }
 
-// publish makes a part of an answer renderable by the page: media gets a /media URL.
+// publish makes a part of an answer renderable by the page: media gets a /media URL. The
+// bytes are read now, so the page can still load them when the file is gone.
 func (c *Channel) publish(p channels.Part) (wirePart, error) {
 	wp := wirePart{Type: string(p.Type), Text: p.Text, MIME: p.MIME, Name: p.Name, Size: p.Size, Duration: p.Duration, Voice: p.Voice}
 	if p.Type == channels.PartText {
 		return wp, nil
 	}
-	it := &mediaItem{id: randomID(16), mime: servedType(p.MIME, p.Type), public: true}
-	switch {
-	case p.Data != nil:
-		it.data = p.Data
-		it.size = int64(len(p.Data))
-		wp.Size = it.size
-	case p.Path != "":
-		fi, err := os.Stat(p.Path)
-		if err != nil {
-			return wp, fmt.Errorf("media part: %w", err)
-		}
-		if !fi.Mode().IsRegular() {
-			return wp, fmt.Errorf("media part %s is not a regular file", p.Path)
-		}
-		it.path = p.Path
-		if wp.Size == 0 {
-			wp.Size = fi.Size()
-		}
-	default:
-		return wp, errors.New("media part has neither data nor path")
+	b, err := channels.ReadPart(p, maxPartBytes)
+	if err != nil {
+		return wp, err
 	}
+	it := &mediaItem{id: randomID(16), data: b, size: int64(len(b)), mime: servedType(p.MIME, p.Type), public: true}
+	wp.Size = it.size
 	c.media.add(it)
 	wp.URL = "/media/" + it.id
 	wp.MIME = it.mime
@@ -175,21 +160,5 @@ func (c *Channel) serveMedia(w http.ResponseWriter, r *http.Request) {
 	if it.mime == "application/octet-stream" {
 		h.Set("Content-Disposition", "attachment")
 	}
-	if it.path == "" {
-		http.ServeContent(w, r, "", it.added, bytes.NewReader(it.data))
-		return
-	}
-	f, err := os.Open(it.path)
-	if err != nil {
-		c.log.Warn("media file unavailable", "err", err)
-		http.Error(w, "This media is no longer available.", http.StatusNotFound)
-		return
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil || !fi.Mode().IsRegular() {
-		http.Error(w, "This media is no longer available.", http.StatusNotFound)
-		return
-	}
-	http.ServeContent(w, r, "", fi.ModTime(), f)
+	http.ServeContent(w, r, "", it.added, bytes.NewReader(it.data))
 }

@@ -71,24 +71,16 @@ type Channel struct {
 	media     *mediaStore
 	history   *histories
 	pageCSP   string
+	life      *channels.Lifecycle // socket handlers and their pingers run under it
+	scrub     channels.Scrubber   // the token, from every error logged or returned
 
 	mu       sync.Mutex
-	state    int // stateNew, stateRunning, stateStopped
 	sink     channels.Sink
 	mediaDir string
 	tempDir  bool // mediaDir was created by Start and is removed by Stop
-	ctx      context.Context
-	cancel   context.CancelFunc
 	all      map[*conn]struct{}
 	byChat   map[string]map[*conn]struct{}
-	wg       sync.WaitGroup // socket handlers and their pingers
 }
-
-const (
-	stateNew = iota
-	stateRunning
-	stateStopped
-)
 
 var (
 	_ channels.Channel     = (*Channel)(nil)
@@ -112,6 +104,8 @@ func New(cfg Config, opts Options) *Channel {
 		media:     newMediaStore(),
 		history:   newHistories(),
 		pageCSP:   pageCSP(page),
+		life:      channels.NewLifecycle(Name),
+		scrub:     newScrubber(cfg.Token.Reveal()),
 		mediaDir:  opts.MediaDir,
 		all:       map[*conn]struct{}{},
 		byChat:    map[string]map[*conn]struct{}{},
@@ -134,62 +128,70 @@ func (c *Channel) Start(ctx context.Context, sink channels.Sink) error {
 	if sink == nil {
 		return errors.New("web: start: nil sink")
 	}
+	// Sockets are let in under c.mu (serveWS), so none is served before the sink is set.
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	switch c.state {
-	case stateRunning:
-		return nil
-	case stateStopped:
-		return errors.New("web: start: the channel was stopped; create a new one")
+	if _, err := c.life.Begin(); err != nil {
+		return err
 	}
+	if err := c.makeMediaDir(); err != nil {
+		c.life.Fail()
+		return c.scrub.Wrap(fmt.Errorf("web: start: %w", err))
+	}
+	c.sink = sink
+	sink.Connected(Name, true, nil)
+	return nil
+}
+
+// makeMediaDir creates the directory uploads are written to: the one configured, or a
+// private temporary one that Stop removes.
+func (c *Channel) makeMediaDir() error {
 	if c.mediaDir == "" {
 		dir, err := os.MkdirTemp("", "gateway-web-*")
 		if err != nil {
-			return fmt.Errorf("web: start: create a media directory: %w", err)
+			return fmt.Errorf("create a media directory: %w", err)
 		}
 		c.mediaDir, c.tempDir = dir, true
-	} else if err := os.MkdirAll(c.mediaDir, 0o700); err != nil {
-		return fmt.Errorf("web: start: create media directory %s: %w", c.mediaDir, err)
+		return nil
 	}
-	c.sink = sink
-	c.ctx, c.cancel = context.WithCancel(context.Background())
-	c.state = stateRunning
-	sink.Connected(Name, true, nil)
+	if err := os.MkdirAll(c.mediaDir, 0o700); err != nil {
+		return fmt.Errorf("create media directory %s: %w", c.mediaDir, err)
+	}
 	return nil
 }
 
 // Stop closes every socket and returns once their goroutines have ended, or ctx is done.
 func (c *Channel) Stop(ctx context.Context) error {
+	// Close with a status while the run context still lives, so the page knows the server
+	// went away (it reconnects with backoff); cancelling it first would cut the sockets.
 	c.mu.Lock()
-	if c.state != stateRunning {
-		c.state = stateStopped
-		c.mu.Unlock()
-		return nil
-	}
-	c.state = stateStopped
 	conns := make([]*conn, 0, len(c.all))
 	for k := range c.all {
 		conns = append(conns, k)
 	}
 	c.mu.Unlock()
-
-	// Close with a status so the page knows the server went away (it reconnects with backoff).
 	var closing sync.WaitGroup
 	for _, k := range conns {
 		closing.Go(func() { _ = k.ws.Close(websocket.StatusGoingAway, "gateway stopping") })
 	}
 	closing.Wait()
-	c.cancel() // ends Deliver calls in flight and sockets accepted meanwhile
 
-	err := channels.Await(ctx, c.wg.Wait)
-	if err != nil {
-		err = fmt.Errorf("web: stop: %w", err)
+	// Cancelling the run context ends Deliver calls in flight and sockets accepted meanwhile.
+	stopped, err := c.life.Stop(ctx)
+	if !stopped {
+		return err
 	}
 	c.media.clear()
+	// Start holds c.mu from Begin until it has reported the connection, so the disconnect is
+	// reported after it; a Start that failed set no sink and reported nothing.
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.tempDir {
 		_ = os.RemoveAll(c.mediaDir)
 	}
-	c.sink.Connected(Name, false, nil)
+	if c.sink != nil {
+		c.sink.Connected(Name, false, nil)
+	}
 	return err
 }
 
@@ -197,10 +199,7 @@ func (c *Channel) Stop(ctx context.Context) error {
 // with no open socket is not an error: the browser went away, and the page shows the
 // conversation again when the user comes back only as far as it had seen it.
 func (c *Channel) Open(ctx context.Context, target channels.Target) (channels.Stream, error) {
-	c.mu.Lock()
-	state := c.state
-	c.mu.Unlock()
-	if state != stateRunning {
+	if !c.life.Running() {
 		return nil, errors.New("web: open: the channel is not running")
 	}
 	return &stream{c: c, chatID: target.ChatID, replyTo: target.ReplyToID}, nil
@@ -228,7 +227,7 @@ func (s *stream) Send(ctx context.Context, f channels.Frame) error {
 		wp, err := s.c.publish(p)
 		if err != nil {
 			// Deliver the rest of the answer; the user sees a note instead of this part.
-			s.c.log.Warn("part not delivered", "chat", s.chatID, "type", p.Type, "err", err)
+			s.c.log.Warn("part not delivered", "chat", s.chatID, "type", p.Type, "err", s.c.scrub.Wrap(err))
 			wp = wirePart{Type: string(channels.PartText), Text: "(an attachment could not be delivered)"}
 		}
 		wf.Parts = append(wf.Parts, wp)
@@ -273,7 +272,7 @@ func (c *Channel) broadcast(ctx context.Context, chat string, f wireFrame) {
 	c.mu.Unlock()
 	for _, k := range targets {
 		if err := k.send(ctx, f); err != nil && ctx.Err() == nil {
-			c.log.Debug("frame not written; closing the socket", "chat", chat, "frame", f.Type, "err", err)
+			c.log.Debug("frame not written; closing the socket", "chat", chat, "frame", f.Type, "err", c.scrub.Wrap(err))
 			_ = k.ws.CloseNow()
 		}
 	}

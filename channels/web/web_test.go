@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -25,6 +27,10 @@ func TestConformance(t *testing.T) {
 	channeltest.Run(t, func(t *testing.T) channeltest.Platform { return &platform{t: t, tabs: map[string]*tab{}} })
 }
 
+// conformanceToken is the web chat's token in the conformance run, so that the suite checks
+// that it never reaches the channel's logs or errors.
+const conformanceToken = "conformance-web-token-0451"
+
 // platform is the web chat's "platform": the channel served on 127.0.0.1 and, per chat, a
 // browser tab played by a real WebSocket client speaking the page's protocol.
 type platform struct {
@@ -40,7 +46,7 @@ func (p *platform) Features() channeltest.Features {
 }
 
 func (p *platform) NewChannel(t testing.TB, env channeltest.Env) channels.Channel {
-	ch := web.New(web.Config{Enabled: true}, web.Options{Logger: env.Logger, MediaDir: env.StateDir})
+	ch := web.New(web.Config{Enabled: true, Token: conformanceToken}, web.Options{Logger: env.Logger, MediaDir: env.StateDir})
 	base := webtest.Serve(t, ch)
 	p.mu.Lock()
 	p.base, p.tabs = base, map[string]*tab{}
@@ -48,7 +54,7 @@ func (p *platform) NewChannel(t testing.TB, env channeltest.Env) channels.Channe
 	return &tabChannel{Channel: ch, p: p}
 }
 
-func (p *platform) Secrets() []string { return nil }
+func (p *platform) Secrets() []string { return []string{conformanceToken} }
 
 func (p *platform) Inject(t testing.TB, in channeltest.Inbound) string {
 	t.Helper()
@@ -108,7 +114,7 @@ func (p *platform) tab(chat string) (*tab, error) {
 	if tb := p.tabs[chat]; tb != nil {
 		return tb, nil
 	}
-	tb, err := openTab(p.t, p.base, chat)
+	tb, err := openTabWith(p.t, p.base, chat, conformanceToken)
 	if err != nil {
 		return nil, err
 	}
@@ -203,10 +209,11 @@ type historyEntry struct {
 // tab is one browser tab on a chat: a WebSocket client that renders frames into Posted the
 // way the page does (a streamed answer is one bubble that grows; audio parts are fetched).
 type tab struct {
-	t    testing.TB
-	base string
-	ws   *websocket.Conn
-	done chan struct{}
+	t     testing.TB
+	base  string
+	token string // brought as Authorization: Bearer when set
+	ws    *websocket.Conn
+	done  chan struct{}
 
 	mu           sync.Mutex
 	frames       []serverFrame
@@ -219,14 +226,17 @@ type tab struct {
 	closeErr     error
 }
 
-func openTab(t testing.TB, base, chat string) (*tab, error) {
+func openTab(t testing.TB, base, chat string) (*tab, error) { return openTabWith(t, base, chat, "") }
+
+// openTabWith opens a tab that brings token (none when "").
+func openTabWith(t testing.TB, base, chat, token string) (*tab, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	url := "ws" + strings.TrimPrefix(base, "http") + "/ws"
 	if chat != "" {
 		url += "?chat_id=" + chat
 	}
-	ws, _, err := websocket.Dial(ctx, url, nil)
+	ws, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: bearer(token)})
 	if err != nil {
 		return nil, fmt.Errorf("open a tab on chat %s: %w", chat, err)
 	}
@@ -240,7 +250,7 @@ func openTab(t testing.TB, base, chat string) (*tab, error) {
 		ws.CloseNow()
 		return nil, fmt.Errorf("first frame %s (%v); want hello for chat %s", data, err, chat)
 	}
-	tb := &tab{t: t, base: base, ws: ws, done: make(chan struct{}), cur: -1, reply: map[string]int{}}
+	tb := &tab{t: t, base: base, token: token, ws: ws, done: make(chan struct{}), cur: -1, reply: map[string]int{}}
 	go tb.read()
 	t.Cleanup(func() { ws.CloseNow(); <-tb.done })
 	return tb, nil
@@ -269,7 +279,7 @@ func (tb *tab) render(f serverFrame) {
 	var fetched [][]byte
 	for _, p := range f.Parts {
 		if p.URL != "" {
-			fetched = append(fetched, fetch(tb.t, tb.base+p.URL))
+			fetched = append(fetched, fetchWith(tb.t, tb.base+p.URL, tb.token))
 		} else {
 			fetched = append(fetched, nil)
 		}
@@ -320,10 +330,14 @@ func (tb *tab) render(f serverFrame) {
 	tb.answerFrames++
 }
 
-func fetch(t testing.TB, url string) []byte {
+func fetch(t testing.TB, url string) []byte { return fetchWith(t, url, "") }
+
+// fetchWith gets url bringing token (none when "").
+func fetchWith(t testing.TB, url, token string) []byte {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	req.Header = bearer(token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Errorf("fetch %s: %v", url, err)
@@ -335,6 +349,15 @@ func fetch(t testing.TB, url string) []byte {
 		t.Errorf("fetch %s: %s %v", url, resp.Status, err)
 	}
 	return b
+}
+
+// bearer is the Authorization header that brings token, or no header when token is "".
+func bearer(token string) http.Header {
+	h := http.Header{}
+	if token != "" {
+		h.Set("Authorization", "Bearer "+token)
+	}
+	return h
 }
 
 func (tb *tab) write(t testing.TB, v any) {
@@ -466,7 +489,12 @@ func TestPageIsSelfContained(t *testing.T) {
 	if !strings.Contains(csp, "script-src 'sha256-") || strings.Contains(csp, "unsafe-inline' ;") {
 		t.Errorf("CSP %q does not pin the page's script", csp)
 	}
-	if r, _ := http.Get(base + "/nothing-here"); r != nil && r.StatusCode != http.StatusNotFound {
+	r, err := http.Get(base + "/nothing-here")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Body.Close() // an unread, unclosed body keeps the client's connection goroutines alive
+	if r.StatusCode != http.StatusNotFound {
 		t.Errorf("GET /nothing-here = %s; the page must not swallow other paths", r.Status)
 	}
 }
@@ -710,18 +738,34 @@ func TestMediaServedOnlyWhenPublished(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	voice := filepath.Join(t.TempDir(), "voice.ogg")
+	if err := os.WriteFile(voice, []byte("OggS fake"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	st, _ := ch.Open(context.Background(), channels.Target{Channel: "web", ChatID: "m"})
 	err = st.Send(context.Background(), channels.Frame{Type: channels.FrameParts, Parts: []channels.Part{
 		{Type: channels.PartImage, MIME: "image/png", Data: []byte("\x89PNG fake")},
 		{Type: channels.PartFile, MIME: "text/html", Data: []byte("<script>alert(1)</script>")},
 		{Type: channels.PartAudio, MIME: "audio/ogg", Path: "/does/not/exist.ogg"},
+		{Type: channels.PartFile, Path: t.TempDir()}, // not a regular file
+		{Type: channels.PartAudio, MIME: "audio/ogg", Path: voice},
 	}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	f := tb.next(t, "parts")
-	if len(f.Parts) != 3 {
+	if len(f.Parts) != 5 {
 		t.Fatalf("parts frame = %+v", f)
+	}
+	// The file's bytes were taken when the part was sent: the page loads them after it is gone.
+	if err := os.Remove(voice); err != nil {
+		t.Fatal(err)
+	}
+	if b := fetch(t, base+f.Parts[4].URL); string(b) != "OggS fake" {
+		t.Errorf("voice part served %q after its file was removed; want the bytes sent", b)
+	}
+	if p := f.Parts[3]; p.URL != "" || p.Type != "text" {
+		t.Errorf("a directory rendered as %+v; want a text note in its place", p)
 	}
 	for i, want := range []string{"image/png", "application/octet-stream"} {
 		resp, err := http.Get(base + f.Parts[i].URL)
