@@ -32,11 +32,12 @@ import (
 const Name = "discord"
 
 const (
-	maxLen         = 2000 // characters (runes) in one message
-	requestTimeout = 30 * time.Second
-	inboxSize      = 256
-	mediaMaxAge    = 24 * time.Hour
-	discordLogOff  = -1 // below discordgo.LogError: discordgo logs through the std logger, not slog
+	maxLen          = 2000 // characters (runes) in one message
+	requestTimeout  = 30 * time.Second
+	optionalTimeout = 10 * time.Second // one typing call or streaming preview
+	inboxSize       = 256
+	mediaMaxAge     = 24 * time.Hour
+	discordLogOff   = -1 // below discordgo.LogError: discordgo logs through the std logger, not slog
 )
 
 var (
@@ -61,8 +62,8 @@ type Channel struct {
 	client      *http.Client // REST (discordgo) and attachment downloads
 	dialer      *dialer
 	mediaDir    string
-	pacer       *pace.Pacer
-	policy      pace.Policy
+	send        channels.Sender // every REST call: sends to a chat, look-ups, Start's check
+	optional    channels.Sender // send's Pacer, one short attempt: typing, streaming previews
 	dedup       *channels.Dedup
 	guard       *botGuard
 	chans       *cache[chanInfo]
@@ -95,8 +96,12 @@ func New(cfg Config, opts Options) (*Channel, error) {
 		scrub:  channels.NewScrubber(cfg.token()),
 		dialer: newDialer(),
 		// Discord allows 5 messages per 5 s per channel and 50 requests/s overall.
-		pacer:       pace.New(pace.Limits{Global: 40, GlobalBurst: 40, PerKey: 1, PerKeyBurst: 5}),
-		policy:      pace.Policy{Attempts: 5, Base: 500 * time.Millisecond, Max: time.Minute},
+		send: channels.Sender{
+			Pacer:    pace.New(pace.Limits{Global: 40, GlobalBurst: 40, PerKey: 1, PerKeyBurst: 5}),
+			Policy:   pace.Policy{Attempts: 5, Base: 500 * time.Millisecond, Max: time.Minute},
+			Timeout:  requestTimeout,
+			Classify: retryable,
+		},
 		dedup:       channels.NewDedup(4096),
 		guard:       newBotGuard(),
 		chans:       newCache[chanInfo](4096, time.Hour),
@@ -107,6 +112,13 @@ func New(cfg Config, opts Options) (*Channel, error) {
 		lost:        make(chan struct{}, 1),
 		life:        channels.NewLifecycle(Name),
 	}
+	c.send.Scrub = c.scrub
+	c.send.OnHold = func(key string, d time.Duration) {
+		c.log.Warn("discord: rate limited; holding sends to the channel", "chat_id", key, "wait", d)
+	}
+	// Sharing the Pacer, a 429 on either Sender holds the chat for both.
+	c.optional = c.send
+	c.optional.Policy, c.optional.Timeout = pace.Policy{Attempts: 1}, optionalTimeout
 	if cfg.APIURL != "" {
 		c.api, _ = url.Parse(cfg.APIURL) // Validate checked it
 	}
@@ -146,7 +158,7 @@ func (c *Channel) newSession() *discordgo.Session {
 	s.Client = c.client
 	s.Dialer = &websocket.Dialer{NetDialContext: c.dialer.dial, HandshakeTimeout: 15 * time.Second, Proxy: http.ProxyFromEnvironment}
 	s.UserAgent = "DiscordBot (https://github.com/bwmarrin/discordgo, v" + discordgo.VERSION + ") gateway"
-	s.ShouldRetryOnRateLimit = false // our pace.Do honours retry_after, bounded
+	s.ShouldRetryOnRateLimit = false // our Sender honours retry_after, bounded
 	s.MaxRestRetries = 0             // likewise for 5xx
 	s.ShouldReconnectOnError = false // its loop cannot be stopped; supervise does it
 	s.StateEnabled = false           // we need no guild cache; it would only grow
@@ -206,18 +218,18 @@ func (c *Channel) Start(ctx context.Context, sink channels.Sink) error {
 
 	c.pruneMedia()
 	var me *discordgo.User
-	err = pace.Do(ctx, c.policy, func(ctx context.Context) (err error) {
-		ctx, cancel := context.WithTimeout(ctx, requestTimeout)
-		defer cancel()
+	rejected := false
+	err = c.send.Do(ctx, "", func(ctx context.Context) (err error) {
 		me, err = c.s.User("@me", discordgo.WithContext(ctx))
-		return retryable(err)
+		rejected = isStatus(err, http.StatusUnauthorized)
+		return unwrapURL(err)
 	})
 	if err != nil {
 		c.fail()
-		if isStatus(err, http.StatusUnauthorized) {
+		if rejected {
 			return errTokenRejected
 		}
-		return fmt.Errorf("discord: cannot reach the Discord API at %s: %w", c.apiHost(), c.scrub.Wrap(unwrapURL(err)))
+		return fmt.Errorf("discord: cannot reach the Discord API at %s: %w", c.apiHost(), err)
 	}
 	id := me.ID
 	c.botID.Store(&id)

@@ -79,9 +79,10 @@ func (st *stream) Send(ctx context.Context, f channels.Frame) error {
 		st.startTyping(ctx)
 	case channels.FrameDelta:
 		st.buf.WriteString(f.Text)
-		if time.Since(st.lastRender) >= editEvery {
-			// A failed intermediate edit is not final: done renders the whole text again.
-			if err := st.render(ctx, st.buf.String(), false); err != nil {
+		// A preview skips its turn while a 429 holds the chat, and a failed one is not
+		// final: the next turn, or done, renders the whole text again.
+		if time.Since(st.lastRender) >= editEvery && !st.c.send.Held(st.dest) {
+			if err := st.render(ctx, &st.c.optional, st.buf.String(), false); err != nil {
 				if ctx.Err() != nil {
 					return err
 				}
@@ -89,7 +90,7 @@ func (st *stream) Send(ctx context.Context, f channels.Frame) error {
 			}
 		}
 	case channels.FrameParts:
-		if err := st.render(ctx, st.buf.String(), false); err != nil {
+		if err := st.render(ctx, &st.c.send, st.buf.String(), false); err != nil {
 			return err
 		}
 		for _, p := range f.Parts {
@@ -103,7 +104,7 @@ func (st *stream) Send(ctx context.Context, f channels.Frame) error {
 		if text == "" {
 			text = st.buf.String()
 		}
-		return st.render(ctx, text, true)
+		return st.render(ctx, &st.c.send, text, true)
 	case channels.FrameError:
 		st.finish()
 		text := f.Text
@@ -151,17 +152,25 @@ func (st *stream) startTyping(ctx context.Context) {
 	}()
 }
 
+// typing shows typing in dest once; it skips its turn while a 429 holds the chat.
 func (c *Channel) typing(ctx context.Context, dest string) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	if c.optional.Held(dest) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, optionalTimeout)
 	defer cancel()
-	if err := c.s.ChannelTyping(dest, discordgo.WithContext(ctx)); err != nil && ctx.Err() == nil {
-		c.log.Debug("discord: typing failed", "chat_id", dest, "err", c.scrub.Wrap(err))
+	err := c.optional.Do(ctx, dest, func(ctx context.Context) error {
+		return c.s.ChannelTyping(dest, discordgo.WithContext(ctx))
+	})
+	if err != nil && ctx.Err() == nil {
+		c.log.Debug("discord: typing failed", "chat_id", dest, "err", err)
 	}
 }
 
 // render makes the posted messages show text: edits what changed, posts what is new,
-// and (final) deletes leftovers when the text got shorter.
-func (st *stream) render(ctx context.Context, text string, final bool) error {
+// and (final) deletes leftovers when the text got shorter; through s, which is
+// c.optional for a streaming preview.
+func (st *stream) render(ctx context.Context, s *channels.Sender, text string, final bool) error {
 	st.lastRender = time.Now()
 	var chunks []string
 	for _, ch := range markdown.Split(text, maxLen, utf8.RuneCountInString) {
@@ -174,22 +183,24 @@ func (st *stream) render(ctx context.Context, text string, final bool) error {
 			if st.msgs[i].text == ch {
 				continue
 			}
-			if err := st.c.edit(ctx, st.dest, st.msgs[i].id, ch); err != nil {
+			if err := st.c.edit(ctx, s, st.dest, st.msgs[i].id, ch); err != nil {
 				return err
 			}
 			st.msgs[i].text = ch
 			continue
 		}
-		id, err := st.c.postText(ctx, st.dest, ch, st.takeRef())
+		ref := st.ref
+		id, err := st.c.postText(ctx, s, st.dest, ch, ref)
 		if err != nil {
 			return err
 		}
+		st.ref = nil
 		st.msgs = append(st.msgs, posted{id: id, text: ch})
 	}
 	if final {
 		for len(st.msgs) > len(chunks) {
 			last := st.msgs[len(st.msgs)-1]
-			if err := st.c.remove(ctx, st.dest, last.id); err != nil {
+			if err := st.c.remove(ctx, s, st.dest, last.id); err != nil {
 				return err
 			}
 			st.msgs = st.msgs[:len(st.msgs)-1]
@@ -204,7 +215,7 @@ func (st *stream) post(ctx context.Context, text string) error {
 		if strings.TrimSpace(ch) == "" {
 			continue
 		}
-		if _, err := st.c.postText(ctx, st.dest, ch, st.takeRef()); err != nil {
+		if _, err := st.c.postText(ctx, &st.c.send, st.dest, ch, st.takeRef()); err != nil {
 			return err
 		}
 	}
@@ -232,28 +243,24 @@ func isOgg(m string) bool {
 	return strings.HasPrefix(m, "audio/ogg") || strings.HasPrefix(m, "audio/opus")
 }
 
-// call runs fn with the pacer (when key is set) and bounded retries: 429 waits
-// retry_after, 5xx and network errors back off, anything else is final.
+// call runs fn through the send Sender (paced and held per chat when key is set, retried:
+// a 429 waits retry_after, 5xx and network errors back off, anything else is final).
 func (c *Channel) call(ctx context.Context, key, what string, fn func(ctx context.Context) error) error {
+	return c.callWith(ctx, &c.send, key, what, fn)
+}
+
+// callWith is call through s, and names the failed operation in the error.
+func (c *Channel) callWith(ctx context.Context, s *channels.Sender, key, what string, fn func(ctx context.Context) error) error {
 	if !c.life.Running() {
 		return errors.New("discord: the channel is not running")
 	}
-	err := pace.Do(ctx, c.policy, func(ctx context.Context) error {
-		if key != "" {
-			if err := c.pacer.Wait(ctx, key); err != nil {
-				return err
-			}
-		}
-		ctx, cancel := context.WithTimeout(ctx, requestTimeout)
-		defer cancel()
-		return retryable(fn(ctx))
-	})
-	if err != nil {
-		return fmt.Errorf("discord: %s in channel %s: %w", what, key, c.scrub.Wrap(err, pace.ErrRetryTooLong))
+	if err := s.Do(ctx, key, fn); err != nil {
+		return fmt.Errorf("discord: %s in channel %s: %w", what, key, err)
 	}
 	return nil
 }
 
+// retryable is the Senders' Classify: Discord's answers marked for pace.Do.
 func retryable(err error) error {
 	if err == nil {
 		return nil
@@ -288,9 +295,9 @@ func isStatus(err error, code int) bool {
 	return errors.As(err, &ae) && ae.Code == code
 }
 
-func (c *Channel) postText(ctx context.Context, dest, text string, ref *discordgo.MessageReference) (string, error) {
+func (c *Channel) postText(ctx context.Context, s *channels.Sender, dest, text string, ref *discordgo.MessageReference) (string, error) {
 	var m *discordgo.Message
-	err := c.call(ctx, dest, "send a message", func(ctx context.Context) (err error) {
+	err := c.callWith(ctx, s, dest, "send a message", func(ctx context.Context) (err error) {
 		m, err = c.s.ChannelMessageSendComplex(dest, &discordgo.MessageSend{Content: text, Reference: ref, AllowedMentions: noPings()}, discordgo.WithContext(ctx))
 		return err
 	})
@@ -300,15 +307,15 @@ func (c *Channel) postText(ctx context.Context, dest, text string, ref *discordg
 	return m.ID, nil
 }
 
-func (c *Channel) edit(ctx context.Context, dest, id, text string) error {
-	return c.call(ctx, dest, "edit a message", func(ctx context.Context) error {
+func (c *Channel) edit(ctx context.Context, s *channels.Sender, dest, id, text string) error {
+	return c.callWith(ctx, s, dest, "edit a message", func(ctx context.Context) error {
 		_, err := c.s.ChannelMessageEditComplex(&discordgo.MessageEdit{ID: id, Channel: dest, Content: &text, AllowedMentions: noPings()}, discordgo.WithContext(ctx))
 		return err
 	})
 }
 
-func (c *Channel) remove(ctx context.Context, dest, id string) error {
-	return c.call(ctx, dest, "delete a message", func(ctx context.Context) error {
+func (c *Channel) remove(ctx context.Context, s *channels.Sender, dest, id string) error {
+	return c.callWith(ctx, s, dest, "delete a message", func(ctx context.Context) error {
 		return c.s.ChannelMessageDelete(dest, id, discordgo.WithContext(ctx))
 	})
 }

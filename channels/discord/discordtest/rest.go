@@ -142,6 +142,13 @@ func (s *Server) getRoles(w http.ResponseWriter, r *http.Request, _ Bot, _ *Call
 
 func (s *Server) postTyping(w http.ResponseWriter, r *http.Request, bot Bot, _ *Call) {
 	s.mu.Lock()
+	if s.typingFailN > 0 {
+		s.typingFailN--
+		after := s.typingAfter
+		s.mu.Unlock()
+		rateLimited(w, after)
+		return
+	}
 	s.channelLocked(r.PathValue("cid"), bot.ID)
 	s.typing[r.PathValue("cid")]++
 	s.mu.Unlock()
@@ -177,18 +184,23 @@ func (s *Server) fail(w http.ResponseWriter) bool {
 	status, after := s.failStatus, s.failAfter
 	s.mu.Unlock()
 	if status == http.StatusTooManyRequests {
-		secs := after.Seconds()
-		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(secs))))
-		w.Header().Set("X-RateLimit-Limit", "5")
-		w.Header().Set("X-RateLimit-Remaining", "0")
-		w.Header().Set("X-RateLimit-Reset-After", strconv.FormatFloat(secs, 'f', 3, 64))
-		w.Header().Set("X-RateLimit-Bucket", "fakebucket")
-		w.Header().Set("X-RateLimit-Scope", "user")
-		writeJSON(w, status, map[string]any{"message": "You are being rate limited.", "retry_after": secs, "global": false})
+		rateLimited(w, after)
 		return true
 	}
 	writeErr(w, status, 0, http.StatusText(status))
 	return true
+}
+
+// rateLimited answers 429 with retry_after in the body and the headers, as Discord does.
+func rateLimited(w http.ResponseWriter, after time.Duration) {
+	secs := after.Seconds()
+	w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(secs))))
+	w.Header().Set("X-RateLimit-Limit", "5")
+	w.Header().Set("X-RateLimit-Remaining", "0")
+	w.Header().Set("X-RateLimit-Reset-After", strconv.FormatFloat(secs, 'f', 3, 64))
+	w.Header().Set("X-RateLimit-Bucket", "fakebucket")
+	w.Header().Set("X-RateLimit-Scope", "user")
+	writeJSON(w, http.StatusTooManyRequests, map[string]any{"message": "You are being rate limited.", "retry_after": secs, "global": false})
 }
 
 type createReq struct {

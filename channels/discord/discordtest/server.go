@@ -127,6 +127,8 @@ type Server struct {
 	failN         int
 	failAfter     time.Duration
 	failStatus    int
+	typingFailN   int
+	typingAfter   time.Duration
 	rejectResumes int
 	nextID        uint64
 	heartbeat     time.Duration
@@ -216,6 +218,14 @@ func (s *Server) FailNext(n int, retryAfter time.Duration) {
 	if retryAfter > 0 {
 		s.failStatus = http.StatusTooManyRequests
 	}
+}
+
+// FailNextTyping makes the next n typing calls answer 429 with retryAfter, as
+// FailNext does for messages.
+func (s *Server) FailNextTyping(n int, retryAfter time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.typingFailN, s.typingAfter = n, retryAfter
 }
 
 // FailNextStatus makes the next n message creates/edits fail with the given status.

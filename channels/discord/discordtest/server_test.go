@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gorilla/websocket"
 	"go.uber.org/goleak"
@@ -49,6 +50,13 @@ func TestFakeEnforcesDiscordRules(t *testing.T) {
 	}
 	if n := len(s.Posted("1")); n != 1 {
 		t.Errorf("%d messages stored; want only the valid one", n)
+	}
+	s.FailNextTyping(1, 1500*time.Millisecond)
+	if r := post(t, s, tok, "/api/v9/channels/1/typing", nil); r.StatusCode != 429 || r.Header.Get("Retry-After") != "2" {
+		t.Errorf("injected typing 429: %d, Retry-After %q", r.StatusCode, r.Header.Get("Retry-After"))
+	}
+	if r := post(t, s, tok, "/api/v9/channels/1/typing", nil); r.StatusCode != 204 || s.Typing("1") != 1 {
+		t.Errorf("typing after the injected 429: %d, counted %d", r.StatusCode, s.Typing("1"))
 	}
 
 	ws, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(s.URL, "http")+"/ws/?v=9", nil)
