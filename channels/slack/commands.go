@@ -152,10 +152,10 @@ func (c *Channel) ephemeral(ctx context.Context, channel, thread, user, md strin
 		if strings.TrimSpace(ch) == "" {
 			continue
 		}
-		err := c.send(ctx, sendPolicy(), channel, "chat.postEphemeral", callTimeout, func(ctx context.Context) error {
+		err := failed("chat.postEphemeral", channel, c.send.Do(ctx, channel, func(ctx context.Context) error {
 			_, err := c.api.PostEphemeralContext(ctx, channel, user, slackgo.MsgOptionText(ch, false))
 			return err
-		})
+		}))
 		if err == nil {
 			continue
 		}
@@ -163,7 +163,7 @@ func (c *Channel) ephemeral(ctx context.Context, channel, thread, user, md strin
 			return err
 		}
 		c.log.Warn("slack: could not answer a command privately; answering in the channel", "chat", channel, "err", err)
-		if _, err := c.post(ctx, sendPolicy(), channel, thread, ch); err != nil {
+		if _, err := c.post(ctx, &c.send, channel, thread, ch); err != nil {
 			return err
 		}
 	}

@@ -18,7 +18,6 @@ import (
 
 	"gateway/channels"
 	"gateway/internal/markdown"
-	"gateway/internal/pace"
 )
 
 // inner is what the adapter reads of a message or app_mention event.
@@ -359,12 +358,11 @@ func (c *Channel) download(ctx context.Context, ev inner) (parts []channels.Part
 	return parts, ""
 }
 
-// fetch downloads url to path, stopping past limit bytes.
+// fetch downloads url to path, stopping past limit bytes (channels.ErrTooLarge).
 func (c *Channel) fetch(ctx context.Context, url, path string, limit int64) (int64, error) {
 	var n int64
-	err := pace.Do(ctx, sendPolicy(), func(ctx context.Context) error {
-		ctx, cancel := context.WithTimeout(ctx, transferTimeout)
-		defer cancel()
+	over := false
+	err := c.transfer.Do(ctx, "", func(ctx context.Context) error {
 		f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 		if err != nil {
 			return err
@@ -375,13 +373,16 @@ func (c *Channel) fetch(ctx context.Context, url, path string, limit int64) (int
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}
-		if w.over {
+		if over = w.over; over {
 			return channels.ErrTooLarge
 		}
-		return classify(err)
+		return err
 	})
 	if err != nil {
 		os.Remove(path)
+	}
+	if over {
+		return n, channels.ErrTooLarge // Do's error is scrubbed: it no longer says so
 	}
 	return n, err
 }
@@ -446,7 +447,7 @@ func safeName(s string) string {
 // notice posts a plain reply where target points, logging failures: it is best effort.
 func (c *Channel) notice(ctx context.Context, target channels.Target, text string) {
 	channel, thread := replyPlace(target)
-	if _, err := c.post(ctx, sendPolicy(), channel, thread, markdown.EscapeMrkdwn(text)); err != nil {
-		c.log.Warn("slack: could not post a notice", "chat", channel, "err", c.scrub.Wrap(err))
+	if _, err := c.post(ctx, &c.send, channel, thread, markdown.EscapeMrkdwn(text)); err != nil {
+		c.log.Warn("slack: could not post a notice", "chat", channel, "err", err)
 	}
 }

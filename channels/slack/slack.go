@@ -44,11 +44,17 @@ var (
 
 // Channel is the Slack adapter. It is safe for concurrent use.
 type Channel struct {
-	cfg      Config
-	log      *slog.Logger
-	dir      string
-	api      *slackgo.Client
-	pacer    *pace.Pacer
+	cfg Config
+	log *slog.Logger
+	dir string
+	api *slackgo.Client
+	// Every Web API call that puts something in a chat, and auth.test, goes through one of
+	// these. They share one Pacer: a rate limit on any call to a chat holds every later
+	// one to it, whichever Sender makes it.
+	send     channels.Sender // what the user must see: messages, final edits, deletions
+	optional channels.Sender // what may skip a turn: streaming edits, typing, statuses (one attempt)
+	transfer channels.Sender // file uploads (paced) and downloads (key "")
+	startup  channels.Sender // auth.test at Start (key "")
 	claims   *claims
 	threads  *boundedSet // channel:thread_ts the bot answered in: replies there need no mention
 	noStatus *boundedSet // channels where assistant.threads.setStatus was refused
@@ -102,7 +108,6 @@ func New(cfg Config, opts Options) (*Channel, error) {
 		cfg:      cfg,
 		log:      log,
 		dir:      filepath.Join(dir, "slack", "files"),
-		pacer:    pace.New(pace.Limits{Global: 10, GlobalBurst: 20, PerKey: 1, PerKeyBurst: 3}),
 		claims:   newClaims(dedupSize),
 		threads:  newBoundedSet(threadSetSize),
 		noStatus: newBoundedSet(1000),
@@ -112,14 +117,26 @@ func New(cfg Config, opts Options) (*Channel, error) {
 		life:       channels.NewLifecycle(Name),
 		scrub:      channels.NewScrubber(cfg.BotToken.Reveal(), cfg.AppToken.Reveal(), cfg.SigningSecret.Reveal()),
 	}
+	pacer := pace.New(pace.Limits{Global: 10, GlobalBurst: 20, PerKey: 1, PerKeyBurst: 3})
+	sender := func(pol pace.Policy, timeout time.Duration) channels.Sender {
+		return channels.Sender{Pacer: pacer, Policy: pol, Timeout: timeout, Classify: classify, Scrub: c.scrub,
+			OnHold: func(chat string, d time.Duration) {
+				log.Warn("slack: rate limited; holding sends to the chat", "chat", chat, "wait", d)
+			}}
+	}
+	sendPolicy := pace.Policy{Attempts: 4, Base: 500 * time.Millisecond, Max: 60 * time.Second}
+	c.send = sender(sendPolicy, callTimeout)
+	c.optional = sender(pace.Policy{Attempts: 1}, callTimeout)
+	c.transfer = sender(sendPolicy, transferTimeout)
+	c.startup = sender(pace.Policy{Attempts: 3, Base: 500 * time.Millisecond, Max: 30 * time.Second}, callTimeout)
 	c.api = slackgo.New(cfg.BotToken.Reveal(),
 		slackgo.OptionHTTPClient(hc),
 		slackgo.OptionAPIURL(cfg.APIURL),
 		slackgo.OptionAppLevelToken(cfg.AppToken.Reveal()),
 		slackgo.OptionLog(libLog{c}),
 	)
-	// users.info is a read, not a send: it is left out of the send pacer, and a rate limit
-	// on it pauses the lookups instead (see names).
+	// users.info is a read, not a send: it goes through no Sender (no pacing, no retry),
+	// and a rate limit on it pauses the lookups instead (see names).
 	c.names = newNames(func(ctx context.Context, id string) (*slackgo.User, error) {
 		return c.api.GetUserInfoContext(ctx, id, slackgo.GetUserInfoOptionIncludeLocale(false))
 	}, log, c.scrub)
@@ -201,14 +218,14 @@ func (c *Channel) Start(ctx context.Context, sink channels.Sink) error {
 // authTest returns the bot's user id, or an error that says which setting to fix.
 func (c *Channel) authTest(ctx context.Context) (string, error) {
 	var res *slackgo.AuthTestResponse
-	err := pace.Do(ctx, pace.Policy{Attempts: 3, Base: 500 * time.Millisecond, Max: 30 * time.Second}, func(ctx context.Context) error {
-		ctx, cancel := context.WithTimeout(ctx, callTimeout)
-		defer cancel()
+	var code string // of the last attempt: the error Do returns is scrubbed
+	err := c.startup.Do(ctx, "", func(ctx context.Context) error {
 		var err error
 		res, err = c.api.AuthTestContext(ctx)
-		return classify(err)
+		code = slackError(err)
+		return err
 	})
-	if code := slackError(err); code != "" {
+	if err != nil && code != "" {
 		switch code {
 		case "invalid_auth", "not_authed", "account_inactive", "token_revoked", "token_expired":
 			return "", fmt.Errorf("slack: the bot token was rejected (%s); check channels.slack.bot_token", code)
@@ -216,7 +233,7 @@ func (c *Channel) authTest(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("slack: auth.test failed: %s", code)
 	}
 	if err != nil {
-		return "", fmt.Errorf("slack: cannot reach the Slack API at %s: %w", c.cfg.APIURL, c.scrub.Wrap(err))
+		return "", fmt.Errorf("slack: cannot reach the Slack API at %s: %w", c.cfg.APIURL, err)
 	}
 	return res.UserID, nil
 }
@@ -264,15 +281,6 @@ func (c *Channel) setUp(up bool, err error) {
 	if changed && sink != nil {
 		sink.Connected(Name, up, err)
 	}
-}
-
-// scrubbed is err with every secret taken out of its text. A rate limit stays visible
-// through it (its text holds no secret), so that a streaming edit can wait as Slack asked.
-func (c *Channel) scrubbed(err error) error {
-	if rl, ok := errors.AsType[*slackgo.RateLimitedError](err); ok {
-		return c.scrub.Wrap(err, rl, pace.ErrRetryTooLong)
-	}
-	return c.scrub.Wrap(err, pace.ErrRetryTooLong)
 }
 
 // libLog routes slack-go's own log lines to the adapter's logger at debug level.

@@ -13,7 +13,6 @@ import (
 
 	"gateway/channels"
 	"gateway/internal/markdown"
-	"gateway/internal/pace"
 )
 
 const (
@@ -56,20 +55,19 @@ func (c *Channel) Open(ctx context.Context, target channels.Target) (channels.St
 }
 
 type stream struct {
-	c         *Channel
-	target    channels.Target
-	channel   string
-	thread    string
-	text      strings.Builder // the answer's Markdown so far
-	msgs      []shown         // the messages showing it, in order
-	dirty     bool            // text changed since the last edit
-	lastEdit  time.Time
-	notBefore time.Time // Slack asked to wait (Retry-After) before the next edit
-	status    bool      // an assistant status is shown
-	reacted   bool      // the typing reaction is on the user's message
-	started   bool      // a turn runs (start frame): an answer, not a one-shot notice
-	slash     *slashInfo
-	ended     bool
+	c        *Channel
+	target   channels.Target
+	channel  string
+	thread   string
+	text     strings.Builder // the answer's Markdown so far
+	msgs     []shown         // the messages showing it, in order
+	dirty    bool            // text changed since the last edit
+	lastEdit time.Time
+	status   bool // an assistant status is shown
+	reacted  bool // the typing reaction is on the user's message
+	started  bool // a turn runs (start frame): an answer, not a one-shot notice
+	slash    *slashInfo
+	ended    bool
 }
 
 type shown struct{ ts, text string }
@@ -121,7 +119,7 @@ func (s *stream) Send(ctx context.Context, f channels.Frame) error {
 			s.text.Reset()
 			s.text.WriteString(f.Text)
 		}
-		err := s.sync(ctx, s.text.String(), sendPolicy())
+		err := s.sync(ctx, s.text.String(), &s.c.send)
 		s.end(ctx)
 		return err
 	case channels.FrameError:
@@ -138,36 +136,27 @@ func (s *stream) Send(ctx context.Context, f channels.Frame) error {
 }
 
 // flush shows the text so far, at most once per editInterval unless forced. An unforced
-// flush is an intermediate edit: it is tried once, and a rate limit only postpones the
-// next edit, so that streaming never stalls the turn.
+// flush is an intermediate edit: it is tried once, and skips its turn while a rate limit
+// holds the chat, so that streaming never stalls the turn; a forced one waits the hold out.
 func (s *stream) flush(ctx context.Context, force bool) error {
 	if !s.dirty {
 		return nil
 	}
 	if !force {
-		if time.Since(s.lastEdit) < editInterval || time.Now().Before(s.notBefore) {
+		if time.Since(s.lastEdit) < editInterval || s.c.send.Held(s.channel) {
 			return nil
 		}
-		if err := s.sync(ctx, s.text.String(), pace.Policy{Attempts: 1}); err != nil {
-			if rl, ok := errors.AsType[*slackgo.RateLimitedError](err); ok {
-				s.notBefore = time.Now().Add(rl.RetryAfter)
-			}
+		if err := s.sync(ctx, s.text.String(), &s.c.optional); err != nil {
 			s.c.log.Debug("slack: streaming edit postponed", "chat", s.channel, "err", err)
 		}
 		return nil
 	}
-	return s.sync(ctx, s.text.String(), sendPolicy())
+	return s.sync(ctx, s.text.String(), &s.c.send)
 }
 
-// sync makes the answer's messages show md: chunks that changed are edited, new chunks
-// are posted, and chunks no longer needed are deleted.
-func (s *stream) sync(ctx context.Context, md string, pol pace.Policy) error {
-	if wait := time.Until(s.notBefore); wait > 0 {
-		// Honour a Retry-After an intermediate edit was given.
-		if !channels.Sleep(ctx, wait) {
-			return ctx.Err()
-		}
-	}
+// sync makes the answer's messages show md through snd: chunks that changed are edited,
+// new chunks are posted, and chunks no longer needed are deleted.
+func (s *stream) sync(ctx context.Context, md string, snd *channels.Sender) error {
 	var chunks []string
 	for _, ch := range markdown.Split(markdown.Mrkdwn(md), MaxTextLen, utf8.RuneCountInString) {
 		if strings.TrimSpace(ch) != "" {
@@ -180,13 +169,13 @@ func (s *stream) sync(ctx context.Context, md string, pol pace.Policy) error {
 			if s.msgs[i].text == ch {
 				continue
 			}
-			if err := s.c.update(ctx, pol, s.channel, s.msgs[i].ts, ch); err != nil {
+			if err := s.c.update(ctx, snd, s.channel, s.msgs[i].ts, ch); err != nil {
 				return err
 			}
 			s.msgs[i].text = ch
 			continue
 		}
-		ts, err := s.c.post(ctx, pol, s.channel, s.thread, ch)
+		ts, err := s.c.post(ctx, snd, s.channel, s.thread, ch)
 		if err != nil {
 			return err
 		}
@@ -195,7 +184,7 @@ func (s *stream) sync(ctx context.Context, md string, pol pace.Policy) error {
 	}
 	for len(s.msgs) > len(chunks) {
 		last := s.msgs[len(s.msgs)-1]
-		if err := s.c.delete(ctx, pol, s.channel, last.ts); err != nil {
+		if err := s.c.delete(ctx, snd, s.channel, last.ts); err != nil {
 			return err
 		}
 		s.msgs = s.msgs[:len(s.msgs)-1]
@@ -237,9 +226,10 @@ func (s *stream) sendPart(ctx context.Context, p channels.Part) error {
 }
 
 // typingOn shows that the turn runs: the assistant thread status where Slack allows it,
-// else a reaction on the user's message. Best effort: failures are logged.
+// else a reaction on the user's message. Best effort: failures are logged, and it skips
+// its turn while a rate limit holds the chat.
 func (s *stream) typingOn(ctx context.Context) {
-	if s.status || s.reacted {
+	if s.status || s.reacted || s.c.send.Held(s.channel) {
 		return
 	}
 	if s.thread != "" && !s.c.noStatus.has(s.channel) {
@@ -250,89 +240,99 @@ func (s *stream) typingOn(ctx context.Context) {
 	if s.target.ReplyToID == "" || isSlashID(s.target.ReplyToID) {
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, callTimeout)
-	defer cancel()
-	err := s.c.api.AddReactionContext(ctx, typingReaction, slackgo.NewRefToMessage(s.channel, s.target.ReplyToID))
-	if err == nil || slackError(err) == "already_reacted" {
+	err := s.c.optional.Do(ctx, s.channel, func(ctx context.Context) error {
+		err := s.c.api.AddReactionContext(ctx, typingReaction, slackgo.NewRefToMessage(s.channel, s.target.ReplyToID))
+		if slackError(err) == "already_reacted" {
+			return nil
+		}
+		return err
+	})
+	if err == nil {
 		s.reacted = true
 		return
 	}
-	s.c.log.Debug("slack: could not add the typing reaction", "chat", s.channel, "err", s.c.scrub.Wrap(err))
+	s.c.log.Debug("slack: could not add the typing reaction", "chat", s.channel, "err", err)
 }
 
 // setStatus sets the assistant thread status and reports whether it is shown. A refusal
-// other than a transient failure marks the channel as one without statuses.
+// other than a transient failure marks the channel as one without statuses. It skips its
+// turn while a rate limit holds the chat.
 func (s *stream) setStatus(ctx context.Context, status string) bool {
-	if s.thread == "" || s.c.noStatus.has(s.channel) || (s.reacted && !s.status) {
+	if s.thread == "" || s.c.noStatus.has(s.channel) || (s.reacted && !s.status) || s.c.send.Held(s.channel) {
 		return false
 	}
-	ctx, cancel := context.WithTimeout(ctx, callTimeout)
-	defer cancel()
-	err := s.c.api.SetAssistantThreadsStatusContext(ctx, slackgo.AssistantThreadsSetStatusParameters{
-		ChannelID: s.channel, ThreadTS: s.thread, Status: status,
+	refused := false
+	err := s.c.optional.Do(ctx, s.channel, func(ctx context.Context) error {
+		err := s.c.api.SetAssistantThreadsStatusContext(ctx, slackgo.AssistantThreadsSetStatusParameters{
+			ChannelID: s.channel, ThreadTS: s.thread, Status: status,
+		})
+		retry, _ := retryable(err)
+		refused = err != nil && !retry && !errors.Is(err, context.Canceled) // a refusal, not a hiccup
+		return err
 	})
 	if err == nil {
 		s.status = status != ""
 		return true
 	}
-	if retry, _ := retryable(err); !retry { // a refusal, not a hiccup
+	if refused {
 		s.c.noStatus.add(s.channel)
 	}
-	s.c.log.Debug("slack: assistant status not available", "chat", s.channel, "err", s.c.scrub.Wrap(err))
+	s.c.log.Debug("slack: assistant status not available", "chat", s.channel, "err", err)
 	return false
 }
 
-// end clears the typing signal; the answer is over.
+// end clears the typing signal; the answer is over. Unlike typing, the clean-up waits
+// out a hold on the chat (within callTimeout): a signal left on would say the bot works.
 func (s *stream) end(ctx context.Context) {
 	s.ended = true
 	// Clean up even when the turn's context was cancelled.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
 	defer cancel()
 	if s.status {
-		if err := s.c.api.SetAssistantThreadsStatusContext(ctx, slackgo.AssistantThreadsSetStatusParameters{
-			ChannelID: s.channel, ThreadTS: s.thread, Status: "",
+		if err := s.c.optional.Do(ctx, s.channel, func(ctx context.Context) error {
+			return s.c.api.SetAssistantThreadsStatusContext(ctx, slackgo.AssistantThreadsSetStatusParameters{
+				ChannelID: s.channel, ThreadTS: s.thread, Status: "",
+			})
 		}); err != nil {
-			s.c.log.Debug("slack: could not clear the assistant status", "chat", s.channel, "err", s.c.scrub.Wrap(err))
+			s.c.log.Debug("slack: could not clear the assistant status", "chat", s.channel, "err", err)
 		}
 		s.status = false
 	}
 	if s.reacted {
-		if err := s.c.api.RemoveReactionContext(ctx, typingReaction, slackgo.NewRefToMessage(s.channel, s.target.ReplyToID)); err != nil && slackError(err) != "no_reaction" {
-			s.c.log.Debug("slack: could not remove the typing reaction", "chat", s.channel, "err", s.c.scrub.Wrap(err))
+		if err := s.c.optional.Do(ctx, s.channel, func(ctx context.Context) error {
+			err := s.c.api.RemoveReactionContext(ctx, typingReaction, slackgo.NewRefToMessage(s.channel, s.target.ReplyToID))
+			if slackError(err) == "no_reaction" {
+				return nil
+			}
+			return err
+		}); err != nil {
+			s.c.log.Debug("slack: could not remove the typing reaction", "chat", s.channel, "err", err)
 		}
 		s.reacted = false
 	}
 }
 
-// send paces and retries one Web API call that puts something in channel.
-func (c *Channel) send(ctx context.Context, pol pace.Policy, channel, what string, timeout time.Duration, fn func(ctx context.Context) error) error {
-	err := pace.Do(ctx, pol, func(ctx context.Context) error {
-		if err := c.pacer.Wait(ctx, channel); err != nil {
-			return err
-		}
-		ctx, cancel := context.WithTimeout(ctx, timeout)
-		defer cancel()
-		return classify(fn(ctx))
-	})
-	if err != nil {
-		return fmt.Errorf("slack: %s in %s: %w", what, channel, c.scrubbed(err))
+// failed names the Web API call a send failed in; nil stays nil. err is scrubbed already.
+func failed(what, channel string, err error) error {
+	if err == nil {
+		return nil
 	}
-	return nil
+	return fmt.Errorf("slack: %s in %s: %w", what, channel, err)
 }
 
-// post posts mrkdwn text (at most MaxTextLen) and returns the message ts.
-func (c *Channel) post(ctx context.Context, pol pace.Policy, channel, thread, text string) (string, error) {
+// post posts mrkdwn text (at most MaxTextLen) through snd and returns the message ts.
+func (c *Channel) post(ctx context.Context, snd *channels.Sender, channel, thread, text string) (string, error) {
 	opts := []slackgo.MsgOption{slackgo.MsgOptionText(text, false)}
 	if thread != "" {
 		opts = append(opts, slackgo.MsgOptionTS(thread))
 	}
 	var ts string
-	err := c.send(ctx, pol, channel, "chat.postMessage", callTimeout, func(ctx context.Context) error {
+	err := snd.Do(ctx, channel, func(ctx context.Context) error {
 		var err error
 		_, ts, err = c.api.PostMessageContext(ctx, channel, opts...)
 		return err
 	})
-	return ts, err
+	return ts, failed("chat.postMessage", channel, err)
 }
 
 // postText posts mrkdwn of any length, split at MaxTextLen.
@@ -342,7 +342,7 @@ func (c *Channel) postText(ctx context.Context, channel, thread, text string) ([
 		if strings.TrimSpace(ch) == "" {
 			continue
 		}
-		ts, err := c.post(ctx, sendPolicy(), channel, thread, ch)
+		ts, err := c.post(ctx, &c.send, channel, thread, ch)
 		if err != nil {
 			return tss, err
 		}
@@ -351,21 +351,21 @@ func (c *Channel) postText(ctx context.Context, channel, thread, text string) ([
 	return tss, nil
 }
 
-func (c *Channel) update(ctx context.Context, pol pace.Policy, channel, ts, text string) error {
-	return c.send(ctx, pol, channel, "chat.update", callTimeout, func(ctx context.Context) error {
+func (c *Channel) update(ctx context.Context, snd *channels.Sender, channel, ts, text string) error {
+	return failed("chat.update", channel, snd.Do(ctx, channel, func(ctx context.Context) error {
 		_, _, _, err := c.api.UpdateMessageContext(ctx, channel, ts, slackgo.MsgOptionText(text, false))
 		return err
-	})
+	}))
 }
 
-func (c *Channel) delete(ctx context.Context, pol pace.Policy, channel, ts string) error {
-	return c.send(ctx, pol, channel, "chat.delete", callTimeout, func(ctx context.Context) error {
+func (c *Channel) delete(ctx context.Context, snd *channels.Sender, channel, ts string) error {
+	return failed("chat.delete", channel, snd.Do(ctx, channel, func(ctx context.Context) error {
 		_, _, err := c.api.DeleteMessageContext(ctx, channel, ts)
 		if slackError(err) == "message_not_found" {
 			return nil
 		}
 		return err
-	})
+	}))
 }
 
 // upload shares a file into the thread with the external upload flow
@@ -379,13 +379,13 @@ func (c *Channel) upload(ctx context.Context, channel, thread string, p channels
 	if p.Type == channels.PartAudio && p.Voice {
 		title = "Voice message"
 	}
-	return c.send(ctx, sendPolicy(), channel, "file upload", transferTimeout, func(ctx context.Context) error {
+	return failed("file upload", channel, c.transfer.Do(ctx, channel, func(ctx context.Context) error {
 		_, err := c.api.UploadFileContext(ctx, slackgo.UploadFileParameters{
 			Filename: name, FileSize: len(data), Reader: bytes.NewReader(data),
 			Title: title, Channel: channel, ThreadTimestamp: thread,
 		})
 		return err
-	})
+	}))
 }
 
 func defaultName(p channels.Part) string {

@@ -14,12 +14,7 @@ import (
 	"gateway/internal/pace"
 )
 
-// sendPolicy bounds the retries of one send.
-func sendPolicy() pace.Policy {
-	return pace.Policy{Attempts: 4, Base: 500 * time.Millisecond, Max: 60 * time.Second}
-}
-
-// classify marks err for pace.Do: rate limits carry Slack's Retry-After, server errors and
+// classify is the Senders' Classify: rate limits carry Slack's Retry-After, server errors and
 // network failures are transient, everything else (bad arguments, auth) is final.
 func classify(err error) error {
 	retry, after := retryable(err)
