@@ -226,7 +226,8 @@ func (s *stream) preview(ctx context.Context) {
 		}
 		return err
 	})
-	// A 429 held the chat: the final text waits for retry_after too.
+	// A failed preview is only logged; a 429 has held the chat, so the final text waits
+	// out its retry_after too.
 	if err != nil && !errors.Is(err, channels.ErrSkipped) {
 		s.c.log.Debug("telegram: streaming preview skipped", "chat", s.chat, "err", err)
 	}

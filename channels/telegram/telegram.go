@@ -5,8 +5,8 @@
 // the gateway took the update) or by webhook on the gateway's HTTP listener. Messages with
 // media are fetched off the intake, in per-chat lanes backed by an inbox journal (lanes.go);
 // an album is one message. Answers stream by editing one message, rendered from Markdown to
-// Telegram HTML, split at 4096 UTF-16 units, through one outbound pacer whose per-chat
-// holds make every send path wait out a 429's retry_after.
+// Telegram HTML, split at 4096 UTF-16 units. Every Bot API call goes through a
+// channels.Sender, whose per-chat holds make every send path wait out a 429's retry_after.
 package telegram
 
 import (
@@ -275,10 +275,12 @@ func (c *Channel) newSenders() {
 			l.PerKey, l.PerKeyBurst = rate.Every(every), 1
 		}
 		return channels.Sender{
-			Pacer: pace.New(l), Global: global,
+			Pacer:    pace.New(l),
+			Global:   global,
 			Policy:   pace.Policy{Attempts: 5, Base: 500 * time.Millisecond, Max: 2 * time.Minute},
 			Timeout:  30 * time.Second,
-			Classify: c.scrub.classify, Scrub: c.scrub.Scrubber,
+			Classify: c.scrub.classify,
+			Scrub:    c.scrub.Scrubber,
 			OnHold: func(chat string, d time.Duration) {
 				c.log.Info("telegram: rate limited in a chat; holding its sends", "chat", chat, "retry_after", d)
 			},
