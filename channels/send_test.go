@@ -59,3 +59,61 @@ func TestSenderScrubsTheFinalError(t *testing.T) {
 		t.Fatalf("final error %v", err)
 	}
 }
+
+// An optional send skips its turn at once while the chat is held, and a rate limit it
+// meets holds the chat for every later send; one attempt only.
+func TestSenderTrySkipsAHeldChat(t *testing.T) {
+	s := &Sender{
+		Pacer:  pace.New(pace.Limits{}),
+		Policy: pace.Policy{Attempts: 3, Base: time.Millisecond},
+		Classify: func(err error) error {
+			return pace.RetryAfter(err, time.Minute)
+		},
+		Scrub: NewScrubber("SECRET-TOKEN"),
+	}
+	var calls atomic.Int32
+	err := s.Try(context.Background(), "chat1", true, func(context.Context) error {
+		calls.Add(1)
+		return errLimited
+	})
+	if err == nil || errors.Is(err, ErrSkipped) || strings.Contains(err.Error(), "SECRET-TOKEN") || calls.Load() != 1 {
+		t.Fatalf("Try = %v after %d calls; want the scrubbed 429 after one", err, calls.Load())
+	}
+	if !s.Held("chat1") {
+		t.Fatal("a 429 met by an optional send does not hold the chat")
+	}
+	start := time.Now()
+	err = s.Try(context.Background(), "chat1", true, func(context.Context) error {
+		calls.Add(1)
+		return nil
+	})
+	if !errors.Is(err, ErrSkipped) || calls.Load() != 1 || time.Since(start) > time.Second {
+		t.Fatalf("Try on a held chat = %v (%d calls, %v); want ErrSkipped at once", err, calls.Load(), time.Since(start))
+	}
+	if err := s.Try(context.Background(), "chat2", true, func(context.Context) error { return nil }); err != nil {
+		t.Fatalf("Try on another chat = %v", err)
+	}
+}
+
+// Two Senders pacing their chats apart share the bot's slot (Global); an optional send
+// that finds the bot's slot taken skips without using up the chat's.
+func TestSenderGlobalSlotIsShared(t *testing.T) {
+	global := pace.New(pace.Limits{Global: 1, GlobalBurst: 1})
+	perChat := pace.New(pace.Limits{PerKey: 1.0 / 60, PerKeyBurst: 1})
+	dms := &Sender{Pacer: perChat, Global: global}
+	groups := &Sender{Pacer: pace.New(pace.Limits{}), Global: global}
+	nop := func(context.Context) error { return nil }
+	if err := groups.Do(context.Background(), "-5", nop); err != nil {
+		t.Fatal(err)
+	}
+	// The bot's one slot of this second is gone: the DM's optional send skips...
+	if err := dms.Try(context.Background(), "7", true, nop); !errors.Is(err, ErrSkipped) {
+		t.Fatalf("Try with the bot's slot taken = %v; want ErrSkipped", err)
+	}
+	// ...and the chat's slot (one a minute) is still there for the send that matters.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := dms.Do(ctx, "7", nop); err != nil {
+		t.Fatalf("Do after a skipped Try = %v; the chat's slot was used up", err)
+	}
+}

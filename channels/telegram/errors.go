@@ -13,8 +13,9 @@ import (
 )
 
 // apiError is a Bot API failure, its text scrubbed of the token by the shared
-// channels.Scrubber, with the kind and retry_after that the poll loop and the pacer act on.
-// It unwraps only to its kind (one of the SDK's sentinel errors, or context cancellation),
+// channels.Scrubber, with the kind and retry_after that the poll loop and the Sender act on.
+// It unwraps only to its kind (one of the SDK's sentinel errors, or context cancellation)
+// and to the scrubbed error (so that channels.Sender's Scrub passes it through unchanged),
 // never to the original error, whose text may hold the token (the SDK puts it in every URL).
 type apiError struct {
 	err        error // the scrubbed error: its text is the message
@@ -22,8 +23,8 @@ type apiError struct {
 	retryAfter int   // seconds, for 429
 }
 
-func (e *apiError) Error() string { return e.err.Error() }
-func (e *apiError) Unwrap() error { return e.kind }
+func (e *apiError) Error() string   { return e.err.Error() }
+func (e *apiError) Unwrap() []error { return []error{e.kind, e.err} }
 
 // apiKinds are the SDK's sentinel errors an apiError may be of.
 var apiKinds = []error{bot.ErrorBadRequest, bot.ErrorForbidden, bot.ErrorUnauthorized, bot.ErrorNotFound, bot.ErrorConflict, bot.ErrorTooManyRequests}
@@ -62,17 +63,18 @@ func (s scrubber) wrap(err error) error {
 	return e
 }
 
-// classify scrubs err and marks it for pace.Do: 429 waits retry_after, 5xx and network
-// failures are transient, 4xx are final. ctx is the caller's context: an attempt that ran
-// out of its own deadline while ctx lives is worth repeating; once ctx ends, nothing is.
-func (s scrubber) classify(ctx context.Context, err error) error {
+// classify is the Senders' Classify: it scrubs err and marks it for the retry: 429 waits
+// retry_after (and holds the chat), 5xx, network failures and an attempt that ran out of
+// its own time are transient, 4xx are final. Once the caller's context ends, the Sender
+// retries nothing.
+func (s scrubber) classify(err error) error {
 	if err == nil {
 		return nil
 	}
-	if ctx.Err() != nil {
-		return errors.Join(ctx.Err(), s.wrap(err))
+	var e *apiError
+	if !errors.As(s.wrap(err), &e) {
+		return s.Wrap(err) // not reached: wrap makes an apiError
 	}
-	e := s.wrap(err).(*apiError)
 	switch e.kind {
 	case bot.ErrorTooManyRequests:
 		return pace.RetryAfter(e, time.Duration(max(e.retryAfter, 1))*time.Second)

@@ -57,7 +57,8 @@ func (c *Channel) notify(ctx context.Context, msg *models.Message, text string) 
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	err := c.send(ctx, msg.Chat.ID, 30*time.Second, func(ctx context.Context) error {
+	to, key := c.to(msg.Chat.ID, 30*time.Second)
+	err := to.Do(ctx, key, func(ctx context.Context) error {
 		_, err := c.api.SendMessage(ctx, p)
 		return err
 	})

@@ -2,7 +2,6 @@ package telegram
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -173,7 +172,7 @@ func notFetched(a attachment) string {
 // only the end of ctx returns an error.
 func (c *Channel) download(ctx context.Context, msg *models.Message, idx int, a attachment) (channels.Part, string, error) {
 	var f *models.File
-	err := c.retry(ctx, func(ctx context.Context) (err error) {
+	err := c.calls.Do(ctx, "", func(ctx context.Context) (err error) {
 		f, err = c.api.GetFile(ctx, &bot.GetFileParams{FileID: a.fileID})
 		return err
 	})
@@ -195,12 +194,12 @@ func (c *Channel) download(ctx context.Context, msg *models.Message, idx int, a 
 	}
 	dest := filepath.Join(c.mediaDir, fmt.Sprintf("%d_%d_%d%s", msg.Chat.ID, msg.ID, idx, ext))
 	var size int64
-	err = pace.Do(ctx, pace.Policy{Attempts: 3}, func(ctx context.Context) (err error) {
+	err = c.downloads.Do(ctx, "", func(ctx context.Context) (err error) {
 		size, err = c.fetch(ctx, f.FilePath, dest)
 		return err
 	})
 	switch {
-	case errors.Is(err, errTooBig):
+	case err == nil && size > c.cfg.MaxFileBytes:
 		return channels.Part{}, c.tooBig(a, size), nil
 	case err != nil && ctx.Err() != nil:
 		return channels.Part{}, "", ctx.Err()
@@ -211,13 +210,10 @@ func (c *Channel) download(ctx context.Context, msg *models.Message, idx int, a 
 	return channels.Part{Type: a.typ, MIME: a.mime, Path: dest, Name: a.name, Size: size, Duration: a.duration, Voice: a.voice}, "", nil
 }
 
-// errTooBig: the download ran past max_file_bytes.
-var errTooBig = errors.New("file over the size limit")
-
-// fetch downloads a file path of the Bot API into dest, reading at most max_file_bytes.
+// fetch downloads a file path of the Bot API into dest, reading at most max_file_bytes:
+// a size over it means the download was stopped there and dest not written. Failures worth
+// another attempt are marked for the downloads Sender.
 func (c *Channel) fetch(ctx context.Context, filePath, dest string) (int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	defer cancel()
 	url := strings.TrimRight(c.cfg.APIURL, "/") + "/file/bot" + c.cfg.Token.Reveal() + "/" + filePath
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -248,7 +244,7 @@ func (c *Channel) fetch(ctx context.Context, filePath, dest string) (int64, erro
 		return 0, pace.Transient(fmt.Errorf("telegram: downloading a file: %w", c.scrub.wrap(err)))
 	}
 	if n > c.cfg.MaxFileBytes {
-		return n, errTooBig
+		return n, nil
 	}
 	if err := os.Rename(tmp.Name(), dest); err != nil {
 		return 0, fmt.Errorf("telegram: saving a file: %w", err)

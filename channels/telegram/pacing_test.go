@@ -2,6 +2,7 @@ package telegram_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -150,5 +151,95 @@ func TestRetryAfterHoldsEverySendToTheChat(t *testing.T) {
 	}
 	if len(texts) != 1 || texts[0] != "Hello world" || len(msgs) != 2 {
 		t.Fatalf("the chat shows %+v; want the answer once and the voice note", msgs)
+	}
+}
+
+// A 429 with retry_after on the first message of an answer holds the chat: the message is
+// sent again once the wait has passed, and nothing reaches the chat meanwhile — not the
+// rest of the answer (split in two messages), not a file or the typing indicator of
+// another answer to the chat, which keeps asking and skips its turns. Another chat is not
+// held. The answer arrives once, after more than one attempt.
+func TestRateLimitedAnswerWaitsOutTheHold(t *testing.T) {
+	f := newFixture(t)
+	opts := f.options()
+	opts.TypingInterval = 100 * time.Millisecond
+	ch := f.start(f.config(), opts, channeltest.NewSink())
+	const retryAfter = 2 * time.Second
+	f.srv.RateLimit(1001, "sendMessage", retryAfter)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	target := channels.Target{Channel: telegram.Name, ChatID: "1001", ChatType: channels.ChatDM}
+
+	a, err := ch.Open(ctx, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Send(ctx, channels.Frame{Type: channels.FrameStart}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the first typing action", func() bool { return f.srv.Typing(1001) > 0 })
+	text := strings.TrimSpace(strings.Repeat("word ", 1000)) // 4999 characters: two messages
+	started := time.Now()
+	errc := make(chan error, 1)
+	go func() { errc <- a.Send(ctx, done(text)) }()
+
+	var limited telegramtest.Call
+	eventually(t, "the 429", func() bool {
+		for _, c := range f.srv.Calls("sendMessage") {
+			if c.Status == 429 && c.Params["chat_id"] == "1001" {
+				limited = c
+				return true
+			}
+		}
+		return false
+	})
+	answer(t, ch, channels.Target{Channel: telegram.Name, ChatID: "2002", ChatType: channels.ChatDM}, done("not held"))
+	b, err := ch.Open(ctx, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := channels.Part{Type: channels.PartFile, MIME: "text/plain", Name: "notes.txt", Data: []byte("notes")}
+	for _, fr := range []channels.Frame{{Type: channels.FrameStart}, {Type: channels.FrameParts, Parts: []channels.Part{file}}, done("")} {
+		if err := b.Send(ctx, fr); err != nil {
+			t.Fatalf("the second answer's %s: %v", fr.Type, err)
+		}
+	}
+	if err := <-errc; err != nil {
+		t.Fatalf("the rate-limited answer: %v", err)
+	}
+	if took := time.Since(started); took < retryAfter {
+		t.Errorf("the rate-limited answer was done in %v; the platform asked to wait %v", took, retryAfter)
+	}
+
+	if other := f.srv.Messages(2002); len(other) != 1 || !other[0].Time.Before(limited.Time.Add(retryAfter)) {
+		t.Errorf("another chat got %+v; want its answer during the first chat's hold", other)
+	}
+	var sends int
+	for _, c := range f.srv.Calls("") {
+		if c.Params["chat_id"] != "1001" {
+			continue
+		}
+		if c.Method == "sendMessage" {
+			sends++
+		}
+		if c.Time.After(limited.Time) && c.Time.Before(limited.Time.Add(retryAfter)) {
+			t.Errorf("%s reached the chat %v after a 429 with retry_after %v", c.Method, c.Time.Sub(limited.Time).Round(time.Millisecond), retryAfter)
+		}
+	}
+	if sends != 3 {
+		t.Errorf("sendMessage reached the chat %d times; want the refused first message, its second attempt and the second message", sends)
+	}
+	var got []string
+	var files int
+	for _, m := range f.srv.Messages(1001) {
+		switch m.Kind {
+		case "text":
+			got = append(got, m.Text)
+		case "document":
+			files++
+		}
+	}
+	if len(got) != 2 || strings.Join(got, " ") != text || files != 1 {
+		t.Errorf("the chat shows %d text messages (%d characters) and %d files; want the answer once, in two messages, and the file", len(got), len(strings.Join(got, " ")), files)
 	}
 }

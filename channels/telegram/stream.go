@@ -170,25 +170,17 @@ func (c *Channel) typingLoop(ctx context.Context, chat int64, thread int) {
 }
 
 // typing sends one typing action. It is a hint: it takes a send slot only when the bot
-// has one free, never a chat's, is skipped while a 429 holds the chat, and its failures
-// are only logged.
+// has one free, never a chat's (it would hold the next message of the chat back), is
+// skipped while a 429 holds the chat, and its failures are only logged.
 func (c *Channel) typing(ctx context.Context, chat int64, thread int) {
-	if c.held(chat) || (c.global != nil && !c.tryGlobal(ctx)) {
-		return
+	to, key := c.to(chat, 10*time.Second)
+	err := to.Try(ctx, key, false, func(ctx context.Context) error {
+		_, err := c.api.SendChatAction(ctx, &bot.SendChatActionParams{ChatID: chat, MessageThreadID: thread, Action: models.ChatActionTyping})
+		return err
+	})
+	if err != nil && !errors.Is(err, channels.ErrSkipped) && ctx.Err() == nil {
+		c.log.Debug("telegram: typing indicator failed", "chat", chat, "err", err)
 	}
-	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	_, err := c.api.SendChatAction(actx, &bot.SendChatActionParams{ChatID: chat, MessageThreadID: thread, Action: models.ChatActionTyping})
-	c.noteLimit(chat, err)
-	if err != nil && ctx.Err() == nil {
-		c.log.Debug("telegram: typing indicator failed", "chat", chat, "err", c.scrub.wrap(err))
-	}
-}
-
-func (c *Channel) tryGlobal(ctx context.Context) bool {
-	ctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
-	defer cancel()
-	return c.global.Wait(ctx, "") == nil
 }
 
 // render turns the answer's Markdown into the HTML of each message.
@@ -206,7 +198,8 @@ func (s *stream) renderOnce(md string) []string {
 }
 
 // preview shows the text so far with at most one call, and only when a send slot is free
-// now: a streaming preview never holds up the answer, and the final sync fixes any gap.
+// now and no 429 holds the chat: a streaming preview never holds up the answer, and the
+// final sync fixes any gap.
 func (s *stream) preview(ctx context.Context) {
 	s.lastFlush = time.Now()
 	chunks := s.renderOnce(s.text.String())
@@ -214,27 +207,29 @@ func (s *stream) preview(ctx context.Context) {
 	for i < len(chunks) && i < len(s.sent) && s.sent[i].html == chunks[i] {
 		i++
 	}
-	if i == len(chunks) || !s.c.tryWait(ctx, s.chat) {
+	if i == len(chunks) {
 		return
 	}
-	actx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	var err error
-	if i < len(s.sent) {
-		_, err = s.c.api.EditMessageText(actx, &bot.EditMessageTextParams{ChatID: s.chat, MessageID: s.sent[i].id, Text: chunks[i], ParseMode: models.ParseModeHTML})
-		if err == nil || isNotModified(err) {
-			s.sent[i].html, err = chunks[i], nil
+	to, key := s.c.to(s.chat, 15*time.Second)
+	err := to.Try(ctx, key, true, func(ctx context.Context) error {
+		if i < len(s.sent) {
+			_, err := s.c.api.EditMessageText(ctx, &bot.EditMessageTextParams{ChatID: s.chat, MessageID: s.sent[i].id, Text: chunks[i], ParseMode: models.ParseModeHTML})
+			if err == nil || isNotModified(err) {
+				s.sent[i].html = chunks[i]
+				return nil
+			}
+			return err
 		}
-	} else {
-		var m *models.Message
-		m, err = s.c.api.SendMessage(actx, s.messageParams(chunks[i], true))
+		m, err := s.c.api.SendMessage(ctx, s.messageParams(chunks[i], true))
 		if err == nil {
 			s.sent = append(s.sent, sentMsg{id: m.ID, html: chunks[i]})
 		}
-	}
-	if err != nil {
-		s.c.noteLimit(s.chat, err) // the final text then waits for retry_after too
-		s.c.log.Debug("telegram: streaming preview skipped", "chat", s.chat, "err", s.c.scrub.wrap(err))
+		return err
+	})
+	// A failed preview is only logged; a 429 has held the chat, so the final text waits
+	// out its retry_after too.
+	if err != nil && !errors.Is(err, channels.ErrSkipped) {
+		s.c.log.Debug("telegram: streaming preview skipped", "chat", s.chat, "err", err)
 	}
 }
 
@@ -261,7 +256,8 @@ func (s *stream) sync(ctx context.Context, md string) error {
 	// beyond it would show stale text.
 	for len(s.sent) > len(chunks) && len(chunks) > 0 {
 		last := s.sent[len(s.sent)-1]
-		err := s.c.send(ctx, s.chat, 30*time.Second, func(ctx context.Context) error {
+		to, key := s.c.to(s.chat, 30*time.Second)
+		err := to.Do(ctx, key, func(ctx context.Context) error {
 			_, err := s.c.api.DeleteMessage(ctx, &bot.DeleteMessageParams{ChatID: s.chat, MessageID: last.id})
 			return err
 		})
@@ -274,8 +270,9 @@ func (s *stream) sync(ctx context.Context, md string) error {
 }
 
 func (s *stream) edit(ctx context.Context, i int, chunk string) error {
+	to, key := s.c.to(s.chat, 30*time.Second)
 	try := func(text string, mode models.ParseMode) error {
-		err := s.c.send(ctx, s.chat, 30*time.Second, func(ctx context.Context) error {
+		err := to.Do(ctx, key, func(ctx context.Context) error {
 			_, err := s.c.api.EditMessageText(ctx, &bot.EditMessageTextParams{ChatID: s.chat, MessageID: s.sent[i].id, Text: text, ParseMode: mode})
 			return err
 		})
@@ -298,8 +295,9 @@ func (s *stream) edit(ctx context.Context, i int, chunk string) error {
 
 func (s *stream) sendNew(ctx context.Context, chunk string) error {
 	var m *models.Message
+	to, key := s.c.to(s.chat, 30*time.Second)
 	try := func(p *bot.SendMessageParams) error {
-		return s.c.send(ctx, s.chat, 30*time.Second, func(ctx context.Context) (err error) {
+		return to.Do(ctx, key, func(ctx context.Context) (err error) {
 			m, err = s.c.api.SendMessage(ctx, p)
 			return err
 		})
@@ -330,9 +328,10 @@ func (s *stream) messageParams(text string, html bool) *bot.SendMessageParams {
 
 // sendPlain sends text as it is (error notices), split at the limit.
 func (s *stream) sendPlain(ctx context.Context, text string) error {
+	to, key := s.c.to(s.chat, 30*time.Second)
 	for _, chunk := range markdown.SplitTelegramHTML(markdown.EscapeHTML(text), MaxText) {
 		plain := markdown.TelegramText(chunk)
-		err := s.c.send(ctx, s.chat, 30*time.Second, func(ctx context.Context) error {
+		err := to.Do(ctx, key, func(ctx context.Context) error {
 			_, err := s.c.api.SendMessage(ctx, s.messageParams(plain, false))
 			return err
 		})
@@ -384,7 +383,8 @@ func (s *stream) sendPart(ctx context.Context, p channels.Part) error {
 		name = "file"
 	}
 	reply := s.messageParams("", false).ReplyParameters
-	err = s.c.send(ctx, s.chat, 2*time.Minute, func(ctx context.Context) error {
+	to, key := s.c.to(s.chat, 2*time.Minute)
+	err = to.Do(ctx, key, func(ctx context.Context) error {
 		// A fresh reader per attempt: a retry must upload the whole file again.
 		f := &models.InputFileUpload{Filename: name, Data: bytes.NewReader(data)}
 		var err error

@@ -5,8 +5,8 @@
 // the gateway took the update) or by webhook on the gateway's HTTP listener. Messages with
 // media are fetched off the intake, in per-chat lanes backed by an inbox journal (lanes.go);
 // an album is one message. Answers stream by editing one message, rendered from Markdown to
-// Telegram HTML, split at 4096 UTF-16 units, through one outbound pacer whose per-chat
-// holds make every send path wait out a 429's retry_after.
+// Telegram HTML, split at 4096 UTF-16 units. Every Bot API call goes through a
+// channels.Sender, whose per-chat holds make every send path wait out a 429's retry_after.
 package telegram
 
 import (
@@ -43,10 +43,12 @@ type Channel struct {
 	scrub scrubber
 	api   *bot.Bot
 
-	global *pace.Pacer // whole bot; nil when off
-	dms    *pace.Pacer // per private chat: rate and retry_after holds
-	groups *pace.Pacer // per group: rate and retry_after holds
-	policy pace.Policy
+	// Every Bot API call goes through a channels.Sender. Sends to a chat are paced per
+	// chat, private chats and groups apart (their pacers keep the holds a 429 puts on a
+	// chat), and share the bot's slot; see to.
+	dms, groups channels.Sender
+	calls       channels.Sender // start-up calls and getFile: not to a chat, fewer attempts
+	downloads   channels.Sender // file downloads: plain HTTP, classified by fetch itself
 
 	dedup     *channels.Dedup
 	strangers *noticeLimiter
@@ -85,23 +87,9 @@ func New(cfg Config, opts Options) (*Channel, error) {
 		lanes:     map[int64]*lane{},
 		strangers: newNoticeLimiter(1024, time.Hour),
 		dir:       filepath.Join(opts.StateDir, Name),
-		policy:    pace.Policy{Attempts: 5, Base: 500 * time.Millisecond, Max: 2 * time.Minute},
 	}
 	c.mediaDir = filepath.Join(c.dir, "media")
-	p := opts.Pacing
-	if p.GlobalPerSecond > 0 {
-		c.global = pace.New(pace.Limits{Global: rate.Limit(p.GlobalPerSecond), GlobalBurst: max(1, int(p.GlobalPerSecond))})
-	}
-	// The per-chat pacers exist even with no per-chat rate: they keep the holds a 429
-	// puts on a chat, which every send path honours.
-	perChat := func(every time.Duration) *pace.Pacer {
-		var l pace.Limits
-		if every > 0 {
-			l.PerKey, l.PerKeyBurst = rate.Every(every), 1
-		}
-		return pace.New(l)
-	}
-	c.dms, c.groups = perChat(p.PerChatInterval), perChat(p.GroupInterval)
+	c.newSenders()
 	api, err := bot.New(cfg.Token.Reveal(),
 		bot.WithSkipGetMe(),
 		bot.WithServerURL(cfg.APIURL),
@@ -181,7 +169,7 @@ func (c *Channel) connect(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	var me *models.User
-	err := c.retry(ctx, func(ctx context.Context) (err error) {
+	err := c.calls.Do(ctx, "", func(ctx context.Context) (err error) {
 		me, err = c.api.GetMe(ctx)
 		return err
 	})
@@ -197,7 +185,7 @@ func (c *Channel) connect(ctx context.Context) error {
 	switch {
 	case c.cfg.Mode == ModePolling:
 		// A webhook left set would make every getUpdates fail with 409.
-		err = c.retry(ctx, func(ctx context.Context) error {
+		err = c.calls.Do(ctx, "", func(ctx context.Context) error {
 			_, err := c.api.DeleteWebhook(ctx, &bot.DeleteWebhookParams{})
 			return err
 		})
@@ -205,7 +193,7 @@ func (c *Channel) connect(ctx context.Context) error {
 			return fmt.Errorf("telegram: deleteWebhook before polling failed: %w", err)
 		}
 	case c.cfg.WebhookURL != "":
-		err = c.retry(ctx, func(ctx context.Context) error {
+		err = c.calls.Do(ctx, "", func(ctx context.Context) error {
 			_, err := c.api.SetWebhook(ctx, &bot.SetWebhookParams{URL: c.cfg.WebhookURL, SecretToken: c.cfg.WebhookSecret.Reveal(),
 				AllowedUpdates: []string{"message"}})
 			return err
@@ -230,7 +218,7 @@ func Commands() []models.BotCommand {
 func (c *Channel) registerCommands(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	err := c.retry(ctx, func(ctx context.Context) error {
+	err := c.calls.Do(ctx, "", func(ctx context.Context) error {
 		_, err := c.api.SetMyCommands(ctx, &bot.SetMyCommandsParams{Commands: Commands()})
 		return err
 	})
@@ -271,95 +259,48 @@ func (c *Channel) bot() models.User {
 	return c.me
 }
 
-// retry runs one unpaced Bot API call (start-up, getFile) with the retry policy.
-func (c *Channel) retry(ctx context.Context, fn func(ctx context.Context) error) error {
-	return pace.Do(ctx, pace.Policy{Attempts: 3, Base: 300 * time.Millisecond, Max: 30 * time.Second}, func(ctx context.Context) error {
-		actx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		defer cancel()
-		return c.scrub.classify(ctx, fn(actx))
-	})
-}
-
-// send runs one message-sending call to chat through the pacer and the retry policy:
-// each attempt waits for the chat's and the bot's slot; 429 holds the chat for retry_after
-// (for every send path, not only this one); 5xx and network errors back off. The error is
-// final and free of the token.
-func (c *Channel) send(ctx context.Context, chat int64, timeout time.Duration, fn func(ctx context.Context) error) error {
-	return pace.Do(ctx, c.policy, func(ctx context.Context) error {
-		if err := c.wait(ctx, chat); err != nil {
-			return err
+// newSenders makes the Senders every Bot API call goes through.
+func (c *Channel) newSenders() {
+	p := c.opts.Pacing
+	var global *pace.Pacer
+	if p.GlobalPerSecond > 0 {
+		global = pace.New(pace.Limits{Global: rate.Limit(p.GlobalPerSecond), GlobalBurst: max(1, int(p.GlobalPerSecond))})
+	}
+	// A 429 holds the chat for its retry_after: until it passes nothing goes there,
+	// whichever path sends next (a preview, the final text, a split part, a voice note,
+	// typing). The per-chat pacers exist even with no per-chat rate, to keep those holds.
+	send := func(every time.Duration) channels.Sender {
+		var l pace.Limits
+		if every > 0 {
+			l.PerKey, l.PerKeyBurst = rate.Every(every), 1
 		}
-		actx, cancel := context.WithTimeout(ctx, timeout)
-		defer cancel()
-		err := fn(actx)
-		c.noteLimit(chat, err)
-		return c.scrub.classify(ctx, err)
-	})
+		return channels.Sender{
+			Pacer:    pace.New(l),
+			Global:   global,
+			Policy:   pace.Policy{Attempts: 5, Base: 500 * time.Millisecond, Max: 2 * time.Minute},
+			Timeout:  30 * time.Second,
+			Classify: c.scrub.classify,
+			Scrub:    c.scrub.Scrubber,
+			OnHold: func(chat string, d time.Duration) {
+				c.log.Info("telegram: rate limited in a chat; holding its sends", "chat", chat, "retry_after", d)
+			},
+		}
+	}
+	c.dms, c.groups = send(p.PerChatInterval), send(p.GroupInterval)
+	c.calls = channels.Sender{
+		Policy:  pace.Policy{Attempts: 3, Base: 300 * time.Millisecond, Max: 30 * time.Second},
+		Timeout: 20 * time.Second, Classify: c.scrub.classify, Scrub: c.scrub.Scrubber,
+	}
+	c.downloads = channels.Sender{Policy: pace.Policy{Attempts: 3}, Timeout: 5 * time.Minute, Scrub: c.scrub.Scrubber}
 }
 
-// noteLimit holds chat for the retry_after of a 429: until it passes, nothing goes there,
-// whichever path sends next (a preview, the final text, a split part, a voice note, typing).
-func (c *Channel) noteLimit(chat int64, err error) {
-	if err == nil {
-		return
-	}
-	secs := 0
-	var tmr *bot.TooManyRequestsError
-	var ae *apiError
-	switch {
-	case errors.As(err, &tmr):
-		secs = tmr.RetryAfter
-	case errors.As(err, &ae) && errors.Is(ae.kind, bot.ErrorTooManyRequests):
-		secs = ae.retryAfter
-	case errors.Is(err, bot.ErrorTooManyRequests):
-	default:
-		return
-	}
-	d := time.Duration(max(secs, 1)) * time.Second
-	c.chatPacer(chat).Hold(chatKey(chat), d)
-	c.log.Info("telegram: rate limited in a chat; holding its sends", "chat", chat, "retry_after", d)
-}
-
-func chatKey(chat int64) string { return strconv.FormatInt(chat, 10) }
-
-// held reports whether a 429 still holds chat.
-func (c *Channel) held(chat int64) bool {
-	return !c.chatPacer(chat).HeldUntil(chatKey(chat)).IsZero()
-}
-
-// wait blocks for a send slot in chat.
-func (c *Channel) wait(ctx context.Context, chat int64) error {
-	if err := c.chatPacer(chat).Wait(ctx, chatKey(chat)); err != nil {
-		return err
-	}
-	if c.global != nil {
-		return c.global.Wait(ctx, "")
-	}
-	return nil
-}
-
-// tryWait takes a send slot only if one is free now: streaming edits skip a beat rather
-// than hold up the answer. A chat held by a 429 has no free slot.
-//
-// The bot's slot is taken before the chat's: a limiter that cannot serve within the
-// deadline takes nothing, but one that did stays taken. Taking the chat's slot first and
-// then missing the bot's used up the chat's one send a second, so the final answer then
-// waited a whole second for the next one.
-func (c *Channel) tryWait(ctx context.Context, chat int64) bool {
-	if c.held(chat) {
-		return false
-	}
-	ctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
-	defer cancel()
-	if c.global != nil && c.global.Wait(ctx, "") != nil {
-		return false
-	}
-	return c.chatPacer(chat).Wait(ctx, chatKey(chat)) == nil
-}
-
-func (c *Channel) chatPacer(chat int64) *pace.Pacer {
+// to is the Sender for chat, with timeout for each attempt, and the chat's key. A copy of
+// a Sender shares its pacers: the chat's slot, the bot's and the chat's hold.
+func (c *Channel) to(chat int64, timeout time.Duration) (*channels.Sender, string) {
+	s := c.dms
 	if chat < 0 {
-		return c.groups // group and supergroup ids are negative
+		s = c.groups // group and supergroup ids are negative
 	}
-	return c.dms
+	s.Timeout = timeout
+	return &s, strconv.FormatInt(chat, 10)
 }

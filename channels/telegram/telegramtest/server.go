@@ -92,6 +92,7 @@ type Server struct {
 	files       map[string]fileEntry // by file_id
 	paths       map[string]string    // file_path -> file_id
 	fails       []failure
+	limits      []chatLimit
 	slow        map[string]time.Duration
 	commands    []models.BotCommand
 	hookURL     string
@@ -118,6 +119,13 @@ type failure struct {
 	status     int
 	desc       string
 	retryAfter int
+}
+
+// chatLimit is a 429 waiting for the next call of method to chat.
+type chatLimit struct {
+	chat   int64
+	method string
+	fail   failure
 }
 
 // NewServer starts a fake on 127.0.0.1, closed when the test ends.
@@ -172,6 +180,16 @@ func (s *Server) FailNext(n int, retryAfter time.Duration) {
 			s.fails = append(s.fails, failure{502, "Bad Gateway", 0})
 		}
 	}
+}
+
+// RateLimit makes the next call of method (any Bot API method, sendChatAction included)
+// to chat answer 429 with retry_after (rounded up to whole seconds); other chats and
+// methods are not affected.
+func (s *Server) RateLimit(chat int64, method string, retryAfter time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	secs := max(1, int((retryAfter+time.Second-1)/time.Second))
+	s.limits = append(s.limits, chatLimit{chat, method, failure{429, "Too Many Requests: retry after " + strconv.Itoa(secs), secs}})
 }
 
 // FailPolls makes the next n getUpdates calls answer 502 Bad Gateway, as Telegram's front
@@ -312,6 +330,15 @@ func (s *Server) handle(ctx context.Context, method string, p map[string]string,
 	if isSend(method) && len(s.fails) > 0 {
 		fail = &s.fails[0]
 		s.fails = s.fails[1:]
+	}
+	if chat, err := chatID(p); err == nil && fail == nil {
+		for i, l := range s.limits {
+			if l.chat == chat && l.method == method {
+				fail = &l.fail
+				s.limits = append(s.limits[:i:i], s.limits[i+1:]...)
+				break
+			}
+		}
 	}
 	if method == "getUpdates" && s.pollFails > 0 {
 		s.pollFails--

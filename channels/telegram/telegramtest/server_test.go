@@ -104,3 +104,24 @@ func TestFakeLongPollWaitsAndConfirms(t *testing.T) {
 		t.Errorf("after confirming, getUpdates gave %s and %d pending", a.Result, s.Pending())
 	}
 }
+
+// RateLimit answers 429 with retry_after to the next call of one method in one chat only.
+func TestFakeRateLimitsOneChat(t *testing.T) {
+	s := NewServer(t)
+	s.RateLimit(5, "sendChatAction", 1500*time.Millisecond)
+	send := func(chat int, method string) answer {
+		return call(t, s, Token, method, `{"chat_id":`+strconv.Itoa(chat)+`,"text":"hi","action":"typing"}`, "application/json")
+	}
+	if a := send(6, "sendChatAction"); !a.OK {
+		t.Errorf("another chat: %+v", a)
+	}
+	if a := send(5, "sendMessage"); !a.OK {
+		t.Errorf("another method: %+v", a)
+	}
+	if a := send(5, "sendChatAction"); a.ErrorCode != 429 || a.Parameters.RetryAfter != 2 {
+		t.Errorf("the limited call: %+v; want 429 with retry_after 2", a)
+	}
+	if a := send(5, "sendChatAction"); !a.OK {
+		t.Errorf("the call after: %+v", a)
+	}
+}
