@@ -240,10 +240,7 @@ func (a *app) reload() error {
 func (a *app) tryReload() error {
 	a.reloadMu.Lock()
 	defer a.reloadMu.Unlock()
-	cfg, err := loadConfig(a.cfgPath, a.getenv)
-	if err == nil {
-		err = cfg.validate()
-	}
+	cfg, err := loadChecked(a.cfgPath, a.getenv)
 	if err != nil {
 		return fmt.Errorf("reload: config: %w", err)
 	}
@@ -269,10 +266,7 @@ func (a *app) tryReload() error {
 
 // runGateway runs until ctx ends (SIGINT/SIGTERM), then shuts down within the grace period.
 func runGateway(ctx context.Context, path string, reload <-chan struct{}, stderr io.Writer, getenv func(string) string) error {
-	cfg, err := loadConfig(path, getenv)
-	if err == nil {
-		err = cfg.validate()
-	}
+	cfg, err := loadChecked(path, getenv)
 	if err != nil {
 		fmt.Fprintf(stderr, "gateway: the configuration has problems:\n%s\n", indent(err.Error()))
 		return exitCode(1)

@@ -22,10 +22,7 @@ import (
 // connecting; it prints the effective config with secrets masked and each problem on its own
 // line. Any problem → exit status 1.
 func checkConfig(ctx context.Context, path string, out io.Writer, getenv func(string) string) error {
-	cfg, err := loadConfig(path, getenv)
-	if err == nil {
-		err = cfg.validate()
-	}
+	cfg, err := loadChecked(path, getenv)
 	if err == nil {
 		// Build everything run builds, logging nowhere, then let it go.
 		var a *app
@@ -72,10 +69,7 @@ func newHooksCmd(path func() string, out io.Writer, getenv func(string) string) 
 		Use:   "list",
 		Short: "List every hook: its source, events, and load errors",
 		RunE: func(*cobra.Command, []string) error {
-			cfg, err := loadConfig(path(), getenv)
-			if err == nil {
-				err = cfg.validate()
-			}
+			cfg, err := loadChecked(path(), getenv)
 			if err != nil {
 				fmt.Fprintf(out, "the configuration has problems:\n%s\n", indent(err.Error()))
 				return exitCode(1)
