@@ -39,13 +39,13 @@ channels:
 	}
 	problems := out[strings.Index(out, "problems:"):]
 	for want, n := range map[string]int{
-		"llm.api_key: environment variable OPENAI_API_KEY is not set":                1,
+		"llm.api_key: environment variable OPENAI_API_KEY is not set":                 1,
 		"channels.telegram.token: environment variable TELEGRAM_BOT_TOKEN is not set": 1,
-		"channels.telegram.token":                                                    1, // not also "is required"
-		"OPENAI_API_KEY":                                                             1, // speech is off without a key: not in use
-		"DISCORD_BOT_TOKEN":                                                          0,
-		"SLACK_":                                                                     0,
-		`http.listen: "8080" is not host:port`:                                       1,
+		"channels.telegram.token":              1, // not also "is required"
+		"OPENAI_API_KEY":                       1, // speech is off without a key: not in use
+		"DISCORD_BOT_TOKEN":                    0,
+		"SLACK_":                               0,
+		`http.listen: "8080" is not host:port`: 1,
 	} {
 		if got := strings.Count(problems, want); got != n {
 			t.Errorf("%q appears %d times in the problems; want %d:\n%s", want, got, n, problems)
