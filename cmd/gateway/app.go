@@ -288,7 +288,7 @@ func (a *app) serve(ctx context.Context, reload <-chan struct{}) error {
 		return exitCode(1)
 	}
 	srv := &http.Server{
-		Handler:           a.gw.Handler(gateway.HTTPOptions{Gatherer: a.reg, Reload: a.reload}),
+		Handler:           a.gw.Handler(gateway.HTTPOptions{Gatherer: a.reg, Reload: a.reload, AdminToken: a.cfg.Admin.Token.Reveal()}),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 	}

@@ -149,7 +149,8 @@ func newProfilesCmd(path func() string, out io.Writer, getenv func(string) strin
 	return cmd
 }
 
-// newReloadCmd asks a running gateway to reload through its loopback admin endpoint.
+// newReloadCmd asks a running gateway to reload through its admin endpoint, with admin.token
+// when one is set.
 func newReloadCmd(ctx context.Context, path func() string, out io.Writer, getenv func(string) string) *cobra.Command {
 	return &cobra.Command{
 		Use:   "reload",
@@ -165,6 +166,9 @@ func newReloadCmd(ctx context.Context, path func() string, out io.Writer, getenv
 			req, err := http.NewRequestWithContext(ctx, http.MethodPost, adminURL(cfg.HTTP.Listen)+"/admin/reload", nil)
 			if err != nil {
 				return err
+			}
+			if cfg.Admin.Token.IsSet() {
+				req.Header.Set("Authorization", "Bearer "+cfg.Admin.Token.Reveal())
 			}
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
