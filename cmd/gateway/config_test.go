@@ -2,11 +2,16 @@ package main
 
 import (
 	"context"
+	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"gateway/channels/telegram/telegramtest"
 )
 
 // TestExampleConfigPassesCheckWithNoVariables: a newcomer runs check on the shipped example
@@ -140,5 +145,65 @@ func TestNonLoopbackListenNeedsTokens(t *testing.T) {
 	// Loopback needs nothing.
 	if code, out := cli(t, context.Background(), nil, "check", "--config", writeConfig(t, "state_dir: STATE\nhttp: {listen: \"localhost:0\"}\n")); code != 0 {
 		t.Errorf("localhost: exit %d:\n%s", code, out)
+	}
+}
+
+// TestLogFileIsPlainText: stderr redirected to a file gets no colour codes, each attribute
+// once per line, and a clean shutdown logs no empty error.
+func TestLogFileIsPlainText(t *testing.T) {
+	tg := telegramtest.NewServer(t)
+	defer tg.Close()
+	addr := freePort(t)
+	path := writeConfig(t, "state_dir: STATE\nhttp: {listen: \""+addr+"\"}\nchannels:\n  telegram: {enabled: true, token: \""+tg.Token+"\", api_url: \""+tg.URL+"\"}\n")
+	logFile, err := os.Create(filepath.Join(t.TempDir(), "gateway.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logFile.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	exited := make(chan int, 1)
+	go func() {
+		exited <- run(ctx, nil, []string{"run", "--config", path}, io.Discard, logFile, func(string) string { return "" })
+	}()
+	read := func() string {
+		b, _ := os.ReadFile(logFile.Name())
+		return string(b)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(read(), "telegram connected") || !strings.Contains(read(), "gateway started") {
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatalf("the gateway did not start within 20s; log:\n%s", read())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case code := <-exited:
+		if code != 0 {
+			t.Fatalf("exit %d; log:\n%s", code, read())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("did not shut down within 30s")
+	}
+	log := read()
+	if strings.Contains(log, "\x1b[") {
+		t.Errorf("the log file has colour codes:\n%q", log)
+	}
+	if strings.Contains(log, `err=""`) {
+		t.Errorf("a clean shutdown logged an empty error:\n%s", log)
+	}
+	keyRe := regexp.MustCompile(`(?:^| )([a-z_.]+)=`)
+	for _, line := range strings.Split(strings.TrimSpace(log), "\n") {
+		seen := map[string]bool{}
+		for _, m := range keyRe.FindAllStringSubmatch(line, -1) {
+			if seen[m[1]] {
+				t.Errorf("%s= twice in one line: %s", m[1], line)
+			}
+			seen[m[1]] = true
+		}
+	}
+	if !hasLine(log, "telegram connected", "channel=telegram") {
+		t.Errorf("no line says telegram connected with channel=telegram:\n%s", log)
 	}
 }
