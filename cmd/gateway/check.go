@@ -82,9 +82,15 @@ func newHooksCmd(path func() string, out io.Writer, getenv func(string) string) 
 			defer a.gw.Stop(context.Background())
 			list := a.gw.Runtime().Bus.Handlers()
 			sort.SliceStable(list, func(i, j int) bool { return list[i].Source < list[j].Source })
-			fmt.Fprintf(out, "%-50s %-22s %s\n", "SOURCE", "EVENT", "PROFILE")
-			for _, h := range list {
-				fmt.Fprintf(out, "%-50s %-22s %s\n", h.Source, h.Event, h.Profile)
+			if len(list) == 0 {
+				// An empty table reads like a failure; say what was looked at instead.
+				fmt.Fprintf(out, "no hooks loaded (looked in hooks.dirs %s and each profile's hooks/ folder under %s; speech hooks are off)\n",
+					strings.Join(a.cfg.Hooks.Dirs, ", "), a.cfg.Profiles.Dir)
+			} else {
+				fmt.Fprintf(out, "%-50s %-22s %s\n", "SOURCE", "EVENT", "PROFILE")
+				for _, h := range list {
+					fmt.Fprintf(out, "%-50s %-22s %s\n", h.Source, h.Event, h.Profile)
+				}
 			}
 			var disabled []string
 			for _, h := range a.hooks {
