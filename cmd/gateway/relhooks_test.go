@@ -52,7 +52,9 @@ bindings:
 	g := &liveGateway{t: t, root: root, addr: addr, oai: oai, reload: make(chan struct{}, 1), log: &logBuffer{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	exited := make(chan int, 1)
-	go func() { exited <- run(ctx, g.reload, []string{"run"}, io.Discard, g.log, func(string) string { return "" }) }()
+	go func() {
+		exited <- run(ctx, g.reload, []string{"run"}, io.Discard, g.log, func(string) string { return "" })
+	}()
 	defer func() {
 		cancel()
 		select {
