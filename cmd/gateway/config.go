@@ -105,6 +105,28 @@ func defaultConfig(getenv func(string) string) Config {
 	}
 }
 
+// resolveLLM keeps the defaults that belong to the default provider away from another one:
+// a section that names its provider and not its model gets that provider's default model
+// (never "echo"), and the OpenAI key is never sent to another provider.
+func (c *Config) resolveLLM(explicit func(key string) bool) {
+	if !explicit("llm.provider") {
+		return
+	}
+	if !explicit("llm.model") {
+		switch c.LLM.Provider {
+		case "openai":
+			c.LLM.Model = "gpt-4o-mini"
+		case "echo":
+			c.LLM.Model = "echo"
+		case "anthropic":
+			c.LLM.Model = "" // no default model: validate asks for one
+		}
+	}
+	if !explicit("llm.api_key") && c.LLM.Provider != "openai" {
+		c.LLM.APIKey = ""
+	}
+}
+
 // resolveSpeech turns speech off where the user did not ask for it and it cannot run: the
 // openai provider with no key and no base_url of its own (a local server needs no key). A
 // section that names a provider, or says enabled/mode itself, is taken as written.
@@ -169,7 +191,9 @@ func loadConfig(path string, getenv func(string) string) (Config, error) {
 	if err := dec.Decode(settings); err != nil {
 		problems = append(problems, strings.Split(friendlyDecodeError(err).Error(), "\n")...)
 	}
-	out.resolveSpeech(func(key string) bool { return v.InConfig(key) || getenv(envKey(key)) != "" }, getenv)
+	explicit := func(key string) bool { return v.InConfig(key) || getenv(envKey(key)) != "" }
+	out.resolveLLM(explicit)
+	out.resolveSpeech(explicit, getenv)
 	// An unset variable matters only where it is used: the token of a disabled channel may
 	// stay unset.
 	for _, u := range unset {
@@ -424,7 +448,11 @@ func (c Config) validate() error {
 		add(fmt.Errorf("log.format: %q is not text or json", c.Log.Format))
 	}
 	switch c.LLM.Provider {
-	case "openai", "anthropic", "fake", "echo":
+	case "anthropic":
+		if c.LLM.Model == "" {
+			add(errors.New("llm.model: required with provider anthropic (e.g. claude-sonnet-4-5)"))
+		}
+	case "openai", "fake", "echo":
 	default:
 		add(fmt.Errorf("llm.provider: %q is not one of openai, anthropic, fake, echo", c.LLM.Provider))
 	}

@@ -207,3 +207,21 @@ func TestLogFileIsPlainText(t *testing.T) {
 		t.Errorf("no line says telegram connected with channel=telegram:\n%s", log)
 	}
 }
+
+// TestLLMSectionKeepsItsProvidersDefaults: naming a provider does not inherit the model or
+// key of the default one (the echo model sent to OpenAI, the OpenAI key sent to Anthropic).
+func TestLLMSectionKeepsItsProvidersDefaults(t *testing.T) {
+	cfg, err := loadChecked(writeConfig(t, "state_dir: STATE\nllm: {provider: openai, api_key: sk-x}\n"), func(string) string { return "" })
+	if err != nil || cfg.LLM.Model != "gpt-4o-mini" {
+		t.Errorf("openai named, no OPENAI_API_KEY: model %q, err %v; want gpt-4o-mini", cfg.LLM.Model, err)
+	}
+	env := map[string]string{"OPENAI_API_KEY": "sk-openai-secret"}
+	cfg, err = loadChecked(writeConfig(t, "state_dir: STATE\nllm: {provider: anthropic, model: claude-sonnet-4-5}\n"), func(k string) string { return env[k] })
+	if err != nil || cfg.LLM.APIKey.IsSet() {
+		t.Errorf("anthropic with OPENAI_API_KEY set: api_key set %v, err %v; want the OpenAI key kept away", cfg.LLM.APIKey.IsSet(), err)
+	}
+	code, out := cli(t, context.Background(), env, "check", "--config", writeConfig(t, "state_dir: STATE\nllm: {provider: anthropic}\n"))
+	if code != 1 || !strings.Contains(out, "llm.model: required") {
+		t.Errorf("anthropic without a model: exit %d:\n%s", code, out)
+	}
+}
