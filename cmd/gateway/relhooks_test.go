@@ -101,3 +101,20 @@ func TestHooksListSaysWhenThereAreNone(t *testing.T) {
 		t.Fatalf("hooks list with no hooks: exit %d:\n%s", code, out)
 	}
 }
+
+// TestReloadCommandSendsTheAdminToken: with admin.token set, the admin endpoint wants it
+// (even from loopback) and `gateway reload` sends it.
+func TestReloadCommandSendsTheAdminToken(t *testing.T) {
+	g := startGateway(t, t.TempDir(), "admin: {token: \"reload-token-123\"}\n")
+	if code, body := g.postReload(nil); code != http.StatusUnauthorized {
+		t.Fatalf("POST /admin/reload without the token = %d %v; want 401", code, body)
+	}
+	if code, body := g.postReload(func(r *http.Request) { r.Header.Set("Authorization", "Bearer wrong") }); code != http.StatusUnauthorized {
+		t.Fatalf("POST /admin/reload with a wrong token = %d %v; want 401", code, body)
+	}
+	code, out := cli(t, context.Background(), nil, "reload", "--config", g.cfgPath)
+	if code != 0 || !strings.Contains(out, "reloaded") {
+		t.Fatalf("gateway reload: exit %d:\n%s", code, out)
+	}
+	g.waitLog("reloaded profiles and hooks", 1)
+}
