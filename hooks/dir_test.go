@@ -490,7 +490,7 @@ func BenchmarkHookCall(b *testing.B) {
 	})
 }
 
-// TestRelativeHookDirRuns: the default `hooks.dirs: [./hooks]` and the docs' `command:
+// TestRelativeHookDirRuns: a relative hooks dir (as the default `./data/hooks`) and the docs' `command:
 // ["./run.sh"]`, loaded from a working directory that is not the hook folder. The program
 // runs in its folder, so both paths must be made absolute at load or every call fails and
 // the rejecting hook lets the message through.
