@@ -18,7 +18,17 @@ COPY --from=build /out/gateway /usr/local/bin/gateway
 USER gateway
 WORKDIR /data
 VOLUME /data
-ENV GATEWAY_STATE_DIR=/data GATEWAY_HTTP_LISTEN=0.0.0.0:8080
+# The container listens on every interface, so the gateway refuses to start until both tokens
+# are given (the web chat and the admin endpoint have no login of their own; without them a
+# published port would be an open bot on your model bill). Pass them at run time, never bake
+# them into the image:
+#   docker run -p 8080:8080 -v gateway-data:/data \
+#     -e GATEWAY_ADMIN_TOKEN="$(openssl rand -hex 24)" \
+#     -e GATEWAY_CHANNELS_WEB_TOKEN=a-password-for-the-web-chat \
+#     -e OPENAI_API_KEY gateway
+# Hooks and profiles are read from the data volume: /data/hooks/NAME/HOOK.yaml, /data/profiles/NAME/.
+ENV GATEWAY_STATE_DIR=/data GATEWAY_HTTP_LISTEN=0.0.0.0:8080 \
+    GATEWAY_HOOKS_DIRS=/data/hooks GATEWAY_PROFILES_DIR=/data/profiles
 EXPOSE 8080
 HEALTHCHECK --interval=30s --timeout=3s --start-period=20s CMD curl -fsS http://127.0.0.1:8080/healthz || exit 1
 ENTRYPOINT ["gateway"]

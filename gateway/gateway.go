@@ -316,8 +316,11 @@ func (g *Gateway) Connected(channel string, up bool, err error) {
 	msg := ""
 	if err != nil {
 		msg = err.Error()
+		g.log.Warn("channel disconnected", "channel", channel, "err", msg)
+	} else {
+		// A clean stop (shutdown) is no warning and has no error to show.
+		g.log.Info("channel disconnected", "channel", channel)
 	}
-	g.log.Warn("channel disconnected", "channel", channel, "err", msg)
 	bus.Emit(context.Background(), &hooks.ChannelDisconnect{Channel: channel, Error: msg})
 }
 

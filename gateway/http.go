@@ -1,9 +1,11 @@
 package gateway
 
 import (
+	"crypto/subtle"
 	"encoding/json"
 	"net"
 	"net/http"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -14,6 +16,9 @@ type HTTPOptions struct {
 	Gatherer prometheus.Gatherer // for /metrics
 	// Reload re-reads profiles and hook directories (POST /admin/reload); nil disables it.
 	Reload func() error
+	// AdminToken, when set, is the bearer token every admin request must carry, from any
+	// address; when empty the admin endpoints answer loopback clients only.
+	AdminToken string
 }
 
 // Handler serves /healthz, /readyz, /metrics, the admin endpoints and every HTTP channel's routes.
@@ -33,7 +38,7 @@ func (g *Gateway) Handler(opts HTTPOptions) http.Handler {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{}))
 	}
 	if opts.Reload != nil {
-		mux.Handle("POST /admin/reload", adminOnly(func(w http.ResponseWriter, r *http.Request) {
+		mux.Handle("POST /admin/reload", adminOnly(opts.AdminToken, func(w http.ResponseWriter, r *http.Request) {
 			if err := opts.Reload(); err != nil {
 				writeJSON(w, http.StatusUnprocessableEntity, map[string]any{"status": "kept the previous configuration", "error": err.Error()})
 				return
@@ -55,13 +60,26 @@ func (g *Gateway) connState() map[string]bool {
 	return out
 }
 
-// adminOnly admits requests from loopback whose Host is a loopback name and which carry no
-// cross-site Origin: a browser page elsewhere cannot reach it through DNS rebinding.
-func adminOnly(h http.HandlerFunc) http.Handler {
+// adminOnly guards an admin endpoint. With a token, a request must carry it as
+// "Authorization: Bearer <token>" and may come from anywhere (a gateway in a container is
+// administered from outside it). Without one, it admits requests from loopback whose Host is
+// a loopback name and which carry no cross-site Origin: a browser page elsewhere cannot reach
+// it through DNS rebinding.
+func adminOnly(token string, h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if token != "" {
+			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if !ok || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(token)) != 1 {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="gateway admin"`)
+				writeJSON(w, http.StatusUnauthorized, map[string]any{"error": "the admin endpoint needs Authorization: Bearer <admin.token>"})
+				return
+			}
+			h(w, r)
+			return
+		}
 		host, _, err := net.SplitHostPort(r.RemoteAddr)
 		if err != nil || !isLoopback(host) {
-			writeJSON(w, http.StatusForbidden, map[string]any{"error": "the admin endpoint answers loopback clients only"})
+			writeJSON(w, http.StatusForbidden, map[string]any{"error": "the admin endpoint answers loopback clients only (set admin.token to reach it from elsewhere)"})
 			return
 		}
 		reqHost := r.Host

@@ -145,6 +145,11 @@ func (d *Dir) Close() {
 }
 
 func scanDir(dir, source string) ([]hookSpec, []LoadError) {
+	// A relative directory is taken against the working directory, once, here: a program runs
+	// in its hook's folder, where a path relative to the working directory means nothing.
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs
+	}
 	entries, err := os.ReadDir(dir) // sorted by name: the load order
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -315,7 +320,8 @@ func parseHook(folder string) (hookSpec, error) {
 }
 
 // resolveCommand makes a relative program path absolute against the hook folder (a bare
-// name is looked up in PATH, as a shell would) and checks that it can run.
+// name is looked up in PATH, as a shell would) and checks that it can run, so that a hook
+// that could not start is a load error, never a failure at message time.
 func resolveCommand(folder string, argv []string) error {
 	prog := argv[0]
 	if !strings.ContainsRune(prog, filepath.Separator) && !strings.ContainsRune(prog, '/') {
@@ -326,6 +332,9 @@ func resolveCommand(folder string, argv []string) error {
 	}
 	if !filepath.IsAbs(prog) {
 		prog = filepath.Join(folder, prog)
+	}
+	if abs, err := filepath.Abs(prog); err == nil {
+		prog = abs
 	}
 	fi, err := os.Stat(prog)
 	if err != nil {

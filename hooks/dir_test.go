@@ -489,3 +489,39 @@ func BenchmarkHookCall(b *testing.B) {
 		run(b, bus)
 	})
 }
+
+// TestRelativeHookDirRuns: a relative hooks dir (as the default `./data/hooks`) and the docs' `command:
+// ["./run.sh"]`, loaded from a working directory that is not the hook folder. The program
+// runs in its folder, so both paths must be made absolute at load or every call fails and
+// the rejecting hook lets the message through.
+func TestRelativeHookDirRuns(t *testing.T) {
+	root := t.TempDir()
+	writeHook(t, filepath.Join(root, "hooks"), "10-no-secrets", receiveHook, `
+if grep -q 'password'; then
+  printf '{"action": "reject", "reason": "no secrets here"}'
+fi
+`)
+	writeHook(t, filepath.Join(root, "hooks"), "20-missing", "events: [message:receive]\ncommand: [./nothere.sh]\n", "")
+	t.Chdir(root)
+	for _, dir := range []string{"./hooks", "hooks"} {
+		t.Run(dir, func(t *testing.T) {
+			hooks, errs := CheckDir(dir)
+			if len(hooks) != 1 || hooks[0].Name != "10-no-secrets" || len(errs) != 1 || !strings.Contains(errs[0].Error(), `program "./nothere.sh" not found`) {
+				t.Fatalf("CheckDir(%q) = %+v, %v; want the good hook loaded and the missing program reported", dir, hooks, errs)
+			}
+			b := newTestBus(t, 10*time.Second)
+			d := LoadDir(b.Bus, dir, DirOptions{})
+			defer d.Close()
+			if len(d.Errors()) != 1 {
+				t.Fatalf("load errors: %v", d.Errors())
+			}
+			rej := b.Receive(ctxT(t), receiveEvent(channels.TextPart("my password is hunter2")))
+			if rej == nil || rej.Reason != "no secrets here" {
+				t.Fatalf("reject = %+v, failures %+v; want the hook to reject", rej, b.Failures())
+			}
+			if fs := b.Failures(); len(fs) != 0 {
+				t.Errorf("failures: %+v", fs)
+			}
+		})
+	}
+}

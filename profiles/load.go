@@ -130,6 +130,11 @@ func Load(cfg Config, bindings []Binding) (*Set, error) {
 	byName := map[string]*Profile{}
 	broken := map[string]bool{} // already reported; a binding to one is not "unknown" too
 	if cfg.Dir != "" {
+		// Absolute once, here: a profile's hooks run in their own folders, where a path
+		// relative to the working directory would point elsewhere.
+		if abs, err := filepath.Abs(cfg.Dir); err == nil {
+			cfg.Dir = abs
+		}
 		entries, err := os.ReadDir(cfg.Dir)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):

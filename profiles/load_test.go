@@ -293,3 +293,20 @@ func TestValidateName(t *testing.T) {
 		}
 	}
 }
+
+// TestLoadRelativeDirGivesAbsoluteFolders: with the default relative profiles.dir, a
+// profile's folder and hooks/ are absolute, so its hook programs (which run in their own
+// folders) are found whatever the working directory.
+func TestLoadRelativeDirGivesAbsoluteFolders(t *testing.T) {
+	root := t.TempDir()
+	writeTree(t, root, map[string]string{"data/profiles/alpha/hooks/": "", "data/profiles/alpha/SYSTEM.md": "Alpha."})
+	t.Chdir(root)
+	set, err := Load(Config{Dir: "./data/profiles"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := filepath.Join(root, "data", "profiles", "alpha")
+	if p := set.Get("alpha"); p == nil || p.Dir != want || p.HooksDir != filepath.Join(want, HooksSubdir) {
+		t.Fatalf("alpha = %+v; want Dir %s and its hooks/ beside it, absolute", p, want)
+	}
+}

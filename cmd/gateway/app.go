@@ -54,13 +54,26 @@ type hookReport struct {
 	errs  []hooks.LoadError
 }
 
-func newLogger(cfg LogConfig, w io.Writer) *slog.Logger {
+func newLogger(cfg LogConfig, w io.Writer, getenv func(string) string) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(cfg.Level))
 	if cfg.Format == "json" {
 		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
 	}
-	return slog.New(tint.NewHandler(w, &tint.Options{Level: level, TimeFormat: time.TimeOnly}))
+	// Colour is for a person at a terminal: a file or a pipe gets plain text, and NO_COLOR
+	// (https://no-color.org) turns it off everywhere.
+	noColor := getenv("NO_COLOR") != "" || !isTerminal(w)
+	return slog.New(tint.NewHandler(w, &tint.Options{Level: level, TimeFormat: time.TimeOnly, NoColor: noColor}))
+}
+
+// isTerminal reports whether w is a character device (a terminal), not a file or a pipe.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
 // buildApp wires every part from cfg without connecting anything: `check` runs exactly this.
@@ -140,10 +153,10 @@ func (a *app) buildChannels(cfg Config) ([]channels.Channel, error) {
 	var out []channels.Channel
 	var errs []error
 	if cfg.Channels.Web.Enabled {
-		out = append(out, web.New(cfg.Channels.Web, web.Options{Logger: a.log.With("channel", "web"), MediaDir: filepath.Join(cfg.StateDir, "media", "web")}))
+		out = append(out, web.New(cfg.Channels.Web, web.Options{Logger: a.log, MediaDir: filepath.Join(cfg.StateDir, "media", "web")}))
 	}
 	if cfg.Channels.Telegram.Enabled {
-		ch, err := telegram.New(cfg.Channels.Telegram, telegram.Options{Logger: a.log.With("channel", "telegram"), StateDir: filepath.Join(cfg.StateDir, "telegram"), HTTPClient: a.client})
+		ch, err := telegram.New(cfg.Channels.Telegram, telegram.Options{Logger: a.log, StateDir: filepath.Join(cfg.StateDir, "telegram"), HTTPClient: a.client})
 		if err != nil {
 			errs = append(errs, err)
 		} else {
@@ -151,7 +164,7 @@ func (a *app) buildChannels(cfg Config) ([]channels.Channel, error) {
 		}
 	}
 	if cfg.Channels.Discord.Enabled {
-		ch, err := discord.New(cfg.Channels.Discord, discord.Options{Logger: a.log.With("channel", "discord"), StateDir: filepath.Join(cfg.StateDir, "discord"), HTTPClient: a.client})
+		ch, err := discord.New(cfg.Channels.Discord, discord.Options{Logger: a.log, StateDir: filepath.Join(cfg.StateDir, "discord"), HTTPClient: a.client})
 		if err != nil {
 			errs = append(errs, err)
 		} else {
@@ -159,7 +172,7 @@ func (a *app) buildChannels(cfg Config) ([]channels.Channel, error) {
 		}
 	}
 	if cfg.Channels.Slack.Enabled {
-		ch, err := slack.New(cfg.Channels.Slack, slack.Options{Logger: a.log.With("channel", "slack"), StateDir: filepath.Join(cfg.StateDir, "slack"), HTTPClient: a.client})
+		ch, err := slack.New(cfg.Channels.Slack, slack.Options{Logger: a.log, StateDir: filepath.Join(cfg.StateDir, "slack"), HTTPClient: a.client})
 		if err != nil {
 			errs = append(errs, err)
 		} else {
@@ -240,10 +253,7 @@ func (a *app) reload() error {
 func (a *app) tryReload() error {
 	a.reloadMu.Lock()
 	defer a.reloadMu.Unlock()
-	cfg, err := loadConfig(a.cfgPath, a.getenv)
-	if err == nil {
-		err = cfg.validate()
-	}
+	cfg, err := loadChecked(a.cfgPath, a.getenv)
 	if err != nil {
 		return fmt.Errorf("reload: config: %w", err)
 	}
@@ -269,15 +279,12 @@ func (a *app) tryReload() error {
 
 // runGateway runs until ctx ends (SIGINT/SIGTERM), then shuts down within the grace period.
 func runGateway(ctx context.Context, path string, reload <-chan struct{}, stderr io.Writer, getenv func(string) string) error {
-	cfg, err := loadConfig(path, getenv)
-	if err == nil {
-		err = cfg.validate()
-	}
+	cfg, err := loadChecked(path, getenv)
 	if err != nil {
 		fmt.Fprintf(stderr, "gateway: the configuration has problems:\n%s\n", indent(err.Error()))
 		return exitCode(1)
 	}
-	log := newLogger(cfg.Log, stderr)
+	log := newLogger(cfg.Log, stderr, getenv)
 	a, err := buildApp(cfg, path, log, getenv)
 	if err != nil {
 		log.Error("cannot start", "err", err)
@@ -294,7 +301,7 @@ func (a *app) serve(ctx context.Context, reload <-chan struct{}) error {
 		return exitCode(1)
 	}
 	srv := &http.Server{
-		Handler:           a.gw.Handler(gateway.HTTPOptions{Gatherer: a.reg, Reload: a.reload}),
+		Handler:           a.gw.Handler(gateway.HTTPOptions{Gatherer: a.reg, Reload: a.reload, AdminToken: a.cfg.Admin.Token.Reveal()}),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 	}

@@ -22,10 +22,7 @@ import (
 // connecting; it prints the effective config with secrets masked and each problem on its own
 // line. Any problem → exit status 1.
 func checkConfig(ctx context.Context, path string, out io.Writer, getenv func(string) string) error {
-	cfg, err := loadConfig(path, getenv)
-	if err == nil {
-		err = cfg.validate()
-	}
+	cfg, err := loadChecked(path, getenv)
 	if err == nil {
 		// Build everything run builds, logging nowhere, then let it go.
 		var a *app
@@ -72,10 +69,7 @@ func newHooksCmd(path func() string, out io.Writer, getenv func(string) string) 
 		Use:   "list",
 		Short: "List every hook: its source, events, and load errors",
 		RunE: func(*cobra.Command, []string) error {
-			cfg, err := loadConfig(path(), getenv)
-			if err == nil {
-				err = cfg.validate()
-			}
+			cfg, err := loadChecked(path(), getenv)
 			if err != nil {
 				fmt.Fprintf(out, "the configuration has problems:\n%s\n", indent(err.Error()))
 				return exitCode(1)
@@ -88,9 +82,15 @@ func newHooksCmd(path func() string, out io.Writer, getenv func(string) string) 
 			defer a.gw.Stop(context.Background())
 			list := a.gw.Runtime().Bus.Handlers()
 			sort.SliceStable(list, func(i, j int) bool { return list[i].Source < list[j].Source })
-			fmt.Fprintf(out, "%-50s %-22s %s\n", "SOURCE", "EVENT", "PROFILE")
-			for _, h := range list {
-				fmt.Fprintf(out, "%-50s %-22s %s\n", h.Source, h.Event, h.Profile)
+			if len(list) == 0 {
+				// An empty table reads like a failure; say what was looked at instead.
+				fmt.Fprintf(out, "no hooks loaded (looked in hooks.dirs %s and each profile's hooks/ folder under %s; speech hooks are off)\n",
+					strings.Join(a.cfg.Hooks.Dirs, ", "), a.cfg.Profiles.Dir)
+			} else {
+				fmt.Fprintf(out, "%-50s %-22s %s\n", "SOURCE", "EVENT", "PROFILE")
+				for _, h := range list {
+					fmt.Fprintf(out, "%-50s %-22s %s\n", h.Source, h.Event, h.Profile)
+				}
 			}
 			var disabled []string
 			for _, h := range a.hooks {
@@ -155,7 +155,8 @@ func newProfilesCmd(path func() string, out io.Writer, getenv func(string) strin
 	return cmd
 }
 
-// newReloadCmd asks a running gateway to reload through its loopback admin endpoint.
+// newReloadCmd asks a running gateway to reload through its admin endpoint, with admin.token
+// when one is set.
 func newReloadCmd(ctx context.Context, path func() string, out io.Writer, getenv func(string) string) *cobra.Command {
 	return &cobra.Command{
 		Use:   "reload",
@@ -171,6 +172,9 @@ func newReloadCmd(ctx context.Context, path func() string, out io.Writer, getenv
 			req, err := http.NewRequestWithContext(ctx, http.MethodPost, adminURL(cfg.HTTP.Listen)+"/admin/reload", nil)
 			if err != nil {
 				return err
+			}
+			if cfg.Admin.Token.IsSet() {
+				req.Header.Set("Authorization", "Bearer "+cfg.Admin.Token.Reveal())
 			}
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {

@@ -3,10 +3,14 @@ package main
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"net"
 	"os"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -69,19 +73,15 @@ type ChannelsConfig struct {
 }
 
 // defaultConfig is what a gateway with no config file runs: the web chat on loopback and the
-// echo provider, or OpenAI when OPENAI_API_KEY is set.
+// echo provider, or OpenAI when OPENAI_API_KEY is set. Speech is on by default; whether it
+// can run is decided after decoding (resolveSpeech), so that a section which sets only some
+// keys keeps the defaults of the others.
 func defaultConfig(getenv func(string) string) Config {
 	llm := harness.Config{Provider: "echo", Model: "echo"}
 	if getenv("OPENAI_API_KEY") != "" {
 		llm = harness.Config{Provider: "openai", Model: "gpt-4o-mini", APIKey: "${OPENAI_API_KEY}"}
 	}
 	llm.Timeout, llm.MaxRetries = 2*time.Minute, 3
-	sttCfg, ttsCfg := stt.DefaultConfig(), tts.DefaultConfig()
-	if llm.Provider != "openai" {
-		// Without a speech provider, voice notes get a plain "not configured" answer.
-		sttCfg.Enabled = false
-		ttsCfg.Mode = "off"
-	}
 	// Platforms start closed: only allow_from may talk, and groups need a mention.
 	access := channels.Access{AllowFrom: []string{}, DMPolicy: channels.DMAllowlist, RequireMention: true}
 	return Config{
@@ -89,10 +89,12 @@ func defaultConfig(getenv func(string) string) Config {
 		HTTP:     HTTPConfig{Listen: "127.0.0.1:8080"},
 		Log:      LogConfig{Level: "info", Format: "text"},
 		LLM:      llm,
-		STT:      sttCfg,
-		TTS:      ttsCfg,
-		Hooks:    HooksConfig{Dirs: []string{"./hooks"}, Timeout: 10 * time.Second},
-		Profiles: profiles.Config{Dir: "./profiles", Default: "assistant"},
+		STT:      stt.DefaultConfig(),
+		TTS:      tts.DefaultConfig(),
+		// Under state_dir's default, not ./hooks and ./profiles: in a clone of this repository
+		// those are Go package folders.
+		Hooks:    HooksConfig{Dirs: []string{"./data/hooks"}, Timeout: 10 * time.Second},
+		Profiles: profiles.Config{Dir: "./data/profiles", Default: "assistant"},
 		Sessions: gateway.Defaults(),
 		Channels: ChannelsConfig{
 			Web:      web.Config{Enabled: true},
@@ -103,9 +105,47 @@ func defaultConfig(getenv func(string) string) Config {
 	}
 }
 
+// resolveLLM keeps the defaults that belong to the default provider away from another one:
+// a section that names its provider and not its model gets that provider's default model
+// (never "echo"), and the OpenAI key is never sent to another provider.
+func (c *Config) resolveLLM(explicit func(key string) bool) {
+	if !explicit("llm.provider") {
+		return
+	}
+	if !explicit("llm.model") {
+		switch c.LLM.Provider {
+		case "openai":
+			c.LLM.Model = "gpt-4o-mini"
+		case "echo":
+			c.LLM.Model = "echo"
+		case "anthropic":
+			c.LLM.Model = "" // no default model: validate asks for one
+		}
+	}
+	if !explicit("llm.api_key") && c.LLM.Provider != "openai" {
+		c.LLM.APIKey = ""
+	}
+}
+
+// resolveSpeech turns speech off where the user did not ask for it and it cannot run: the
+// openai provider with no key and no base_url of its own (a local server needs no key). A
+// section that names a provider, or says enabled/mode itself, is taken as written.
+func (c *Config) resolveSpeech(explicit func(key string) bool, getenv func(string) string) {
+	noKey := func(provider string, key secret.Secret, baseURL string) bool {
+		return (provider == "" || provider == "openai") && !key.IsSet() && baseURL == "" && getenv("OPENAI_API_KEY") == ""
+	}
+	if !explicit("stt.enabled") && noKey(c.STT.Provider, c.STT.APIKey, c.STT.BaseURL) {
+		c.STT.Enabled = false
+	}
+	if !explicit("tts.mode") && noKey(c.TTS.Provider, c.TTS.APIKey, c.TTS.BaseURL) {
+		c.TTS.Mode = tts.ModeOff
+	}
+}
+
 // loadConfig reads path (optional: "" means defaults only), then GATEWAY_* environment
 // overrides, expands ${VAR} in values and decodes strictly: unknown keys and bad values are
-// errors that name the key.
+// errors that name the key. It reports every problem it finds in one go; the config it
+// returns is as complete as they allow.
 func loadConfig(path string, getenv func(string) string) (Config, error) {
 	v := viper.New()
 	v.SetConfigType("yaml")
@@ -124,21 +164,22 @@ func loadConfig(path string, getenv func(string) string) (Config, error) {
 			return cfg, fmt.Errorf("config file %s: %w", path, err)
 		}
 	}
+	envKey := func(key string) string { return "GATEWAY_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_")) }
 	// GATEWAY_<KEY_PATH> overrides any key. This is viper's AutomaticEnv, done by hand so the
 	// environment can be passed in (tests run the CLI in-process).
 	for key := range keys {
-		if val := getenv("GATEWAY_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))); val != "" {
+		if val := getenv(envKey(key)); val != "" {
 			v.Set(key, val)
 		}
 	}
+	settings := v.AllSettings()
+	unset := expandEnv(settings, "", getenv)
 	var out Config
-	var errs []error
 	dec, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{
 		Result:           &out,
 		ErrorUnused:      true,
 		WeaklyTypedInput: true,
 		DecodeHook: mapstructure.ComposeDecodeHookFunc(
-			expandEnvHook(getenv, &errs),
 			mapstructure.StringToTimeDurationHookFunc(),
 			mapstructure.StringToSliceHookFunc(","),
 		),
@@ -146,34 +187,125 @@ func loadConfig(path string, getenv func(string) string) (Config, error) {
 	if err != nil {
 		return cfg, err
 	}
-	if err := dec.Decode(v.AllSettings()); err != nil {
-		return cfg, friendlyDecodeError(err)
+	var problems []string
+	if err := dec.Decode(settings); err != nil {
+		problems = append(problems, strings.Split(friendlyDecodeError(err).Error(), "\n")...)
 	}
-	if len(errs) > 0 {
-		return out, errors.Join(errs...)
+	explicit := func(key string) bool { return v.InConfig(key) || getenv(envKey(key)) != "" }
+	out.resolveLLM(explicit)
+	out.resolveSpeech(explicit, getenv)
+	// An unset variable matters only where it is used: the token of a disabled channel may
+	// stay unset.
+	for _, u := range unset {
+		if out.inUse(u.key) {
+			problems = append(problems, fmt.Sprintf("%s: environment variable %s is not set", u.key, u.name))
+		}
+	}
+	if len(problems) > 0 {
+		return out, errors.New(strings.Join(problems, "\n"))
 	}
 	return out, nil
 }
 
+// loadChecked is loadConfig then validate, with every problem of both, each once.
+func loadChecked(path string, getenv func(string) string) (Config, error) {
+	cfg, err := loadConfig(path, getenv)
+	var lines []string
+	if err != nil {
+		lines = strings.Split(err.Error(), "\n")
+	}
+	if verr := cfg.validate(); verr != nil {
+		for _, l := range strings.Split(verr.Error(), "\n") {
+			// A key whose variable is unset is already reported; "token is required" says it again.
+			dup := false
+			for _, prev := range lines {
+				if key, _, ok := strings.Cut(prev, ": environment variable "); ok && (strings.HasPrefix(l, key+" ") || strings.HasPrefix(l, key+":")) {
+					dup = true
+				}
+			}
+			if !dup && !slices.Contains(lines, l) {
+				lines = append(lines, l)
+			}
+		}
+	}
+	if len(lines) > 0 {
+		return cfg, errors.New(strings.Join(lines, "\n"))
+	}
+	return cfg, nil
+}
+
+// inUse reports whether the config key (a dotted path) belongs to a part that runs: a
+// disabled channel, or speech that is off, is not.
+func (c Config) inUse(key string) bool {
+	parts := strings.SplitN(key, ".", 3)
+	switch {
+	case parts[0] == "channels" && len(parts) > 1:
+		switch parts[1] {
+		case "web":
+			return c.Channels.Web.Enabled
+		case "telegram":
+			return c.Channels.Telegram.Enabled
+		case "discord":
+			return c.Channels.Discord.Enabled
+		case "slack":
+			return c.Channels.Slack.Enabled
+		}
+	case parts[0] == "stt":
+		return c.STT.Enabled
+	case parts[0] == "tts":
+		return c.TTS.Mode != tts.ModeOff
+	}
+	return true
+}
+
 var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
 
-// expandEnvHook replaces ${VAR} in every string value; a variable that is not set is an error
-// (an empty token is better reported than sent).
-func expandEnvHook(getenv func(string) string, errs *[]error) mapstructure.DecodeHookFuncType {
-	return func(from, to reflect.Type, data any) (any, error) {
-		s, ok := data.(string)
-		if !ok || !strings.Contains(s, "${") {
-			return data, nil
-		}
+// unsetVar is a ${VAR} whose variable is not set, and the key it is in.
+type unsetVar struct{ key, name string }
+
+// expandEnv replaces ${VAR} in every string of the settings tree in place and lists the
+// variables that are not set, each with its key path (an empty token is better reported
+// than sent, but only where it is used: the caller decides).
+func expandEnv(node any, path string, getenv func(string) string) []unsetVar {
+	var out []unsetVar
+	expand := func(s, key string) string {
 		return envRef.ReplaceAllStringFunc(s, func(ref string) string {
 			name := ref[2 : len(ref)-1]
 			val := getenv(name)
 			if val == "" {
-				*errs = append(*errs, fmt.Errorf("environment variable %s is used in the config but not set", name))
+				out = append(out, unsetVar{key, name})
 			}
 			return val
-		}), nil
+		})
 	}
+	switch n := node.(type) {
+	case map[string]any:
+		for _, k := range slices.Sorted(maps.Keys(n)) {
+			key := k
+			if path != "" {
+				key = path + "." + k
+			}
+			if s, ok := n[k].(string); ok {
+				n[k] = expand(s, key)
+				continue
+			}
+			out = append(out, expandEnv(n[k], key, getenv)...)
+		}
+	case []any:
+		for i := range n {
+			key := fmt.Sprintf("%s[%d]", path, i)
+			if s, ok := n[i].(string); ok {
+				n[i] = expand(s, key)
+				continue
+			}
+			out = append(out, expandEnv(n[i], key, getenv)...)
+		}
+	case []string:
+		for i := range n {
+			n[i] = expand(n[i], fmt.Sprintf("%s[%d]", path, i))
+		}
+	}
+	return out
 }
 
 // friendlyDecodeError rewrites mapstructure's messages so each line names the key.
@@ -304,9 +436,7 @@ func (c Config) validate() error {
 	if c.StateDir == "" {
 		add(errors.New("state_dir: must not be empty"))
 	}
-	if c.HTTP.Listen == "" {
-		add(errors.New("http.listen: must not be empty"))
-	}
+	add(c.validateListen())
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:
@@ -318,7 +448,11 @@ func (c Config) validate() error {
 		add(fmt.Errorf("log.format: %q is not text or json", c.Log.Format))
 	}
 	switch c.LLM.Provider {
-	case "openai", "anthropic", "fake", "echo":
+	case "anthropic":
+		if c.LLM.Model == "" {
+			add(errors.New("llm.model: required with provider anthropic (e.g. claude-sonnet-4-5)"))
+		}
+	case "openai", "fake", "echo":
 	default:
 		add(fmt.Errorf("llm.provider: %q is not one of openai, anthropic, fake, echo", c.LLM.Provider))
 	}
@@ -345,4 +479,37 @@ func (c Config) validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// validateListen checks http.listen, and that a gateway reachable from other machines is not
+// an open bot: the admin API and the web chat carry no login of their own, so listening
+// beyond loopback needs their tokens.
+func (c Config) validateListen() error {
+	host, port, err := net.SplitHostPort(c.HTTP.Listen)
+	if err != nil {
+		return fmt.Errorf("http.listen: %q is not host:port (write e.g. 127.0.0.1:8080, or 0.0.0.0:8080 for every interface)", c.HTTP.Listen)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("http.listen: %q has no valid port (write e.g. 127.0.0.1:8080)", c.HTTP.Listen)
+	}
+	if isLoopbackHost(host) {
+		return nil
+	}
+	var errs []error
+	if !c.Admin.Token.IsSet() {
+		errs = append(errs, fmt.Errorf("admin.token: required because http.listen %q is reachable from other machines; set it (or GATEWAY_ADMIN_TOKEN) to a long random string, or listen on 127.0.0.1", c.HTTP.Listen))
+	}
+	if c.Channels.Web.Enabled && !c.Channels.Web.Token.IsSet() {
+		errs = append(errs, fmt.Errorf("channels.web.token: required because http.listen %q is reachable from other machines; set it (or GATEWAY_CHANNELS_WEB_TOKEN) to the password the web chat will ask for, or listen on 127.0.0.1", c.HTTP.Listen))
+	}
+	return errors.Join(errs...)
+}
+
+// isLoopbackHost reports whether a listen host reaches this machine only ("" is every interface).
+func isLoopbackHost(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

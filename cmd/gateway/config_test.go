@@ -1,0 +1,227 @@
+package main
+
+import (
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"gateway/channels/telegram/telegramtest"
+)
+
+// TestExampleConfigPassesCheckWithNoVariables: a newcomer runs check on the shipped example
+// with nothing set. The disabled channels' tokens and the unused OpenAI key must not matter.
+func TestExampleConfigPassesCheckWithNoVariables(t *testing.T) {
+	example := filepath.Join(repoRoot(t), "config.example.yaml")
+	t.Chdir(t.TempDir())
+	code, out := cli(t, context.Background(), nil, "check", "--config", example)
+	if code != 0 || !strings.Contains(out, "config OK") {
+		t.Fatalf("config.example.yaml with no variables: exit %d:\n%s", code, out)
+	}
+}
+
+// TestCheckReportsEachUnsetVariableOnceWithItsKey: an unset ${VAR} is a problem only in a
+// part that runs, reported once with its key path, together with every other problem.
+func TestCheckReportsEachUnsetVariableOnceWithItsKey(t *testing.T) {
+	path := writeConfig(t, `state_dir: STATE
+http: {listen: 8080}
+llm: {provider: openai, api_key: "${OPENAI_API_KEY}"}
+stt: {api_key: "${OPENAI_API_KEY}"}
+tts: {api_key: "${OPENAI_API_KEY}"}
+channels:
+  telegram: {enabled: true, token: "${TELEGRAM_BOT_TOKEN}"}
+  discord: {enabled: false, token: "${DISCORD_BOT_TOKEN}"}
+  slack: {bot_token: "${SLACK_BOT_TOKEN}", app_token: "${SLACK_APP_TOKEN}"}
+`)
+	code, out := cli(t, context.Background(), nil, "check", "--config", path)
+	if code != 1 {
+		t.Fatalf("exit %d; want 1:\n%s", code, out)
+	}
+	problems := out[strings.Index(out, "problems:"):]
+	for want, n := range map[string]int{
+		"llm.api_key: environment variable OPENAI_API_KEY is not set":                 1,
+		"channels.telegram.token: environment variable TELEGRAM_BOT_TOKEN is not set": 1,
+		"channels.telegram.token":              1, // not also "is required"
+		"OPENAI_API_KEY":                       1, // speech is off without a key: not in use
+		"DISCORD_BOT_TOKEN":                    0,
+		"SLACK_":                               0,
+		`http.listen: "8080" is not host:port`: 1,
+	} {
+		if got := strings.Count(problems, want); got != n {
+			t.Errorf("%q appears %d times in the problems; want %d:\n%s", want, got, n, problems)
+		}
+	}
+}
+
+// TestCheckRejectsAListenAddressRunCannotUse: what check accepts, run can listen on.
+func TestCheckRejectsAListenAddressRunCannotUse(t *testing.T) {
+	for _, listen := range []string{"8080", `"localhost"`, `"127.0.0.1:http-alt:1"`, `"127.0.0.1:99999"`} {
+		code, out := cli(t, context.Background(), nil, "check", "--config", writeConfig(t, "state_dir: STATE\nhttp: {listen: "+listen+"}\n"))
+		if code != 1 || !strings.Contains(out[strings.Index(out, "\n")+1:], "http.listen: ") {
+			t.Errorf("http.listen %s: exit %d; want 1 naming http.listen:\n%s", listen, code, out)
+		}
+	}
+}
+
+// TestPartialSpeechSectionKeepsItsDefaults: naming a provider turns speech on; the keys not
+// given keep their defaults (issue 10: `stt: {provider: command, command: [...]}` without
+// `enabled: true` silently turned speech to text off).
+func TestPartialSpeechSectionKeepsItsDefaults(t *testing.T) {
+	for _, tool := range []string{"ffmpeg", "ffprobe", "pocketsphinx_continuous", "espeak-ng"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s is not installed", tool)
+		}
+	}
+	path := writeConfig(t, `state_dir: STATE
+stt: {provider: command, command: [pocketsphinx_continuous, -infile, "{input}", -logfn, /dev/null]}
+tts: {provider: command, command: [espeak-ng, -w, "{output}", "{text}"]}
+`)
+	cfg, err := loadChecked(path, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.STT.Enabled || cfg.STT.InputFormat != "" && cfg.STT.InputFormat != "wav" || cfg.STT.MaxBytes != 20_000_000 {
+		t.Errorf("stt = %+v; want enabled with the default limits", cfg.STT)
+	}
+	if cfg.TTS.Mode != "inbound" || cfg.TTS.MaxChars != 1000 {
+		t.Errorf("tts = %+v; want mode inbound with the default limits", cfg.TTS)
+	}
+	code, out := cli(t, context.Background(), nil, "check", "--config", path)
+	stt := out[strings.Index(out, "\nstt:"):]
+	if code != 0 || !strings.Contains(stt[:strings.Index(stt, "\ntts:")], "enabled: true") {
+		t.Fatalf("check: exit %d; want config OK with stt enabled:\n%s", code, out)
+	}
+
+	// Without a provider that can run (openai, no key), speech stays off unless asked for.
+	cfg, err = loadChecked(writeConfig(t, "state_dir: STATE\nstt: {model: whisper-1}\n"), func(string) string { return "" })
+	if err != nil || cfg.STT.Enabled || cfg.TTS.Mode != "off" {
+		t.Errorf("no key: stt enabled %v, tts mode %q, err %v; want both off", cfg.STT.Enabled, cfg.TTS.Mode, err)
+	}
+	// A local OpenAI-compatible server needs no key.
+	cfg, err = loadChecked(writeConfig(t, "state_dir: STATE\nstt: {base_url: \"http://127.0.0.1:9/v1\"}\n"), func(string) string { return "" })
+	if err != nil || !cfg.STT.Enabled {
+		t.Errorf("local whisper server: stt enabled %v, err %v; want on", cfg.STT.Enabled, err)
+	}
+	// And explicit words win.
+	cfg, err = loadChecked(writeConfig(t, "state_dir: STATE\nstt: {enabled: false, provider: command, command: [pocketsphinx_continuous, \"{input}\"]}\n"), func(string) string { return "" })
+	if err != nil || cfg.STT.Enabled {
+		t.Errorf("enabled: false: stt enabled %v, err %v; want off", cfg.STT.Enabled, err)
+	}
+}
+
+// TestNonLoopbackListenNeedsTokens: a gateway other machines can reach is never an open
+// bot: check fails and run refuses to start unless admin.token and channels.web.token are set.
+func TestNonLoopbackListenNeedsTokens(t *testing.T) {
+	for _, listen := range []string{"0.0.0.0:0", ":0", "[::]:0", "192.0.2.1:8080"} {
+		path := writeConfig(t, "state_dir: STATE\nhttp: {listen: \""+listen+"\"}\n")
+		code, out := cli(t, context.Background(), nil, "check", "--config", path)
+		problems := out[strings.Index(out, "problems:")+1:]
+		if code != 1 || !strings.Contains(problems, "admin.token: required") || !strings.Contains(problems, "channels.web.token: required") {
+			t.Errorf("check with http.listen %s and no tokens: exit %d; want both tokens asked for:\n%s", listen, code, out)
+		}
+		// A gateway that starts anyway runs until this context ends, and the test fails.
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		code, out = cli(t, ctx, nil, "run", "--config", path)
+		cancel()
+		if code != 1 || !strings.Contains(out, "admin.token") || !strings.Contains(out, "channels.web.token") {
+			t.Errorf("run with http.listen %s and no tokens: exit %d; want a refusal naming both tokens:\n%s", listen, code, out)
+		}
+	}
+	env := map[string]string{"GATEWAY_ADMIN_TOKEN": "admin-secret-1234", "GATEWAY_CHANNELS_WEB_TOKEN": "web-secret-5678"}
+	path := writeConfig(t, "state_dir: STATE\nhttp: {listen: \"0.0.0.0:0\"}\n")
+	if code, out := cli(t, context.Background(), env, "check", "--config", path); code != 0 || strings.Contains(out, "secret-") {
+		t.Errorf("with both tokens: exit %d (want 0, tokens masked):\n%s", code, out)
+	}
+	// Without the web chat only the admin token is needed.
+	path = writeConfig(t, "state_dir: STATE\nhttp: {listen: \"0.0.0.0:0\"}\nadmin: {token: abc}\nchannels:\n  web: {enabled: false}\n  telegram: {enabled: true, token: \"1:x\"}\n")
+	if code, out := cli(t, context.Background(), nil, "check", "--config", path); strings.Contains(out, "channels.web.token") || strings.Contains(out, "admin.token: required") {
+		t.Errorf("web chat off, admin token set: exit %d:\n%s", code, out)
+	}
+	// Loopback needs nothing.
+	if code, out := cli(t, context.Background(), nil, "check", "--config", writeConfig(t, "state_dir: STATE\nhttp: {listen: \"localhost:0\"}\n")); code != 0 {
+		t.Errorf("localhost: exit %d:\n%s", code, out)
+	}
+}
+
+// TestLogFileIsPlainText: stderr redirected to a file gets no colour codes, each attribute
+// once per line, and a clean shutdown logs no empty error.
+func TestLogFileIsPlainText(t *testing.T) {
+	tg := telegramtest.NewServer(t)
+	defer tg.Close()
+	addr := freePort(t)
+	path := writeConfig(t, "state_dir: STATE\nhttp: {listen: \""+addr+"\"}\nchannels:\n  telegram: {enabled: true, token: \""+tg.Token+"\", api_url: \""+tg.URL+"\"}\n")
+	logFile, err := os.Create(filepath.Join(t.TempDir(), "gateway.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logFile.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	exited := make(chan int, 1)
+	go func() {
+		exited <- run(ctx, nil, []string{"run", "--config", path}, io.Discard, logFile, func(string) string { return "" })
+	}()
+	read := func() string {
+		b, _ := os.ReadFile(logFile.Name())
+		return string(b)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(read(), "telegram connected") || !strings.Contains(read(), "gateway started") {
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatalf("the gateway did not start within 20s; log:\n%s", read())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case code := <-exited:
+		if code != 0 {
+			t.Fatalf("exit %d; log:\n%s", code, read())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("did not shut down within 30s")
+	}
+	log := read()
+	if strings.Contains(log, "\x1b[") {
+		t.Errorf("the log file has colour codes:\n%q", log)
+	}
+	if strings.Contains(log, `err=""`) {
+		t.Errorf("a clean shutdown logged an empty error:\n%s", log)
+	}
+	keyRe := regexp.MustCompile(`(?:^| )([a-z_.]+)=`)
+	for _, line := range strings.Split(strings.TrimSpace(log), "\n") {
+		seen := map[string]bool{}
+		for _, m := range keyRe.FindAllStringSubmatch(line, -1) {
+			if seen[m[1]] {
+				t.Errorf("%s= twice in one line: %s", m[1], line)
+			}
+			seen[m[1]] = true
+		}
+	}
+	if !hasLine(log, "telegram connected", "channel=telegram") {
+		t.Errorf("no line says telegram connected with channel=telegram:\n%s", log)
+	}
+}
+
+// TestLLMSectionKeepsItsProvidersDefaults: naming a provider does not inherit the model or
+// key of the default one (the echo model sent to OpenAI, the OpenAI key sent to Anthropic).
+func TestLLMSectionKeepsItsProvidersDefaults(t *testing.T) {
+	cfg, err := loadChecked(writeConfig(t, "state_dir: STATE\nllm: {provider: openai, api_key: sk-x}\n"), func(string) string { return "" })
+	if err != nil || cfg.LLM.Model != "gpt-4o-mini" {
+		t.Errorf("openai named, no OPENAI_API_KEY: model %q, err %v; want gpt-4o-mini", cfg.LLM.Model, err)
+	}
+	env := map[string]string{"OPENAI_API_KEY": "sk-openai-secret"}
+	cfg, err = loadChecked(writeConfig(t, "state_dir: STATE\nllm: {provider: anthropic, model: claude-sonnet-4-5}\n"), func(k string) string { return env[k] })
+	if err != nil || cfg.LLM.APIKey.IsSet() {
+		t.Errorf("anthropic with OPENAI_API_KEY set: api_key set %v, err %v; want the OpenAI key kept away", cfg.LLM.APIKey.IsSet(), err)
+	}
+	code, out := cli(t, context.Background(), env, "check", "--config", writeConfig(t, "state_dir: STATE\nllm: {provider: anthropic}\n"))
+	if code != 1 || !strings.Contains(out, "llm.model: required") {
+		t.Errorf("anthropic without a model: exit %d:\n%s", code, out)
+	}
+}
