@@ -1,0 +1,133 @@
+// Package state is the gateway's single-node durable state: one embedded bbolt file under
+// state_dir holding the intake journal (messages accepted but not yet answered), the dedup
+// window of platform message ids, per-chat settings and platform cursors. Every write is one
+// bbolt transaction, fsynced before it returns, so what a caller was told is stored survives
+// a crash. Consumers depend on the small interfaces they need (see Journal, Settings,
+// Cursors); cluster mode implements the same ones elsewhere.
+package state
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// FileName is the state file's name under state_dir.
+const FileName = "state.db"
+
+var (
+	bucketJournal  = []byte("journal")  // seq (8 bytes, big endian) → entry
+	bucketDedup    = []byte("dedup")    // dedup key → unix nanos first seen
+	bucketSettings = []byte("settings") // scope "\x00" name → value
+	bucketCursors  = []byte("cursors")  // name → value (and the dedup count)
+)
+
+// Limits bound the dedup window.
+type Limits struct {
+	DedupMax int           // ids remembered at most (default 100,000)
+	DedupAge time.Duration // and for at most this long (default 7 days)
+}
+
+func (l Limits) withDefaults() Limits {
+	if l.DedupMax <= 0 {
+		l.DedupMax = 100_000
+	}
+	if l.DedupAge <= 0 {
+		l.DedupAge = 7 * 24 * time.Hour
+	}
+	return l
+}
+
+// DB is the open state file. Safe for concurrent use.
+type DB struct {
+	db     *bolt.DB
+	limits Limits
+	now    func() time.Time
+}
+
+// Open opens (or creates) dir/state.db. A file that cannot be read as a state file (torn,
+// truncated, not bbolt) is not a crash loop: it is renamed aside, the problem is logged in
+// plain words, and a fresh state starts; what the old file held is lost, which the log says.
+func Open(dir string, limits Limits, log *slog.Logger) (*DB, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("state: %w", err)
+	}
+	path := dir + string(os.PathSeparator) + FileName
+	db, err := openFile(path)
+	if err != nil {
+		if errors.Is(err, errLocked) {
+			return nil, fmt.Errorf("state: %s is in use by another gateway process (one state_dir per process)", path)
+		}
+		aside := fmt.Sprintf("%s.broken-%s", path, time.Now().UTC().Format("20060102T150405"))
+		if rerr := os.Rename(path, aside); rerr != nil {
+			return nil, fmt.Errorf("state: %s cannot be read (%v) nor moved aside: %w", path, err, rerr)
+		}
+		log.Warn("the state file could not be read and was moved aside; starting with empty state (unanswered messages and per-chat settings in it are lost)",
+			"file", path, "moved_to", aside, "err", err)
+		if db, err = openFile(path); err != nil {
+			return nil, fmt.Errorf("state: %w", err)
+		}
+	}
+	s := &DB{db: db, limits: limits.withDefaults(), now: time.Now}
+	return s, nil
+}
+
+var errLocked = errors.New("locked")
+
+func openFile(path string) (db *bolt.DB, err error) {
+	// bbolt panics on some corrupt files instead of returning an error.
+	defer func() {
+		if r := recover(); r != nil {
+			if db != nil {
+				_ = db.Close()
+			}
+			db, err = nil, fmt.Errorf("corrupt state file: %v", r)
+		}
+	}()
+	db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
+	if errors.Is(err, bolt.ErrTimeout) {
+		return nil, errLocked
+	}
+	if err != nil {
+		return nil, err
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bucketJournal, bucketDedup, bucketSettings, bucketCursors} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err == nil {
+		// A torn page shows on a full read, not on open: check once at start.
+		err = db.View(func(tx *bolt.Tx) error {
+			var first error
+			for e := range tx.Check() { // drained: Check's goroutine reads the tx until it closes
+				if first == nil {
+					first = e
+				}
+			}
+			return first
+		})
+	}
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	return db, nil
+}
+
+// Close closes the file.
+func (s *DB) Close() error { return s.db.Close() }
+
+func seqKey(seq uint64) []byte {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], seq)
+	return b[:]
+}
