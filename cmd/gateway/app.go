@@ -318,7 +318,6 @@ func (a *app) serve(ctx context.Context, reload <-chan struct{}) error {
 		_ = a.gw.Stop(context.Background())
 		return exitCode(1)
 	}
-	releaseStartupPages()
 	var runErr error
 loop:
 	for {

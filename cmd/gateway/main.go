@@ -98,7 +98,6 @@ func newRootCmd(ctx context.Context, reload <-chan struct{}, stdout, stderr io.W
 		newHooksCmd(path, stdout, getenv),
 		newProfilesCmd(path, stdout, getenv),
 		newReloadCmd(ctx, path, stdout, getenv),
-		newBenchCmd(ctx, stdout, stderr),
 	)
 	return root
 }

@@ -18,7 +18,7 @@ type Options struct {
 	OnSent func(m Message)
 }
 
-// Start starts a fake on 127.0.0.1 for use outside tests (benchmarks, the `gateway bench`
+// Start starts a fake on 127.0.0.1 for use outside tests (benchmarks, the `gateway-bench`
 // command). The caller must Close it. It is NewServer without a testing.TB.
 func Start(opts Options) *Server {
 	ctx, cancel := context.WithCancel(context.Background())

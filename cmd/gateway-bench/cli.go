@@ -2,21 +2,22 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
-
-	"gateway/internal/benchrun"
 )
 
-// newBenchCmd is `gateway bench`: the Telegram path under load against fakes, in this
-// process or with `gateway run` as a child process (--external).
+// newBenchCmd is gateway-bench's only command: the Telegram path under load against fakes,
+// in this process or with `gateway run` as a child process (--external).
 func newBenchCmd(ctx context.Context, stdout, stderr io.Writer) *cobra.Command {
 	var (
-		o          benchrun.Options
+		o          Options
 		pacing     string
 		external   bool
 		binary     string
@@ -26,7 +27,7 @@ func newBenchCmd(ctx context.Context, stdout, stderr io.Writer) *cobra.Command {
 		quiet      bool
 	)
 	cmd := &cobra.Command{
-		Use:   "bench",
+		Use:   "gateway-bench",
 		Short: "Measure throughput, latency, CPU and memory on the Telegram path against a fake Bot API",
 		Long: `bench drives the real Telegram adapter and gateway against a fake Telegram Bot API
 and a model that answers with the user's own text. By default one simulated user per chat
@@ -55,9 +56,9 @@ its sends to Telegram's limits, so --external needs --pacing on (its default the
 			if external {
 				o.External = binary
 				if o.External == "" {
-					exe, err := os.Executable()
+					exe, err := defaultBinary()
 					if err != nil {
-						return fmt.Errorf("--external: cannot find this binary (give --binary): %w", err)
+						return err
 					}
 					o.External = exe
 				}
@@ -79,14 +80,14 @@ its sends to Telegram's limits, so --external needs --pacing on (its default the
 				defer f.Close()
 				*p.dst = f
 			}
-			res, err := benchrun.Run(ctx, o)
+			res, err := Run(ctx, o)
 			if res.Mode != "" {
 				if asJSON {
-					if jerr := benchrun.WriteJSON(stdout, res); jerr != nil {
+					if jerr := WriteJSON(stdout, res); jerr != nil {
 						return jerr
 					}
 				} else {
-					benchrun.WriteTable(stdout, res)
+					WriteTable(stdout, res)
 				}
 			}
 			if err != nil {
@@ -105,7 +106,7 @@ its sends to Telegram's limits, so --external needs --pacing on (its default the
 	f.DurationVar(&o.ModelDelay, "model-delay", 0, "time the model takes to answer")
 	f.Float64Var(&o.Rate, "rate", 0, "messages per second in all, whatever the answers do (open loop: latency at a load); 0: each chat's user waits for the answer before sending the next (closed loop)")
 	f.StringVar(&pacing, "pacing", "", "on: Telegram's send limits as in production; off: none, to see the gateway's own overhead (default off, on with --external)")
-	f.StringVar(&o.Provider, "provider", benchrun.ProviderFake, "model provider: fake (in-process scripted), openai (the real SDK against a fake OpenAI API)")
+	f.StringVar(&o.Provider, "provider", ProviderFake, "model provider: fake (in-process scripted), openai (the real SDK against a fake OpenAI API)")
 	f.IntVar(&o.Hooks, "hooks", 0, "no-op observers to add to the hook bus (in-process only)")
 	f.DurationVar(&o.Timeout, "timeout", 5*time.Minute, "bound on the whole run")
 	f.BoolVar(&external, "external", false, "run 'gateway run' as a child process and measure it alone")
@@ -115,4 +116,19 @@ its sends to Telegram's limits, so --external needs --pacing on (its default the
 	f.StringVar(&memProfile, "memprofile", "", "write a pprof allocation profile after the measured part (in-process only)")
 	f.BoolVarP(&quiet, "quiet", "q", false, "no progress lines on stderr")
 	return cmd
+}
+
+// defaultBinary is the gateway binary beside this one, or on PATH: the bench measures the
+// product as built, never a copy of its wiring.
+func defaultBinary() (string, error) {
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "gateway")
+		if st, err := os.Stat(p); err == nil && !st.IsDir() {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath("gateway"); err == nil {
+		return p, nil
+	}
+	return "", errors.New("--external: no gateway binary beside this one or on PATH; build it (go build -o gateway ./cmd/gateway) and give --binary")
 }

@@ -9,7 +9,7 @@
 // fake server and the load driver. External mode runs `gateway run` as a child process
 // configured against the fake, and reads the child's own /proc figures: the honest
 // numbers for the gateway alone.
-package benchrun
+package main
 
 import (
 	"context"

@@ -1,6 +1,0 @@
-//go:build !linux
-
-package main
-
-// releaseStartupPages is Linux-only (see trim_linux.go).
-func releaseStartupPages() {}
