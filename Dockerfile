@@ -6,7 +6,7 @@ COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
 ARG VERSION=dev
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/gateway ./cmd/gateway
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X gateway/cmd/internal/gatewaycli.Version=${VERSION}" -o /out/gateway ./cmd/gateway
 
 FROM debian:bookworm-slim
 RUN apt-get update \

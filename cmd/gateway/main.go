@@ -3,17 +3,12 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"syscall"
 
-	"github.com/spf13/cobra"
+	"gateway/cmd/internal/gatewaycli"
 )
-
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
 
 // main handles signals and nothing else: SIGINT/SIGTERM end the context, SIGHUP asks for a reload.
 func main() {
@@ -37,81 +32,8 @@ func main() {
 			}
 		}
 	}()
-	code := run(ctx, reload, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
+	code := gatewaycli.Run(ctx, reload, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
 	stop()
 	os.Exit(code)
 }
 
-// run is the whole CLI, with its environment passed in so tests can run it in-process.
-func run(ctx context.Context, reload <-chan struct{}, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	root := newRootCmd(ctx, reload, stdout, stderr, getenv)
-	root.SetArgs(args)
-	if err := root.Execute(); err != nil {
-		if code, ok := err.(exitCode); ok {
-			return int(code)
-		}
-		fmt.Fprintln(stderr, "gateway:", err)
-		return 1
-	}
-	return 0
-}
-
-// exitCode ends the command with a status and no further message (it was already printed).
-type exitCode int
-
-func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
-
-func newRootCmd(ctx context.Context, reload <-chan struct{}, stdout, stderr io.Writer, getenv func(string) string) *cobra.Command {
-	var configPath string
-	root := &cobra.Command{
-		Use:           "gateway",
-		Short:         "Connect an LLM agent to Telegram, Discord, Slack and a local web chat",
-		SilenceUsage:  true,
-		SilenceErrors: true,
-	}
-	root.PersistentFlags().StringVarP(&configPath, "config", "c", "", "config file (YAML); default: ./gateway.yaml if present, else built-in defaults")
-	root.SetOut(stdout)
-	root.SetErr(stderr)
-	path := func() string { return resolveConfigPath(configPath, getenv) }
-
-	runCmd := &cobra.Command{
-		Use:   "run",
-		Short: "Run the gateway (the default command)",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runGateway(ctx, path(), reload, stderr, getenv)
-		},
-	}
-	root.RunE = runCmd.RunE
-	root.AddCommand(runCmd,
-		&cobra.Command{
-			Use:   "check",
-			Short: "Validate the config the way run would, print it with secrets masked",
-			RunE: func(cmd *cobra.Command, _ []string) error {
-				return checkConfig(ctx, path(), stdout, getenv)
-			},
-		},
-		&cobra.Command{
-			Use:   "version",
-			Short: "Print the version",
-			Run:   func(cmd *cobra.Command, _ []string) { fmt.Fprintln(stdout, "gateway", version) },
-		},
-		newHooksCmd(path, stdout, getenv),
-		newProfilesCmd(path, stdout, getenv),
-		newReloadCmd(ctx, path, stdout, getenv),
-	)
-	return root
-}
-
-// resolveConfigPath picks --config, else $GATEWAY_CONFIG, else ./gateway.yaml when it exists.
-func resolveConfigPath(flag string, getenv func(string) string) string {
-	if flag != "" {
-		return flag
-	}
-	if p := getenv("GATEWAY_CONFIG"); p != "" {
-		return p
-	}
-	if _, err := os.Stat("gateway.yaml"); err == nil {
-		return "gateway.yaml"
-	}
-	return ""
-}

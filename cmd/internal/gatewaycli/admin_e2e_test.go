@@ -1,4 +1,4 @@
-package main
+package gatewaycli
 
 // End-to-end tests of profiles, hook directories and reload (issue 7): the gateway runs
 // in-process through run(...) with a real config file, the real OpenAI provider talks to the

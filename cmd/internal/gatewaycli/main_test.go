@@ -1,4 +1,4 @@
-package main
+package gatewaycli
 
 import (
 	"bytes"
@@ -103,7 +103,7 @@ func repoRoot(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return filepath.Dir(filepath.Dir(wd))
+	return filepath.Dir(filepath.Dir(filepath.Dir(wd))) // cmd/internal/gatewaycli
 }
 
 func freePort(t *testing.T) string {
