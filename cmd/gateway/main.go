@@ -36,4 +36,3 @@ func main() {
 	stop()
 	os.Exit(code)
 }
-
