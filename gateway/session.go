@@ -36,7 +36,6 @@ type session struct {
 
 // turnReq is one turn to run: the prompt and where to answer.
 type turnReq struct {
-	msgs    []*channels.Message // the messages it answers (several in collect mode)
 	prompt  string
 	isVoice bool
 	profile *profiles.Profile
@@ -66,7 +65,6 @@ func (s *session) dropPending() {
 
 type runningTurn struct {
 	cancel context.CancelCauseFunc
-	req    *turnReq
 }
 
 type turnOutcome struct{}
@@ -219,7 +217,7 @@ func (s *session) intake(msg *channels.Message) {
 		g.reject(msg, rt.Bus, "empty", "I received an empty message, so there is nothing to answer.")
 		return
 	}
-	req := &turnReq{msgs: []*channels.Message{msg}, prompt: prompt, isVoice: msg.IsVoice, profile: prof, info: info,
+	req := &turnReq{prompt: prompt, isVoice: msg.IsVoice, profile: prof, info: info,
 		target: channels.TargetOf(msg), rt: rt, release: release}
 	kept = true
 	s.dispatch(req, queueMode(g.cfg.QueueMode, prof))
@@ -248,7 +246,6 @@ func (s *session) dispatch(req *turnReq, mode string) {
 	case QueueCollect:
 		if n := len(s.pending); n > 0 {
 			last := s.pending[n-1]
-			last.msgs = append(last.msgs, req.msgs...)
 			last.prompt += "\n\n" + req.prompt
 			last.isVoice = last.isVoice || req.isVoice
 			last.target = req.target
@@ -284,7 +281,7 @@ func (s *session) startNext() {
 	s.pending[0] = nil
 	s.pending = s.pending[1:]
 	ctx, cancel := context.WithCancelCause(s.g.ctx)
-	s.running = &runningTurn{cancel: cancel, req: req}
+	s.running = &runningTurn{cancel: cancel}
 	// The turn's snapshot: the agent's bus and the turn's hooks come from the runtime its
 	// message was taken with, held until the turn ends, whatever a reload does meanwhile.
 	agent, err := s.ensureAgent(req, req.rt)
