@@ -207,6 +207,11 @@ func (g *Gateway) acquire() (rt *Runtime, release func()) {
 		if rt.enter() {
 			return rt, rt.leave
 		}
+		if g.rt.Load() == rt {
+			// Retired by Stop, not replaced: a straggler past Stop's deadline gets it as
+			// it is rather than waiting for a successor that never comes.
+			return rt, func() {}
+		}
 		// Replaced between the load and enter: the new one is already stored.
 	}
 }

@@ -24,8 +24,8 @@ import (
 // (return a result instead), and it stays valid after the handler timed out.
 type Handler func(ctx context.Context, ev Event) (any, error)
 
-// Observer sees every event, read-only, each streamed message_update included. It is called like a Handler (same timeout and
-// ctx rules) and before the event's handlers.
+// Observer sees every event, read-only, each streamed message_update included. It is
+// called like a Handler (same timeout and ctx rules) and before the event's handlers.
 type Observer func(ctx context.Context, ev Event)
 
 // Options configure a Bus.
@@ -120,10 +120,10 @@ func (b *Bus) Observe(source string, o Observer, opts ...HandlerOption) (unsubsc
 	}, false, opts...)
 }
 
-// Streamed reports whether an event comes once per streamed piece of an answer
+// streamed reports whether an event comes once per streamed piece of an answer
 // (message_update) rather than once per step. A hook program sees such events only when it
 // lists them by name: observing "*" would start it once per delta.
-func Streamed(event string) bool { return event == NameMessageUpdate }
+func streamed(event string) bool { return event == NameMessageUpdate }
 
 // observe registers an observer that can fail like a handler (hook programs do): its
 // errors follow the error policy, its result is ignored. wholeOnly keeps streamed events
@@ -192,7 +192,7 @@ func (b *Bus) snapshot(event string) (handlers, observers []*registration) {
 }
 
 func (r *registration) sees(ev Event) bool {
-	if r.wholeOnly && Streamed(ev.EventName()) {
+	if r.wholeOnly && streamed(ev.EventName()) {
 		return false
 	}
 	if r.profile == "" {

@@ -174,7 +174,7 @@ type TurnEnd struct {
 }
 
 // MessageUpdate carries a streamed piece of the assistant's answer, once per delta. Hook
-// programs observing "*" do not see it (see Streamed); they get the whole answer in
+// programs observing "*" do not see it (see streamed); they get the whole answer in
 // MessageEnd.
 type MessageUpdate struct {
 	Session

@@ -34,7 +34,7 @@ func (s *Scope) Observe(o Observer, opts ...HandlerOption) func() {
 }
 
 // observe registers a hook program's "*" observer within the scope: it can fail like a
-// handler (see Bus.observe) and does not see streamed events (see Streamed), so a program
+// handler (see Bus.observe) and does not see streamed events (see streamed), so a program
 // is never started once per delta of an answer.
 func (s *Scope) observe(h Handler, opts ...HandlerOption) func() {
 	return s.track(s.bus.observe(s.source, h, true, opts...))
