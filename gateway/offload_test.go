@@ -11,14 +11,11 @@ import (
 // runs past its deadline and waits for it, and nothing is taken after close.
 func TestOffloadIsBoundedAndStops(t *testing.T) {
 	o := newOffload(1, 1)
-	running := make(chan struct{})
+	running := make(chan struct{}, 2)
 	var ran, cancelled atomic.Int32
 	job := func(ctx context.Context) {
 		ran.Add(1)
-		select {
-		case running <- struct{}{}:
-		default:
-		}
+		running <- struct{}{}
 		<-ctx.Done() // a hook that runs until it is cut
 		cancelled.Add(1)
 	}
