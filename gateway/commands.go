@@ -33,13 +33,13 @@ func parseCommand(text string) (cmd, arg string, ok bool) {
 func (s *session) command(cmd, arg string, msg *channels.Message, rt *Runtime, prof *profiles.Profile, info hooks.Session) bool {
 	g := s.g
 	target := channels.TargetOf(msg)
-	reply := func(text string) { g.notify(g.ctx, target, text) }
+	reply := func(text string) { g.notify(g.ctx, rt.Bus, target, text) }
 	switch cmd {
 	case "help", "start":
 		reply(helpText)
 	case "stop":
 		dropped := len(s.pending)
-		s.pending = nil
+		s.dropPending()
 		switch {
 		case s.cancelRunning("stopped by the user"):
 			if dropped > 0 {
@@ -54,7 +54,7 @@ func (s *session) command(cmd, arg string, msg *channels.Message, rt *Runtime, p
 		}
 	case "new", "reset":
 		s.cancelRunning("a new conversation was started")
-		s.pending = nil
+		s.dropPending()
 		if s.running != nil { // let the cancelled turn end before the history changes
 			<-s.turnDone
 			s.running = nil

@@ -114,7 +114,25 @@ type Gateway struct {
 	stopping atomic.Bool
 	connMu   sync.Mutex
 	conn     map[string]bool
+
+	// Work an adapter hands over on a goroutine that must not wait runs on these (see
+	// offload): lifecycle events in order on one worker, and the notices for messages
+	// that were not taken.
+	lifecycle *offload
+	notices   *offload
+	noticeMu  sync.Mutex
+	noticing  map[string]bool // chats with a notice on its way: told once, not per message
 }
+
+// The bounds of the gateway's own work queues. A lifecycle event that finds its queue full
+// is logged (the log line "channel connected"/"channel disconnected" is always written)
+// and not emitted; a refused message whose notice finds no room is logged and counted
+// (gateway_messages_rejected_total) but its chat is not told.
+const (
+	lifecycleQueue = 64
+	noticeWorkers  = 4
+	noticeQueue    = 256
+)
 
 // New builds a gateway around an initial runtime. Channels are added with AddChannel before Start.
 func New(cfg Config, rt *Runtime, deps Deps) (*Gateway, error) {
@@ -148,6 +166,9 @@ func New(cfg Config, rt *Runtime, deps Deps) (*Gateway, error) {
 		cancel:    cancel,
 		draining:  make(chan struct{}),
 		conn:      map[string]bool{},
+		lifecycle: newOffload(1, lifecycleQueue),
+		notices:   newOffload(noticeWorkers, noticeQueue),
+		noticing:  map[string]bool{},
 	}
 	g.rt.Store(rt)
 	return g, nil
@@ -185,6 +206,11 @@ func (g *Gateway) acquire() (rt *Runtime, release func()) {
 		rt = g.rt.Load()
 		if rt.enter() {
 			return rt, rt.leave
+		}
+		if g.rt.Load() == rt {
+			// Retired by Stop, not replaced: a straggler past Stop's deadline gets it as
+			// it is rather than waiting for a successor that never comes.
+			return rt, func() {}
 		}
 		// Replaced between the load and enter: the new one is already stored.
 	}
@@ -229,7 +255,10 @@ func (g *Gateway) Start(ctx context.Context) error {
 		names = append(names, ch.Name())
 	}
 	g.log.Info("gateway started", "channels", names)
-	g.Runtime().Bus.Emit(context.Background(), &hooks.GatewayStartup{Channels: names})
+	// Through the lifecycle queue, so it comes after the channels' channel:connect.
+	g.lifecycle.do(context.Background(), func(ctx context.Context) {
+		g.emitLifecycle(ctx, &hooks.GatewayStartup{Channels: names})
+	})
 	return nil
 }
 
@@ -249,8 +278,10 @@ func (g *Gateway) Ready() bool {
 }
 
 // Stop shuts down: intake stops, queued and running turns get until ctx's deadline (at
-// most 30s when ctx has none) to finish and are then cancelled, channels are stopped, and
-// Stop returns when every goroutine it owns has ended. It is idempotent.
+// most 30s when ctx has none) to finish and are then cancelled, notices still queued are
+// sent (cut at the same deadline), channels are stopped, the lifecycle events they caused
+// are emitted, and Stop returns when every goroutine it owns has ended. It is idempotent,
+// and releases the gateway's goroutines after a failed Start too.
 func (g *Gateway) Stop(ctx context.Context) error {
 	g.stateMu.Lock()
 	if g.stopped {
@@ -266,7 +297,7 @@ func (g *Gateway) Stop(ctx context.Context) error {
 		defer cancel()
 	}
 	g.stopping.Store(true)
-	g.Runtime().Bus.Emit(ctx, &hooks.GatewayStop{Reason: "shutdown"})
+	g.lifecycle.do(ctx, func(context.Context) { g.emitLifecycle(ctx, &hooks.GatewayStop{Reason: "shutdown"}) })
 	close(g.draining)
 
 	drained := make(chan struct{})
@@ -284,6 +315,7 @@ func (g *Gateway) Stop(ctx context.Context) error {
 		}
 	}
 	g.cancel(errShutdown)
+	g.notices.close(ctx) // past ctx's deadline the sends still running are cancelled
 	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for i := len(g.channels) - 1; i >= 0; i-- {
@@ -291,6 +323,7 @@ func (g *Gateway) Stop(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("stop channel %s: %w", g.channels[i].Name(), err))
 		}
 	}
+	g.lifecycle.close(stopCtx) // the channel:disconnect of the channels just stopped
 	if err := g.store.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("close store: %w", err))
 	}
@@ -298,7 +331,8 @@ func (g *Gateway) Stop(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// Connected implements channels.Sink.
+// Connected implements channels.Sink. It returns at once: the channel:connect or
+// channel:disconnect hooks run on the gateway's lifecycle worker, in order.
 func (g *Gateway) Connected(channel string, up bool, err error) {
 	g.connMu.Lock()
 	was, seen := g.conn[channel]
@@ -307,21 +341,32 @@ func (g *Gateway) Connected(channel string, up bool, err error) {
 	if seen && was == up {
 		return
 	}
-	bus := g.Runtime().Bus
+	var ev hooks.Event
 	if up {
 		g.log.Info("channel connected", "channel", channel)
-		bus.Emit(context.Background(), &hooks.ChannelConnect{Channel: channel})
-		return
-	}
-	msg := ""
-	if err != nil {
-		msg = err.Error()
-		g.log.Warn("channel disconnected", "channel", channel, "err", msg)
+		ev = &hooks.ChannelConnect{Channel: channel}
 	} else {
-		// A clean stop (shutdown) is no warning and has no error to show.
-		g.log.Info("channel disconnected", "channel", channel)
+		msg := ""
+		if err != nil {
+			msg = err.Error()
+			g.log.Warn("channel disconnected", "channel", channel, "err", msg)
+		} else {
+			// A clean stop (shutdown) is no warning and has no error to show.
+			g.log.Info("channel disconnected", "channel", channel)
+		}
+		ev = &hooks.ChannelDisconnect{Channel: channel, Error: msg}
 	}
-	bus.Emit(context.Background(), &hooks.ChannelDisconnect{Channel: channel, Error: msg})
+	if !g.lifecycle.submit(func(ctx context.Context) { g.emitLifecycle(ctx, ev) }) {
+		g.log.Warn("lifecycle hooks are behind or stopped; this event is not emitted",
+			"event", ev.EventName(), "channel", channel, "queue", lifecycleQueue)
+	}
+}
+
+// emitLifecycle emits ev on the current runtime's bus; it runs on the lifecycle worker.
+func (g *Gateway) emitLifecycle(ctx context.Context, ev hooks.Event) {
+	rt, release := g.acquire()
+	defer release()
+	rt.Bus.Emit(ctx, ev)
 }
 
 // SessionKey names a chat's session: channel:chat, plus :thread where the platform has threads.
@@ -333,7 +378,8 @@ func SessionKey(channel, chat, thread string) string {
 }
 
 // Deliver implements channels.Sink: it queues msg on its chat's session. A full chat queue is
-// answered with a plain notice rather than dropped silently.
+// answered with a plain notice rather than dropped silently; the notice is sent off the
+// caller's goroutine (see refuse), so Deliver never waits on hooks or on the platform.
 func (g *Gateway) Deliver(ctx context.Context, msg *channels.Message) error {
 	if g.stopping.Load() {
 		return channels.ErrNotAccepted
@@ -352,8 +398,8 @@ func (g *Gateway) Deliver(ctx context.Context, msg *channels.Message) error {
 	queued, err := g.enqueue(key, msg)
 	if errors.Is(err, errTooManyChats) {
 		// Every chat slot is busy: tell the user rather than leave them unanswered.
-		g.receiveFailed(msg, fmt.Sprintf("too many active chats (sessions.max_sessions: %d); the message was not taken", g.cfg.MaxSessions))
-		g.reject(msg, "capacity", "I'm talking with too many people at once right now. Please send this again in a few minutes.")
+		g.refuse(msg, "capacity", fmt.Sprintf("too many active chats (sessions.max_sessions: %d); the message was not taken", g.cfg.MaxSessions),
+			"I'm talking with too many people at once right now. Please send this again in a few minutes.")
 		return nil
 	}
 	if err != nil {
@@ -363,8 +409,8 @@ func (g *Gateway) Deliver(ctx context.Context, msg *channels.Message) error {
 		return err
 	}
 	if !queued {
-		g.receiveFailed(msg, fmt.Sprintf("the chat's queue is full (sessions.queue_size: %d); the message was not taken", g.cfg.QueueSize))
-		g.reject(msg, "queue_full", "I'm still working through your earlier messages, so I couldn't take this one. Please send it again in a moment.")
+		g.refuse(msg, "queue_full", fmt.Sprintf("the chat's queue is full (sessions.queue_size: %d); the message was not taken", g.cfg.QueueSize),
+			"I'm still working through your earlier messages, so I couldn't take this one. Please send it again in a moment.")
 	}
 	return nil
 }
@@ -445,8 +491,9 @@ func (g *Gateway) provider(cfg harness.Config) (harness.Provider, error) {
 	return p, nil
 }
 
-// notify sends a one-shot notice (a lone done frame) to the message's chat.
-func (g *Gateway) notify(ctx context.Context, target channels.Target, text string) {
+// notify sends a one-shot notice (a lone done frame) to the message's chat; a failure is
+// emitted on bus, the bus of the runtime the message was taken with.
+func (g *Gateway) notify(ctx context.Context, bus *hooks.Bus, target channels.Target, text string) {
 	ch, ok := g.byName[target.Channel]
 	if !ok {
 		return
@@ -458,27 +505,57 @@ func (g *Gateway) notify(ctx context.Context, target channels.Target, text strin
 		err = st.Send(ctx, channels.Frame{Type: channels.FrameDone, Text: text})
 	}
 	if err != nil {
-		g.deliveryFailed(g.Runtime().Bus, sessionOf(target), err)
+		g.deliveryFailed(bus, sessionOf(target), err)
 	}
 }
 
-// receiveFailed emits gateway:error at the receive stage for a message that could not be
-// taken. It runs on the adapter's intake loop, so observers get a short, fixed budget.
-func (g *Gateway) receiveFailed(msg *channels.Message, text string) {
-	ctx, cancel := context.WithTimeout(g.ctx, 2*time.Second)
-	defer cancel()
-	rt := g.Runtime()
-	info := sessionOf(channels.TargetOf(msg))
-	info.UserID = msg.UserID
-	info.Profile = rt.Profiles.Resolve(msg.Channel, msg.ChatID, msg.ThreadID, msg.UserID).Name
-	rt.Bus.Emit(ctx, &hooks.GatewayError{Session: info, Stage: "receive", Error: text})
-}
-
-func (g *Gateway) reject(msg *channels.Message, reason, text string) {
+// refuse handles a message Deliver could not take (reason is the metric label, errText
+// what gateway:error says, userText what the chat is told). It is called on the adapter's
+// intake goroutine, so it only counts, logs and queues: the gateway:error event and the
+// notice run on the notice workers. While a notice to the chat is on its way, further
+// refusals of that chat are logged and counted, but neither emitted nor told again.
+func (g *Gateway) refuse(msg *channels.Message, reason, errText, userText string) {
 	if g.metrics != nil {
 		g.metrics.Rejected.WithLabelValues(msg.Channel, reason).Inc()
 	}
-	g.notify(g.ctx, channels.TargetOf(msg), text)
+	target := channels.TargetOf(msg)
+	key := SessionKey(target.Channel, target.ChatID, target.ThreadID)
+	g.log.Warn("message not taken", "session", key, "id", msg.ID, "reason", errText)
+	g.noticeMu.Lock()
+	if g.noticing[key] {
+		g.noticeMu.Unlock()
+		return
+	}
+	g.noticing[key] = true
+	g.noticeMu.Unlock()
+	done := func() {
+		g.noticeMu.Lock()
+		delete(g.noticing, key)
+		g.noticeMu.Unlock()
+	}
+	ok := g.notices.submit(func(ctx context.Context) {
+		defer done()
+		rt, release := g.acquire() // once for the message: its event and its notice
+		defer release()
+		info := sessionOf(target)
+		info.UserID = msg.UserID
+		info.Profile = rt.Profiles.Resolve(msg.Channel, msg.ChatID, msg.ThreadID, msg.UserID).Name
+		rt.Bus.Emit(ctx, &hooks.GatewayError{Session: info, Stage: "receive", Error: errText})
+		g.notify(ctx, rt.Bus, target, userText)
+	})
+	if !ok {
+		done()
+		g.log.Warn("too many notices waiting, or shutting down; the chat is not told", "session", key, "queue", noticeQueue)
+	}
+}
+
+// reject answers a message the chat's session did not pass on to the model; it runs on
+// the session's own goroutine, with the runtime the message was taken with.
+func (g *Gateway) reject(msg *channels.Message, bus *hooks.Bus, reason, text string) {
+	if g.metrics != nil {
+		g.metrics.Rejected.WithLabelValues(msg.Channel, reason).Inc()
+	}
+	g.notify(g.ctx, bus, channels.TargetOf(msg), text)
 }
 
 // deliveryFailed logs, counts and emits on bus a failed send to the chat of info.

@@ -111,7 +111,6 @@ type testEnv struct {
 	mem     *memChannel
 	web     *web.Channel
 	url     string
-	dir     string
 	reg     *prometheus.Registry
 	metrics *Metrics
 }
@@ -136,7 +135,7 @@ func newEnvWith(t testing.TB, dir string, extra []channels.Channel, opts ...envO
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &testEnv{fake: harness.NewFake(), mem: newMemChannel(), dir: dir, reg: prometheus.NewRegistry()}
+	e := &testEnv{fake: harness.NewFake(), mem: newMemChannel(), reg: prometheus.NewRegistry()}
 	e.metrics = NewMetrics(e.reg)
 	e.bus = hooks.NewBus(hooks.Options{Timeout: 5 * time.Second, OnError: e.metrics.HookError})
 	cfg := Config{}

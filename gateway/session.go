@@ -36,17 +36,35 @@ type session struct {
 
 // turnReq is one turn to run: the prompt and where to answer.
 type turnReq struct {
-	msgs    []*channels.Message // the messages it answers (several in collect mode)
 	prompt  string
 	isVoice bool
 	profile *profiles.Profile
 	info    hooks.Session
 	target  channels.Target
+	// rt is the runtime the message was taken with (its profile came from it): the turn
+	// runs with it. It is held until release, called once the turn ended or was dropped.
+	rt      *Runtime
+	release func()
+}
+
+// drop releases the request's runtime; it is idempotent.
+func (r *turnReq) drop() {
+	if r.release != nil {
+		r.release()
+		r.release = nil
+	}
+}
+
+// dropPending releases every waiting turn and empties the queue.
+func (s *session) dropPending() {
+	for _, r := range s.pending {
+		r.drop()
+	}
+	s.pending = nil
 }
 
 type runningTurn struct {
 	cancel context.CancelCauseFunc
-	req    *turnReq
 }
 
 type turnOutcome struct{}
@@ -109,10 +127,11 @@ func (s *session) abortAll() {
 		s.running = nil
 	}
 	var first *channels.Target
+	bus := s.g.Runtime().Bus
 	if len(s.pending) > 0 {
-		first = &s.pending[0].target
+		first, bus = &s.pending[0].target, s.pending[0].rt.Bus
 	}
-	s.pending = nil
+	s.dropPending()
 	for drained := false; !drained; {
 		select {
 		case msg := <-s.mailbox:
@@ -130,14 +149,21 @@ func (s *session) abortAll() {
 	// g.ctx is done; Stop gives the actors a few seconds before it stops the channels.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.g.ctx), 3*time.Second)
 	defer cancel()
-	s.g.notify(ctx, *first, "Sorry, I'm restarting and couldn't get to your waiting messages. Please send them again in a minute.")
+	s.g.notify(ctx, bus, *first, "Sorry, I'm restarting and couldn't get to your waiting messages. Please send them again in a minute.")
 }
 
-// intake runs one message through message:receive, commands and the queue mode.
+// intake runs one message through message:receive, commands and the queue mode. The
+// runtime is taken here, once per message: its receive hooks, its command and its turn
+// all use it, whatever a reload does meanwhile.
 func (s *session) intake(msg *channels.Message) {
 	g := s.g
 	rt, release := g.acquire()
-	defer release()
+	kept := false // handed to the turn request
+	defer func() {
+		if !kept {
+			release()
+		}
+	}()
 	prof := rt.Profiles.Resolve(msg.Channel, msg.ChatID, msg.ThreadID, msg.UserID)
 	info := hooks.Session{SessionKey: s.key, Channel: msg.Channel, ChatID: msg.ChatID, ThreadID: msg.ThreadID, UserID: msg.UserID, Profile: prof.Name}
 
@@ -166,7 +192,7 @@ func (s *session) intake(msg *channels.Message) {
 		g.log.Warn("receive hooks ran out of time", "session", s.key, "limit", g.cfg.TurnTimeout)
 		rt.Bus.Emit(g.ctx, &hooks.GatewayError{Session: info, Stage: "receive",
 			Error: fmt.Sprintf("message:receive hooks did not finish within turn_timeout (%s)", g.cfg.TurnTimeout)})
-		g.reject(msg, "receive_timeout", "Sorry, I couldn't process your message in time. Please send it again.")
+		g.reject(msg, rt.Bus, "receive_timeout", "Sorry, I couldn't process your message in time. Please send it again.")
 		return
 	}
 	if rejected != nil {
@@ -174,7 +200,7 @@ func (s *session) intake(msg *channels.Message) {
 		if reason == "" {
 			reason = "Sorry, this message was not accepted."
 		}
-		g.reject(msg, "hook", reason)
+		g.reject(msg, rt.Bus, "hook", reason)
 		return
 	}
 	msg.Parts, msg.IsVoice = ev.Parts, ev.IsVoice
@@ -184,14 +210,16 @@ func (s *session) intake(msg *channels.Message) {
 		return
 	}
 	if msg.IsVoice && g.cfg.EchoTranscript && text != "" {
-		g.notify(g.ctx, channels.TargetOf(msg), "🎤 "+text)
+		g.notify(g.ctx, rt.Bus, channels.TargetOf(msg), "🎤 "+text)
 	}
 	prompt := buildPrompt(msg, text)
 	if prompt == "" {
-		g.reject(msg, "empty", "I received an empty message, so there is nothing to answer.")
+		g.reject(msg, rt.Bus, "empty", "I received an empty message, so there is nothing to answer.")
 		return
 	}
-	req := &turnReq{msgs: []*channels.Message{msg}, prompt: prompt, isVoice: msg.IsVoice, profile: prof, info: info, target: channels.TargetOf(msg)}
+	req := &turnReq{prompt: prompt, isVoice: msg.IsVoice, profile: prof, info: info,
+		target: channels.TargetOf(msg), rt: rt, release: release}
+	kept = true
 	s.dispatch(req, queueMode(g.cfg.QueueMode, prof))
 }
 
@@ -211,21 +239,23 @@ func (s *session) dispatch(req *turnReq, mode string) {
 	switch mode {
 	case QueueSteer:
 		if s.agent != nil && s.agent.Steer(req.prompt) {
+			req.drop()
 			return // the running turn answers it
 		}
 		s.pending = append(s.pending, req)
 	case QueueCollect:
 		if n := len(s.pending); n > 0 {
 			last := s.pending[n-1]
-			last.msgs = append(last.msgs, req.msgs...)
 			last.prompt += "\n\n" + req.prompt
 			last.isVoice = last.isVoice || req.isVoice
 			last.target = req.target
+			req.drop() // the merged turn runs with the runtime of its first message
 			return
 		}
 		s.pending = append(s.pending, req)
 	case QueueInterrupt:
-		s.pending = append(s.pending[:0], req)
+		s.dropPending()
+		s.pending = append(s.pending, req)
 		s.cancelRunning("interrupted by a newer message")
 	default: // followup
 		s.pending = append(s.pending, req)
@@ -251,15 +281,14 @@ func (s *session) startNext() {
 	s.pending[0] = nil
 	s.pending = s.pending[1:]
 	ctx, cancel := context.WithCancelCause(s.g.ctx)
-	s.running = &runningTurn{cancel: cancel, req: req}
-	// The turn's snapshot: the agent's bus and the turn's hooks come from one runtime,
-	// held until the turn ends, whatever a reload does meanwhile.
-	rt, release := s.g.acquire()
-	agent, err := s.ensureAgent(req, rt)
+	s.running = &runningTurn{cancel: cancel}
+	// The turn's snapshot: the agent's bus and the turn's hooks come from the runtime its
+	// message was taken with, held until the turn ends, whatever a reload does meanwhile.
+	agent, err := s.ensureAgent(req, req.rt)
 	go func() {
 		defer cancel(nil)
-		s.runTurn(ctx, req, rt, agent, err)
-		release()
+		s.runTurn(ctx, req, req.rt, agent, err)
+		req.drop()
 		s.turnDone <- turnOutcome{}
 	}()
 }

@@ -35,16 +35,11 @@ const (
 // Stats summarises a session for /status.
 type Stats struct {
 	Messages int // messages on the active branch of the history
-	Running  bool
-	Phase    string // PhaseIdle or PhaseTurn
 	Model    string
 	Provider string
-	Queued   int       // steered messages waiting for the next save point
-	Usage    llm.Usage // tokens reported by the provider since the session was opened
-	LastRun  time.Time // when the last run ended (zero if none)
 }
 
-// sessionConfig is what a run snapshots when it starts: a Reconfigure during a run takes
+// sessionConfig is what a run snapshots when it starts: a SetInfo during a run takes
 // effect with the next run.
 type sessionConfig struct {
 	info        hooks.Session
@@ -104,7 +99,7 @@ func configFrom(opts SessionOptions) sessionConfig {
 }
 
 // Session is one chat's agent. Run is called by one goroutine at a time; Steer, Abort-by-ctx,
-// Stats, SetInfo and Reconfigure may be called concurrently with Run.
+// Stats and SetInfo may be called concurrently with Run.
 type Session struct {
 	key string
 	log *slog.Logger
@@ -115,12 +110,10 @@ type Session struct {
 	hist  *history
 	count atomic.Int64 // hist.total, readable without runMu
 
-	mu      sync.Mutex
-	cfg     sessionConfig
-	phase   string
-	steer   []string
-	usage   llm.Usage
-	lastRun time.Time
+	mu    sync.Mutex
+	cfg   sessionConfig
+	phase string
+	steer []string
 }
 
 // OpenSession loads the session's history from the store (repairing a torn last line).
@@ -157,17 +150,6 @@ func (s *Session) SetInfo(info hooks.Session) {
 	s.mu.Unlock()
 }
 
-// Reconfigure replaces the session's configuration (profile reload) for the next run; a
-// run in progress keeps the configuration it started with. Key, Store and Logger are
-// ignored.
-func (s *Session) Reconfigure(opts SessionOptions) {
-	opts.Key = s.key
-	cfg := configFrom(opts)
-	s.mu.Lock()
-	s.cfg = cfg
-	s.mu.Unlock()
-}
-
 // Steer queues text for the running turn: it is injected as a user message at the next
 // save point (after the current model call and its tool results) and the run goes on with
 // another model call. It reports false when no run is in progress or the queue is full;
@@ -188,13 +170,8 @@ func (s *Session) Stats() Stats {
 	defer s.mu.Unlock()
 	return Stats{
 		Messages: int(s.count.Load()),
-		Running:  s.phase == PhaseTurn,
-		Phase:    s.phase,
 		Model:    s.cfg.model,
 		Provider: s.cfg.provider.Name(),
-		Queued:   len(s.steer),
-		Usage:    s.usage,
-		LastRun:  s.lastRun,
 	}
 }
 
@@ -350,10 +327,6 @@ func (r *run) exec(prompt string) (Result, error) {
 		msg.ToolCalls = cleanToolCalls(msg.ToolCalls)
 		r.add(msg, false)
 		r.save()
-		r.s.mu.Lock()
-		r.s.usage.InputTokens += resp.Usage.InputTokens
-		r.s.usage.OutputTokens += resp.Usage.OutputTokens
-		r.s.mu.Unlock()
 		r.emit(&hooks.MessageEnd{Session: info, Message: msg})
 		last = msg.Content
 
@@ -402,7 +375,6 @@ func (r *run) finish(res Result, err error) {
 	left := r.s.steer
 	r.s.steer = nil
 	r.s.phase = PhaseIdle
-	r.s.lastRun = time.Now()
 	r.s.mu.Unlock()
 	for _, t := range left {
 		r.add(llm.Message{Role: llm.RoleUser, Content: t}, false)

@@ -24,8 +24,8 @@ import (
 // (return a result instead), and it stays valid after the handler timed out.
 type Handler func(ctx context.Context, ev Event) (any, error)
 
-// Observer sees every event, read-only. It is called like a Handler (same timeout and
-// ctx rules) and before the event's handlers.
+// Observer sees every event, read-only, each streamed message_update included. It is
+// called like a Handler (same timeout and ctx rules) and before the event's handlers.
 type Observer func(ctx context.Context, ev Event)
 
 // Options configure a Bus.
@@ -56,10 +56,13 @@ type registration struct {
 	id       uint64
 	event    string // "" for observers
 	observer bool   // sees every event; its result is ignored
-	source   string
-	handler  Handler
-	timeout  time.Duration
-	profile  string
+	// wholeOnly: an observer that does not see streamed events (message_update), which
+	// come once per delta of an answer. Hook programs registered for "*" are such.
+	wholeOnly bool
+	source    string
+	handler   Handler
+	timeout   time.Duration
+	profile   string
 }
 
 // HandlerInfo describes one registration, for `gateway hooks list`.
@@ -114,13 +117,19 @@ func (b *Bus) Observe(source string, o Observer, opts ...HandlerOption) (unsubsc
 	return b.observe(source, func(ctx context.Context, ev Event) (any, error) {
 		o(ctx, ev)
 		return nil, nil
-	}, opts...)
+	}, false, opts...)
 }
 
+// streamed reports whether an event comes once per streamed piece of an answer
+// (message_update) rather than once per step. A hook program sees such events only when it
+// lists them by name: observing "*" would start it once per delta.
+func streamed(event string) bool { return event == NameMessageUpdate }
+
 // observe registers an observer that can fail like a handler (hook programs do): its
-// errors follow the error policy, its result is ignored.
-func (b *Bus) observe(source string, h Handler, opts ...HandlerOption) (unsubscribe func()) {
-	r := &registration{source: source, observer: true, handler: h}
+// errors follow the error policy, its result is ignored. wholeOnly keeps streamed events
+// from it.
+func (b *Bus) observe(source string, h Handler, wholeOnly bool, opts ...HandlerOption) (unsubscribe func()) {
+	r := &registration{source: source, observer: true, handler: h, wholeOnly: wholeOnly}
 	for _, opt := range opts {
 		opt(r)
 	}
@@ -183,6 +192,9 @@ func (b *Bus) snapshot(event string) (handlers, observers []*registration) {
 }
 
 func (r *registration) sees(ev Event) bool {
+	if r.wholeOnly && streamed(ev.EventName()) {
+		return false
+	}
 	if r.profile == "" {
 		return true
 	}

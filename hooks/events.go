@@ -173,7 +173,9 @@ type TurnEnd struct {
 	Results []llm.Message `json:"tool_results,omitempty"`
 }
 
-// MessageUpdate carries a streamed piece of the assistant's answer.
+// MessageUpdate carries a streamed piece of the assistant's answer, once per delta. Hook
+// programs observing "*" do not see it (see streamed); they get the whole answer in
+// MessageEnd.
 type MessageUpdate struct {
 	Session
 	Delta string `json:"delta"`

@@ -33,9 +33,11 @@ func (s *Scope) Observe(o Observer, opts ...HandlerOption) func() {
 	return s.track(s.bus.Observe(s.source, o, opts...))
 }
 
-// observe registers a failing-capable observer within the scope (see Bus.observe).
+// observe registers a hook program's "*" observer within the scope: it can fail like a
+// handler (see Bus.observe) and does not see streamed events (see streamed), so a program
+// is never started once per delta of an answer.
 func (s *Scope) observe(h Handler, opts ...HandlerOption) func() {
-	return s.track(s.bus.observe(s.source, h, opts...))
+	return s.track(s.bus.observe(s.source, h, true, opts...))
 }
 
 func (s *Scope) track(unsub func()) func() {

@@ -93,9 +93,6 @@ func NewServer() *Server {
 // URL is the base URL to configure (llm.base_url); the SDK appends /v1/messages.
 func (s *Server) URL() string { return s.srv.URL }
 
-// Handle adds a handler to the server's mux.
-func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
-
 // Close stops the server; slow replies in progress end at once.
 func (s *Server) Close() {
 	s.once.Do(func() { close(s.closed) })

@@ -95,21 +95,12 @@ func (s *Server) URL() string { return s.srv.URL + "/v1" }
 // Addr is the server's root URL (no /v1).
 func (s *Server) Addr() string { return s.srv.URL }
 
-// Client is an http.Client for the server.
-func (s *Server) Client() *http.Client { return s.srv.Client() }
-
-// Handle adds a handler to the server's mux (more endpoints, e.g. audio).
-func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
-
 // Close stops the server; slow replies in progress end at once.
 func (s *Server) Close() {
 	s.once.Do(func() { close(s.closed) })
 	s.srv.CloseClientConnections()
 	s.srv.Close()
 }
-
-// Done is closed when the server is closing (for handlers added with Handle that wait).
-func (s *Server) Done() <-chan struct{} { return s.closed }
 
 // Push appends replies to the script.
 func (s *Server) Push(r ...Reply) {
