@@ -218,6 +218,9 @@ func (r *run) summarise(older []llm.Message, previous, instructions string) (str
 	// Room for the request: the window less the summary's own tokens and some slack, at a
 	// pessimistic 3 bytes per token.
 	room := max(b.window-b.summary-estimateText(summarySystem)-estimateText(summaryAsk)-estimateText(previous)-estimateText(instructions)-256, 256) * 3
+	if r.ceiling > 0 {
+		room = min(room, r.ceiling*2) // half of what was too long, in bytes
+	}
 	for attempt := 0; ; attempt++ {
 		var ask strings.Builder
 		ask.WriteString(summaryAsk)

@@ -304,6 +304,9 @@ type run struct {
 	ctx   context.Context
 	on    func(Update)
 	phase string // the phase to return to after a compaction
+	// ceiling is the estimate of a request the provider found too long (0: none): the
+	// summary request is kept well below it.
+	ceiling int
 }
 
 // fixed is what the system prompt and the tools cost in every request.
@@ -522,6 +525,7 @@ func (r *run) callWithBudget(turn int, system string, defs []llm.ToolDef, fixed 
 		}
 		r.s.log.Info("the model says the context is too long; compacting and retrying once", "key", r.s.key)
 		sent := fixed + h.tokensFrom(start)
+		r.ceiling = sent
 		_, cerr := r.compact(hooks.CompactOverflow, "", fixed)
 		// Our estimate fell short of the provider's count: send clearly less than before.
 		limit = min(b.threshold, sent/2)
