@@ -42,6 +42,7 @@ type turnReq struct {
 	profile *profiles.Profile
 	info    hooks.Session
 	target  channels.Target
+	compact bool // /compact: prompt holds its instructions (see compactTurn)
 }
 
 type runningTurn struct {
@@ -285,6 +286,8 @@ func (s *session) ensureAgent(req *turnReq, rt *Runtime) (*harness.Session, erro
 		Key: s.key, Info: req.info, Store: s.g.store, Provider: prov, Model: cfg.Model,
 		System: req.profile.System, Tools: tools, Bus: rt.Bus, Logger: s.g.log,
 		MaxRetries: cfg.MaxRetries, Timeout: cfg.Timeout, MaxTokens: cfg.MaxTokens,
+		ContextWindow: cfg.ContextWindow, IdleReset: req.profile.IdleReset,
+		OnUsage: s.g.metrics.usage, OnCompact: s.g.metrics.compaction,
 	})
 	if err != nil {
 		return nil, err
@@ -300,8 +303,12 @@ func mergeLLM(base, over harness.Config) harness.Config {
 		base.BaseURL, base.APIKey, base.Model = "", "", ""
 		base.Provider = over.Provider
 	}
-	if over.Model != "" {
-		base.Model = over.Model
+	if over.Model != "" && over.Model != base.Model {
+		// Another model has its own window: the known default, unless the profile says.
+		base.Model, base.ContextWindow = over.Model, 0
+	}
+	if over.ContextWindow > 0 {
+		base.ContextWindow = over.ContextWindow
 	}
 	if over.BaseURL != "" {
 		base.BaseURL = over.BaseURL
