@@ -81,6 +81,12 @@ func (s *session) command(cmd, arg string, msg *channels.Message, rt *Runtime, p
 	case "status":
 		var b strings.Builder
 		fmt.Fprintf(&b, "Profile: %s\n", prof.Name)
+		if s.agent == nil {
+			// Open the chat's history (as its next message would) to tell its context use.
+			if _, err := s.ensureAgent(&turnReq{profile: prof, info: info}, rt); err != nil {
+				g.log.Warn("status: cannot open the chat session", "session", s.key, "err", err)
+			}
+		}
 		if s.agent != nil {
 			st := s.agent.Stats()
 			fmt.Fprintf(&b, "Model: %s (%s)\nMessages in history: %d\n", st.Model, st.Provider, st.Messages)

@@ -504,6 +504,10 @@ func (r *run) callWithBudget(turn int, system string, defs []llm.ToolDef, fixed 
 		r.compact(hooks.CompactThreshold, "", fixed)
 	}
 	limit := b.threshold
+	if est, real := fixed+h.tokensFrom(0), h.tokens(fixed); real > est {
+		// The provider counts more than our estimate: measure the cut in its terms.
+		limit = int(int64(limit) * int64(est) / int64(real))
+	}
 	for attempt := 1; ; attempt++ {
 		start := 0
 		if fixed+h.tokensFrom(0) > limit {
