@@ -690,8 +690,12 @@ func cleanToolCalls(calls []llm.ToolCall) []llm.ToolCall {
 }
 
 // repair drops tool results that do not follow their call and adds an error result for
-// every call left without one (e.g. after a crash between the two save points).
+// every call left without one (e.g. after a crash between the two save points). A valid
+// sequence is returned as it is.
 func repair(msgs []llm.Message) []llm.Message {
+	if valid(msgs) {
+		return msgs
+	}
 	out := make([]llm.Message, 0, len(msgs))
 	for i := 0; i < len(msgs); i++ {
 		m := msgs[i]
@@ -719,6 +723,28 @@ func repair(msgs []llm.Message) []llm.Message {
 		}
 	}
 	return out
+}
+
+// valid reports whether every tool call is directly followed by its results, in order, and
+// no tool result stands anywhere else (the form the harness writes).
+func valid(msgs []llm.Message) bool {
+	for i := 0; i < len(msgs); i++ {
+		m := msgs[i]
+		if m.Role == llm.RoleTool {
+			return false
+		}
+		if m.Role != llm.RoleAssistant || len(m.ToolCalls) == 0 {
+			continue
+		}
+		for k, tc := range m.ToolCalls {
+			j := i + 1 + k
+			if j >= len(msgs) || msgs[j].Role != llm.RoleTool || msgs[j].ToolCallID != tc.ID {
+				return false
+			}
+		}
+		i += len(m.ToolCalls)
+	}
+	return true
 }
 
 func callIndex(calls []llm.ToolCall, id string) int {
