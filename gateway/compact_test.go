@@ -153,3 +153,23 @@ func TestGatewayIdleResetFromProfile(t *testing.T) {
 		t.Fatalf("after idle_reset sent %+v", m)
 	}
 }
+
+// A profile inherits llm.context_window only with the global model: another model has its
+// own window (its known default) unless the profile names one.
+func TestMergeLLMContextWindow(t *testing.T) {
+	base := harness.Config{Provider: "openai", Model: "gpt-4o", ContextWindow: 64000}
+	for _, c := range []struct {
+		over harness.Config
+		want int
+	}{
+		{harness.Config{}, 64000},
+		{harness.Config{Model: "gpt-4o"}, 64000},
+		{harness.Config{Model: "llama3.2"}, 0},
+		{harness.Config{Model: "llama3.2", ContextWindow: 32000}, 32000},
+		{harness.Config{ContextWindow: 16000}, 16000},
+	} {
+		if got := mergeLLM(base, c.over).ContextWindow; got != c.want {
+			t.Errorf("%+v: window %d, want %d", c.over, got, c.want)
+		}
+	}
+}
