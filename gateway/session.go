@@ -216,7 +216,7 @@ func (s *session) dispatch(req *turnReq, mode string) {
 		}
 		s.pending = append(s.pending, req)
 	case QueueCollect:
-		if n := len(s.pending); n > 0 {
+		if n := len(s.pending); n > 0 && !s.pending[n-1].compact {
 			last := s.pending[n-1]
 			last.msgs = append(last.msgs, req.msgs...)
 			last.prompt += "\n\n" + req.prompt
