@@ -2,10 +2,13 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"gateway/channels"
+	"gateway/harness"
 	"gateway/hooks"
 	"gateway/profiles"
 )
@@ -13,7 +16,8 @@ import (
 const helpText = `Commands:
 /new — start a new conversation (forget the history)
 /stop — stop the answer in progress and drop queued messages
-/status — show this chat's profile, model and queue
+/compact [instructions] — summarise the older part of the conversation to make room
+/status — show this chat's profile, model, context use and queue
 /voice on|off|auto — answer with voice notes always, never, or when you speak (auto)
 /help — this list`
 
@@ -70,12 +74,28 @@ func (s *session) command(cmd, arg string, msg *channels.Message, rt *Runtime, p
 			return true
 		}
 		reply("Started a new conversation.")
+	case "compact":
+		// It needs the model, so it takes its place in the chat's queue like a message
+		// (after the answer in progress; /stop cancels it), whatever the queue mode.
+		// The turn holds the runtime it was taken with, as a message's turn does.
+		release := func() {}
+		if rt.enter() {
+			release = rt.leave
+		}
+		s.dispatch(&turnReq{prompt: arg, profile: prof, info: info, target: target, compact: true, rt: rt, release: release}, QueueFollowup)
 	case "status":
 		var b strings.Builder
 		fmt.Fprintf(&b, "Profile: %s\n", prof.Name)
+		if s.agent == nil {
+			// Open the chat's history (as its next message would) to tell its context use.
+			if _, err := s.ensureAgent(&turnReq{profile: prof, info: info}, rt); err != nil {
+				g.log.Warn("status: cannot open the chat session", "session", s.key, "err", err)
+			}
+		}
 		if s.agent != nil {
 			st := s.agent.Stats()
 			fmt.Fprintf(&b, "Model: %s (%s)\nMessages in history: %d\n", st.Model, st.Provider, st.Messages)
+			b.WriteString(contextLine(st))
 		} else {
 			cfg := mergeLLM(rt.LLM, prof.LLM)
 			fmt.Fprintf(&b, "Model: %s (%s)\n", cfg.Model, cfg.Provider)
@@ -125,4 +145,64 @@ func voiceLabel(chat, profile string) string {
 		return "auto (when you send a voice note)"
 	}
 	return "default (as configured)"
+}
+
+// contextLine says how much of the model's window the conversation uses and when it was
+// last compacted.
+func contextLine(st harness.Stats) string {
+	var b strings.Builder
+	if st.ContextWindow > 0 {
+		fmt.Fprintf(&b, "Context: about %s of %s tokens (%d%%)\n", thousands(st.ContextTokens), thousands(st.ContextWindow),
+			st.ContextTokens*100/st.ContextWindow)
+	}
+	if st.LastCompaction.IsZero() {
+		b.WriteString("Last compaction: none\n")
+	} else {
+		by := ""
+		if st.LastCompactionFromHook {
+			by = ", summary by a hook"
+		}
+		fmt.Fprintf(&b, "Last compaction: %s (%s tokens summarised%s)\n",
+			st.LastCompaction.UTC().Format("2006-01-02 15:04 UTC"), thousands(st.LastCompactionTokens), by)
+	}
+	return b.String()
+}
+
+// thousands writes n with thin separators: 128000 → "128,000".
+func thousands(n int) string {
+	s := strconv.Itoa(n)
+	if n < 0 {
+		return s
+	}
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+// compactTurn runs /compact as a turn: a status line, then the outcome as the answer.
+func (s *session) compactTurn(ctx context.Context, d *deliverer, req *turnReq, agent *harness.Session) {
+	d.send(channels.Frame{Type: channels.FrameStatus, Text: "Summarising the earlier conversation…"})
+	res, err := agent.Compact(ctx, req.prompt)
+	defer d.settle()()
+	var cancelled *harness.CompactCancelledError
+	switch {
+	case ctx.Err() != nil:
+		d.finishCancelled(ctx, "")
+	case errors.Is(err, harness.ErrNothingToCompact):
+		d.send(channels.Frame{Type: channels.FrameDone, Text: "There is nothing to compact yet: the conversation is still short."})
+	case errors.As(err, &cancelled):
+		d.send(channels.Frame{Type: channels.FrameDone, Text: "The conversation was not compacted: " + strings.TrimPrefix(cancelled.Error(), "a hook refused to compact this conversation: ")})
+	case err != nil:
+		s.g.log.Warn("compaction failed", "session", s.key, "err", err)
+		d.fail("turn", "I couldn't summarise the conversation: "+err.Error())
+	default:
+		d.send(channels.Frame{Type: channels.FrameDone, Text: fmt.Sprintf(
+			"Compacted: %d earlier messages are now a summary; the conversation went from about %s to %s tokens.",
+			res.Summarised, thousands(res.TokensBefore), thousands(res.TokensAfter))})
+	}
 }

@@ -113,6 +113,7 @@ type testEnv struct {
 	url     string
 	reg     *prometheus.Registry
 	metrics *Metrics
+	dir     string // the session store's folder
 }
 
 type envOpt func(*Config, *Runtime, *Deps)
@@ -135,7 +136,7 @@ func newEnvWith(t testing.TB, dir string, extra []channels.Channel, opts ...envO
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &testEnv{fake: harness.NewFake(), mem: newMemChannel(), reg: prometheus.NewRegistry()}
+	e := &testEnv{fake: harness.NewFake(), mem: newMemChannel(), reg: prometheus.NewRegistry(), dir: dir}
 	e.metrics = NewMetrics(e.reg)
 	e.bus = hooks.NewBus(hooks.Options{Timeout: 5 * time.Second, OnError: e.metrics.HookError})
 	cfg := Config{}

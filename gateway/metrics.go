@@ -1,6 +1,10 @@
 package gateway
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"gateway/internal/llm"
+)
 
 // Metrics are the gateway's Prometheus series, registered on a registry the caller owns.
 type Metrics struct {
@@ -13,6 +17,8 @@ type Metrics struct {
 	RunningTurns   prometheus.Gauge
 	ProviderErrors *prometheus.CounterVec // by provider
 	DeliveryErrors *prometheus.CounterVec // by channel
+	Tokens         *prometheus.CounterVec // by provider, model and direction (in, out)
+	Compactions    *prometheus.CounterVec // by reason (threshold, overflow, manual) and outcome
 }
 
 // NewMetrics creates the series and registers them on reg.
@@ -46,13 +52,40 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		DeliveryErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gateway_delivery_errors_total", Help: "Frames that could not be delivered to a chat.",
 		}, []string{"channel"}),
+		Tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gateway_llm_tokens_total", Help: "Tokens the model providers reported, in (prompt) and out (completion), summaries included.",
+		}, []string{"provider", "model", "direction"}),
+		Compactions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gateway_compactions_total", Help: "Compactions of long conversations, by reason (threshold, overflow, manual) and outcome (done, cancelled, failed, nothing).",
+		}, []string{"reason", "outcome"}),
 	}
 	reg.MustRegister(m.MessagesIn, m.MessagesOut, m.Rejected, m.TurnSeconds, m.HookErrors,
-		m.ActiveSessions, m.RunningTurns, m.ProviderErrors, m.DeliveryErrors)
+		m.ActiveSessions, m.RunningTurns, m.ProviderErrors, m.DeliveryErrors, m.Tokens, m.Compactions)
 	return m
 }
 
 // HookError is the hooks.Options.OnError callback.
 func (m *Metrics) HookError(source, event string, _ error) {
 	m.HookErrors.WithLabelValues(source, event).Inc()
+}
+
+// usage is the harness's OnUsage callback. A nil *Metrics counts nothing.
+func (m *Metrics) usage(provider, model string, u llm.Usage) {
+	if m == nil {
+		return
+	}
+	if u.InputTokens > 0 {
+		m.Tokens.WithLabelValues(provider, model, "in").Add(float64(u.InputTokens))
+	}
+	if u.OutputTokens > 0 {
+		m.Tokens.WithLabelValues(provider, model, "out").Add(float64(u.OutputTokens))
+	}
+}
+
+// compaction is the harness's OnCompact callback.
+func (m *Metrics) compaction(reason, outcome string) {
+	if m == nil {
+		return
+	}
+	m.Compactions.WithLabelValues(reason, outcome).Inc()
 }

@@ -43,6 +43,7 @@ type turnReq struct {
 	target  channels.Target
 	// rt is the runtime the message was taken with (its profile came from it): the turn
 	// runs with it. It is held until release, called once the turn ended or was dropped.
+	compact bool // /compact: prompt holds its instructions (see compactTurn)
 	rt      *Runtime
 	release func()
 }
@@ -244,7 +245,7 @@ func (s *session) dispatch(req *turnReq, mode string) {
 		}
 		s.pending = append(s.pending, req)
 	case QueueCollect:
-		if n := len(s.pending); n > 0 {
+		if n := len(s.pending); n > 0 && !s.pending[n-1].compact {
 			last := s.pending[n-1]
 			last.prompt += "\n\n" + req.prompt
 			last.isVoice = last.isVoice || req.isVoice
@@ -314,6 +315,8 @@ func (s *session) ensureAgent(req *turnReq, rt *Runtime) (*harness.Session, erro
 		Key: s.key, Info: req.info, Store: s.g.store, Provider: prov, Model: cfg.Model,
 		System: req.profile.System, Tools: tools, Bus: rt.Bus, Logger: s.g.log,
 		MaxRetries: cfg.MaxRetries, Timeout: cfg.Timeout, MaxTokens: cfg.MaxTokens,
+		ContextWindow: cfg.ContextWindow, IdleReset: req.profile.IdleReset,
+		OnUsage: s.g.metrics.usage, OnCompact: s.g.metrics.compaction,
 	})
 	if err != nil {
 		return nil, err
@@ -329,8 +332,12 @@ func mergeLLM(base, over harness.Config) harness.Config {
 		base.BaseURL, base.APIKey, base.Model = "", "", ""
 		base.Provider = over.Provider
 	}
-	if over.Model != "" {
-		base.Model = over.Model
+	if over.Model != "" && over.Model != base.Model {
+		// Another model has its own window: the known default, unless the profile says.
+		base.Model, base.ContextWindow = over.Model, 0
+	}
+	if over.ContextWindow > 0 {
+		base.ContextWindow = over.ContextWindow
 	}
 	if over.BaseURL != "" {
 		base.BaseURL = over.BaseURL

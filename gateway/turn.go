@@ -66,6 +66,10 @@ func (s *session) runTurn(ctx context.Context, req *turnReq, rt *Runtime, agent 
 	}
 
 	agent.SetInfo(req.info) // the speaker may differ from the session's last one (groups)
+	if req.compact {
+		s.compactTurn(ctx, d, req, agent)
+		return
+	}
 	res, err := agent.Run(ctx, req.prompt, func(u harness.Update) {
 		switch u.Kind {
 		case harness.UpdateDelta:

@@ -26,6 +26,9 @@ type Config struct {
 	// MaxRetries is how many times a 429/5xx/timeout is retried before the turn fails.
 	MaxRetries int `mapstructure:"max_retries" json:"max_retries"`
 	MaxTokens  int `mapstructure:"max_tokens" json:"max_tokens"`
+	// ContextWindow is the model's context window in tokens; 0 means the known default
+	// for the model (ContextWindow), or a conservative one.
+	ContextWindow int `mapstructure:"context_window" json:"context_window"`
 }
 
 // Request is one model call.
@@ -119,9 +122,16 @@ type SessionOptions struct {
 	MaxRetries int
 	Timeout    time.Duration
 	MaxTokens  int
-	// MaxHistory bounds how many of the latest messages are sent to the model (default 100);
-	// the cut always falls where the remaining messages form a valid conversation.
-	MaxHistory int
+	// ContextWindow is the model's context window in tokens (0: ContextWindow's default).
+	// When a request would pass its budget the session compacts the conversation.
+	ContextWindow int
+	// IdleReset starts a fresh history when the chat was silent longer than this (0: never).
+	IdleReset time.Duration
+	// OnUsage, when set, is told the tokens of every model call (metrics); OnCompact of
+	// every compaction (reason: threshold, overflow, manual; outcome: done, cancelled,
+	// failed, nothing). Both are called on the run's goroutine and must be quick.
+	OnUsage   func(provider, model string, u llm.Usage)
+	OnCompact func(reason, outcome string)
 	// MaxTurns bounds the model calls of one run (default 16).
 	MaxTurns int
 	// ToolTimeout bounds one tool run (default 30s).

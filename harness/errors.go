@@ -30,6 +30,9 @@ type ProviderError struct {
 	DNS         bool
 	// Midway is set when the answer broke off after part of it had been streamed.
 	Midway bool
+	// Overflow is set when the provider said the conversation is too long for the model's
+	// context window (the session compacts and retries once before this reaches a user).
+	Overflow bool
 	// Attempts is how many calls were made before giving up (set by the session).
 	Attempts int
 	// Err is the underlying cause, with secrets removed.
@@ -39,6 +42,9 @@ type ProviderError struct {
 func (e *ProviderError) Error() string {
 	var b strings.Builder
 	switch {
+	case e.Overflow:
+		return "This conversation has grown too long for the model, even after I summarised the older part. " +
+			"Send /new to start a fresh conversation (or /compact to try summarising again)."
 	case e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden:
 		fmt.Fprintf(&b, "The model API rejected the API key (HTTP %d). Check llm.api_key.", e.Status)
 		return b.String()

@@ -196,7 +196,7 @@ func (p *anthropicProvider) classify(ctx context.Context, err error) error {
 			status = http.StatusInternalServerError
 		}
 	}
-	return classify("anthropic", ctx, status, h, body.Error.Message, err, p.redact)
+	return markOverflow(classify("anthropic", ctx, status, h, body.Error.Message, err, p.redact))
 }
 
 // anthropicMessages converts the conversation: system text goes to the system field, tool

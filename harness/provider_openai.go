@@ -150,7 +150,7 @@ func (p *openAIProvider) classify(ctx context.Context, err error) error {
 		if apiErr.Response != nil {
 			h = apiErr.Response.Header
 		}
-		return classify("openai", ctx, apiErr.StatusCode, h, apiErr.Message, err, p.redact)
+		return markOverflow(classify("openai", ctx, apiErr.StatusCode, h, apiErr.Message, err, p.redact), apiErr.Code, apiErr.Type)
 	}
 	return classify("openai", ctx, 0, nil, "", err, p.redact)
 }

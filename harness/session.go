@@ -19,17 +19,18 @@ import (
 
 // Session defaults.
 const (
-	defaultMaxHistory = 100
-	defaultMaxTurns   = 16
+	defaultMaxTurns = 16
 	// maxSteer bounds the messages queued for a running turn.
 	maxSteer = 32
 )
 
 // Phases of a session (pi's AgentHarness): idle between runs, turn while a run is in
-// progress. Compaction is not implemented: what is sent is cut to the latest messages.
+// progress, compaction while the older part of the conversation is summarised (no model
+// call of a turn runs then, and nothing is steered into it).
 const (
-	PhaseIdle = "idle"
-	PhaseTurn = "turn"
+	PhaseIdle    = "idle"
+	PhaseTurn    = "turn"
+	PhaseCompact = "compaction"
 )
 
 // Stats summarises a session for /status.
@@ -37,6 +38,18 @@ type Stats struct {
 	Messages int // messages on the active branch of the history
 	Model    string
 	Provider string
+	Queued   int       // steered messages waiting for the next save point
+	Usage    llm.Usage // tokens reported by the provider since the session was opened
+	LastRun  time.Time // when the last run ended (zero if none)
+	// ContextTokens is the size of the next request (reported usage plus an estimate) and
+	// ContextWindow the model's window, both in tokens.
+	ContextTokens int
+	ContextWindow int
+	// LastCompaction is when the branch was last compacted (zero if never), with the
+	// tokens it held before and whether a hook wrote the summary.
+	LastCompaction         time.Time
+	LastCompactionTokens   int
+	LastCompactionFromHook bool
 }
 
 // sessionConfig is what a run snapshots when it starts: a SetInfo during a run takes
@@ -52,8 +65,11 @@ type sessionConfig struct {
 	timeout     time.Duration
 	toolTimeout time.Duration
 	maxTokens   int
-	maxHistory  int
 	maxTurns    int
+	budget      budget
+	idleReset   time.Duration
+	onUsage     func(provider, model string, u llm.Usage)
+	onCompact   func(reason, outcome string)
 }
 
 func configFrom(opts SessionOptions) sessionConfig {
@@ -68,8 +84,10 @@ func configFrom(opts SessionOptions) sessionConfig {
 		timeout:     opts.Timeout,
 		toolTimeout: opts.ToolTimeout,
 		maxTokens:   opts.MaxTokens,
-		maxHistory:  opts.MaxHistory,
 		maxTurns:    opts.MaxTurns,
+		idleReset:   opts.IdleReset,
+		onUsage:     opts.OnUsage,
+		onCompact:   opts.OnCompact,
 	}
 	if c.info.SessionKey == "" {
 		c.info.SessionKey = opts.Key
@@ -89,9 +107,7 @@ func configFrom(opts SessionOptions) sessionConfig {
 	if c.toolTimeout <= 0 {
 		c.toolTimeout = defaultToolTimeout
 	}
-	if c.maxHistory <= 0 {
-		c.maxHistory = defaultMaxHistory
-	}
+	c.budget = newBudget(ContextWindow(c.model, opts.ContextWindow), c.maxTokens)
 	if c.maxTurns <= 0 {
 		c.maxTurns = defaultMaxTurns
 	}
@@ -110,10 +126,15 @@ type Session struct {
 	hist  *history
 	count atomic.Int64 // hist.total, readable without runMu
 
-	mu    sync.Mutex
-	cfg   sessionConfig
-	phase string
-	steer []string
+	mu      sync.Mutex
+	cfg     sessionConfig
+	phase   string
+	steer   []string
+	usage   llm.Usage
+	lastRun time.Time
+	ctxUsed int            // the history's tokens, published at save points
+	ctxWin  int            // the window they were measured against
+	lastCmp compactionInfo // the latest compaction on the branch
 }
 
 // OpenSession loads the session's history from the store (repairing a torn last line).
@@ -127,13 +148,36 @@ func OpenSession(opts SessionOptions) (*Session, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	cfg := configFrom(opts)
-	h, err := opts.Store.open(opts.Key, 4*cfg.maxHistory, log)
+	h, err := opts.Store.open(opts.Key, 2*cfg.budget.window, log)
 	if err != nil {
 		return nil, err
 	}
 	s := &Session{key: opts.Key, log: log, hist: h, cfg: cfg, phase: PhaseIdle}
 	s.count.Store(int64(h.total))
+	s.publish(h, estimateFixed(cfg.system, toolDefs(cfg.tools)), cfg.budget.window)
 	return s, nil
+}
+
+// publish copies what Stats shows of the history (guarded by runMu) under mu.
+func (s *Session) publish(h *history, fixed, window int) {
+	used := h.tokens(fixed)
+	s.mu.Lock()
+	s.ctxUsed, s.ctxWin, s.lastCmp = used, window, h.last
+	s.mu.Unlock()
+}
+
+func (s *Session) setPhase(p string) {
+	s.mu.Lock()
+	s.phase = p
+	s.mu.Unlock()
+}
+
+func toolDefs(tools []Tool) []llm.ToolDef {
+	defs := make([]llm.ToolDef, 0, len(tools))
+	for _, t := range tools {
+		defs = append(defs, t.Def())
+	}
+	return defs
 }
 
 // Key is the session key.
@@ -172,6 +216,15 @@ func (s *Session) Stats() Stats {
 		Messages: int(s.count.Load()),
 		Model:    s.cfg.model,
 		Provider: s.cfg.provider.Name(),
+		Queued:   len(s.steer),
+		Usage:    s.usage,
+		LastRun:  s.lastRun,
+
+		ContextTokens:          s.ctxUsed,
+		ContextWindow:          s.ctxWin,
+		LastCompaction:         s.lastCmp.At,
+		LastCompactionTokens:   s.lastCmp.TokensBefore,
+		LastCompactionFromHook: s.lastCmp.FromHook,
 	}
 }
 
@@ -196,6 +249,7 @@ func (s *Session) Reset(ctx context.Context) error {
 	}
 	s.hist.reset()
 	s.count.Store(0)
+	s.publish(s.hist, estimateFixed(cfg.system, toolDefs(cfg.tools)), cfg.budget.window)
 	defer s.hist.release()
 	if err := s.hist.flush(); err != nil {
 		return fmt.Errorf("the conversation was reset, but saving that failed: %w", err)
@@ -221,20 +275,27 @@ func (s *Session) Run(ctx context.Context, prompt string, on func(Update)) (Resu
 	if on == nil {
 		on = func(Update) {}
 	}
-	r := &run{s: s, cfg: cfg, ctx: ctx, on: on}
+	r := &run{s: s, cfg: cfg, ctx: ctx, on: on, phase: PhaseTurn}
 	defer s.hist.release()
 	res, err := r.exec(prompt)
 	r.finish(res, err)
 	return res, err
 }
 
-// run is the state of one Run.
+// run is the state of one Run (or of one Compact).
 type run struct {
-	s   *Session
-	cfg sessionConfig
-	ctx context.Context
-	on  func(Update)
+	s     *Session
+	cfg   sessionConfig
+	ctx   context.Context
+	on    func(Update)
+	phase string // the phase to return to after a compaction
+	// ceiling is the estimate of a request the provider found too long (0: none): the
+	// summary request is kept well below it.
+	ceiling int
 }
+
+// fixed is what the system prompt and the tools cost in every request.
+func (r *run) fixed(system string) int { return estimateFixed(system, toolDefs(r.cfg.tools)) }
 
 // evCtx is the context for events: after an abort, the closing events still reach hooks.
 func (r *run) evCtx() context.Context {
@@ -265,6 +326,7 @@ func (r *run) save() {
 
 func (r *run) exec(prompt string) (Result, error) {
 	info := r.cfg.info
+	r.idleReset()
 	r.add(llm.Message{Role: llm.RoleUser, Content: prompt}, false)
 
 	system := r.cfg.system
@@ -285,23 +347,14 @@ func (r *run) exec(prompt string) (Result, error) {
 	// call leaves no unanswered prompt in the history, just as the chat got no answer.
 	r.emit(&hooks.AgentStart{Session: info, Prompt: prompt})
 
-	defs := make([]llm.ToolDef, 0, len(r.cfg.tools))
-	for _, t := range r.cfg.tools {
-		defs = append(defs, t.Def())
-	}
+	defs := toolDefs(r.cfg.tools)
+	fixed := estimateFixed(system, defs)
 	var last string
 	for turn := 1; turn <= r.cfg.maxTurns; turn++ {
 		if r.ctx.Err() != nil {
 			return Result{Text: last, Aborted: true}, nil
 		}
-		msgs := window(r.s.hist.msgs, r.cfg.maxHistory)
-		if r.cfg.bus != nil {
-			msgs = r.cfg.bus.Context(r.ctx, &hooks.Context{Session: info, Messages: msgs})
-		}
-		req := r.request(system, msgs, defs)
-		r.emit(&hooks.TurnStart{Session: info, Turn: turn})
-
-		resp, partial, err := r.call(req)
+		resp, partial, full, err := r.callWithBudget(turn, system, defs, fixed)
 		if err != nil {
 			aborted := r.ctx.Err() != nil
 			var msg llm.Message
@@ -326,7 +379,11 @@ func (r *run) exec(prompt string) (Result, error) {
 		msg.Role = llm.RoleAssistant
 		msg.ToolCalls = cleanToolCalls(msg.ToolCalls)
 		r.add(msg, false)
+		if h := r.s.hist; full && resp.Usage.InputTokens > 0 {
+			h.reported, h.reportedAt = resp.Usage.InputTokens+resp.Usage.OutputTokens, len(h.entries)
+		}
 		r.save()
+		r.s.publish(r.s.hist, fixed, r.cfg.budget.window)
 		r.emit(&hooks.MessageEnd{Session: info, Message: msg})
 		last = msg.Content
 
@@ -380,6 +437,7 @@ func (r *run) finish(res Result, err error) {
 		r.add(llm.Message{Role: llm.RoleUser, Content: t}, false)
 	}
 	r.save()
+	r.s.publish(r.s.hist, r.fixed(r.cfg.system), r.cfg.budget.window)
 	end := &hooks.AgentEnd{Session: r.cfg.info, Response: res.Text, Aborted: res.Aborted}
 	if err != nil {
 		end.Error = err.Error()
@@ -419,17 +477,72 @@ func (r *run) request(system string, msgs []llm.Message, defs []llm.ToolDef) *Re
 	return req
 }
 
-// call runs one model call with retries. It returns the text streamed so far with any
-// failure; once text has been streamed a failure is not retried (the chat already shows it).
-func (r *run) call(req *Request) (*Response, string, error) {
+// callWithBudget makes the turn's model call with the conversation as it fits the budget:
+// past the threshold it compacts first; when a hook cancels (or the compaction fails) the
+// oldest turns are left out of the request instead. A provider answer that the context is
+// too long triggers one compaction and one retry. full tells whether the request carried
+// the whole context (so that the reported usage measures it).
+func (r *run) callWithBudget(turn int, system string, defs []llm.ToolDef, fixed int) (resp *Response, partial string, full bool, err error) {
+	h, b := r.s.hist, r.cfg.budget
+	if h.tokens(fixed) > b.threshold {
+		r.compact(hooks.CompactThreshold, "", fixed)
+	}
+	limit := b.threshold
+	if est, real := fixed+h.tokensFrom(0), h.tokens(fixed); real > est {
+		// The provider counts more than our estimate: measure the cut in its terms.
+		limit = int(int64(limit) * int64(est) / int64(real))
+	}
+	for attempt := 1; ; attempt++ {
+		start := 0
+		if fixed+h.tokensFrom(0) > limit {
+			// Still too long (compaction refused or failed): drop the oldest turns.
+			start = max(cutPoint(h.entries, max(limit-fixed-h.tokensFrom(len(h.entries)), 1)), 0)
+		}
+		msgs := h.context(start)
+		full = start == 0
+		if r.cfg.bus != nil {
+			msgs = r.cfg.bus.Context(r.ctx, &hooks.Context{Session: r.cfg.info, Messages: msgs})
+		}
+		req := r.request(system, msgs, defs)
+		if attempt == 1 {
+			r.emit(&hooks.TurnStart{Session: r.cfg.info, Turn: turn})
+		}
+		resp, partial, err = r.call(req, r.streamDelta)
+		if err == nil || attempt > 1 || !isOverflow(err) || r.ctx.Err() != nil {
+			return resp, partial, full, err
+		}
+		r.s.log.Info("the model says the context is too long; compacting and retrying once", "key", r.s.key)
+		sent := fixed + h.tokensFrom(start)
+		r.ceiling = sent
+		_, cerr := r.compact(hooks.CompactOverflow, "", fixed)
+		// Our estimate fell short of the provider's count: send clearly less than before.
+		limit = min(b.threshold, sent/2)
+		if cerr == nil && fixed+h.tokensFrom(0) <= limit {
+			continue
+		}
+		limit = max(limit, fixed+h.tokensFrom(len(h.entries))+1)
+	}
+}
+
+// streamDelta shows a piece of the answer in the chat and to message_update hooks.
+func (r *run) streamDelta(d string) {
+	r.on(Update{Kind: UpdateDelta, Text: d})
+	if r.cfg.bus != nil {
+		r.cfg.bus.Emit(r.ctx, &hooks.MessageUpdate{Session: r.cfg.info, Delta: d})
+	}
+}
+
+// call runs one model call with retries; show (may be nil) sees each streamed piece. It
+// returns the text streamed so far with any failure; once text has been streamed a failure
+// is not retried (the chat already shows it).
+func (r *run) call(req *Request, show func(string)) (*Response, string, error) {
 	p := r.cfg.provider
 	maxAttempts := r.cfg.maxRetries + 1
 	var partial strings.Builder
 	onDelta := func(d string) {
 		partial.WriteString(d)
-		r.on(Update{Kind: UpdateDelta, Text: d})
-		if r.cfg.bus != nil {
-			r.cfg.bus.Emit(r.ctx, &hooks.MessageUpdate{Session: r.cfg.info, Delta: d})
+		if show != nil {
+			show(d)
 		}
 	}
 	for attempt := 1; ; attempt++ {
@@ -439,6 +552,13 @@ func (r *run) call(req *Request) (*Response, string, error) {
 		if err == nil {
 			if resp == nil {
 				resp = &Response{Message: llm.Message{Role: llm.RoleAssistant, Content: partial.String()}}
+			}
+			r.s.mu.Lock()
+			r.s.usage.InputTokens += resp.Usage.InputTokens
+			r.s.usage.OutputTokens += resp.Usage.OutputTokens
+			r.s.mu.Unlock()
+			if r.cfg.onUsage != nil {
+				r.cfg.onUsage(p.Name(), req.Model, resp.Usage)
 			}
 			return resp, partial.String(), nil
 		}
@@ -553,26 +673,13 @@ func cleanToolCalls(calls []llm.ToolCall) []llm.ToolCall {
 	return out
 }
 
-// window returns the latest messages to send: at most n, starting at a user message when
-// one is in reach, and repaired into a valid sequence (every tool call answered, no
-// orphan tool results).
-func window(msgs []llm.Message, n int) []llm.Message {
-	start := max(0, len(msgs)-n)
-	i := start
-	for i < len(msgs) && msgs[i].Role != llm.RoleUser {
-		i++
-	}
-	if i == len(msgs) {
-		// No user message among the latest n (a long tool chain): reach back to one.
-		for i = start; i > 0 && msgs[i].Role != llm.RoleUser; i-- {
-		}
-	}
-	return repair(msgs[i:])
-}
-
 // repair drops tool results that do not follow their call and adds an error result for
-// every call left without one (e.g. after a crash between the two save points).
+// every call left without one (e.g. after a crash between the two save points). A valid
+// sequence is returned as it is.
 func repair(msgs []llm.Message) []llm.Message {
+	if valid(msgs) {
+		return msgs
+	}
 	out := make([]llm.Message, 0, len(msgs))
 	for i := 0; i < len(msgs); i++ {
 		m := msgs[i]
@@ -600,6 +707,28 @@ func repair(msgs []llm.Message) []llm.Message {
 		}
 	}
 	return out
+}
+
+// valid reports whether every tool call is directly followed by its results, in order, and
+// no tool result stands anywhere else (the form the harness writes).
+func valid(msgs []llm.Message) bool {
+	for i := 0; i < len(msgs); i++ {
+		m := msgs[i]
+		if m.Role == llm.RoleTool {
+			return false
+		}
+		if m.Role != llm.RoleAssistant || len(m.ToolCalls) == 0 {
+			continue
+		}
+		for k, tc := range m.ToolCalls {
+			j := i + 1 + k
+			if j >= len(msgs) || msgs[j].Role != llm.RoleTool || msgs[j].ToolCallID != tc.ID {
+				return false
+			}
+		}
+		i += len(m.ToolCalls)
+	}
+	return true
 }
 
 func callIndex(calls []llm.ToolCall, id string) int {

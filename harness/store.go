@@ -25,18 +25,22 @@ import (
 //	{"type":"session","version":1,"id":"…","timestamp":"…","key":"telegram:123"}        header, first line
 //	{"type":"message","id":"a1","parentId":null,"timestamp":"…","message":{…}}           a message; parentId links the tree
 //	{"type":"message","id":"b2","parentId":"a1","timestamp":"…","message":{…},"aborted":true}
-//	{"type":"leaf","id":"c3","parentId":"b2","timestamp":"…","targetId":null}            a branch move
+//	{"type":"compaction","id":"c3","parentId":"b2","timestamp":"…","summary":"…","firstKeptEntryId":"b2","tokensBefore":91000}
+//	{"type":"leaf","id":"d4","parentId":"c3","timestamp":"…","targetId":null}            a branch move
 //
-// The active branch runs from the root to the leaf: the id of the last message entry, or
-// the targetId of a later leaf entry. Reset (/new) appends a leaf entry with targetId null,
-// so a new conversation starts at a new root in the same file and the old one stays on
-// disk for audit. Entries are only ever appended.
+// The active branch runs from the root to the leaf: the id of the last message or
+// compaction entry, or the targetId of a later leaf entry. Reset (/new) appends a leaf
+// entry with targetId null, so a new conversation starts at a new root in the same file and
+// the old one stays on disk for audit. A compaction entry sits on the branch like a
+// message: the model then sees its summary, the messages from firstKeptEntryId up to it,
+// and the messages after it. Entries are only ever appended.
 const (
 	storeVersion = 1
 
-	entrySession = "session"
-	entryMessage = "message"
-	entryLeaf    = "leaf"
+	entrySession    = "session"
+	entryMessage    = "message"
+	entryLeaf       = "leaf"
+	entryCompaction = "compaction"
 
 	// maxPending bounds entries held in memory while saving keeps failing.
 	maxPending = 16 << 20
@@ -135,7 +139,9 @@ func newID() string {
 	return hex.EncodeToString(b[:])
 }
 
-func nowStamp() string { return time.Now().UTC().Format(time.RFC3339Nano) }
+func nowStamp() string { return stamp(time.Now()) }
+
+func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
 type headerEntry struct {
 	Type      string `json:"type"`
@@ -162,13 +168,27 @@ type leafEntry struct {
 	TargetID  *string `json:"targetId"`
 }
 
+// compactionEntry is pi's compaction entry; its fields are a documented contract.
+type compactionEntry struct {
+	Type             string  `json:"type"`
+	ID               string  `json:"id"`
+	ParentID         *string `json:"parentId"`
+	Timestamp        string  `json:"timestamp"`
+	Summary          string  `json:"summary"`
+	FirstKeptEntryID string  `json:"firstKeptEntryId"`
+	TokensBefore     int     `json:"tokensBefore"`
+	FromHook         bool    `json:"fromHook,omitempty"`
+}
+
 // entryHead is what loading needs of any line; decoding it validates the whole line.
 type entryHead struct {
-	Type     string  `json:"type"`
-	ID       string  `json:"id"`
-	ParentID *string `json:"parentId"`
-	TargetID *string `json:"targetId"`
-	Key      string  `json:"key"`
+	Type      string  `json:"type"`
+	ID        string  `json:"id"`
+	ParentID  *string `json:"parentId"`
+	TargetID  *string `json:"targetId"`
+	FirstKept string  `json:"firstKeptEntryId"`
+	Timestamp string  `json:"timestamp"`
+	Key       string  `json:"key"`
 }
 
 func strPtr(s string) *string {
@@ -178,18 +198,44 @@ func strPtr(s string) *string {
 	return &s
 }
 
-// history is one session's conversation: the tail of the active branch in memory and the
-// entries not yet written. It is used by one goroutine at a time (the session's runner).
+// entry is a message of the active branch that the model may see.
+type entry struct {
+	id     string
+	msg    llm.Message
+	tokens int // estimate
+}
+
+// compactionInfo describes the latest compaction on the active branch.
+type compactionInfo struct {
+	At           time.Time
+	TokensBefore int
+	FromHook     bool
+}
+
+// history is one session's conversation: what the model may see of the active branch (the
+// latest compaction's summary and the messages after its cut) in memory, and the entries
+// not yet written. It is used by one goroutine at a time (the session's runner).
 type history struct {
 	store *Store // nil: memory only
 	key   string
 	path  string
 	log   *slog.Logger
 
-	leaf  string        // id of the active branch's last message, "" at a root
-	total int           // messages on the active branch
-	msgs  []llm.Message // the latest messages of the active branch (at most keep)
-	keep  int
+	leaf    string  // id of the active branch's last entry, "" at a root
+	total   int     // messages on the active branch, compacted ones included
+	entries []entry // the messages after the latest compaction's cut, oldest first
+	summary string  // the latest compaction's summary, "" if none
+	last    compactionInfo
+	// maxTokens bounds the entries held in memory (a chat whose compactions hooks keep
+	// cancelling); older ones could never be sent anyway.
+	maxTokens int
+	held      int // sum of entries' tokens
+
+	// reported is the provider's usage (input + output) for the request that ended at
+	// entries[reportedAt-1]; 0 when unknown or stale.
+	reported, reportedAt int
+	// lastActivity is when the last entry was written (idle_reset).
+	lastActivity time.Time
 
 	pending bytes.Buffer // encoded lines waiting for the next save point
 
@@ -197,9 +243,10 @@ type history struct {
 	size int64    // its size while open
 }
 
-// open loads the active branch of key's history, repairing a torn last line.
-func (s *Store) open(key string, keep int, log *slog.Logger) (*history, error) {
-	h := &history{store: s, key: key, log: log, keep: max(keep, 8)}
+// open loads the active branch of key's history, repairing a torn last line. maxTokens
+// bounds what is held in memory.
+func (s *Store) open(key string, maxTokens int, log *slog.Logger) (*history, error) {
+	h := &history{store: s, key: key, log: log, maxTokens: max(maxTokens, 4096)}
 	if s == nil {
 		return h, nil
 	}
@@ -215,9 +262,11 @@ func (s *Store) open(key string, keep int, log *slog.Logger) (*history, error) {
 }
 
 type indexNode struct {
-	parent string
-	off    int64
-	n      int
+	parent     string
+	off        int64
+	n          int
+	compaction bool
+	firstKept  string
 }
 
 func (h *history) load() error {
@@ -239,6 +288,7 @@ func (h *history) load() error {
 		addNewline bool
 		skipped    int
 		leaf       string
+		stamp      string
 	)
 	for {
 		line, rerr := r.ReadBytes('\n')
@@ -269,18 +319,21 @@ func (h *history) load() error {
 			// Complete JSON that lost only its newline: keep it, end the line.
 			addNewline = true
 		}
+		if e.Timestamp != "" {
+			stamp = e.Timestamp
+		}
 		switch e.Type {
 		case entrySession:
 			if lineNo == 1 && e.Key != "" && e.Key != h.key {
 				h.log.Warn("session history header names another key", "key", h.key, "file_key", e.Key)
 			}
-		case entryMessage:
+		case entryMessage, entryCompaction:
 			if e.ID != "" {
 				p := ""
 				if e.ParentID != nil {
 					p = *e.ParentID
 				}
-				index[e.ID] = indexNode{parent: p, off: off, n: len(line)}
+				index[e.ID] = indexNode{parent: p, off: off, n: len(line), compaction: e.Type == entryCompaction, firstKept: e.FirstKept}
 				leaf = e.ID
 			}
 		case entryLeaf:
@@ -294,9 +347,19 @@ func (h *history) load() error {
 	if skipped > 0 {
 		h.log.Warn("session history: skipped unreadable lines", "key", h.key, "lines", skipped)
 	}
+	if t, err := time.Parse(time.RFC3339Nano, stamp); err == nil {
+		h.lastActivity = t
+	}
 
-	// Walk the active branch back from the leaf; only its tail is decoded.
-	var chain []indexNode
+	// Walk the active branch back from the leaf. Only what the model may see is decoded:
+	// the messages after the latest compaction, those it kept, and its summary.
+	var (
+		need       []indexNode // newest first
+		comp       *indexNode
+		collecting = true
+		heldBytes  int
+		dropped    bool
+	)
 	for id, steps := leaf, 0; id != "" && steps <= len(index); steps++ {
 		n, ok := index[id]
 		if !ok {
@@ -305,19 +368,40 @@ func (h *history) load() error {
 			}
 			break
 		}
-		chain = append(chain, n)
+		if n.compaction {
+			if comp == nil {
+				c := n
+				comp = &c
+				collecting = collecting && n.firstKept != ""
+			}
+			id = n.parent
+			continue
+		}
+		h.total++
+		if collecting {
+			if heldBytes+n.n > 4*h.maxTokens && len(need) > 0 {
+				collecting, dropped = false, true
+			} else {
+				need = append(need, n)
+				heldBytes += n.n
+				if comp != nil && id == comp.firstKept {
+					collecting = false
+				}
+			}
+		}
 		id = n.parent
 	}
+	if dropped {
+		h.log.Warn("session history: the branch is longer than the model could ever see; only its newest part is loaded", "key", h.key)
+	}
 	h.leaf = leaf
-	if len(chain) == 0 {
+	if h.total == 0 && comp == nil {
 		h.leaf = ""
 	}
-	h.total = len(chain)
-	tail := chain[:min(len(chain), h.keep)]
-	h.msgs = make([]llm.Message, 0, len(tail))
+	h.entries = make([]entry, 0, len(need))
 	buf := make([]byte, 0, 4096)
-	for i := len(tail) - 1; i >= 0; i-- {
-		n := tail[i]
+	for i := len(need) - 1; i >= 0; i-- {
+		n := need[i]
 		buf = growBuf(buf, n.n)
 		if _, err := f.ReadAt(buf, n.off); err != nil && !errors.Is(err, io.EOF) {
 			return err
@@ -326,7 +410,20 @@ func (h *history) load() error {
 		if err := json.Unmarshal(bytes.TrimSpace(buf), &e); err != nil {
 			return fmt.Errorf("re-reading an entry: %w", err)
 		}
-		h.msgs = append(h.msgs, e.Message)
+		h.push(entry{id: e.ID, msg: e.Message, tokens: estimateMessage(e.Message)})
+	}
+	if comp != nil {
+		buf = growBuf(buf, comp.n)
+		if _, err := f.ReadAt(buf, comp.off); err != nil && !errors.Is(err, io.EOF) {
+			return err
+		}
+		var c compactionEntry
+		if err := json.Unmarshal(bytes.TrimSpace(buf), &c); err != nil {
+			return fmt.Errorf("re-reading a compaction entry: %w", err)
+		}
+		h.summary = c.Summary
+		h.last = compactionInfo{TokensBefore: c.TokensBefore, FromHook: c.FromHook}
+		h.last.At, _ = time.Parse(time.RFC3339Nano, c.Timestamp)
 	}
 	f.Close()
 
@@ -358,21 +455,59 @@ func growBuf(buf []byte, n int) []byte {
 	return make([]byte, n)
 }
 
+// push appends an entry in memory.
+func (h *history) push(e entry) {
+	h.entries = append(h.entries, e)
+	h.held += e.tokens
+}
+
 // add appends a message to the active branch (written at the next save point).
 func (h *history) add(m llm.Message, aborted bool) {
 	for i := range m.ToolCalls {
 		m.ToolCalls[i].Arguments = argsOrEmpty(m.ToolCalls[i].Arguments)
 	}
 	id := newID()
-	h.encode(messageEntry{Type: entryMessage, ID: id, ParentID: strPtr(h.leaf), Timestamp: nowStamp(), Message: m, Aborted: aborted})
+	now := time.Now()
+	h.encode(messageEntry{Type: entryMessage, ID: id, ParentID: strPtr(h.leaf), Timestamp: stamp(now), Message: m, Aborted: aborted})
 	h.leaf = id
 	h.total++
-	h.msgs = append(h.msgs, m)
-	if len(h.msgs) > h.keep {
-		// Keep the newest half of the allowance in a fresh array, so old messages are freed.
-		keep := h.keep / 2
-		h.msgs = append(make([]llm.Message, 0, h.keep), h.msgs[len(h.msgs)-keep:]...)
+	h.lastActivity = now
+	h.push(entry{id: id, msg: m, tokens: estimateMessage(m)})
+	if h.held > 2*h.maxTokens {
+		// Compaction keeps being refused: let go of what could never be sent.
+		h.drop(cutPoint(h.entries, h.maxTokens))
 	}
+}
+
+// drop forgets the first n entries in memory (they stay in the file), in a fresh array.
+func (h *history) drop(n int) {
+	if n <= 0 {
+		return
+	}
+	h.entries = append(make([]entry, 0, len(h.entries)-n+8), h.entries[n:]...)
+	h.held = 0
+	for _, e := range h.entries {
+		h.held += e.tokens
+	}
+	h.reported, h.reportedAt = 0, 0
+}
+
+// compact appends a compaction entry: the model will see summary, then the entries from
+// cut on. It is written at the next save point.
+func (h *history) compact(summary string, cut, tokensBefore int, fromHook bool) string {
+	id, now := newID(), time.Now()
+	firstKept := ""
+	if cut < len(h.entries) {
+		firstKept = h.entries[cut].id
+	}
+	h.encode(compactionEntry{Type: entryCompaction, ID: id, ParentID: strPtr(h.leaf), Timestamp: stamp(now),
+		Summary: summary, FirstKeptEntryID: firstKept, TokensBefore: tokensBefore, FromHook: fromHook})
+	h.leaf = id
+	h.lastActivity = now
+	h.summary = summary
+	h.last = compactionInfo{At: now, TokensBefore: tokensBefore, FromHook: fromHook}
+	h.drop(cut)
+	return firstKept
 }
 
 // reset starts a new root: the next message has no parent.
@@ -380,7 +515,51 @@ func (h *history) reset() {
 	h.encode(leafEntry{Type: entryLeaf, ID: newID(), ParentID: strPtr(h.leaf), Timestamp: nowStamp(), TargetID: nil})
 	h.leaf = ""
 	h.total = 0
-	h.msgs = nil
+	h.entries, h.held = nil, 0
+	h.summary, h.last = "", compactionInfo{}
+	h.reported, h.reportedAt = 0, 0
+	h.lastActivity = time.Now()
+}
+
+// tokens is the estimate of a request with the whole context: fixed is what the system
+// prompt and tools cost. The provider's reported usage counts for what it saw.
+func (h *history) tokens(fixed int) int {
+	if h.reported > 0 && h.reportedAt <= len(h.entries) {
+		n := h.reported
+		for _, e := range h.entries[h.reportedAt:] {
+			n += e.tokens
+		}
+		return n
+	}
+	return fixed + h.tokensFrom(0)
+}
+
+// tokensFrom estimates the summary and the entries from start on.
+func (h *history) tokensFrom(start int) int {
+	n := 0
+	if h.summary != "" {
+		n += estimateText(h.summary) + summaryOverhead
+	}
+	if start == 0 {
+		return n + h.held
+	}
+	for _, e := range h.entries[start:] {
+		n += e.tokens
+	}
+	return n
+}
+
+// context is what the model sees: the summary, then the entries from start on, repaired
+// into a valid sequence.
+func (h *history) context(start int) []llm.Message {
+	msgs := make([]llm.Message, 0, len(h.entries)-start+1)
+	if h.summary != "" {
+		msgs = append(msgs, summaryMessage(h.summary))
+	}
+	for _, e := range h.entries[start:] {
+		msgs = append(msgs, e.msg)
+	}
+	return repair(msgs)
 }
 
 func (h *history) encode(v any) {

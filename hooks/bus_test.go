@@ -255,6 +255,36 @@ func TestSessionBeforeFirstCancelWins(t *testing.T) {
 	}
 }
 
+func TestBeforeCompactFirstCancelOrSummaryWins(t *testing.T) {
+	b := newTestBus(t, time.Second)
+	var calls []string
+	for _, c := range []struct {
+		name string
+		res  any
+	}{{"nothing", (*CompactResult)(nil)}, {"empty", &CompactResult{Summary: "  "}}, {"old-style", &CancelResult{}},
+		{"summary", &CompactResult{Summary: "from a hook"}}, {"later", &CompactResult{Cancel: true}}} {
+		b.On(NameSessionBeforeCompact, c.name, func(ctx context.Context, ev Event) (any, error) {
+			calls = append(calls, c.name)
+			return c.res, nil
+		})
+	}
+	got := b.BeforeCompact(ctxT(t), &SessionBeforeCompact{Entries: 3})
+	if got == nil || got.Summary != "from a hook" || got.Cancel || len(calls) != 4 {
+		t.Errorf("result = %+v, calls %q", got, calls)
+	}
+
+	b = newTestBus(t, time.Second)
+	b.On(NameSessionBeforeCompact, "reset-style", func(ctx context.Context, ev Event) (any, error) {
+		return &CancelResult{Cancel: true, Reason: "keep it all"}, nil
+	})
+	if got := b.BeforeCompact(ctxT(t), &SessionBeforeCompact{}); got == nil || !got.Cancel || got.Reason != "keep it all" {
+		t.Errorf("a CancelResult handler: %+v", got)
+	}
+	if got := newTestBus(t, time.Second).BeforeCompact(ctxT(t), &SessionBeforeCompact{}); got != nil {
+		t.Errorf("no handlers: %+v", got)
+	}
+}
+
 func TestBeforeProviderRequestChain(t *testing.T) {
 	b := newTestBus(t, time.Second)
 	b.On(NameBeforeProviderRequest, "model", func(ctx context.Context, ev Event) (any, error) {

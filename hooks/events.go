@@ -52,6 +52,7 @@ const (
 	NameContext               = "context"
 	NameBeforeAgentStart      = "before_agent_start"
 	NameSessionBeforeCompact  = "session_before_compact"
+	NameSessionCompact        = "session_compact"
 	NameSessionBeforeReset    = "session_before_reset"
 	NameBeforeProviderRequest = "before_provider_request"
 	NameBeforeProviderPayload = "before_provider_payload"
@@ -245,10 +246,43 @@ type BeforeAgentStartResult struct {
 	SystemPrompt *string       `json:"system_prompt,omitempty"`
 }
 
-// SessionBeforeCompact is emitted before the history is compacted. Reducer: first cancel wins.
+// Why a compaction runs.
+const (
+	CompactThreshold = "threshold" // the next request would pass the context budget
+	CompactOverflow  = "overflow"  // the provider said the context is too long
+	CompactManual    = "manual"    // /compact
+)
+
+// SessionBeforeCompact is emitted before the older part of the conversation is summarised.
+// Messages are the ones about to be summarised (the newest ones are kept verbatim). Reducer:
+// the first cancel or summary wins; a summary is used instead of asking the model.
 type SessionBeforeCompact struct {
 	Session
-	Entries int `json:"entries"`
+	Entries         int           `json:"entries"` // messages to be summarised
+	TokensBefore    int           `json:"tokens_before"`
+	Reason          string        `json:"reason"`                     // threshold, overflow or manual
+	Instructions    string        `json:"instructions,omitempty"`     // given with /compact
+	PreviousSummary string        `json:"previous_summary,omitempty"` // of the compaction before, folded in
+	Messages        []llm.Message `json:"messages"`
+}
+
+// CompactResult cancels the compaction or hands the summary to use.
+type CompactResult struct {
+	Cancel  bool   `json:"cancel,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+	Summary string `json:"summary,omitempty"`
+}
+
+// SessionCompact is emitted after a compaction entry was saved: the model now sees the summary
+// and then the messages from FirstKeptEntryID on.
+type SessionCompact struct {
+	Session
+	Reason           string `json:"reason"`
+	Summary          string `json:"summary"`
+	FirstKeptEntryID string `json:"first_kept_entry_id"`
+	TokensBefore     int    `json:"tokens_before"`
+	TokensAfter      int    `json:"tokens_after"` // an estimate
+	FromHook         bool   `json:"from_hook,omitempty"`
 }
 
 // SessionBeforeReset is emitted before /new starts a fresh history. Reducer: first cancel wins.
@@ -321,6 +355,7 @@ func (*ToolResult) EventName() string            { return NameToolResult }
 func (*Context) EventName() string               { return NameContext }
 func (*BeforeAgentStart) EventName() string      { return NameBeforeAgentStart }
 func (*SessionBeforeCompact) EventName() string  { return NameSessionBeforeCompact }
+func (*SessionCompact) EventName() string        { return NameSessionCompact }
 func (*SessionBeforeReset) EventName() string    { return NameSessionBeforeReset }
 func (*BeforeProviderRequest) EventName() string { return NameBeforeProviderRequest }
 func (*BeforeProviderPayload) EventName() string { return NameBeforeProviderPayload }

@@ -3,6 +3,7 @@ package hooks
 import (
 	"context"
 	"encoding/json"
+	"strings"
 
 	"gateway/channels"
 	"gateway/internal/llm"
@@ -154,6 +155,31 @@ func (b *Bus) SessionBefore(ctx context.Context, ev Event) (cancel *CancelResult
 		return false, err
 	})
 	return cancel
+}
+
+// BeforeCompact runs session_before_compact: the first result that cancels or hands a
+// summary wins. It returns nil when every handler let the compaction go ahead.
+func (b *Bus) BeforeCompact(ctx context.Context, ev *SessionBeforeCompact) (res *CompactResult) {
+	b.run(ctx, ev, func(r any) (bool, error) {
+		c, err := asResult[CompactResult](r)
+		if c == nil {
+			// A handler written for the other session_before_* events.
+			if cr, ok := r.(*CancelResult); ok && cr != nil {
+				if cr.Cancel {
+					res = &CompactResult{Cancel: true, Reason: cr.Reason}
+					return true, nil
+				}
+				return false, nil
+			}
+			return false, err
+		}
+		if c.Cancel || strings.TrimSpace(c.Summary) != "" {
+			res = c
+			return true, nil
+		}
+		return false, nil
+	})
+	return res
 }
 
 // BeforeProviderRequest chains the request options. A result whose options are all zero

@@ -170,7 +170,8 @@ func TestDecodeResult(t *testing.T) {
 		{NameMessageSend, `{"parts":[{"type":"text","text":"x"},{"type":"audio","path":"/a.ogg"}]}`,
 			&SendResult{Parts: []channels.Part{channels.TextPart("x"), {Type: channels.PartAudio, Path: "/a.ogg"}}}},
 		{NameToolCall, `{"block":true,"reason":"r"}`, &ToolCallResult{Block: true, Reason: "r"}},
-		{NameSessionBeforeCompact, `{"cancel":true}`, &CancelResult{Cancel: true}},
+		{NameSessionBeforeCompact, `{"cancel":true}`, &CompactResult{Cancel: true}},
+		{NameSessionBeforeCompact, `{"summary":"s"}`, &CompactResult{Summary: "s"}},
 		{NameAgentEnd, `anything at all`, nil}, // observation: output ignored
 	}
 	for _, c := range ok {

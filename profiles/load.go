@@ -90,7 +90,8 @@ type fileLLM struct {
 	Model    string `yaml:"model"`
 	BaseURL  string `yaml:"base_url"`
 	// APIKey stays a plain string only until it is wrapped in a secret.Secret below.
-	APIKey string `yaml:"api_key"`
+	APIKey        string `yaml:"api_key"`
+	ContextWindow int    `yaml:"context_window"`
 }
 
 type fileSTT struct {
@@ -284,6 +285,14 @@ func applyFile(p *Profile, path string, data []byte) []error {
 		Model:    f.LLM.Model,
 		BaseURL:  f.LLM.BaseURL,
 		APIKey:   secret.Secret(f.LLM.APIKey),
+	}
+	switch {
+	case f.LLM.ContextWindow < 0:
+		bad(fmt.Sprintf("%d is negative; write the model's context window in tokens, or leave it out for the known default", f.LLM.ContextWindow), "llm", "context_window")
+	case f.LLM.ContextWindow > 0 && f.LLM.ContextWindow < 1024:
+		bad(fmt.Sprintf("%d tokens is too small to hold a conversation (at least 1024)", f.LLM.ContextWindow), "llm", "context_window")
+	default:
+		p.LLM.ContextWindow = f.LLM.ContextWindow
 	}
 	if f.LLM.BaseURL != "" {
 		// The URL is not echoed: it may carry credentials.

@@ -62,7 +62,7 @@ func TestLoadTree(t *testing.T) {
 	writeTree(t, dir, map[string]string{
 		"support/profile.yaml": `
 description: Customer support
-llm: {provider: anthropic, model: claude-x, base_url: "http://127.0.0.1:9/v1", api_key: "${SUPPORT_KEY}"}
+llm: {provider: anthropic, model: claude-x, base_url: "http://127.0.0.1:9/v1", api_key: "${SUPPORT_KEY}", context_window: 50000}
 queue_mode: interrupt
 tools: [search, calculator]
 stt: {language: de}
@@ -101,7 +101,7 @@ idle_reset: 30m
 		HooksDir:    filepath.Join(dir, "support", "hooks"),
 	}
 	want.LLM.Provider, want.LLM.Model, want.LLM.BaseURL = "anthropic", "claude-x", "http://127.0.0.1:9/v1"
-	want.LLM.APIKey = secret.Secret("sk-support-123")
+	want.LLM.APIKey, want.LLM.ContextWindow = secret.Secret("sk-support-123"), 50000
 	if !reflect.DeepEqual(s, want) {
 		t.Errorf("support profile:\n got %+v\nwant %+v", *s, *want)
 	}
@@ -193,6 +193,7 @@ func TestLoadReportsEveryProblem(t *testing.T) {
 		"h/profile.yaml":     "llm: sk-secret-value\n",
 		"i/profile.yaml":     "- a list\n",
 		"j/profile.yaml":     "description: [unclosed\n",
+		"k/profile.yaml":     "llm: {context_window: 100}\n",
 		"Bad.Name/SYSTEM.md": "x",
 		"UPPER/":             "",
 		"ok/SYSTEM.md":       "fine",
@@ -215,6 +216,7 @@ func TestLoadReportsEveryProblem(t *testing.T) {
 		filepath.Join("h", "profile.yaml")+`: llm: expected a mapping, got text (line 1)`,
 		filepath.Join("i", "profile.yaml")+`: expected a mapping of keys (line 1)`,
 		filepath.Join("j", "profile.yaml")+`: `,
+		filepath.Join("k", "profile.yaml")+`: llm.context_window: 100 tokens is too small to hold a conversation (at least 1024) (line 1)`,
 		`Bad.Name: invalid profile name "Bad.Name"`,
 		`UPPER: invalid profile name "UPPER"`,
 		`bindings[1].profile: unknown profile "ghost"; known profiles: assistant, ok`,

@@ -40,7 +40,7 @@ type Profile struct {
 	Description string // profile.yaml description, for `gateway profiles list`
 	System      string // SYSTEM.md, trimmed; DefaultSystemPrompt when absent or blank
 	// LLM overrides the global llm section field by field (zero fields inherit). Only Provider,
-	// Model, BaseURL and APIKey are ever set from profile.yaml.
+	// Model, BaseURL, APIKey and ContextWindow are ever set from profile.yaml.
 	LLM       harness.Config
 	QueueMode string // followup | steer | collect | interrupt; "" follows sessions.queue_mode
 	// Tools lists the enabled tools. nil: the profile did not say (use the gateway's default set);
@@ -51,7 +51,7 @@ type Profile struct {
 	TTSVoice    string
 	Language    string        // stt.language: the spoken-language hint for transcription
 	TTSLanguage string        // tts.language, or Language when tts.language is not set
-	IdleReset   time.Duration // start a fresh history after this long without messages (0: never)
+	IdleReset   time.Duration // a chat silent longer than this starts a fresh history (0: never)
 	HooksDir    string        // Dir/hooks when it exists
 }
 

@@ -78,6 +78,7 @@ type Server struct {
 	fn       func(Request) Reply
 	fails    []Reply
 	requests []Request
+	limit    int // LimitContext
 	closed   chan struct{}
 	once     sync.Once
 }
@@ -122,6 +123,19 @@ func (s *Server) FailNext(n, status int, retryAfter string) {
 		s.fails = append(s.fails, Reply{Status: status, RetryAfter: retryAfter, Message: http.StatusText(status)})
 	}
 }
+
+// LimitContext makes the server a model with a context window of tokens: a request
+// counted above it (a token is 4 bytes of the JSON body) is answered 400 the way the real
+// API says the context is too long, and every answer reports the request's count as its
+// input tokens. 0 lifts the limit.
+func (s *Server) LimitContext(tokens int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.limit = tokens
+}
+
+// Tokens is how the server counts a request body against LimitContext.
+func Tokens(body []byte) int { return len(body) / 4 }
 
 // Requests returns the recorded requests, in order.
 func (s *Server) Requests() []Request {
@@ -208,8 +222,11 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.requests = append(s.requests, req)
 	n := len(s.requests)
+	limit := s.limit
 	var rep Reply
 	switch {
+	case limit > 0 && Tokens(body) > limit:
+		rep = Reply{Status: http.StatusBadRequest, Message: fmt.Sprintf("prompt is too long: %d tokens > %d maximum", Tokens(body), limit)}
 	case len(s.fails) > 0:
 		rep = s.fails[0]
 		s.fails = s.fails[1:]
@@ -233,12 +250,16 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		writeError(w, rep.Status, rep.Message, rep.RetryAfter)
 		return
 	}
+	in := 10
+	if limit > 0 {
+		in = Tokens(body)
+	}
 	id := fmt.Sprintf("msg_%d", n)
 	if !wr.Stream {
-		s.complete(w, id, wr.Model, rep)
+		s.complete(w, id, wr.Model, rep, in)
 		return
 	}
-	s.stream(w, r, id, wr.Model, rep)
+	s.stream(w, r, id, wr.Model, rep, in)
 }
 
 func (s *Server) wait(r *http.Request, d time.Duration) bool {
@@ -300,7 +321,7 @@ func toolInput(tu ToolUse) string {
 	return tu.Input
 }
 
-func (s *Server) complete(w http.ResponseWriter, id, model string, rep Reply) {
+func (s *Server) complete(w http.ResponseWriter, id, model string, rep Reply, in int) {
 	var content []any
 	if text := strings.Join(chunksOf(rep), ""); text != "" {
 		content = append(content, map[string]any{"type": "text", "text": text})
@@ -315,11 +336,11 @@ func (s *Server) complete(w http.ResponseWriter, id, model string, rep Reply) {
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(map[string]any{
 		"id": id, "type": "message", "role": "assistant", "model": model, "content": content,
-		"stop_reason": stop, "stop_sequence": nil, "usage": map[string]any{"input_tokens": 10, "output_tokens": 5},
+		"stop_reason": stop, "stop_sequence": nil, "usage": map[string]any{"input_tokens": in, "output_tokens": 5},
 	})
 }
 
-func (s *Server) stream(w http.ResponseWriter, r *http.Request, id, model string, rep Reply) {
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, id, model string, rep Reply, in int) {
 	fl, _ := w.(http.Flusher)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
@@ -334,7 +355,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, id, model string
 	}
 	send("message_start", map[string]any{"message": map[string]any{
 		"id": id, "type": "message", "role": "assistant", "model": model, "content": []any{},
-		"stop_reason": nil, "stop_sequence": nil, "usage": map[string]any{"input_tokens": 10, "output_tokens": 1},
+		"stop_reason": nil, "stop_sequence": nil, "usage": map[string]any{"input_tokens": in, "output_tokens": 1},
 	}})
 	idx := 0
 	if chunks := chunksOf(rep); len(chunks) > 0 {

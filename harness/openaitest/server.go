@@ -41,6 +41,8 @@ type Reply struct {
 	CutAfter     int
 	InputTokens  int
 	OutputTokens int
+
+	code string // the error's code (context_length_exceeded)
 }
 
 // Message is a decoded message of a recorded request.
@@ -76,6 +78,7 @@ type Server struct {
 	fn       func(Request) Reply
 	fails    []Reply
 	requests []Request
+	limit    int // LimitContext
 	closed   chan struct{}
 	once     sync.Once
 }
@@ -124,6 +127,19 @@ func (s *Server) FailNext(n, status int, retryAfter string) {
 		s.fails = append(s.fails, Reply{Status: status, RetryAfter: retryAfter, Message: http.StatusText(status)})
 	}
 }
+
+// LimitContext makes the server a model with a context window of tokens: a request
+// counted above it (a token is 4 bytes of the JSON body) is answered 400 the way the real
+// API says the context is too long, and every answer reports the request's count as its
+// input tokens. 0 lifts the limit.
+func (s *Server) LimitContext(tokens int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.limit = tokens
+}
+
+// Tokens is how the server counts a request body against LimitContext.
+func Tokens(body []byte) int { return len(body) / 4 }
 
 // Requests returns the recorded chat requests, in order.
 func (s *Server) Requests() []Request {
@@ -181,12 +197,12 @@ func contentText(raw json.RawMessage) string {
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 	if err != nil {
-		writeError(w, http.StatusRequestEntityTooLarge, "body too large", "")
+		writeError(w, http.StatusRequestEntityTooLarge, "body too large", "", "")
 		return
 	}
 	var wr wireRequest
 	if err := json.Unmarshal(body, &wr); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid JSON: "+err.Error(), "")
+		writeError(w, http.StatusBadRequest, "invalid JSON: "+err.Error(), "", "")
 		return
 	}
 	req := Request{Time: time.Now(), Path: r.URL.Path, Header: r.Header.Clone(), Model: wr.Model, Stream: wr.Stream, Body: body}
@@ -204,8 +220,13 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.requests = append(s.requests, req)
 	n := len(s.requests)
+	limit := s.limit
 	var rep Reply
 	switch {
+	case limit > 0 && Tokens(body) > limit:
+		rep = Reply{Status: http.StatusBadRequest, code: "context_length_exceeded", Message: fmt.Sprintf(
+			"This model's maximum context length is %d tokens. However, your messages resulted in %d tokens. Please reduce the length of the messages.",
+			limit, Tokens(body))}
 	case len(s.fails) > 0:
 		rep = s.fails[0]
 		s.fails = s.fails[1:]
@@ -226,8 +247,11 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if rep.Status >= 400 {
-		writeError(w, rep.Status, rep.Message, rep.RetryAfter)
+		writeError(w, rep.Status, rep.Message, rep.RetryAfter, rep.code)
 		return
+	}
+	if limit > 0 && rep.InputTokens == 0 {
+		rep.InputTokens = Tokens(body)
 	}
 	id := fmt.Sprintf("chatcmpl-%d", n)
 	if !wr.Stream {
@@ -252,7 +276,7 @@ func (s *Server) wait(r *http.Request, d time.Duration) bool {
 	return false
 }
 
-func writeError(w http.ResponseWriter, status int, msg, retryAfter string) {
+func writeError(w http.ResponseWriter, status int, msg, retryAfter, code string) {
 	if retryAfter != "" {
 		w.Header().Set("Retry-After", retryAfter)
 	}
@@ -262,7 +286,11 @@ func writeError(w http.ResponseWriter, status int, msg, retryAfter string) {
 	if status < 500 {
 		typ = "invalid_request_error"
 	}
-	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": nil}})
+	var c any
+	if code != "" {
+		c = code
+	}
+	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": c}})
 }
 
 func chunksOf(rep Reply) []string {
