@@ -64,6 +64,9 @@ type Message struct {
 	Parts     []Part    `json:"parts"`
 	IsVoice   bool      `json:"is_voice,omitempty"` // the user spoke (kept after STT replaces the audio)
 	Time      time.Time `json:"time"`
+	// Seq is the message's place in the gateway's intake journal (0: not journaled). It is
+	// set by the gateway and never part of the wire.
+	Seq uint64 `json:"-"`
 }
 
 // Text joins the message's text parts with newlines.

@@ -60,8 +60,7 @@ func (s *session) command(cmd, arg string, msg *channels.Message, rt *Runtime, p
 		s.cancelRunning("a new conversation was started")
 		s.dropPending()
 		if s.running != nil { // let the cancelled turn end before the history changes
-			<-s.turnDone
-			s.running = nil
+			s.turnEnded(<-s.turnDone)
 		}
 		agent, err := s.ensureAgent(&turnReq{profile: prof, info: info}, rt)
 		if err == nil {
@@ -123,6 +122,14 @@ func (s *session) command(cmd, arg string, msg *channels.Message, rt *Runtime, p
 		default:
 			reply("Use /voice on, /voice off or /voice auto.")
 			return true
+		}
+		if arg != "" && arg != "status" && g.settings != nil {
+			// A choice outlives the session's eviction and a restart.
+			if err := g.settings.SetSetting(s.key, "voice", s.ttsMode); err != nil {
+				g.log.Error("cannot save the chat's /voice choice", "session", s.key, "err", err)
+				reply("Voice replies: " + voiceLabel(s.ttsMode, prof.TTSMode) + " (for now: I could not save this choice, so it lasts until I restart)")
+				return true
+			}
 		}
 		reply("Voice replies: " + voiceLabel(s.ttsMode, prof.TTSMode))
 	default:

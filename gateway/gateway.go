@@ -79,6 +79,10 @@ type Deps struct {
 	NewProvider func(harness.Config) (harness.Provider, error)
 	Logger      *slog.Logger
 	Metrics     *Metrics
+	// Journal, when set, makes intake durable (see Deliver); Settings keeps per-chat
+	// choices across restarts. Both are state.DB in a single-node gateway.
+	Journal  Journal
+	Settings Settings
 }
 
 // Gateway routes messages between channels and per-chat sessions. Its zero value is not usable; call New.
@@ -88,6 +92,10 @@ type Gateway struct {
 	store   *harness.Store
 	metrics *Metrics
 	newProv func(harness.Config) (harness.Provider, error)
+
+	journal  Journal
+	settings Settings
+	replay   *replay // set by Start
 
 	rt atomic.Pointer[Runtime]
 
@@ -157,6 +165,8 @@ func New(cfg Config, rt *Runtime, deps Deps) (*Gateway, error) {
 		store:     deps.Store,
 		metrics:   deps.Metrics,
 		newProv:   deps.NewProvider,
+		journal:   deps.Journal,
+		settings:  deps.Settings,
 		byName:    map[string]channels.Channel{},
 		providers: map[harness.Config]harness.Provider{},
 		sessions:  map[string]*session{},
@@ -228,6 +238,7 @@ func (g *Gateway) Start(ctx context.Context) error {
 	if g.stopped {
 		return errors.New("gateway: already stopped")
 	}
+	g.loadReplay()
 	errs := make([]error, len(g.channels))
 	var wg sync.WaitGroup
 	for i, ch := range g.channels {
@@ -253,6 +264,9 @@ func (g *Gateway) Start(ctx context.Context) error {
 	names := make([]string, 0, len(g.channels))
 	for _, ch := range g.channels {
 		names = append(names, ch.Name())
+		// Only once every channel is up: a replayed answer needs its channel, and a failed
+		// Start must leave the journal as it was.
+		g.openGate(ch.Name())
 	}
 	g.log.Info("gateway started", "channels", names)
 	// Through the lifecycle queue, so it comes after the channels' channel:connect.
@@ -377,42 +391,67 @@ func SessionKey(channel, chat, thread string) string {
 	return channel + ":" + chat + ":" + thread
 }
 
-// Deliver implements channels.Sink: it queues msg on its chat's session. A full chat queue is
-// answered with a plain notice rather than dropped silently; the notice is sent off the
-// caller's goroutine (see refuse), so Deliver never waits on hooks or on the platform.
+// Deliver implements channels.Sink: it journals msg (when a journal is configured: the
+// message then survives a crash, so the adapter may acknowledge it) and queues it on its
+// chat's session. A full chat queue is answered with a plain notice rather than dropped
+// silently; the notice is sent off the caller's goroutine (see refuse), so Deliver never
+// waits on hooks or on the platform. An error means the message was not taken: the adapter
+// must not acknowledge it, so the platform delivers it again.
 func (g *Gateway) Deliver(ctx context.Context, msg *channels.Message) error {
 	if g.stopping.Load() {
 		return channels.ErrNotAccepted
 	}
-	if msg.ID != "" && g.dedup.Seen(msg.Channel+"|"+msg.ChatID+"|"+msg.ID) {
-		g.log.Debug("dropped a redelivered message", "channel", msg.Channel, "chat", msg.ChatID, "id", msg.ID)
-		return nil
+	if err := g.waitGate(ctx, msg.Channel); err != nil {
+		return fmt.Errorf("%w: %w", channels.ErrNotAccepted, err)
+	}
+	dedupKey := ""
+	if msg.ID != "" {
+		dedupKey = msg.Channel + "|" + msg.ChatID + "|" + msg.ID
+		if g.dedup.Seen(dedupKey) {
+			g.log.Debug("dropped a redelivered message", "channel", msg.Channel, "chat", msg.ChatID, "id", msg.ID)
+			return nil
+		}
 	}
 	if msg.Time.IsZero() {
 		msg.Time = time.Now()
 	}
+	dup, err := g.accept(msg)
+	if err != nil {
+		if dedupKey != "" {
+			g.dedup.Forget(dedupKey)
+		}
+		// Not acknowledged, so the platform offers it again; the user learns why it waits.
+		g.log.Error("cannot journal a message; it is not acknowledged to the platform", "channel", msg.Channel, "chat", msg.ChatID, "err", err)
+		g.refuse(msg, "journal", "the intake journal could not store the message: "+err.Error(),
+			"I couldn't save your message just now (my storage is failing), so it was not taken. Please send it again in a little while.")
+		return fmt.Errorf("%w: %w", channels.ErrNotAccepted, err)
+	}
+	if dup {
+		g.log.Debug("dropped a message accepted before", "channel", msg.Channel, "chat", msg.ChatID, "id", msg.ID)
+		return nil
+	}
 	if g.metrics != nil {
 		g.metrics.MessagesIn.WithLabelValues(msg.Channel).Inc()
 	}
+	g.queue(msg)
+	return nil
+}
+
+// queue puts an accepted (journaled) message on its chat's session, or answers why it
+// cannot; either way the message is taken: it stays journaled until answered.
+func (g *Gateway) queue(msg *channels.Message) {
 	key := SessionKey(msg.Channel, msg.ChatID, msg.ThreadID)
 	queued, err := g.enqueue(key, msg)
-	if errors.Is(err, errTooManyChats) {
+	if err != nil {
 		// Every chat slot is busy: tell the user rather than leave them unanswered.
 		g.refuse(msg, "capacity", fmt.Sprintf("too many active chats (sessions.max_sessions: %d); the message was not taken", g.cfg.MaxSessions),
 			"I'm talking with too many people at once right now. Please send this again in a few minutes.")
-		return nil
-	}
-	if err != nil {
-		if msg.ID != "" {
-			g.dedup.Forget(msg.Channel + "|" + msg.ChatID + "|" + msg.ID)
-		}
-		return err
+		return
 	}
 	if !queued {
 		g.refuse(msg, "queue_full", fmt.Sprintf("the chat's queue is full (sessions.queue_size: %d); the message was not taken", g.cfg.QueueSize),
 			"I'm still working through your earlier messages, so I couldn't take this one. Please send it again in a moment.")
 	}
-	return nil
 }
 
 var errTooManyChats = fmt.Errorf("%w: too many active chats", channels.ErrNotAccepted)
@@ -524,6 +563,7 @@ func (g *Gateway) refuse(msg *channels.Message, reason, errText, userText string
 	g.noticeMu.Lock()
 	if g.noticing[key] {
 		g.noticeMu.Unlock()
+		g.settle(msg.Seq)
 		return
 	}
 	g.noticing[key] = true
@@ -535,6 +575,7 @@ func (g *Gateway) refuse(msg *channels.Message, reason, errText, userText string
 	}
 	ok := g.notices.submit(func(ctx context.Context) {
 		defer done()
+		defer g.settle(msg.Seq)    // refused and told: it is not answered again after a restart
 		rt, release := g.acquire() // once for the message: its event and its notice
 		defer release()
 		info := sessionOf(target)
@@ -545,6 +586,7 @@ func (g *Gateway) refuse(msg *channels.Message, reason, errText, userText string
 	})
 	if !ok {
 		done()
+		g.settle(msg.Seq)
 		g.log.Warn("too many notices waiting, or shutting down; the chat is not told", "session", key, "queue", noticeQueue)
 	}
 }

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -43,7 +44,8 @@ type turnReq struct {
 	target  channels.Target
 	// rt is the runtime the message was taken with (its profile came from it): the turn
 	// runs with it. It is held until release, called once the turn ended or was dropped.
-	compact bool // /compact: prompt holds its instructions (see compactTurn)
+	compact bool     // /compact: prompt holds its instructions (see compactTurn)
+	seqs    []uint64 // the journaled messages it answers
 	rt      *Runtime
 	release func()
 }
@@ -56,9 +58,11 @@ func (r *turnReq) drop() {
 	}
 }
 
-// dropPending releases every waiting turn and empties the queue.
+// dropPending releases every waiting turn and empties the queue. The user dropped them
+// (/stop, /new, a newer message in interrupt mode), so they leave the intake journal too.
 func (s *session) dropPending() {
 	for _, r := range s.pending {
+		s.g.settle(r.seqs...)
 		r.drop()
 	}
 	s.pending = nil
@@ -66,9 +70,21 @@ func (s *session) dropPending() {
 
 type runningTurn struct {
 	cancel context.CancelCauseFunc
+	seqs   []uint64 // the journaled messages it answers (steered ones join)
 }
 
-type turnOutcome struct{}
+// turnEnded records the end of the running turn: unless shutdown cut it, the messages it
+// answered leave the intake journal (a cut one is answered again, in full, after restart).
+func (s *session) turnEnded(out turnOutcome) {
+	if s.running != nil && !out.cut {
+		s.g.settle(s.running.seqs...)
+	}
+	s.running = nil
+}
+
+type turnOutcome struct {
+	cut bool // by shutdown: its messages stay journaled
+}
 
 func newSession(g *Gateway, key string) *session {
 	s := &session{
@@ -77,6 +93,13 @@ func newSession(g *Gateway, key string) *session {
 		mailbox:  make(chan *channels.Message, g.cfg.QueueSize),
 		evict:    make(chan struct{}),
 		turnDone: make(chan turnOutcome, 1),
+	}
+	if g.settings != nil {
+		if v, ok, err := g.settings.Setting(key, "voice"); err != nil {
+			g.log.Warn("cannot read the chat's /voice choice", "session", key, "err", err)
+		} else if ok {
+			s.ttsMode = v
+		}
 	}
 	return s
 }
@@ -95,8 +118,8 @@ func (s *session) loop() {
 			s.idle.Store(false)
 			s.intake(msg)
 			s.startNext()
-		case <-s.turnDone:
-			s.running = nil
+		case out := <-s.turnDone:
+			s.turnEnded(out)
 			s.startNext()
 		case <-idle.C:
 			if s.running == nil && len(s.pending) == 0 && s.g.removeSession(s) {
@@ -124,15 +147,17 @@ func (s *session) loop() {
 func (s *session) abortAll() {
 	if s.running != nil {
 		s.running.cancel(errShutdown)
-		<-s.turnDone
-		s.running = nil
+		s.turnEnded(<-s.turnDone)
 	}
 	var first *channels.Target
 	bus := s.g.Runtime().Bus
 	if len(s.pending) > 0 {
 		first, bus = &s.pending[0].target, s.pending[0].rt.Bus
 	}
-	s.dropPending()
+	for _, r := range s.pending { // still journaled: answered after the restart
+		r.drop()
+	}
+	s.pending = nil
 	for drained := false; !drained; {
 		select {
 		case msg := <-s.mailbox:
@@ -150,7 +175,11 @@ func (s *session) abortAll() {
 	// g.ctx is done; Stop gives the actors a few seconds before it stops the channels.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.g.ctx), 3*time.Second)
 	defer cancel()
-	s.g.notify(ctx, bus, *first, "Sorry, I'm restarting and couldn't get to your waiting messages. Please send them again in a minute.")
+	text := "Sorry, I'm restarting and couldn't get to your waiting messages. Please send them again in a minute."
+	if s.g.journal != nil {
+		text = "I'm restarting; I'll answer your waiting messages when I'm back in a moment."
+	}
+	s.g.notify(ctx, bus, *first, text)
 }
 
 // intake runs one message through message:receive, commands and the queue mode. The
@@ -163,6 +192,11 @@ func (s *session) intake(msg *channels.Message) {
 	defer func() {
 		if !kept {
 			release()
+			// Answered without a turn (a command, a reject): it leaves the journal, unless
+			// shutdown cut it before anyone answered.
+			if g.ctx.Err() == nil {
+				g.settle(msg.Seq)
+			}
 		}
 	}()
 	prof := rt.Profiles.Resolve(msg.Channel, msg.ChatID, msg.ThreadID, msg.UserID)
@@ -219,7 +253,7 @@ func (s *session) intake(msg *channels.Message) {
 		return
 	}
 	req := &turnReq{prompt: prompt, isVoice: msg.IsVoice, profile: prof, info: info,
-		target: channels.TargetOf(msg), rt: rt, release: release}
+		target: channels.TargetOf(msg), rt: rt, release: release, seqs: []uint64{msg.Seq}}
 	kept = true
 	s.dispatch(req, queueMode(g.cfg.QueueMode, prof))
 }
@@ -240,6 +274,7 @@ func (s *session) dispatch(req *turnReq, mode string) {
 	switch mode {
 	case QueueSteer:
 		if s.agent != nil && s.agent.Steer(req.prompt) {
+			s.running.seqs = append(s.running.seqs, req.seqs...)
 			req.drop()
 			return // the running turn answers it
 		}
@@ -250,6 +285,7 @@ func (s *session) dispatch(req *turnReq, mode string) {
 			last.prompt += "\n\n" + req.prompt
 			last.isVoice = last.isVoice || req.isVoice
 			last.target = req.target
+			last.seqs = append(last.seqs, req.seqs...)
 			req.drop() // the merged turn runs with the runtime of its first message
 			return
 		}
@@ -282,7 +318,7 @@ func (s *session) startNext() {
 	s.pending[0] = nil
 	s.pending = s.pending[1:]
 	ctx, cancel := context.WithCancelCause(s.g.ctx)
-	s.running = &runningTurn{cancel: cancel}
+	s.running = &runningTurn{cancel: cancel, seqs: req.seqs}
 	// The turn's snapshot: the agent's bus and the turn's hooks come from the runtime its
 	// message was taken with, held until the turn ends, whatever a reload does meanwhile.
 	agent, err := s.ensureAgent(req, req.rt)
@@ -290,7 +326,7 @@ func (s *session) startNext() {
 		defer cancel(nil)
 		s.runTurn(ctx, req, req.rt, agent, err)
 		req.drop()
-		s.turnDone <- turnOutcome{}
+		s.turnDone <- turnOutcome{cut: errors.Is(context.Cause(ctx), errShutdown)}
 	}()
 }
 

@@ -28,6 +28,7 @@ import (
 	"gateway/harness"
 	"gateway/hooks"
 	"gateway/profiles"
+	"gateway/state"
 )
 
 // app is the wired gateway: everything built from one config.
@@ -286,6 +287,15 @@ func runGateway(ctx context.Context, path string, reload <-chan struct{}, stderr
 	}
 	log := newLogger(cfg.Log, stderr, getenv)
 	a, err := buildApp(cfg, path, log, getenv)
+	if err == nil {
+		// The durable state (intake journal, dedup window, per-chat settings) is opened by
+		// run only: a dry run writes nothing.
+		var db *state.DB
+		if db, err = state.Open(cfg.StateDir, state.Limits{}, log); err == nil {
+			defer db.Close()
+			a.gw.SetDurable(db, db)
+		}
+	}
 	if err != nil {
 		log.Error("cannot start", "err", err)
 		return exitCode(1)

@@ -1,0 +1,138 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"gateway/harness"
+	"gateway/state"
+)
+
+func openState(t *testing.T, dir string) *state.DB {
+	t.Helper()
+	db, err := state.Open(filepath.Join(dir, "state"), state.Limits{}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+func withDurable(db *state.DB) envOpt {
+	return func(_ *Config, _ *Runtime, d *Deps) { d.Journal, d.Settings = db, db }
+}
+
+// A turn cut by shutdown leaves its message in the journal: the next start answers it once,
+// in full, before the chat's new messages; a redelivery of it is dropped; once answered the
+// journal is empty.
+func TestJournaledMessageIsAnsweredOnceAfterRestart(t *testing.T) {
+	dir := t.TempDir()
+	db := openState(t, dir)
+	defer db.Close()
+
+	first := newEnvIn(t, filepath.Join(dir, "sessions"), withDurable(db))
+	seen := make(chan string, 10)
+	first.fake.SetFunc(func(req *harness.Request) harness.FakeReply {
+		seen <- lastUser(*req)
+		return harness.FakeReply{Text: "never finished", Delay: time.Hour}
+	})
+	first.mem.inject(t, "c1", "m1", "what is the capital of France?")
+	select {
+	case <-seen: // the model is working on it
+	case <-time.After(30 * time.Second):
+		t.Fatal("the model never saw the message")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	_ = first.g.Stop(ctx) // past the deadline: the turn is cut, as a crash would cut it
+	cancel()
+	if p, _ := db.Pending(); len(p) != 1 {
+		t.Fatalf("journal after the cut turn holds %d messages; want 1", len(p))
+	}
+
+	// The model answers from the start: the journaled message is taken as Start returns.
+	model := harness.NewFake()
+	model.SetFunc(func(req *harness.Request) harness.FakeReply {
+		return harness.FakeReply{Text: "answer to " + lastUser(*req)}
+	})
+	second := newEnvIn(t, filepath.Join(dir, "sessions"), withDurable(db), func(_ *Config, _ *Runtime, d *Deps) {
+		d.NewProvider = func(harness.Config) (harness.Provider, error) { return model, nil }
+	})
+	second.mem.waitDone(t, 1)
+	// The platform redelivers m1 (its acknowledgement was lost); then the user writes again.
+	second.mem.inject(t, "c1", "m1", "what is the capital of France?")
+	second.mem.inject(t, "c1", "m2", "and of Italy?")
+	second.mem.waitDone(t, 1)
+	got := second.mem.finals("c1")
+	want := []string{"done:answer to what is the capital of France?", "done:answer to and of Italy?"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("answers after restart %q; want %q", got, want)
+	}
+	if n := len(model.Requests()); n != 2 {
+		t.Fatalf("%d model calls after restart; want 2 (the journaled message once, then the new one)", n)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		p, err := db.Pending()
+		if err == nil && len(p) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("journal still holds %d answered messages", len(p))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Commands and answered messages leave the journal; a message whose answer was delivered
+// is not answered again by the next start.
+func TestAnsweredMessagesAreNotAnsweredAgain(t *testing.T) {
+	dir := t.TempDir()
+	db := openState(t, dir)
+	defer db.Close()
+	first := newEnvIn(t, filepath.Join(dir, "sessions"), withDurable(db))
+	first.fake.SetFunc(func(req *harness.Request) harness.FakeReply { return harness.FakeReply{Text: "ok"} })
+	first.say(t, "c1", "m1", "hello")
+	first.say(t, "c1", "m2", "/help")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := first.g.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := db.Pending(); len(p) != 0 {
+		t.Fatalf("journal holds %d messages after every one was answered", len(p))
+	}
+	second := newEnvIn(t, filepath.Join(dir, "sessions"), withDurable(db))
+	second.fake.SetFunc(func(req *harness.Request) harness.FakeReply { return harness.FakeReply{Text: "ok"} })
+	second.mem.inject(t, "c1", "m1", "hello") // redelivered after the restart
+	if got := second.say(t, "c1", "m3", "new"); got != "done:ok" {
+		t.Fatalf("answer %q", got)
+	}
+	if n := len(second.mem.finals("c1")); n != 1 {
+		t.Fatalf("%d answers after restart; want only the new message's", n)
+	}
+}
+
+// A chat's /voice choice outlives its session and the gateway.
+func TestVoiceChoiceSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	db := openState(t, dir)
+	defer db.Close()
+	voice := func(_ *Config, rt *Runtime, _ *Deps) { rt.VoiceReplies = true }
+	first := newEnvIn(t, filepath.Join(dir, "sessions"), withDurable(db), voice)
+	if got := first.say(t, "c1", "m1", "/voice off"); !strings.Contains(got, "Voice replies: off") {
+		t.Fatalf("/voice off answered %q", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := first.g.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	second := newEnvIn(t, filepath.Join(dir, "sessions"), withDurable(db), voice)
+	if got := second.say(t, "c1", "m2", "/voice"); !strings.Contains(got, "Voice replies: off") {
+		t.Fatalf("after restart /voice answered %q; want the saved choice (off)", got)
+	}
+}
