@@ -54,15 +54,19 @@ func ReadPart(p Part, max int64) ([]byte, error) {
 	return b, nil
 }
 
-// HumanSize prints a byte count the way people read it (12.3 MB).
+// HumanSize says a byte count the way people read file sizes, in the binary units that
+// platform limits use (Telegram's 20 MB is 20 MiB): "20 MB", "1.5 MB", "5 KB".
 func HumanSize(n int64) string {
+	const mb = 1 << 20
 	switch {
-	case n >= 1_000_000_000:
-		return fmt.Sprintf("%.1f GB", float64(n)/1e9)
-	case n >= 1_000_000:
-		return fmt.Sprintf("%.1f MB", float64(n)/1e6)
-	case n >= 1_000:
-		return fmt.Sprintf("%.1f kB", float64(n)/1e3)
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GB", float64(n)/(1<<30))
+	case n >= 10*mb:
+		return fmt.Sprintf("%d MB", (n+mb/2)/mb)
+	case n >= mb:
+		return fmt.Sprintf("%.1f MB", float64(n)/mb)
+	case n >= 1<<10:
+		return fmt.Sprintf("%d KB", (n+512)>>10)
 	}
 	return fmt.Sprintf("%d bytes", n)
 }

@@ -157,9 +157,9 @@ func (c *Channel) media(ctx context.Context, msg *models.Message) (parts []chann
 
 func (c *Channel) tooBig(a attachment, size int64) string {
 	if size <= 0 {
-		return fmt.Sprintf("That %s is too big for me; the limit is %s.", a.what, humanSize(c.cfg.MaxFileBytes))
+		return fmt.Sprintf("That %s is too big for me; the limit is %s.", a.what, channels.HumanSize(c.cfg.MaxFileBytes))
 	}
-	return fmt.Sprintf("That %s is %s; the limit is %s.", a.what, humanSize(size), humanSize(c.cfg.MaxFileBytes))
+	return fmt.Sprintf("That %s is %s; the limit is %s.", a.what, channels.HumanSize(size), channels.HumanSize(c.cfg.MaxFileBytes))
 }
 
 // notFetched is what the user reads when one of their files could not be downloaded.
@@ -250,20 +250,6 @@ func (c *Channel) fetch(ctx context.Context, filePath, dest string) (int64, erro
 		return 0, fmt.Errorf("telegram: saving a file: %w", err)
 	}
 	return n, nil
-}
-
-// humanSize says a byte count the way people read file sizes.
-func humanSize(n int64) string {
-	const mb = 1 << 20
-	switch {
-	case n >= 10*mb:
-		return fmt.Sprintf("%d MB", (n+mb/2)/mb)
-	case n >= mb:
-		return fmt.Sprintf("%.1f MB", float64(n)/mb)
-	case n >= 1<<10:
-		return fmt.Sprintf("%d KB", (n+512)>>10)
-	}
-	return fmt.Sprintf("%d bytes", n)
 }
 
 // janitor deletes downloaded media older than MediaTTL, at start and then hourly, so
