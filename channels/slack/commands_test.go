@@ -239,7 +239,7 @@ func TestManifestMatchesTheAdapter(t *testing.T) {
 		}
 		got = append(got, commandName(c.Command))
 	}
-	for _, want := range []string{"new", "stop", "status", "voice", "help"} {
+	for _, want := range []string{"new", "stop", "status", "voice", "compact", "help"} {
 		if !slices.Contains(got, want) {
 			t.Errorf("no slash command reaches /%s (registered: %v)", want, got)
 		}

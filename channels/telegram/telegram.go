@@ -211,6 +211,8 @@ func Commands() []models.BotCommand {
 		{Command: "new", Description: "Start a new conversation"},
 		{Command: "stop", Description: "Stop the answer in progress"},
 		{Command: "status", Description: "Show this chat's session"},
+		{Command: "voice", Description: "Voice replies: on, off or auto"},
+		{Command: "compact", Description: "Summarise the conversation so far"},
 		{Command: "help", Description: "What this bot can do"},
 	}
 }

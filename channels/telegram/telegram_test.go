@@ -347,7 +347,7 @@ func TestStartRegistersCommandsAndDeletesWebhook(t *testing.T) {
 	for _, c := range f.srv.Commands() {
 		names = append(names, c.Command)
 	}
-	if !slices.Equal(names, []string{"new", "stop", "status", "help"}) {
+	if !slices.Equal(names, []string{"new", "stop", "status", "voice", "compact", "help"}) {
 		t.Errorf("setMyCommands registered %v", names)
 	}
 	if len(f.srv.Calls("deleteWebhook")) != 1 {
