@@ -82,6 +82,7 @@ func configFrom(opts SessionOptions) sessionConfig {
 	if c.provider == nil {
 		c.provider = NewEcho()
 	}
+	c.provider = withMedia(c.provider, opts.TextOnly, opts.Logger)
 	switch {
 	case c.maxRetries == 0:
 		c.maxRetries = defaultMaxRetries
@@ -233,6 +234,12 @@ func (s *Session) Reset(ctx context.Context) error {
 // failures are retried per the options; the final failure is returned as an error whose
 // text is fit to show a user. on may be nil.
 func (s *Session) Run(ctx context.Context, prompt string, on func(Update)) (Result, error) {
+	return s.RunWith(ctx, prompt, nil, on)
+}
+
+// RunWith is Run with media the user sent beside the prompt (images, documents), kept in
+// the history by path and given to the model as its provider takes them.
+func (s *Session) RunWith(ctx context.Context, prompt string, parts []llm.Part, on func(Update)) (Result, error) {
 	if !s.runMu.TryLock() {
 		return Result{}, errors.New("a reply is already in progress in this chat")
 	}
@@ -244,7 +251,7 @@ func (s *Session) Run(ctx context.Context, prompt string, on func(Update)) (Resu
 	if on == nil {
 		on = func(Update) {}
 	}
-	r := &run{s: s, cfg: cfg, ctx: ctx, on: on}
+	r := &run{s: s, cfg: cfg, ctx: ctx, on: on, parts: parts}
 	defer s.hist.release()
 	res, err := r.exec(prompt)
 	r.finish(res, err)
@@ -253,10 +260,11 @@ func (s *Session) Run(ctx context.Context, prompt string, on func(Update)) (Resu
 
 // run is the state of one Run.
 type run struct {
-	s   *Session
-	cfg sessionConfig
-	ctx context.Context
-	on  func(Update)
+	s     *Session
+	cfg   sessionConfig
+	ctx   context.Context
+	on    func(Update)
+	parts []llm.Part // media of the prompt
 }
 
 // evCtx is the context for events: after an abort, the closing events still reach hooks.
@@ -288,7 +296,7 @@ func (r *run) save() {
 
 func (r *run) exec(prompt string) (Result, error) {
 	info := r.cfg.info
-	r.add(llm.Message{Role: llm.RoleUser, Content: prompt}, false)
+	r.add(llm.Message{Role: llm.RoleUser, Content: prompt, Parts: r.parts}, false)
 
 	system := r.cfg.system
 	if r.cfg.bus != nil {

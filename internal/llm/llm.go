@@ -44,6 +44,9 @@ type Part struct {
 	Path string   `json:"path"`
 	Name string   `json:"name,omitempty"`
 	Size int64    `json:"size,omitempty"` // bytes, when known
+	// Data holds an image as it is about to be sent (scaled, re-encoded; MIME then names
+	// its encoding) while a request is built. It is never stored nor put on the hook wire.
+	Data []byte `json:"-"`
 }
 
 // ToolCall is the model asking to run a tool.

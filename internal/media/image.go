@@ -156,3 +156,37 @@ func orientImage(src image.Image, o int) image.Image {
 	}
 	return dst
 }
+
+// Bounds say how large an image may reach a model: its long side, its short side and its
+// area in pixels (0: no bound on that measure). OpenAI's high detail, for one, fits an image
+// in 2048×2048 and then its short side in 768; Anthropic wants the long side ≤ 1568 and at
+// most about 1.15 megapixels.
+type Bounds struct {
+	Long, Short, Pixels int
+}
+
+// PrepareImageWithin is PrepareImage with all three bounds.
+func PrepareImageWithin(data []byte, b Bounds) (Image, error) {
+	maxSide := b.Long
+	if b.Short > 0 {
+		if w, h, err := ImageSize(data); err == nil && min(w, h) > b.Short {
+			long := int(float64(max(w, h)) * float64(b.Short) / float64(min(w, h)))
+			if maxSide <= 0 || long < maxSide {
+				maxSide = long
+			}
+		}
+	}
+	return PrepareImage(data, maxSide, b.Pixels)
+}
+
+// ImageSize reads an image's dimensions from its header (as stored: orientation does not
+// change which side is the short one).
+func ImageSize(data []byte) (int, int, error) {
+	cfg, _, err := image.DecodeConfig(bytes.NewReader(data))
+	if err != nil {
+		if cfg, err = webp.DecodeConfig(bytes.NewReader(data)); err != nil {
+			return 0, 0, ErrNotImage
+		}
+	}
+	return cfg.Width, cfg.Height, nil
+}
