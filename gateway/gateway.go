@@ -13,6 +13,7 @@ import (
 	"gateway/channels"
 	"gateway/harness"
 	"gateway/hooks"
+	"gateway/internal/media"
 	"gateway/profiles"
 )
 
@@ -79,6 +80,9 @@ type Deps struct {
 	NewProvider func(harness.Config) (harness.Provider, error)
 	Logger      *slog.Logger
 	Metrics     *Metrics
+	// Media keeps the images and documents users send under state_dir/media, where the
+	// histories reference them. Nil: they are referenced where the adapter put them.
+	Media *media.Store
 }
 
 // Gateway routes messages between channels and per-chat sessions. Its zero value is not usable; call New.
@@ -88,6 +92,7 @@ type Gateway struct {
 	store   *harness.Store
 	metrics *Metrics
 	newProv func(harness.Config) (harness.Provider, error)
+	media   *media.Store
 
 	rt atomic.Pointer[Runtime]
 
@@ -139,6 +144,7 @@ func New(cfg Config, rt *Runtime, deps Deps) (*Gateway, error) {
 		store:     deps.Store,
 		metrics:   deps.Metrics,
 		newProv:   deps.NewProvider,
+		media:     deps.Media,
 		byName:    map[string]channels.Channel{},
 		providers: map[harness.Config]harness.Provider{},
 		sessions:  map[string]*session{},

@@ -10,6 +10,7 @@ import (
 	"gateway/channels"
 	"gateway/harness"
 	"gateway/hooks"
+	"gateway/internal/llm"
 	"gateway/profiles"
 )
 
@@ -38,6 +39,7 @@ type session struct {
 type turnReq struct {
 	msgs    []*channels.Message // the messages it answers (several in collect mode)
 	prompt  string
+	parts   []llm.Part // images and documents, by path (kept under state_dir/media)
 	isVoice bool
 	profile *profiles.Profile
 	info    hooks.Session
@@ -187,11 +189,12 @@ func (s *session) intake(msg *channels.Message) {
 		g.notify(g.ctx, channels.TargetOf(msg), "🎤 "+text)
 	}
 	prompt := buildPrompt(msg, text)
-	if prompt == "" {
+	parts := g.keepMedia(msg)
+	if prompt == "" && len(parts) == 0 {
 		g.reject(msg, "empty", "I received an empty message, so there is nothing to answer.")
 		return
 	}
-	req := &turnReq{msgs: []*channels.Message{msg}, prompt: prompt, isVoice: msg.IsVoice, profile: prof, info: info, target: channels.TargetOf(msg)}
+	req := &turnReq{msgs: []*channels.Message{msg}, prompt: prompt, parts: parts, isVoice: msg.IsVoice, profile: prof, info: info, target: channels.TargetOf(msg)}
 	s.dispatch(req, queueMode(g.cfg.QueueMode, prof))
 }
 
@@ -210,7 +213,8 @@ func (s *session) dispatch(req *turnReq, mode string) {
 	}
 	switch mode {
 	case QueueSteer:
-		if s.agent != nil && s.agent.Steer(req.prompt) {
+		// Media cannot ride a steered message: one with media waits for its own turn.
+		if len(req.parts) == 0 && s.agent != nil && s.agent.Steer(req.prompt) {
 			return // the running turn answers it
 		}
 		s.pending = append(s.pending, req)
@@ -218,7 +222,8 @@ func (s *session) dispatch(req *turnReq, mode string) {
 		if n := len(s.pending); n > 0 {
 			last := s.pending[n-1]
 			last.msgs = append(last.msgs, req.msgs...)
-			last.prompt += "\n\n" + req.prompt
+			last.prompt = strings.TrimSpace(last.prompt + "\n\n" + req.prompt)
+			last.parts = append(last.parts, req.parts...)
 			last.isVoice = last.isVoice || req.isVoice
 			last.target = req.target
 			return
@@ -284,7 +289,7 @@ func (s *session) ensureAgent(req *turnReq, rt *Runtime) (*harness.Session, erro
 	agent, err := harness.OpenSession(harness.SessionOptions{
 		Key: s.key, Info: req.info, Store: s.g.store, Provider: prov, Model: cfg.Model,
 		System: req.profile.System, Tools: tools, Bus: rt.Bus, Logger: s.g.log,
-		MaxRetries: cfg.MaxRetries, Timeout: cfg.Timeout, MaxTokens: cfg.MaxTokens,
+		MaxRetries: cfg.MaxRetries, Timeout: cfg.Timeout, MaxTokens: cfg.MaxTokens, TextOnly: req.profile.TextOnly,
 	})
 	if err != nil {
 		return nil, err

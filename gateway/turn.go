@@ -10,6 +10,7 @@ import (
 	"gateway/channels"
 	"gateway/harness"
 	"gateway/hooks"
+	"gateway/internal/llm"
 )
 
 type cancelled struct{ reason string }
@@ -66,7 +67,7 @@ func (s *session) runTurn(ctx context.Context, req *turnReq, rt *Runtime, agent 
 	}
 
 	agent.SetInfo(req.info) // the speaker may differ from the session's last one (groups)
-	res, err := agent.Run(ctx, req.prompt, func(u harness.Update) {
+	res, err := agent.RunWith(ctx, req.prompt, req.parts, func(u harness.Update) {
 		switch u.Kind {
 		case harness.UpdateDelta:
 			d.send(channels.Frame{Type: channels.FrameDelta, Text: u.Text})
@@ -207,7 +208,8 @@ func plainDuration(d time.Duration) string {
 }
 
 // buildPrompt turns a message into the text the model sees: group speakers are named,
-// replies quoted, and media the model cannot read is described rather than dropped.
+// replies quoted, and audio that could not be transcribed is described rather than dropped.
+// Images and documents go to the model beside the text (keepMedia).
 func buildPrompt(msg *channels.Message, text string) string {
 	var b strings.Builder
 	if msg.ReplyTo != nil && msg.ReplyTo.Text != "" {
@@ -222,10 +224,10 @@ func buildPrompt(msg *channels.Message, text string) string {
 		case channels.PartText:
 		case channels.PartAudio:
 			fmt.Fprintf(&b, "[The user sent an audio file%s that could not be transcribed.]\n", describe(p))
-		case channels.PartImage:
-			fmt.Fprintf(&b, "[The user sent an image%s; you cannot see it.]\n", describe(p))
-		default:
-			fmt.Fprintf(&b, "[The user sent a file%s; you cannot read it.]\n", describe(p))
+		case channels.PartImage, channels.PartFile:
+			if p.Path == "" {
+				fmt.Fprintf(&b, "[The user sent a %s%s that could not be kept.]\n", p.Type, describe(p))
+			}
 		}
 	}
 	if text != "" {
@@ -235,6 +237,33 @@ func buildPrompt(msg *channels.Message, text string) string {
 		b.WriteString(text)
 	}
 	return strings.TrimSpace(b.String())
+}
+
+// keepMedia gives the images and documents of a message to the model as parts of its
+// conversation: kept under state_dir/media (the adapter's download is pruned sooner) and
+// referenced by path from the history.
+func (g *Gateway) keepMedia(msg *channels.Message) []llm.Part {
+	var out []llm.Part
+	for _, p := range msg.Parts {
+		if (p.Type != channels.PartImage && p.Type != channels.PartFile) || p.Path == "" {
+			continue
+		}
+		path := p.Path
+		if g.media != nil {
+			kept, err := g.media.Keep(p.Path, p.Name)
+			if err != nil {
+				g.log.Warn("a file the user sent could not be kept under state_dir/media; using the download", "err", err)
+			} else {
+				path = kept
+			}
+		}
+		typ := llm.PartFile
+		if p.Type == channels.PartImage {
+			typ = llm.PartImage
+		}
+		out = append(out, llm.Part{Type: typ, MIME: p.MIME, Path: path, Name: p.Name, Size: p.Size})
+	}
+	return out
 }
 
 func describe(p channels.Part) string {
