@@ -42,7 +42,9 @@ func newVisionEnv(t *testing.T, extra []channels.Channel, opts ...envOpt) *visio
 	t.Helper()
 	oai := openaitest.NewServer()
 	t.Cleanup(oai.Close)
-	oai.SetFunc(func(openaitest.Request) openaitest.Reply { return openaitest.Reply{Chunks: []string{"I see a picture ", "in four colours."}} })
+	oai.SetFunc(func(openaitest.Request) openaitest.Reply {
+		return openaitest.Reply{Chunks: []string{"I see a picture ", "in four colours."}}
+	})
 	store, err := media.OpenStore(filepath.Join(t.TempDir(), "media"), media.StoreConfig{})
 	if err != nil {
 		t.Fatal(err)
@@ -290,4 +292,3 @@ func TestSlackFilesReachTheModel(t *testing.T) {
 		return false
 	})
 }
-
