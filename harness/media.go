@@ -32,7 +32,7 @@ const (
 	maxImageFile = 50 << 20
 	// mediaCacheBytes bounds what one session keeps of its prepared media (scaled images,
 	// document text), so that a conversation is not decoded again for every model call.
-	mediaCacheBytes = 24 << 20
+	mediaCacheBytes = 8 << 20
 )
 
 // imageBounder is implemented by providers that send images; others get OpenAI's bounds.

@@ -216,3 +216,70 @@ func TestPrunedMediaStillLoad(t *testing.T) {
 		t.Fatalf("reloaded message: %q", first.Content)
 	}
 }
+
+// BenchmarkPhotoMessage measures one photo message (a grainy 4032×3024 camera JPEG, or
+// Telegram's 1280×960 photo size, with a caption) from the harness to the fake API over HTTP with the real SDK: reading,
+// scaling and encoding the picture, and the request. Each iteration is a fresh session, so
+// nothing is cached. It reports the request body size and the picture sent.
+func BenchmarkPhotoMessage(b *testing.B) {
+	dir := b.TempDir()
+	sizes := map[string]string{
+		"phone-12MP": writeFile(b, dir, "phone.jpg", mediatest.Photo(4032, 3024)),   // a camera photo sent as a file (Discord, Slack, web)
+		"telegram":   writeFile(b, dir, "telegram.jpg", mediatest.Photo(1280, 960)), // Telegram's largest photo size
+	}
+	for _, name := range []string{"phone-12MP/openai", "phone-12MP/anthropic", "telegram/openai", "telegram/anthropic"} {
+		size, provider, _ := strings.Cut(name, "/")
+		photo := sizes[size]
+		b.Run(name, func(b *testing.B) {
+			var (
+				prov  harness.Provider
+				last  func() (int, []byte)
+				close func()
+				err   error
+			)
+			if provider == "openai" {
+				srv := openaitest.NewServer()
+				close = srv.Close
+				prov, err = harness.NewProvider(harness.Config{Provider: "openai", Model: "gpt-test", BaseURL: srv.URL(), APIKey: secret.Secret(testKey)}, nil)
+				last = func() (int, []byte) {
+					r := srv.Requests()
+					m := r[len(r)-1].Messages
+					return len(r[len(r)-1].Body), m[len(m)-1].Images[0].Data
+				}
+			} else {
+				srv := anthropictest.NewServer()
+				close = srv.Close
+				prov, err = harness.NewProvider(harness.Config{Provider: "anthropic", Model: "claude-test", BaseURL: srv.URL(), APIKey: secret.Secret(testKey)}, nil)
+				last = func() (int, []byte) {
+					r := srv.Requests()
+					m := r[len(r)-1].Messages
+					return len(r[len(r)-1].Body), m[len(m)-1].Blocks[0].Data
+				}
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer close()
+			parts := []llm.Part{{Type: llm.PartImage, MIME: "image/jpeg", Path: photo, Name: "photo.jpg"}}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				s, err := harness.OpenSession(harness.SessionOptions{Key: "bench:photo", Provider: prov})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := s.RunWith(context.Background(), "What is in this photo?", parts, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			size, img := last()
+			w, h, err := mediatest.CheckQuadrants(img)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(size), "request-bytes")
+			b.ReportMetric(float64(len(img)), "image-bytes")
+			b.ReportMetric(float64(w*h), "image-pixels")
+		})
+	}
+}

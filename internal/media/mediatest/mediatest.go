@@ -49,6 +49,28 @@ func JPEG(w, h int) []byte {
 	return b.Bytes()
 }
 
+// Photo is Quadrants(w, h) with grain (±20 per channel, deterministic) as a JPEG: it
+// compresses like a real photo, so request sizes measured with it are realistic.
+func Photo(w, h int) []byte {
+	img := Quadrants(w, h)
+	seed := uint32(2463534242)
+	for i := range img.Pix {
+		if i%4 == 3 {
+			continue
+		}
+		seed ^= seed << 13
+		seed ^= seed >> 17
+		seed ^= seed << 5
+		v := int(img.Pix[i]) + int(seed%41) - 20
+		img.Pix[i] = uint8(max(0, min(255, v)))
+	}
+	var b bytes.Buffer
+	if err := jpeg.Encode(&b, img, &jpeg.Options{Quality: 90}); err != nil {
+		panic(err)
+	}
+	return b.Bytes()
+}
+
 // PNG is Quadrants(w, h) as a PNG (a screenshot).
 func PNG(w, h int) []byte {
 	var b bytes.Buffer
