@@ -230,11 +230,15 @@ func buildPrompt(msg *channels.Message, text string) string {
 			}
 		}
 	}
-	if text != "" {
-		if msg.ChatType == channels.ChatGroup && msg.UserName != "" {
+	group := msg.ChatType == channels.ChatGroup && msg.UserName != ""
+	switch {
+	case text != "":
+		if group {
 			fmt.Fprintf(&b, "%s: ", msg.UserName)
 		}
 		b.WriteString(text)
+	case group && hasMedia(msg):
+		fmt.Fprintf(&b, "(sent by %s)", msg.UserName) // a picture without a caption still has a sender
 	}
 	return strings.TrimSpace(b.String())
 }
@@ -264,6 +268,15 @@ func (g *Gateway) keepMedia(msg *channels.Message) []llm.Part {
 		out = append(out, llm.Part{Type: typ, MIME: p.MIME, Path: path, Name: p.Name, Size: p.Size})
 	}
 	return out
+}
+
+func hasMedia(msg *channels.Message) bool {
+	for _, p := range msg.Parts {
+		if (p.Type == channels.PartImage || p.Type == channels.PartFile) && p.Path != "" {
+			return true
+		}
+	}
+	return false
 }
 
 func describe(p channels.Part) string {

@@ -6,6 +6,7 @@ package gateway
 // sent (scaled), documents as their text, an album as one request.
 
 import (
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -291,4 +292,29 @@ func TestSlackFilesReachTheModel(t *testing.T) {
 		}
 		return false
 	})
+}
+
+// A picture without a caption in a group still names its sender, and reaches the model as
+// a part kept under the media store; audio that was not transcribed is still described.
+func TestPromptAndPartsOfAMediaMessage(t *testing.T) {
+	dir := t.TempDir()
+	store, err := media.OpenStore(filepath.Join(dir, "media"), media.StoreConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pic := filepath.Join(dir, "dl.jpg")
+	if err := os.WriteFile(pic, mediatest.JPEG(32, 32), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g := &Gateway{media: store, log: slog.New(slog.DiscardHandler)}
+	msg := &channels.Message{ChatType: channels.ChatGroup, UserName: "Ann", Parts: []channels.Part{
+		{Type: channels.PartImage, MIME: "image/jpeg", Path: pic, Name: "cat.jpg", Size: 100},
+		{Type: channels.PartAudio, MIME: "audio/ogg", Path: pic}}}
+	if got := buildPrompt(msg, ""); got != "[The user sent an audio file (audio/ogg) that could not be transcribed.]\n(sent by Ann)" {
+		t.Errorf("prompt %q", got)
+	}
+	parts := g.keepMedia(msg)
+	if len(parts) != 1 || parts[0].Name != "cat.jpg" || !strings.HasPrefix(parts[0].Path, store.Dir()) || parts[0].MIME != "image/jpeg" {
+		t.Fatalf("parts %+v", parts)
+	}
 }
