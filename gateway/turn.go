@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -261,13 +264,35 @@ func (g *Gateway) keepMedia(msg *channels.Message) []llm.Part {
 				path = kept
 			}
 		}
-		typ := llm.PartFile
+		typ, mimeType := llm.PartFile, p.MIME
 		if p.Type == channels.PartImage {
 			typ = llm.PartImage
+		} else if sniffed := sniffImage(path, p.MIME); sniffed != "" {
+			// A picture sent as a file without its type (application/octet-stream) is a picture.
+			typ, mimeType = llm.PartImage, sniffed
 		}
-		out = append(out, llm.Part{Type: typ, MIME: p.MIME, Path: path, Name: p.Name, Size: p.Size})
+		out = append(out, llm.Part{Type: typ, MIME: mimeType, Path: path, Name: p.Name, Size: p.Size})
 	}
 	return out
+}
+
+// sniffImage returns the image type of a file whose platform gave no useful type, or "".
+func sniffImage(path, mimeType string) string {
+	if mimeType != "" && mimeType != "application/octet-stream" && mimeType != "binary/octet-stream" {
+		return ""
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	head := make([]byte, 512)
+	n, _ := io.ReadFull(f, head)
+	switch t := http.DetectContentType(head[:n]); t {
+	case "image/jpeg", "image/png", "image/gif", "image/webp":
+		return t
+	}
+	return ""
 }
 
 func hasMedia(msg *channels.Message) bool {

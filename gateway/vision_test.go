@@ -24,6 +24,7 @@ import (
 	"gateway/channels/telegram/telegramtest"
 	"gateway/harness"
 	"gateway/harness/openaitest"
+	"gateway/internal/llm"
 	"gateway/internal/media"
 	"gateway/internal/media/mediatest"
 	"gateway/internal/secret"
@@ -309,12 +310,16 @@ func TestPromptAndPartsOfAMediaMessage(t *testing.T) {
 	g := &Gateway{media: store, log: slog.New(slog.DiscardHandler)}
 	msg := &channels.Message{ChatType: channels.ChatGroup, UserName: "Ann", Parts: []channels.Part{
 		{Type: channels.PartImage, MIME: "image/jpeg", Path: pic, Name: "cat.jpg", Size: 100},
-		{Type: channels.PartAudio, MIME: "audio/ogg", Path: pic}}}
+		{Type: channels.PartAudio, MIME: "audio/ogg", Path: pic},
+		{Type: channels.PartFile, MIME: "application/octet-stream", Path: pic, Name: "IMG_0001"}}}
 	if got := buildPrompt(msg, ""); got != "[The user sent an audio file (audio/ogg) that could not be transcribed.]\n(sent by Ann)" {
 		t.Errorf("prompt %q", got)
 	}
 	parts := g.keepMedia(msg)
-	if len(parts) != 1 || parts[0].Name != "cat.jpg" || !strings.HasPrefix(parts[0].Path, store.Dir()) || parts[0].MIME != "image/jpeg" {
+	if len(parts) != 2 || parts[0].Name != "cat.jpg" || !strings.HasPrefix(parts[0].Path, store.Dir()) || parts[0].MIME != "image/jpeg" {
 		t.Fatalf("parts %+v", parts)
+	}
+	if parts[1].Type != llm.PartImage || parts[1].MIME != "image/jpeg" {
+		t.Errorf("a JPEG sent as application/octet-stream is %+v; want an image", parts[1])
 	}
 }
