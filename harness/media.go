@@ -198,21 +198,33 @@ func partName(p llm.Part) string {
 	return name
 }
 
-// describe names an image in words: its name, type, size and dimensions when readable.
+// describe names an image in words: its name, type, size and dimensions when readable
+// (from the file's header: the picture is not decoded).
 func (m *mediaProvider) describe(p llm.Part) string {
+	key, err := cacheKey("desc", p.Path, "")
+	if err != nil {
+		return fmt.Sprintf("%s (no longer available)", partName(p))
+	}
+	if v, ok := m.cache.get(key); ok {
+		return v.text
+	}
 	bits := []string{}
 	if p.MIME != "" {
 		bits = append(bits, p.MIME)
 	}
-	if data, err := os.ReadFile(p.Path); err == nil {
-		if w, h, err := media.ImageSize(data); err == nil {
+	if f, err := os.Open(p.Path); err == nil {
+		head, _ := io.ReadAll(io.LimitReader(f, 256<<10)) // headers, EXIF included
+		if w, h, err := media.ImageSize(head); err == nil {
 			bits = append(bits, fmt.Sprintf("%d×%d", w, h))
 		}
-		bits = append(bits, humanSize(int64(len(data))))
-	} else {
-		bits = append(bits, "no longer available")
+		if st, err := f.Stat(); err == nil {
+			bits = append(bits, humanSize(st.Size()))
+		}
+		f.Close()
 	}
-	return fmt.Sprintf("%s (%s)", partName(p), strings.Join(bits, ", "))
+	text := fmt.Sprintf("%s (%s)", partName(p), strings.Join(bits, ", "))
+	m.cache.put(key, cached{text: text}, int64(len(text))+256)
+	return text
 }
 
 // unavailable says why a part could not be read, in words for the model.
