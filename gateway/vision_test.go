@@ -323,3 +323,33 @@ func TestPromptAndPartsOfAMediaMessage(t *testing.T) {
 		t.Errorf("a JPEG sent as application/octet-stream is %+v; want an image", parts[1])
 	}
 }
+
+// Media pruned from state_dir/media (here: a total of 1 byte allowed) leave the history
+// whole: the next request names the photo as no longer available, and the chat goes on.
+func TestPrunedPhotoIsNamedAsGone(t *testing.T) {
+	tg, ch := newTelegram(t)
+	e := newVisionEnv(t, []channels.Channel{ch})
+	tg.Send(telegramtest.Update{ChatID: 4242, From: ann, Photo: mediatest.JPEG(64, 48), Caption: "Remember this"})
+	e.waitRequests(t, 1)
+	waitUntil(t, "answer", func() bool { return len(telegramAnswers(tg)) == 1 })
+	tight, err := media.OpenStore(e.media.Dir(), media.StoreConfig{MaxBytes: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _, err := tight.Prune(); err != nil || n != 1 {
+		t.Fatalf("pruned %d files (%v); want the photo", n, err)
+	}
+	tg.Send(telegramtest.Update{ChatID: 4242, From: ann, Text: "What did I send?"})
+	reqs := e.waitRequests(t, 2)
+	var first openaitest.Message
+	for _, m := range reqs[1].Messages {
+		if m.Role == "user" {
+			first = m
+			break
+		}
+	}
+	if len(first.Images) != 0 || !strings.Contains(first.Content, "no longer available") || !strings.Contains(first.Content, "Remember this") {
+		t.Fatalf("the earlier message reached the model as %q with %d images", first.Content, len(first.Images))
+	}
+	waitUntil(t, "second answer", func() bool { return len(telegramAnswers(tg)) == 2 })
+}
