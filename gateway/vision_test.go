@@ -160,8 +160,9 @@ func TestTelegramPhotoWithCaptionReachesTheModel(t *testing.T) {
 func TestTelegramAlbumIsOneRequestWithThreeImages(t *testing.T) {
 	tg, ch := newTelegram(t)
 	e := newVisionEnv(t, []channels.Channel{ch})
+	pic := mediatest.JPEG(1600, 1200) // made once: Telegram sends an album's updates together
 	for i := range 3 {
-		u := telegramtest.Update{ChatID: 4242, From: ann, Photo: mediatest.JPEG(1600, 1200), MediaGroupID: "album-1"}
+		u := telegramtest.Update{ChatID: 4242, From: ann, Photo: pic, MediaGroupID: "album-1"}
 		if i == 1 {
 			u.Caption = "Which is best?"
 		}
