@@ -13,6 +13,7 @@ import (
 	"gateway/channels"
 	"gateway/harness"
 	"gateway/hooks"
+	"gateway/internal/media"
 	"gateway/profiles"
 )
 
@@ -83,6 +84,9 @@ type Deps struct {
 	// choices across restarts. Both are state.DB in a single-node gateway.
 	Journal  Journal
 	Settings Settings
+	// Media keeps the images and documents users send under state_dir/media, where the
+	// histories reference them. Nil: they are referenced where the adapter put them.
+	Media *media.Store
 }
 
 // Gateway routes messages between channels and per-chat sessions. Its zero value is not usable; call New.
@@ -92,6 +96,7 @@ type Gateway struct {
 	store   *harness.Store
 	metrics *Metrics
 	newProv func(harness.Config) (harness.Provider, error)
+	media   *media.Store
 
 	journal  Journal
 	settings Settings
@@ -167,6 +172,7 @@ func New(cfg Config, rt *Runtime, deps Deps) (*Gateway, error) {
 		newProv:   deps.NewProvider,
 		journal:   deps.Journal,
 		settings:  deps.Settings,
+		media:     deps.Media,
 		byName:    map[string]channels.Channel{},
 		providers: map[harness.Config]harness.Provider{},
 		sessions:  map[string]*session{},

@@ -83,7 +83,8 @@ func docExamples() map[string]struct {
 			results: []any{&ToolResultPatch{Content: ptr("buy oat milk"), IsError: ptr(false)}},
 		},
 		NameContext: {
-			ev:      &Context{Session: s, Messages: []llm.Message{{Role: llm.RoleSystem, Content: "You are helpful."}, {Role: llm.RoleUser, Content: "hello"}}},
+			ev: &Context{Session: s, Messages: []llm.Message{{Role: llm.RoleSystem, Content: "You are helpful."}, {Role: llm.RoleUser, Content: "What is in this picture?",
+				Parts: []llm.Part{{Type: llm.PartImage, MIME: "image/jpeg", Path: "/var/lib/gateway/media/2026-11-24/k3j9-photo.jpg", Name: "photo.jpg", Size: 183204}}}}},
 			results: []any{&ContextResult{Messages: []llm.Message{{Role: llm.RoleSystem, Content: "You are brief."}, {Role: llm.RoleUser, Content: "hello"}}}},
 		},
 		NameBeforeAgentStart: {

@@ -79,6 +79,7 @@ type fileProfile struct {
 	Description string   `yaml:"description"`
 	LLM         fileLLM  `yaml:"llm"`
 	QueueMode   string   `yaml:"queue_mode"`
+	Vision      *bool    `yaml:"vision"`
 	Tools       []string `yaml:"tools"`
 	STT         fileSTT  `yaml:"stt"`
 	TTS         fileTTS  `yaml:"tts"`
@@ -300,6 +301,8 @@ func applyFile(p *Profile, path string, data []byte) []error {
 			bad("must be an http:// or https:// URL", "llm", "base_url")
 		}
 	}
+
+	p.TextOnly = f.Vision != nil && !*f.Vision
 
 	switch {
 	case f.QueueMode == "":

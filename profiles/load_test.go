@@ -64,6 +64,7 @@ func TestLoadTree(t *testing.T) {
 description: Customer support
 llm: {provider: anthropic, model: claude-x, base_url: "http://127.0.0.1:9/v1", api_key: "${SUPPORT_KEY}", context_window: 50000}
 queue_mode: interrupt
+vision: false
 tools: [search, calculator]
 stt: {language: de}
 tts: {mode: always, voice: nova}
@@ -92,6 +93,7 @@ idle_reset: 30m
 		Description: "Customer support",
 		System:      "You help customers of ACME.",
 		QueueMode:   QueueInterrupt,
+		TextOnly:    true,
 		Tools:       []string{"search", "calculator"},
 		TTSMode:     TTSAlways,
 		TTSVoice:    "nova",
@@ -110,7 +112,7 @@ idle_reset: 30m
 	}
 
 	c := set.Get("coder")
-	if c.QueueMode != QueueSteer || c.System != "You write Go." || c.HooksDir != "" || c.TTSLanguage != "fr" || c.Language != "" {
+	if c.QueueMode != QueueSteer || c.TextOnly || c.System != "You write Go." || c.HooksDir != "" || c.TTSLanguage != "fr" || c.Language != "" {
 		t.Errorf("coder profile: %+v", *c)
 	}
 	if c.Tools == nil || len(c.Tools) != 0 {

@@ -5,6 +5,7 @@
 package anthropictest
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -38,7 +39,9 @@ type Reply struct {
 
 // Block is a decoded content block of a recorded request.
 type Block struct {
-	Type      string // text, tool_use, tool_result
+	Type      string // text, image, tool_use, tool_result
+	MIME      string // image: the base64 source's media_type
+	Data      []byte // image: the decoded bytes
 	Text      string // text, or a tool_result's content
 	ID        string // tool_use id
 	Name      string
@@ -153,6 +156,11 @@ type wireBlock struct {
 	ToolUseID string          `json:"tool_use_id"`
 	IsError   bool            `json:"is_error"`
 	Content   json.RawMessage `json:"content"`
+	Source    struct {
+		Type      string `json:"type"`
+		MediaType string `json:"media_type"`
+		Data      string `json:"data"`
+	} `json:"source"`
 }
 
 type wireRequest struct {
@@ -210,6 +218,10 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 			}
 			if b.Type == "tool_result" {
 				blk.Text = textOf(b.Content)
+			}
+			if b.Type == "image" && b.Source.Type == "base64" {
+				blk.MIME = b.Source.MediaType
+				blk.Data, _ = base64.StdEncoding.DecodeString(b.Source.Data)
 			}
 			msg.Blocks = append(msg.Blocks, blk)
 		}

@@ -5,6 +5,7 @@
 package openaitest
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -49,8 +50,18 @@ type Reply struct {
 type Message struct {
 	Role       string
 	Content    string
+	Images     []Image // image_url parts, in order
 	ToolCalls  []ToolCall
 	ToolCallID string
+}
+
+// Image is an image_url part of a recorded message. A data URL is decoded into MIME and
+// Data (so a test can decode the pixels the model received); any other URL is kept in URL.
+type Image struct {
+	MIME   string
+	Data   []byte
+	URL    string
+	Detail string
 }
 
 // Request is a recorded request.
@@ -194,6 +205,36 @@ func contentText(raw json.RawMessage) string {
 	return ""
 }
 
+// contentImages reads the image_url parts of message content.
+func contentImages(raw json.RawMessage) []Image {
+	var parts []struct {
+		Type     string `json:"type"`
+		ImageURL struct {
+			URL    string `json:"url"`
+			Detail string `json:"detail"`
+		} `json:"image_url"`
+	}
+	if json.Unmarshal(raw, &parts) != nil {
+		return nil
+	}
+	var out []Image
+	for _, p := range parts {
+		if p.Type != "image_url" {
+			continue
+		}
+		im := Image{URL: p.ImageURL.URL, Detail: p.ImageURL.Detail}
+		if rest, ok := strings.CutPrefix(p.ImageURL.URL, "data:"); ok {
+			if meta, data, ok := strings.Cut(rest, ","); ok && strings.HasSuffix(meta, ";base64") {
+				if b, err := base64.StdEncoding.DecodeString(data); err == nil {
+					im.MIME, im.Data, im.URL = strings.TrimSuffix(meta, ";base64"), b, ""
+				}
+			}
+		}
+		out = append(out, im)
+	}
+	return out
+}
+
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 	if err != nil {
@@ -207,7 +248,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	req := Request{Time: time.Now(), Path: r.URL.Path, Header: r.Header.Clone(), Model: wr.Model, Stream: wr.Stream, Body: body}
 	for _, m := range wr.Messages {
-		msg := Message{Role: m.Role, Content: contentText(m.Content), ToolCallID: m.ToolCallID}
+		msg := Message{Role: m.Role, Content: contentText(m.Content), Images: contentImages(m.Content), ToolCallID: m.ToolCallID}
 		for _, tc := range m.ToolCalls {
 			msg.ToolCalls = append(msg.ToolCalls, ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
 		}

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // quadrants is a w×h picture: red top-left, green top-right, blue bottom-left, white bottom-right.
@@ -246,5 +247,54 @@ func TestDocumentText(t *testing.T) {
 	}
 	if _, err := DocumentText(ctx, write("broken.pdf", []byte("%PDF-1.4 garbage")), "application/pdf", "broken.pdf", 0); err == nil {
 		t.Fatal("a broken PDF read without error")
+	}
+}
+
+func TestStoreKeepsAndPrunes(t *testing.T) {
+	root := t.TempDir()
+	st, err := OpenStore(filepath.Join(root, "media"), StoreConfig{MaxAge: time.Hour, MaxBytes: 2500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(root, "download.bin")
+	write := func(p string, n int) {
+		if err := os.WriteFile(p, bytes.Repeat([]byte{'x'}, n), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(src, 1000)
+	a, err := st.Keep(src, "../../etc/My Photo.jpg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(a, st.Dir()) || !strings.HasSuffix(a, "-My_Photo.jpg") {
+		t.Fatalf("kept at %s", a)
+	}
+	if again, err := st.Keep(a, ""); err != nil || again != a {
+		t.Fatalf("a kept file kept again: %s %v", again, err)
+	}
+	os.Remove(src) // the adapter's copy goes; ours stays
+	if _, err := os.Stat(a); err != nil {
+		t.Fatal(err)
+	}
+	// Too old: pruned by age.
+	old := filepath.Join(st.Dir(), "old.bin")
+	write(old, 10)
+	past := time.Now().Add(-2 * time.Hour)
+	os.Chtimes(old, past, past)
+	// Over the byte bound: the oldest go first.
+	b := filepath.Join(st.Dir(), "b.bin")
+	c := filepath.Join(st.Dir(), "c.bin")
+	write(b, 1000)
+	write(c, 1000)
+	os.Chtimes(a, time.Now().Add(-30*time.Minute), time.Now().Add(-30*time.Minute))
+	n, freed, err := st.Prune()
+	if err != nil || n != 2 || freed != 1010 {
+		t.Fatalf("pruned %d files, %d bytes, %v", n, freed, err)
+	}
+	for p, want := range map[string]bool{old: false, a: false, b: true, c: true} {
+		if _, err := os.Stat(p); (err == nil) != want {
+			t.Errorf("%s exists=%v; want %v", p, err == nil, want)
+		}
 	}
 }

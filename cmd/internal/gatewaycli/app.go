@@ -27,6 +27,7 @@ import (
 	"gateway/gateway"
 	"gateway/harness"
 	"gateway/hooks"
+	"gateway/internal/media"
 	"gateway/profiles"
 	"gateway/state"
 )
@@ -127,6 +128,11 @@ func buildApp(cfg Config, cfgPath string, log *slog.Logger, getenv func(string) 
 		rt.Close()
 		return nil, fmt.Errorf("state_dir: %w", err)
 	}
+	mediaStore, err := media.OpenStore(filepath.Join(cfg.StateDir, "media"), cfg.Media)
+	if err != nil {
+		rt.Close()
+		return nil, fmt.Errorf("state_dir: %w", err)
+	}
 	sessions := cfg.Sessions
 	sessions.EchoTranscript = sessions.EchoTranscript || (a.stt != nil && a.stt.EchoTranscript())
 	a.gw, err = gateway.New(sessions, rt, gateway.Deps{
@@ -134,6 +140,7 @@ func buildApp(cfg Config, cfgPath string, log *slog.Logger, getenv func(string) 
 		NewProvider: func(c harness.Config) (harness.Provider, error) { return harness.NewProvider(c, a.client) },
 		Logger:      log,
 		Metrics:     a.metrics,
+		Media:       mediaStore,
 	})
 	if err != nil {
 		rt.Close()

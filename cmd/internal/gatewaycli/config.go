@@ -26,6 +26,7 @@ import (
 	"gateway/channels/web"
 	"gateway/gateway"
 	"gateway/harness"
+	"gateway/internal/media"
 	"gateway/internal/secret"
 	"gateway/profiles"
 )
@@ -42,6 +43,7 @@ type Config struct {
 	Profiles profiles.Config    `mapstructure:"profiles"`
 	Bindings []profiles.Binding `mapstructure:"bindings"`
 	Sessions gateway.Config     `mapstructure:"sessions"`
+	Media    media.StoreConfig  `mapstructure:"media"`
 	Channels ChannelsConfig     `mapstructure:"channels"`
 	Admin    AdminConfig        `mapstructure:"admin"`
 }
@@ -96,6 +98,7 @@ func defaultConfig(getenv func(string) string) Config {
 		Hooks:    HooksConfig{Dirs: []string{"./data/hooks"}, Timeout: 10 * time.Second},
 		Profiles: profiles.Config{Dir: "./data/profiles", Default: "assistant"},
 		Sessions: gateway.Defaults(),
+		Media:    media.StoreConfig{MaxAge: media.DefaultMaxAge, MaxBytes: media.DefaultMaxBytes},
 		Channels: ChannelsConfig{
 			Web:      web.Config{Enabled: true},
 			Telegram: telegram.Config{APIURL: telegram.DefaultAPIURL, Mode: "polling", MaxFileBytes: telegram.DefaultMaxFileBytes, Access: access},
@@ -458,6 +461,12 @@ func (c Config) validate() error {
 	}
 	if c.Hooks.Timeout < 0 {
 		add(errors.New("hooks.timeout: must not be negative"))
+	}
+	if c.Media.MaxAge < 0 {
+		add(errors.New("media.max_age: must not be negative (0 takes the default, 720h)"))
+	}
+	if c.Media.MaxBytes < 0 {
+		add(errors.New("media.max_bytes: must not be negative (0 takes the default, 1000000000)"))
 	}
 	add(c.Sessions.Validate())
 	if c.STT.Enabled {

@@ -44,6 +44,8 @@ func TestCheckNamesEachBadKey(t *testing.T) {
 		{"missing token", "state_dir: STATE\nchannels:\n  telegram:\n    enabled: true\n", "channels.telegram.token"},
 		{"bad queue mode", "state_dir: STATE\nsessions:\n  queue_mode: sometimes\n", "sessions.queue_mode"},
 		{"bad provider", "state_dir: STATE\nllm:\n  provider: skynet\n", "llm.provider"},
+		{"negative media age", "state_dir: STATE\nmedia:\n  max_age: -1h\n", "media.max_age"},
+		{"bad media size", "state_dir: STATE\nmedia:\n  max_bytes: lots\n", "media.max_bytes"},
 		{"missing stt program", "state_dir: STATE\nstt:\n  enabled: true\n  provider: command\n  command: [no-such-stt-program, \"{input}\"]\n", "no-such-stt-program"},
 		{"missing tts program", "state_dir: STATE\ntts:\n  mode: always\n  provider: command\n  command: [no-such-tts-program, -w, \"{output}\", \"{text}\"]\n", "no-such-tts-program"},
 	}
