@@ -39,7 +39,9 @@ the same constructors), so CPU and memory include the fake server and the load d
 With --external the gateway binary runs as a child process with the same config, and its
 own /proc figures are reported: the gateway alone. Either way the gateway paces its sends
 to Telegram's limits as in production.`,
-		Args: cobra.NoArgs,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true, // a failed run is not a usage error
+		SilenceErrors: true, // main prints the error
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.Warmup == 0 {
 				o.Warmup = -1 // benchrun's zero means its default
@@ -99,7 +101,7 @@ to Telegram's limits as in production.`,
 	f.StringVar(&o.Provider, "provider", ProviderFake, "model provider: fake (llm.provider: fake, answers at once), openai (the real SDK against a fake OpenAI API)")
 	f.DurationVar(&o.Timeout, "timeout", 5*time.Minute, "bound on the whole run")
 	f.BoolVar(&external, "external", false, "run 'gateway run' as a child process and measure it alone")
-	f.StringVar(&binary, "binary", "", "gateway binary for --external (default: this one)")
+	f.StringVar(&binary, "binary", "", "gateway binary for --external (default: gateway beside this binary, else on PATH)")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a pprof CPU profile of the measured part (in-process only)")
 	f.StringVar(&memProfile, "memprofile", "", "write a pprof allocation profile after the measured part (in-process only)")
@@ -119,5 +121,5 @@ func defaultBinary() (string, error) {
 	if p, err := exec.LookPath("gateway"); err == nil {
 		return p, nil
 	}
-	return "", errors.New("--external: no gateway binary beside this one or on PATH; build it (go build -o gateway ./cmd/gateway) and give --binary")
+	return "", errors.New("--external: no gateway binary beside this one or on PATH; build it (go build -o cmd/gateway/gateway ./cmd/gateway) and give --binary")
 }

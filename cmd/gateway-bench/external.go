@@ -64,6 +64,10 @@ func copyBinary(src, dir string) (string, error) {
 		return "", fmt.Errorf("the gateway binary: %w", err)
 	}
 	defer in.Close()
+	if st, err := in.Stat(); err == nil && st.IsDir() {
+		// At the repository's root, ./gateway is the gateway package's folder.
+		return "", fmt.Errorf("the gateway binary: %s is a directory (build it elsewhere: go build -o cmd/gateway/gateway ./cmd/gateway)", src)
+	}
 	dst := filepath.Join(dir, "gateway")
 	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o700)
 	if err != nil {
