@@ -85,6 +85,9 @@ type Options struct {
 	// Moved lists keys that were renamed or moved (old path → new path): giving the old one
 	// is an error that says where it went.
 	Moved map[string]string
+	// Hints are appended to a type error at a key, to show the form that is wanted
+	// (e.g. `write it as a list: command: ["./run.sh"]`).
+	Hints map[string]string
 }
 
 // Parse reads a YAML document. An empty document (or only comments) returns a nil node.
@@ -154,7 +157,11 @@ type decoder struct {
 }
 
 func (d *decoder) fail(n *yaml.Node, key, format string, args ...any) {
-	d.errs = append(d.errs, d.at(n, key, fmt.Sprintf(format, args...)))
+	msg := fmt.Sprintf(format, args...)
+	if h, ok := d.opts.Hints[key]; ok {
+		msg += " (" + h + ")"
+	}
+	d.errs = append(d.errs, d.at(n, key, msg))
 }
 
 func (d *decoder) at(n *yaml.Node, key, msg string) *Error {
