@@ -44,7 +44,7 @@ func checkConfig(ctx context.Context, path string, out io.Writer, getenv func(st
 		source = "(no config file: built-in defaults)"
 	}
 	fmt.Fprintf(out, "# config: %s\n", source)
-	if b, merr := yaml.Marshal(toMap(cfg, true)); merr == nil {
+	if b, merr := yaml.Marshal(configMap(cfg, true)); merr == nil {
 		out.Write(b)
 	}
 	if err != nil {
