@@ -258,6 +258,7 @@ func (g *Gateway) Stop(ctx context.Context) error {
 		return nil
 	}
 	g.stopped = true
+	started := g.started
 	g.stateMu.Unlock()
 
 	if _, ok := ctx.Deadline(); !ok {
@@ -266,7 +267,10 @@ func (g *Gateway) Stop(ctx context.Context) error {
 		defer cancel()
 	}
 	g.stopping.Store(true)
-	g.Runtime().Bus.Emit(ctx, &hooks.GatewayStop{Reason: "shutdown"})
+	if started {
+		// A gateway that never started (a dry run, a failed start) announces no stop.
+		g.Runtime().Bus.Emit(ctx, &hooks.GatewayStop{Reason: "shutdown"})
+	}
 	close(g.draining)
 
 	drained := make(chan struct{})

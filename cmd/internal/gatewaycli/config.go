@@ -160,7 +160,9 @@ func configMap(cfg Config, mask bool) map[string]any {
 	return m
 }
 
-func envKey(key string) string { return "GATEWAY_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_")) }
+func envKey(key string) string {
+	return "GATEWAY_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
+}
 
 // loadConfig reads path (optional: "" means defaults only) and the GATEWAY_* environment
 // overrides, and decodes them onto the defaults with the shared decoder (internal/config):
