@@ -345,7 +345,7 @@ func structFields(v reflect.Value, out map[string]reflect.Value, names *[]string
 	t := v.Type()
 	for i := range t.NumField() {
 		f := t.Field(i)
-		if !f.IsExported() {
+		if !f.IsExported() && !f.Anonymous {
 			continue
 		}
 		name, inline := FieldKey(f)
