@@ -251,3 +251,29 @@ func TestCheckValidatesProfiles(t *testing.T) {
 		}
 	}
 }
+
+// TestEnvironmentOverridesAreDecodedLikeTheFile: a GATEWAY_* value goes through the same
+// decoder, and its problem names the variable and the key; lists split at commas.
+func TestEnvironmentOverridesAreDecodedLikeTheFile(t *testing.T) {
+	path := writeConfig(t, "state_dir: STATE\nsessions:\n  idle_evict: 5m\n")
+	env := map[string]string{
+		"GATEWAY_SESSIONS_IDLE_EVICT":          "soon",
+		"GATEWAY_STT_ECHO_TRANSCRIPT":          "true",
+		"GATEWAY_CHANNELS_TELEGRAM_ALLOW_FROM": "1, 2",
+	}
+	cfg, err := loadConfig(path, func(k string) string { return env[k] })
+	if err == nil {
+		t.Fatal("want errors")
+	}
+	for _, want := range []string{
+		`GATEWAY_SESSIONS_IDLE_EVICT: sessions.idle_evict: "soon" is not a duration`,
+		"GATEWAY_STT_ECHO_TRANSCRIPT: stt.echo_transcript: this key moved: set GATEWAY_SESSIONS_ECHO_TRANSCRIPT instead",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("errors lack %q:\n%v", want, err)
+		}
+	}
+	if got := strings.Join(cfg.Channels.Telegram.AllowFrom, ","); got != "1,2" {
+		t.Errorf("allow_from = %q; want 1,2", got)
+	}
+}
