@@ -309,6 +309,7 @@ func (g *Gateway) Stop(ctx context.Context) error {
 		return nil
 	}
 	g.stopped = true
+	started := g.started
 	g.stateMu.Unlock()
 
 	if _, ok := ctx.Deadline(); !ok {
@@ -317,7 +318,10 @@ func (g *Gateway) Stop(ctx context.Context) error {
 		defer cancel()
 	}
 	g.stopping.Store(true)
-	g.lifecycle.do(ctx, func(context.Context) { g.emitLifecycle(ctx, &hooks.GatewayStop{Reason: "shutdown"}) })
+	if started {
+		// A gateway that never started (a dry run, a failed start) announces no stop.
+		g.lifecycle.do(ctx, func(context.Context) { g.emitLifecycle(ctx, &hooks.GatewayStop{Reason: "shutdown"}) })
+	}
 	close(g.draining)
 
 	drained := make(chan struct{})

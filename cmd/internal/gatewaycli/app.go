@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -79,7 +80,10 @@ func isTerminal(w io.Writer) bool {
 }
 
 // buildApp wires every part from cfg without connecting anything: `check` runs exactly this.
-func buildApp(cfg Config, cfgPath string, log *slog.Logger, getenv func(string) string) (*app, error) {
+// With dryRun (`check`, `hooks list`) it writes nothing: state_dir is checked, not created,
+// and the history store is never opened. Nothing it builds runs until Start: no hook program
+// is started and no event is emitted.
+func buildApp(cfg Config, cfgPath string, log *slog.Logger, getenv func(string) string, dryRun bool) (*app, error) {
 	a := &app{cfgPath: cfgPath, cfg: cfg, getenv: getenv, log: log, reg: prometheus.NewRegistry()}
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a.metrics = gateway.NewMetrics(a.reg)
@@ -87,12 +91,18 @@ func buildApp(cfg Config, cfgPath string, log *slog.Logger, getenv func(string) 
 	a.client = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
 
 	var errs []error
-	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
-		return nil, fmt.Errorf("state_dir: %w", err)
-	}
 	tmp := filepath.Join(cfg.StateDir, "tmp")
-	if err := os.MkdirAll(tmp, 0o700); err != nil {
-		return nil, fmt.Errorf("state_dir: %w", err)
+	if dryRun {
+		if err := checkStateDir(cfg.StateDir); err != nil {
+			return nil, err
+		}
+	} else {
+		if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+			return nil, fmt.Errorf("state_dir: %w", err)
+		}
+		if err := os.MkdirAll(tmp, 0o700); err != nil {
+			return nil, fmt.Errorf("state_dir: %w", err)
+		}
 	}
 	if cfg.STT.Enabled {
 		s, err := stt.New(cfg.STT, stt.Options{Logger: log.With("hook", "builtin:stt"), HTTPClient: a.client, TempDir: tmp})
@@ -123,19 +133,23 @@ func buildApp(cfg Config, cfgPath string, log *slog.Logger, getenv func(string) 
 		}
 		return nil, err
 	}
-	store, err := harness.OpenStore(filepath.Join(cfg.StateDir, "sessions"))
-	if err != nil {
-		rt.Close()
-		return nil, fmt.Errorf("state_dir: %w", err)
+	// A dry run never starts the gateway, so nothing is ever saved: a store that was never
+	// opened stands in, and no sessions directory is created.
+	store := new(harness.Store)
+	if !dryRun {
+		if store, err = harness.OpenStore(filepath.Join(cfg.StateDir, "sessions")); err != nil {
+			rt.Close()
+			return nil, fmt.Errorf("state_dir: %w", err)
+		}
 	}
-	mediaStore, err := media.OpenStore(filepath.Join(cfg.StateDir, "media"), cfg.Media)
-	if err != nil {
-		rt.Close()
-		return nil, fmt.Errorf("state_dir: %w", err)
+	var mediaStore *media.Store // nil in a dry run: nothing is kept, no folder is made
+	if !dryRun {
+		if mediaStore, err = media.OpenStore(filepath.Join(cfg.StateDir, "media"), cfg.Media); err != nil {
+			rt.Close()
+			return nil, fmt.Errorf("state_dir: %w", err)
+		}
 	}
-	sessions := cfg.Sessions
-	sessions.EchoTranscript = sessions.EchoTranscript || (a.stt != nil && a.stt.EchoTranscript())
-	a.gw, err = gateway.New(sessions, rt, gateway.Deps{
+	a.gw, err = gateway.New(cfg.Sessions, rt, gateway.Deps{
 		Store:       store,
 		NewProvider: func(c harness.Config) (harness.Provider, error) { return harness.NewProvider(c, a.client) },
 		Logger:      log,
@@ -199,7 +213,7 @@ func (a *app) buildChannels(cfg Config) ([]channels.Channel, error) {
 // that is fatal: never at startup, always on reload).
 func (a *app) buildRuntime(cfg Config) (*gateway.Runtime, hookReport, error) {
 	var report hookReport
-	profs, err := profiles.Load(cfg.Profiles, cfg.Bindings)
+	profs, err := profiles.LoadWith(cfg.Profiles, cfg.Bindings, profileOptions(cfg, a.getenv))
 	if err != nil {
 		return nil, report, err
 	}
@@ -217,7 +231,7 @@ func (a *app) buildRuntime(cfg Config) (*gateway.Runtime, hookReport, error) {
 	}
 	load := func(dir string, opts hooks.DirOptions) {
 		// LoadDir logs each hook it cannot load, with its path and reason.
-		opts.Timeout, opts.HTTPClient, opts.Logger = cfg.Hooks.Timeout, a.client, a.log
+		opts.Timeout, opts.HTTPClient, opts.Logger, opts.Getenv = cfg.Hooks.Timeout, a.client, a.log, a.getenv
 		d := hooks.LoadDir(bus, dir, opts)
 		closers = append(closers, d.Close)
 		report.hooks = append(report.hooks, d.Hooks()...)
@@ -235,7 +249,7 @@ func (a *app) buildRuntime(cfg Config) (*gateway.Runtime, hookReport, error) {
 		Bus:          bus,
 		Profiles:     profs,
 		LLM:          cfg.LLM,
-		Tools:        harness.BuiltinTools,
+		Tools:        resolveTools,
 		VoiceReplies: a.tts != nil,
 		Close: func() {
 			for i := len(closers) - 1; i >= 0; i-- {
@@ -243,6 +257,40 @@ func (a *app) buildRuntime(cfg Config) (*gateway.Runtime, hookReport, error) {
 			}
 		},
 	}, report, nil
+}
+
+// resolveTools builds the tools a profile names. Profiles are checked against it when they
+// load (profileOptions), so a tool name it rejects is a load error, never a failed turn.
+func resolveTools(names []string) ([]harness.Tool, error) { return harness.BuiltinTools(names) }
+
+// profileOptions is what profiles are checked against: the same tool resolver sessions use
+// and the global llm section their own is merged onto.
+func profileOptions(cfg Config, getenv func(string) string) profiles.Options {
+	llm := cfg.LLM
+	return profiles.Options{Getenv: getenv, Tools: resolveTools, LLM: &llm}
+}
+
+// checkStateDir tells whether run could use dir as state_dir, creating nothing: dir is a
+// directory, or does not exist yet and its nearest existing parent is one.
+func checkStateDir(dir string) error {
+	for p := filepath.Clean(dir); ; {
+		fi, err := os.Stat(p)
+		switch {
+		case err == nil && fi.IsDir():
+			return nil
+		case err == nil && p == filepath.Clean(dir):
+			return fmt.Errorf("state_dir: %s is not a directory", dir)
+		case err == nil:
+			return fmt.Errorf("state_dir: cannot create %s: %s is not a directory", dir, p)
+		case !errors.Is(err, fs.ErrNotExist):
+			return fmt.Errorf("state_dir: %w", err)
+		}
+		parent := filepath.Dir(p)
+		if parent == p {
+			return nil
+		}
+		p = parent
+	}
 }
 
 // reload re-reads the config file's profiles, bindings and hook directories and swaps them
@@ -293,7 +341,7 @@ func runGateway(ctx context.Context, path string, reload <-chan struct{}, stderr
 		return exitCode(1)
 	}
 	log := newLogger(cfg.Log, stderr, getenv)
-	a, err := buildApp(cfg, path, log, getenv)
+	a, err := buildApp(cfg, path, log, getenv, false)
 	if err == nil {
 		// The durable state (intake journal, dedup window, per-chat settings) is opened by
 		// run only: a dry run writes nothing.
