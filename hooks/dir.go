@@ -116,16 +116,6 @@ func LoadDir(bus *Bus, dir string, opts DirOptions) *Dir {
 	return d
 }
 
-// CheckDir validates dir as LoadDir would, registering nothing (for `gateway check`).
-func CheckDir(dir string) ([]LoadedHook, []LoadError) {
-	specs, errs := scanDir(dir, "dir:"+dir, nil)
-	hooks := make([]LoadedHook, 0, len(specs))
-	for _, s := range specs {
-		hooks = append(hooks, s.LoadedHook)
-	}
-	return hooks, errs
-}
-
 // Path is the directory that was loaded.
 func (d *Dir) Path() string { return d.path }
 

@@ -374,10 +374,6 @@ func TestDirLoadErrorsNameTheProblem(t *testing.T) {
 			t.Errorf("%d errors for %d broken hooks: %v", len(errs), len(cases), errs)
 		}
 	}
-	t.Run("CheckDir", func(t *testing.T) {
-		hooks, errs := CheckDir(root)
-		check(t, hooks, errs)
-	})
 	t.Run("LoadDir", func(t *testing.T) {
 		b := newTestBus(t, 10*time.Second)
 		d := LoadDir(b.Bus, root, DirOptions{})
@@ -505,9 +501,9 @@ fi
 	t.Chdir(root)
 	for _, dir := range []string{"./hooks", "hooks"} {
 		t.Run(dir, func(t *testing.T) {
-			hooks, errs := CheckDir(dir)
+			hooks, errs := scanOnly(dir)
 			if len(hooks) != 1 || hooks[0].Name != "10-no-secrets" || len(errs) != 1 || !strings.Contains(errs[0].Error(), `program "./nothere.sh" not found`) {
-				t.Fatalf("CheckDir(%q) = %+v, %v; want the good hook loaded and the missing program reported", dir, hooks, errs)
+				t.Fatalf("scan of %q = %+v, %v; want the good hook loaded and the missing program reported", dir, hooks, errs)
 			}
 			b := newTestBus(t, 10*time.Second)
 			d := LoadDir(b.Bus, dir, DirOptions{})
@@ -544,4 +540,14 @@ func TestHookFileUsesTheSharedDecoder(t *testing.T) {
 	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "HOOK.yaml:3: url: environment variable HOOK_TEST_UNSET is not set") {
 		t.Fatalf("errors = %v; want the unset variable named with its line and key", errs)
 	}
+}
+
+// scanOnly reads dir as LoadDir does, registering nothing.
+func scanOnly(dir string) ([]LoadedHook, []LoadError) {
+	specs, errs := scanDir(dir, "dir:"+dir, nil)
+	hooks := make([]LoadedHook, 0, len(specs))
+	for _, s := range specs {
+		hooks = append(hooks, s.LoadedHook)
+	}
+	return hooks, errs
 }
