@@ -7,6 +7,10 @@
 // loop has no way to stop, so it is switched off: a supervisor goroutine owned by the
 // Channel reopens the session (RESUME first; discordgo identifies again when the resume is
 // refused) with backoff, until Stop.
+//
+// Discord never redelivers. When a session could not be resumed (READY after a loss, not
+// RESUMED), what was posted meanwhile in the DMs and threads the bot was active in is
+// read over REST, bounded, and handled like gateway messages: see catchup.go.
 package discord
 
 import (

@@ -3,8 +3,10 @@
 //
 // It keeps channels, threads, messages and attachments in memory, dispatches
 // MESSAGE_CREATE with sequence numbers to every connected bot session, replays missed
-// events on RESUME, and can fail on demand: 429 with retry_after, 5xx, dropped sockets,
-// rejected resumes, revoked tokens. Every REST call and gateway op is recorded.
+// events on RESUME, serves channel history (GET messages with after/before/limit), and
+// can fail on demand: 429 with retry_after, 5xx, dropped sockets, rejected resumes,
+// sessions ended while messages are posted (InvalidateSessions), a gateway that refuses
+// connections (RefuseGateway), revoked tokens. Every REST call and gateway op is recorded.
 package discordtest
 
 import (
