@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/bwmarrin/discordgo"
@@ -115,7 +116,7 @@ func (c *Channel) catchUp(ctx context.Context) {
 		}
 		if more {
 			c.log.Warn("discord: more messages were missed in a chat than catch-up reads; the later ones were skipped",
-				"chat_id", cc.channel, "read", len(msgs))
+				"chat_id", cc.channel, "read", len(msgs), "bound", catchUpPage*catchUpPages)
 		}
 		for _, m := range msgs {
 			if ctx.Err() != nil {
@@ -124,6 +125,13 @@ func (c *Channel) catchUp(ctx context.Context) {
 			c.handle(ctx, m)
 		}
 		total += len(msgs)
+		if more {
+			// Skipped for good: a later catch-up starts after the newest message, not
+			// in the middle of stale ones.
+			if newest, _, err := c.history(ctx, cc.channel, url.Values{"limit": {"1"}}); err == nil && len(newest) > 0 {
+				c.cursors.saw(cc.channel, newest[len(newest)-1].ID)
+			}
+		}
 	}
 	c.log.Info("discord: caught up", "chats", len(chats), "messages", total)
 }
@@ -133,7 +141,7 @@ func (c *Channel) catchUp(ctx context.Context) {
 func (c *Channel) missed(ctx context.Context, cc chatCursor) (msgs []*discordgo.Message, more bool, err error) {
 	after := cc.last
 	for range catchUpPages {
-		page, n, err := c.messagesAfter(ctx, cc.channel, after)
+		page, n, err := c.history(ctx, cc.channel, url.Values{"after": {after}, "limit": {strconv.Itoa(catchUpPage)}})
 		if err != nil {
 			return msgs, false, err
 		}
@@ -154,11 +162,11 @@ func (c *Channel) missed(ctx context.Context, cc chatCursor) (msgs []*discordgo.
 	return msgs, true, nil
 }
 
-// messagesAfter is one GET /channels/{id}/messages?after=...&limit=...: the messages it
-// could read, oldest first, and how many Discord sent.
-func (c *Channel) messagesAfter(ctx context.Context, channel, after string) ([]*discordgo.Message, int, error) {
+// history is one GET /channels/{id}/messages?q: the messages it could read (after
+// q's "after", if set), oldest first, and how many Discord sent.
+func (c *Channel) history(ctx context.Context, channel string, q url.Values) ([]*discordgo.Message, int, error) {
 	endpoint := discordgo.EndpointChannelMessages(channel)
-	q := url.Values{"after": {after}, "limit": {fmt.Sprint(catchUpPage)}}
+	after := q.Get("after")
 	var body []byte
 	err := c.call(ctx, "", "read missed messages", func(ctx context.Context) (err error) {
 		body, err = c.s.RequestWithBucketID(http.MethodGet, endpoint+"?"+q.Encode(), nil, endpoint, discordgo.WithContext(ctx))

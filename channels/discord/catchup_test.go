@@ -160,18 +160,35 @@ func TestCatchUpIsBounded(t *testing.T) {
 	expectText(t, e, "before")
 
 	end := outage(t, e, false)
+	var newest string
 	for i := range 200 {
-		srv.InjectDM("721", user, fmt.Sprintf("m%03d", i))
+		newest = srv.InjectDM("721", user, fmt.Sprintf("m%03d", i))
 	}
 	end()
 	for i := range 100 {
 		expectText(t, e, fmt.Sprintf("m%03d", i))
 	}
 	e.sink.ExpectNone(t, time.Second)
-	if n := len(listCalls(srv, "721")); n != 2 {
-		t.Errorf("%d reads of the DM; want 2 (the bound)", n)
+	pages := 0
+	for _, c := range listCalls(srv, "721") {
+		if q, _ := url.ParseQuery(c.Query); q.Get("after") != "" {
+			pages++
+		}
+	}
+	if pages != 2 {
+		t.Errorf("%d pages read in the DM; want 2 (the bound)", pages)
 	}
 	if !strings.Contains(e.logs.String(), "skipped") {
 		t.Errorf("no log line says that messages were skipped:\n%s", e.logs.String())
 	}
+
+	// The skipped messages stay skipped: the next lost session reads after the newest.
+	calls := len(listCalls(srv, "721"))
+	outage(t, e, false)()
+	waitFor(t, "another read of the DM", func() bool { return len(listCalls(srv, "721")) > calls })
+	last := listCalls(srv, "721")[calls]
+	if q, _ := url.ParseQuery(last.Query); q.Get("after") != newest {
+		t.Errorf("read with %q after the second outage; want after=%s (the newest message)", last.Query, newest)
+	}
+	e.sink.ExpectNone(t, time.Second)
 }
