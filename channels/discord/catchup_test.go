@@ -96,6 +96,27 @@ func TestUnresumedReconnectReadsMissedDMs(t *testing.T) {
 	e.sink.ExpectNone(t, 500*time.Millisecond)
 }
 
+func TestSessionTimeoutReadsMissedDMs(t *testing.T) {
+	t.Parallel()
+	srv := discordtest.New(t)
+	e := start(t, srv, discord.Config{Access: defaultAccess()})
+	srv.InjectDM("705", user, "before")
+	expectText(t, e, "before")
+	srv.RefuseGateway(true)
+	srv.EndSessions(4009, "Session timed out.")
+	waitFor(t, "the loss reported", func() bool {
+		h := e.sink.Connections()
+		return len(h) > 0 && !h[len(h)-1].Up
+	})
+	srv.InjectDM("705", user, "missed")
+	srv.RefuseGateway(false)
+	expectText(t, e, "missed")
+	e.sink.ExpectNone(t, time.Second)
+	if n := len(opsOf(srv, discordtest.OpIdentify)); n != 2 {
+		t.Errorf("%d IDENTIFY; want 2 (a timed-out session cannot be resumed)", n)
+	}
+}
+
 func TestResumedReconnectReadsNothing(t *testing.T) {
 	t.Parallel()
 	srv := discordtest.New(t)

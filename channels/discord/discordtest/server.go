@@ -5,7 +5,8 @@
 // MESSAGE_CREATE with sequence numbers to every connected bot session, replays missed
 // events on RESUME, serves channel history (GET messages with after/before/limit), and
 // can fail on demand: 429 with retry_after, 5xx, dropped sockets, rejected resumes,
-// sessions ended while messages are posted (InvalidateSessions), a gateway that refuses
+// sessions ended while messages are posted (InvalidateSessions, EndSessions with a close
+// code), a gateway that refuses
 // connections (RefuseGateway), revoked tokens. Every REST call and gateway op is recorded.
 package discordtest
 
@@ -222,6 +223,17 @@ func (s *Server) InvalidateSessions() {
 	defer s.mu.Unlock()
 	for id, ss := range s.sessions {
 		ss.drop()
+		delete(s.sessions, id)
+	}
+}
+
+// EndSessions closes every gateway socket with code (4009 "Session timed out", 4007
+// "Invalid seq"...) and forgets the sessions, as InvalidateSessions does.
+func (s *Server) EndSessions(code int, reason string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, ss := range s.sessions {
+		ss.closeWith(code, reason)
 		delete(s.sessions, id)
 	}
 }
