@@ -6,8 +6,8 @@
 // events on RESUME, serves channel history (GET messages with after/before/limit), and
 // can fail on demand: 429 with retry_after, 5xx, dropped sockets, rejected resumes,
 // sessions ended while messages are posted (InvalidateSessions, EndSessions with a close
-// code), a gateway that refuses
-// connections (RefuseGateway), revoked tokens. Every REST call and gateway op is recorded.
+// code), a gateway that refuses connections (RefuseGateway), revoked tokens. Every REST
+// call and gateway op is recorded.
 package discordtest
 
 import (
