@@ -32,6 +32,7 @@ type env struct {
 	ch    *discord.Channel
 	sink  *channeltest.Sink
 	state string
+	logs  *channeltest.LogBuffer
 }
 
 // start runs an adapter against srv; cfg's token and api_url default to srv's first bot.
@@ -54,7 +55,7 @@ func start(t *testing.T, srv *discordtest.Server, cfg discord.Config) *env {
 	})
 	sink := channeltest.NewSink()
 	channeltest.Start(t, ch, sink)
-	return &env{srv: srv, ch: ch, sink: sink, state: state}
+	return &env{srv: srv, ch: ch, sink: sink, state: state, logs: logs}
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {

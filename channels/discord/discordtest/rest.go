@@ -8,6 +8,7 @@ import (
 	"math"
 	"mime"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -52,6 +53,7 @@ func (s *Server) routes() http.Handler {
 	api("GET /api/{v}/gateway/bot", true, s.getGateway)
 	api("GET /api/{v}/users/{id}", true, s.getUser)
 	api("GET /api/{v}/channels/{cid}", true, s.getChannel)
+	api("GET /api/{v}/channels/{cid}/messages", true, s.listMessages)
 	api("POST /api/{v}/channels/{cid}/messages", true, s.createMessage)
 	api("PATCH /api/{v}/channels/{cid}/messages/{mid}", true, s.editMessage)
 	api("DELETE /api/{v}/channels/{cid}/messages/{mid}", true, s.deleteMessage)
@@ -441,4 +443,86 @@ func (s *Server) deleteMessage(w http.ResponseWriter, r *http.Request, bot Bot, 
 		}
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// listMessages answers GET /channels/{cid}/messages with Discord's paging: limit 1..100
+// (default 50); with after, the messages right after that id; with before (or neither),
+// the ones right before it (the newest). Discord returns them newest first, and REST
+// messages carry no guild_id.
+func (s *Server) listMessages(w http.ResponseWriter, r *http.Request, bot Bot, call *Call) {
+	q := r.URL.Query()
+	call.Query = r.URL.RawQuery
+	limit := 50
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 100 {
+			invalidForm(w, "limit", "NUMBER_TYPE_MAX", "int value should be between 1 and 100.")
+			return
+		}
+		limit = n
+	}
+	after, before := q.Get("after"), q.Get("before")
+	cid := r.PathValue("cid")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ch := s.channels[cid]
+	switch {
+	case ch == nil:
+		writeErr(w, http.StatusNotFound, 10003, "Unknown Channel")
+		return
+	case ch.typ == 1 && ch.dmBot != bot.ID:
+		writeErr(w, http.StatusForbidden, 50001, "Missing Access")
+		return
+	}
+	var in []*Message // oldest first
+	for _, id := range s.order {
+		if m := s.messages[id]; m.ChannelID == cid {
+			in = append(in, m)
+		}
+	}
+	var pick []*Message
+	switch {
+	case after != "":
+		for _, m := range in {
+			if snowLess(after, m.ID) {
+				pick = append(pick, m)
+				if len(pick) == limit {
+					break
+				}
+			}
+		}
+	default:
+		for i := len(in) - 1; i >= 0; i-- {
+			if before == "" || snowLess(in[i].ID, before) {
+				pick = append(pick, in[i])
+				if len(pick) == limit {
+					break
+				}
+			}
+		}
+	}
+	slices.SortFunc(pick, func(a, b *Message) int { // newest first
+		switch {
+		case snowLess(b.ID, a.ID):
+			return -1
+		case snowLess(a.ID, b.ID):
+			return 1
+		}
+		return 0
+	})
+	out := make([]wireMessage, 0, len(pick))
+	for _, m := range pick {
+		wm := s.wireLocked(m, bot.ID, -1, 0)
+		wm.GuildID = ""
+		out = append(out, wm)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// snowLess orders snowflakes (decimal, no leading zeros) by value.
+func snowLess(a, b string) bool {
+	if len(a) != len(b) {
+		return len(a) < len(b)
+	}
+	return a < b
 }

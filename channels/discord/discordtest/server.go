@@ -3,8 +3,11 @@
 //
 // It keeps channels, threads, messages and attachments in memory, dispatches
 // MESSAGE_CREATE with sequence numbers to every connected bot session, replays missed
-// events on RESUME, and can fail on demand: 429 with retry_after, 5xx, dropped sockets,
-// rejected resumes, revoked tokens. Every REST call and gateway op is recorded.
+// events on RESUME, serves channel history (GET messages with after/before/limit), and
+// can fail on demand: 429 with retry_after, 5xx, dropped sockets, rejected resumes,
+// sessions ended while messages are posted (InvalidateSessions, EndSessions with a close
+// code), a gateway that refuses connections (RefuseGateway), revoked tokens. Every REST
+// call and gateway op is recorded.
 package discordtest
 
 import (
@@ -80,6 +83,7 @@ type Call struct {
 	Path    string
 	Status  int
 	Bot     string // the bot id the token belongs to, "" when unauthenticated
+	Query   string // the raw query string of GET channel messages
 	Payload []byte // JSON payload of message create/edit (payload_json for multipart)
 	Time    time.Time
 }
@@ -133,6 +137,7 @@ type Server struct {
 	nextID        uint64
 	heartbeat     time.Duration
 	stall         bool
+	refuse        bool
 	sessions      map[string]*session
 }
 
@@ -200,6 +205,37 @@ func (s *Server) StallGateway(stall bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stall = stall
+}
+
+// RefuseGateway makes new gateway connections fail (503 instead of the WebSocket
+// upgrade) while refuse is true, like an outage: the client keeps retrying.
+func (s *Server) RefuseGateway(refuse bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.refuse = refuse
+}
+
+// InvalidateSessions closes every gateway socket abruptly and forgets the sessions, as
+// when Discord ends them: the next RESUME is answered with INVALID_SESSION (d: false),
+// and the events of the gap are never replayed; the messages stay readable over REST.
+func (s *Server) InvalidateSessions() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, ss := range s.sessions {
+		ss.drop()
+		delete(s.sessions, id)
+	}
+}
+
+// EndSessions closes every gateway socket with code (4009 "Session timed out", 4007
+// "Invalid seq"...) and forgets the sessions, as InvalidateSessions does.
+func (s *Server) EndSessions(code int, reason string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, ss := range s.sessions {
+		ss.closeWith(code, reason)
+		delete(s.sessions, id)
+	}
 }
 
 // SetRoles gives userID these roles in the guild (GET /guilds/{g}/members/{u}).
