@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"fmt"
 	"image"
 	"image/color"
 	"image/gif"
@@ -15,6 +14,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"gateway/internal/media/mediatest"
 	"time"
 )
 
@@ -184,32 +185,6 @@ func TestPrepareImageWebP(t *testing.T) {
 	near(t, img, 180, 80, color.RGBA{255, 255, 255, 255}, "webp bottom-right")
 }
 
-// minimalPDF writes a one-page PDF whose page shows text, with a correct xref table.
-func minimalPDF(text string) []byte {
-	stream := fmt.Sprintf("BT /F1 12 Tf 72 720 Td (%s) Tj ET", text)
-	objs := []string{
-		"<< /Type /Catalog /Pages 2 0 R >>",
-		"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-		"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R /Resources << /Font << /F1 5 0 R >> >> >>",
-		fmt.Sprintf("<< /Length %d >>\nstream\n%s\nendstream", len(stream), stream),
-		"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
-	}
-	var b bytes.Buffer
-	b.WriteString("%PDF-1.4\n")
-	offsets := make([]int, len(objs))
-	for i, o := range objs {
-		offsets[i] = b.Len()
-		fmt.Fprintf(&b, "%d 0 obj\n%s\nendobj\n", i+1, o)
-	}
-	xref := b.Len()
-	fmt.Fprintf(&b, "xref\n0 %d\n0000000000 65535 f \n", len(objs)+1)
-	for _, off := range offsets {
-		fmt.Fprintf(&b, "%010d 00000 n \n", off)
-	}
-	fmt.Fprintf(&b, "trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n", len(objs)+1, xref)
-	return b.Bytes()
-}
-
 func TestDocumentText(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name string, data []byte) string {
@@ -241,7 +216,7 @@ func TestDocumentText(t *testing.T) {
 		}
 		t.Skip("pdftotext not installed")
 	}
-	doc, err = DocumentText(ctx, write("invoice.pdf", minimalPDF("Invoice 4711 total 42 EUR")), "application/pdf", "invoice.pdf", 0)
+	doc, err = DocumentText(ctx, write("invoice.pdf", mediatest.PDF("Invoice 4711 total 42 EUR")), "application/pdf", "invoice.pdf", 0)
 	if err != nil || !strings.Contains(doc.Text, "Invoice 4711 total 42 EUR") || doc.Kind != "pdf" {
 		t.Fatalf("pdf: %+v %v", doc, err)
 	}
