@@ -28,6 +28,7 @@ type Server struct {
 	wg      sync.WaitGroup
 	once    sync.Once
 	mu      sync.Mutex
+	closing bool
 	onClose []func()
 }
 
@@ -42,13 +43,20 @@ func New(h http.Handler) *Server {
 // Context ends when Close begins.
 func (s *Server) Context() context.Context { return s.ctx }
 
-// Go runs f in a goroutine that Close waits for; f should return when ctx ends.
-func (s *Server) Go(f func(ctx context.Context)) {
+// Go runs f in a goroutine that Close waits for; f should return when ctx ends. Once
+// Close has begun it runs nothing and reports false.
+func (s *Server) Go(f func(ctx context.Context)) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return false
+	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		f(s.ctx)
 	}()
+	return true
 }
 
 // OnClose registers f to run at Close after the context ends and before the server
@@ -63,8 +71,9 @@ func (s *Server) OnClose(f func()) {
 // server and waits for the goroutines started with Go. It may be called more than once.
 func (s *Server) Close() {
 	s.once.Do(func() {
-		s.cancel()
 		s.mu.Lock()
+		s.closing = true
+		s.cancel()
 		fs := slices.Clone(s.onClose)
 		s.mu.Unlock()
 		for _, f := range fs {
@@ -123,6 +132,13 @@ func (l *Log[T]) Filter(keep func(T) bool) []T {
 		}
 	}
 	return out
+}
+
+// Reset forgets the calls recorded so far.
+func (l *Log[T]) Reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.calls = nil
 }
 
 // Len is how many calls were recorded.
