@@ -75,12 +75,12 @@ type Server struct {
 	fs    *fakeserver.Server
 	mux   *http.ServeMux
 	fails fakeserver.Failures
+	reqs  fakeserver.Log[Request]
 
-	mu       sync.Mutex
-	script   []Reply
-	fn       func(Request) Reply
-	requests []Request
-	limit    int // LimitContext
+	mu     sync.Mutex
+	script []Reply
+	fn     func(Request) Reply
+	limit  int // LimitContext
 }
 
 // NewServer starts a server on 127.0.0.1.
@@ -151,9 +151,7 @@ func Tokens(body []byte) int { return len(body) / 4 }
 
 // Requests returns the recorded chat requests, in order.
 func (s *Server) Requests() []Request {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]Request(nil), s.requests...)
+	return s.reqs.All()
 }
 
 // wire forms of the request.
@@ -226,8 +224,8 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	}
 
 	s.mu.Lock()
-	s.requests = append(s.requests, req)
-	n := len(s.requests)
+	s.reqs.Add(req)
+	n := s.reqs.Len()
 	limit := s.limit
 	var rep Reply
 	switch {

@@ -157,12 +157,6 @@ func failure(f fakeserver.Failure) (int, any) {
 	return f.Code(), apiErr(f.Code(), desc, secs)
 }
 
-// FailPolls makes the next n getUpdates calls answer 502 Bad Gateway, as Telegram's front
-// does during an outage.
-func (s *Server) FailPolls(n int) {
-	s.FailNext(n, fakeserver.Failure{Method: "getUpdates", Status: http.StatusBadGateway})
-}
-
 // RejectHTML makes the next n messages sent with parse_mode HTML fail as Telegram does
 // for HTML it cannot parse, whatever they hold (Telegram refuses some valid-looking HTML,
 // e.g. entities nested beyond its limits).
