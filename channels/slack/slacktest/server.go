@@ -156,8 +156,9 @@ func (s *Server) APIURL() string { return s.URL + "/api/" }
 func (s *Server) Close() { s.fs.Close() }
 
 // FailNext makes the next n calls f applies to fail as Slack fails them: f.Code() 429 with
-// a Retry-After header (f.RetryAfter rounded up to whole seconds), any other status with
-// an HTML error page. f.Method "" applies to the sending calls (chat.postMessage,
+// a Retry-After header (f.RetryAfter rounded up to whole seconds); Status 200 with Slack's
+// {"ok":false,"error":f.Message} (default "internal_error"); any other status with an HTML
+// error page. f.Method "" applies to the sending calls (chat.postMessage,
 // chat.postEphemeral, chat.update, chat.delete and the upload flow); any Web API method
 // can be named, and "files.download" for user file downloads.
 func (s *Server) FailNext(n int, f fakeserver.Failure) { s.fails.Add(n, f) }
@@ -325,6 +326,13 @@ func (s *Server) injectedFailure(method string) (apiResult, bool) {
 	f, ok := s.fails.Take(method, "", sending)
 	if !ok {
 		return apiResult{}, false
+	}
+	if f.Status == http.StatusOK {
+		code := f.Message
+		if code == "" {
+			code = "internal_error"
+		}
+		return errBody(code), true
 	}
 	return apiResult{status: f.Code(), retryAfter: f.RetryAfter}, true
 }

@@ -47,6 +47,10 @@ func TestWebAPIRules(t *testing.T) {
 	if sc, ok := errors.AsType[slackgo.StatusCodeError](err); !ok || sc.Code != 500 {
 		t.Fatalf("injected 5xx: %v", err)
 	}
+	s.FailNext(1, fakeserver.Failure{Method: "chat.update", Status: 200, Message: "cant_update_message"})
+	if _, _, _, err := api.UpdateMessageContext(ctx, "C1", ts, slackgo.MsgOptionText("again", false)); err == nil || err.Error() != "cant_update_message" {
+		t.Fatalf("injected ok:false: %v", err)
+	}
 }
 
 func TestFileDownloadNeedsTheBotToken(t *testing.T) {
