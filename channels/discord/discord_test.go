@@ -18,6 +18,7 @@ import (
 	"gateway/channels/channeltest"
 	"gateway/channels/discord"
 	"gateway/channels/discord/discordtest"
+	"gateway/internal/fakeserver"
 	"gateway/internal/secret"
 )
 
@@ -552,7 +553,7 @@ func TestServerErrorsAreBounded(t *testing.T) {
 	t.Parallel()
 	srv := discordtest.New(t)
 	e := start(t, srv, discord.Config{Access: defaultAccess()})
-	srv.FailNext(100, 0)
+	srv.FailNext(100, fakeserver.Failure{})
 	err := answer(t, e.ch, channels.Target{ChatID: "770", ChatType: channels.ChatDM}, channels.Frame{Type: channels.FrameDone, Text: "never"})
 	if err == nil || !strings.Contains(err.Error(), "500") || !strings.HasPrefix(err.Error(), "discord:") {
 		t.Fatalf("error %v; want a discord error naming the 500", err)
@@ -575,7 +576,7 @@ func TestRateLimitWaitsRetryAfter(t *testing.T) {
 	t.Parallel()
 	srv := discordtest.New(t)
 	e := start(t, srv, discord.Config{Access: defaultAccess()})
-	srv.FailNext(2, 1200*time.Millisecond)
+	srv.FailNext(2, fakeserver.Failure{RetryAfter: 1200 * time.Millisecond})
 	begin := time.Now()
 	if err := answer(t, e.ch, channels.Target{ChatID: "771", ChatType: channels.ChatDM}, channels.Frame{Type: channels.FrameDone, Text: "patient"}); err != nil {
 		t.Fatal(err)

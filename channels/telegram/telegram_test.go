@@ -23,6 +23,7 @@ import (
 	"gateway/channels/channeltest"
 	"gateway/channels/telegram"
 	"gateway/channels/telegram/telegramtest"
+	"gateway/internal/fakeserver"
 	"gateway/internal/secret"
 )
 
@@ -669,8 +670,8 @@ func TestRetriesHonourRetryAfterAndBackOff(t *testing.T) {
 	f := newFixture(t)
 	ch := f.start(f.config(), f.options(), channeltest.NewSink())
 	target := channels.Target{Channel: "telegram", ChatID: "1001", ChatType: channels.ChatDM}
-	f.srv.FailNext(1, time.Second)
-	f.srv.FailNext(2, 0)
+	f.srv.FailNext(1, fakeserver.Failure{RetryAfter: time.Second})
+	f.srv.FailNext(2, fakeserver.Failure{Status: http.StatusBadGateway})
 	answer(t, ch, target, done("eventually"))
 	calls := f.srv.Calls("sendMessage")
 	var statuses []int

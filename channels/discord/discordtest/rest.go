@@ -36,9 +36,7 @@ func (s *Server) routes() http.Handler {
 			call := Call{Method: r.Method, Path: r.URL.Path, Time: time.Now()}
 			defer func() {
 				call.Status = rec.status
-				s.mu.Lock()
-				s.calls = append(s.calls, call)
-				s.mu.Unlock()
+				s.calls.Add(call)
 			}()
 			bot, ok := s.botByAuth(r.Header.Get("Authorization"))
 			if auth && !ok {
@@ -143,14 +141,10 @@ func (s *Server) getRoles(w http.ResponseWriter, r *http.Request, _ Bot, _ *Call
 }
 
 func (s *Server) postTyping(w http.ResponseWriter, r *http.Request, bot Bot, _ *Call) {
-	s.mu.Lock()
-	if s.typingFailN > 0 {
-		s.typingFailN--
-		after := s.typingAfter
-		s.mu.Unlock()
-		rateLimited(w, after)
+	if s.fail(w, r, "typing") {
 		return
 	}
+	s.mu.Lock()
 	s.channelLocked(r.PathValue("cid"), bot.ID)
 	s.typing[r.PathValue("cid")]++
 	s.mu.Unlock()
@@ -175,21 +169,22 @@ func (s *Server) getAttachment(w http.ResponseWriter, r *http.Request, _ Bot, _ 
 	_, _ = w.Write(f.Data)
 }
 
-// failLocked consumes one injected failure, if any, and answers it.
-func (s *Server) fail(w http.ResponseWriter) bool {
-	s.mu.Lock()
-	if s.failN <= 0 {
-		s.mu.Unlock()
+// fail consumes a scripted failure of method in the request's channel, if any, and
+// answers it.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, method string) bool {
+	f, ok := s.fails.Take(method, r.PathValue("cid"), func(m string) bool { return m == "createMessage" || m == "editMessage" })
+	if !ok {
 		return false
 	}
-	s.failN--
-	status, after := s.failStatus, s.failAfter
-	s.mu.Unlock()
-	if status == http.StatusTooManyRequests {
-		rateLimited(w, after)
+	if f.Code() == http.StatusTooManyRequests {
+		rateLimited(w, f.RetryAfter)
 		return true
 	}
-	writeErr(w, status, 0, http.StatusText(status))
+	msg := f.Message
+	if msg == "" {
+		msg = http.StatusText(f.Code())
+	}
+	writeErr(w, f.Code(), 0, msg)
 	return true
 }
 
@@ -277,7 +272,7 @@ func (s *Server) createMessage(w http.ResponseWriter, r *http.Request, bot Bot, 
 		writeErr(w, http.StatusBadRequest, 50109, "The request body contains invalid JSON.")
 		return
 	}
-	if s.fail(w) {
+	if s.fail(w, r, "createMessage") {
 		return
 	}
 	content := ""
@@ -387,7 +382,7 @@ func (s *Server) editMessage(w http.ResponseWriter, r *http.Request, bot Bot, ca
 		writeErr(w, http.StatusBadRequest, 50109, "The request body contains invalid JSON.")
 		return
 	}
-	if s.fail(w) {
+	if s.fail(w, r, "editMessage") {
 		return
 	}
 	s.mu.Lock()

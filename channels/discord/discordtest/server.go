@@ -14,14 +14,14 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"gateway/internal/fakeserver"
 )
 
 // MaxContent is Discord's limit on message content, in characters (runes).
@@ -110,7 +110,9 @@ type channel struct {
 type Server struct {
 	URL string // the api_url to configure: REST under /api/v9, gateway at /ws/
 
-	srv *httptest.Server
+	fs    *fakeserver.Server
+	calls fakeserver.Log[Call]
+	fails fakeserver.Failures
 
 	// dispatchMu makes every message reach all sessions before the next one does, so a
 	// bot's answer never overtakes, at another bot, the message it answers.
@@ -126,13 +128,7 @@ type Server struct {
 	messages      map[string]*Message
 	order         []string // message ids, oldest first
 	typing        map[string]int
-	calls         []Call
 	ops           []Op
-	failN         int
-	failAfter     time.Duration
-	failStatus    int
-	typingFailN   int
-	typingAfter   time.Duration
 	rejectResumes int
 	nextID        uint64
 	heartbeat     time.Duration
@@ -155,22 +151,23 @@ func New(t testing.TB) *Server {
 		heartbeat: time.Second,
 		sessions:  map[string]*session{},
 	}
-	s.srv = httptest.NewServer(s.routes())
-	s.URL = s.srv.URL
+	s.fs = fakeserver.New(s.routes())
+	s.URL = s.fs.URL
+	s.fs.OnClose(s.dropAll)
 	s.AddBot("gatewaybot")
 	t.Cleanup(s.Close)
 	return s
 }
 
 // Close drops every gateway connection and stops the server.
-func (s *Server) Close() {
+func (s *Server) Close() { s.fs.Close() }
+
+func (s *Server) dropAll() {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	for _, ss := range s.sessions {
 		ss.drop()
 	}
-	s.mu.Unlock()
-	s.srv.CloseClientConnections()
-	s.srv.Close()
 }
 
 // AddBot registers another bot account with a fresh token and returns it.
@@ -245,31 +242,11 @@ func (s *Server) SetRoles(userID string, roles ...string) {
 	s.roles[s.guildID+"/"+userID] = roles
 }
 
-// FailNext makes the next n message creates/edits fail: 429 with retry_after in the body
-// and headers when retryAfter > 0, else 500.
-func (s *Server) FailNext(n int, retryAfter time.Duration) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.failN, s.failAfter, s.failStatus = n, retryAfter, http.StatusInternalServerError
-	if retryAfter > 0 {
-		s.failStatus = http.StatusTooManyRequests
-	}
-}
-
-// FailNextTyping makes the next n typing calls answer 429 with retryAfter, as
-// FailNext does for messages.
-func (s *Server) FailNextTyping(n int, retryAfter time.Duration) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.typingFailN, s.typingAfter = n, retryAfter
-}
-
-// FailNextStatus makes the next n message creates/edits fail with the given status.
-func (s *Server) FailNextStatus(n, status int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.failN, s.failAfter, s.failStatus = n, 0, status
-}
+// FailNext makes the next n calls f applies to fail as Discord fails them: f.Code() 429
+// with retry_after in the JSON body and the rate-limit headers, any other status with
+// Discord's error JSON. f.Method "" applies to message creates and edits; "createMessage",
+// "editMessage" and "typing" name one call. f.Chat limits it to one channel id.
+func (s *Server) FailNext(n int, f fakeserver.Failure) { s.fails.Add(n, f) }
 
 // RejectNextResume answers the next RESUME with INVALID_SESSION (d: false) and forgets
 // the session, so the client must identify again.
@@ -310,9 +287,7 @@ func (s *Server) Drop() int64 {
 
 // Calls lists every REST request answered so far.
 func (s *Server) Calls() []Call {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]Call(nil), s.calls...)
+	return s.calls.All()
 }
 
 // Ops lists every gateway payload received so far (IDENTIFY, RESUME, HEARTBEAT).

@@ -11,6 +11,8 @@ import (
 
 	"github.com/gorilla/websocket"
 	"go.uber.org/goleak"
+
+	"gateway/internal/fakeserver"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -44,14 +46,14 @@ func TestFakeEnforcesDiscordRules(t *testing.T) {
 	if r := post(t, s, tok, "/api/v9/channels/1/messages", map[string]any{"content": "", "flags": FlagVoiceMessage}); r.StatusCode != 400 {
 		t.Errorf("voice flag without a file: %d; want 400", r.StatusCode)
 	}
-	s.FailNext(1, 0)
+	s.FailNext(1, fakeserver.Failure{})
 	if r := post(t, s, tok, "/api/v9/channels/1/messages", map[string]string{"content": "x"}); r.StatusCode != 500 {
 		t.Errorf("injected failure: %d; want 500", r.StatusCode)
 	}
 	if n := len(s.Posted("1")); n != 1 {
 		t.Errorf("%d messages stored; want only the valid one", n)
 	}
-	s.FailNextTyping(1, 1500*time.Millisecond)
+	s.FailNext(1, fakeserver.Failure{Method: "typing", RetryAfter: 1500 * time.Millisecond})
 	if r := post(t, s, tok, "/api/v9/channels/1/typing", nil); r.StatusCode != 429 || r.Header.Get("Retry-After") != "2" {
 		t.Errorf("injected typing 429: %d, Retry-After %q", r.StatusCode, r.Header.Get("Retry-After"))
 	}
