@@ -261,6 +261,9 @@ func (c *Channel) Start(ctx context.Context, sink channels.Sink) error {
 	defer ocancel()
 	defer context.AfterFunc(run, ocancel)()
 	if err := c.open(octx); err != nil {
+		// Open may have won a race with the cancel (the socket and its heartbeat are up when
+		// the Stop lands): close whatever it opened, then end the rest.
+		c.disconnect()
 		c.fail()
 		return c.gatewayError(err)
 	}
