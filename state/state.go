@@ -3,7 +3,7 @@
 // window of platform message ids, per-chat settings and platform cursors. Every write is one
 // bbolt transaction, fsynced before it returns, so what a caller was told is stored survives
 // a crash. Consumers depend on the small interfaces they need (see Journal, Settings,
-// Cursors); cluster mode implements the same ones elsewhere.
+// Cursors, RememberedKeys); cluster mode implements the same ones elsewhere.
 package state
 
 import (
@@ -97,7 +97,7 @@ func openFile(path string) (db *bolt.DB, err error) {
 		return nil, err
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketJournal, bucketDedup, bucketSettings, bucketCursors} {
+		for _, b := range [][]byte{bucketJournal, bucketDedup, bucketSettings, bucketCursors, bucketKeys} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}

@@ -148,3 +148,43 @@ func TestBrokenStateFileIsMovedAsideNotFatal(t *testing.T) {
 		})
 	}
 }
+
+func TestRememberedKeysAreBoundedAndSurviveReopen(t *testing.T) {
+	dir := t.TempDir()
+	db, _ := open(t, dir, Limits{})
+	clock := time.Unix(1_700_000_000, 0)
+	db.now = func() time.Time { return clock }
+	for i := range 30 {
+		clock = clock.Add(time.Second)
+		if err := db.Remember("slack.threads", fmt.Sprint("C1:", i), 10, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var n int
+	if err := db.db.View(func(tx *bolt.Tx) error {
+		n = tx.Bucket(bucketKeys).Bucket([]byte("slack.threads")).Stats().KeyN
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n > 11 {
+		t.Fatalf("set holds %d keys; bound is 10 (+10%% slack)", n)
+	}
+	if ok, _ := db.Remembered("slack.threads", "C1:0", time.Hour); ok {
+		t.Fatal("the oldest key beyond the bound is still remembered")
+	}
+	if ok, _ := db.Remembered("other", "C1:29", time.Hour); ok {
+		t.Fatal("sets are not apart")
+	}
+	db.Close()
+	db, _ = open(t, dir, Limits{})
+	defer db.Close()
+	db.now = func() time.Time { return clock }
+	if ok, err := db.Remembered("slack.threads", "C1:29", time.Hour); err != nil || !ok {
+		t.Fatalf("the newest key after reopen = %v %v; want remembered", ok, err)
+	}
+	clock = clock.Add(2 * time.Hour)
+	if ok, _ := db.Remembered("slack.threads", "C1:29", time.Hour); ok {
+		t.Fatal("a key older than the age is still remembered")
+	}
+}
