@@ -2,13 +2,16 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"gateway/channels"
 	"gateway/harness"
 	"gateway/state"
 )
@@ -134,5 +137,55 @@ func TestVoiceChoiceSurvivesRestart(t *testing.T) {
 	second := newEnvIn(t, filepath.Join(dir, "sessions"), withDurable(db), voice)
 	if got := second.say(t, "c1", "m2", "/voice"); !strings.Contains(got, "Voice replies: off") {
 		t.Fatalf("after restart /voice answered %q; want the saved choice (off)", got)
+	}
+}
+
+// failingJournal is a journal whose writes fail while fail is set (a full or read-only disk).
+type failingJournal struct {
+	*state.DB
+	fail atomic.Bool
+}
+
+func (j *failingJournal) Accept(key string, body []byte) (uint64, error) {
+	if j.fail.Load() {
+		return 0, errors.New("write state.db: no space left on device")
+	}
+	return j.DB.Accept(key, body)
+}
+
+// A journal that cannot write: the user is told in plain words, Deliver fails (so the
+// adapter does not acknowledge and the platform offers the message again), the model is not
+// called; once the journal writes again the same message is taken and answered.
+func TestJournalFailureRefusesWithoutAck(t *testing.T) {
+	dir := t.TempDir()
+	db := openState(t, dir)
+	defer db.Close()
+	j := &failingJournal{DB: db}
+	j.fail.Store(true)
+	e := newEnvIn(t, filepath.Join(dir, "sessions"), func(_ *Config, _ *Runtime, d *Deps) { d.Journal, d.Settings = j, db })
+	e.fake.SetFunc(func(req *harness.Request) harness.FakeReply { return harness.FakeReply{Text: "ok"} })
+	msg := func() *channels.Message {
+		return &channels.Message{ID: "m1", Channel: "mem", ChatID: "c1", UserID: "uc1", ChatType: channels.ChatDM,
+			Parts: []channels.Part{channels.TextPart("hello")}}
+	}
+	err := e.mem.sink.Deliver(context.Background(), msg())
+	if !errors.Is(err, channels.ErrNotAccepted) {
+		t.Fatalf("Deliver with a failing journal = %v; want ErrNotAccepted, so the adapter does not ack", err)
+	}
+	e.mem.waitDone(t, 1)
+	told := e.mem.finals("c1")
+	if len(told) != 1 || !strings.Contains(told[0], "couldn't save your message") {
+		t.Fatalf("the user was told %q; want plain words that the message was not taken", told)
+	}
+	if n := len(e.fake.Requests()); n != 0 {
+		t.Fatalf("the model was called %d times for a message that was not journaled", n)
+	}
+	j.fail.Store(false)
+	if err := e.mem.sink.Deliver(context.Background(), msg()); err != nil { // the platform offers it again
+		t.Fatalf("redelivery once the journal works: %v", err)
+	}
+	e.mem.waitDone(t, 1)
+	if got := e.mem.finals("c1"); len(got) != 2 || got[1] != "done:ok" {
+		t.Fatalf("after the journal recovered: %q; want the message answered", got)
 	}
 }
