@@ -262,7 +262,6 @@ func (c *Channel) openSavedOffset() (int64, savedOffset) {
 		w, err := c.openOffset()
 		if err != nil {
 			c.log.Error("telegram: cannot open the update offset file; a restart may repeat updates", "err", err)
-			return offset, w
 		}
 		return offset, w
 	}
@@ -390,7 +389,7 @@ func (w *offsetWriter) save(offset int64) error {
 }
 
 func (w *offsetWriter) close() {
-	if w != nil && w.f != nil {
+	if w != nil {
 		w.f.Close()
 	}
 }
