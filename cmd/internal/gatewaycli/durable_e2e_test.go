@@ -183,6 +183,7 @@ type platform struct {
 	send   func(text string)   // a user's message
 	resend func()              // the platform delivers the last message again (same ids)
 	answer func() []string     // the bot's answers so far
+	acked  func() bool         // the platform saw everything it sent acknowledged (nil: no such notion)
 	fake   func() fmt.Stringer // for failure messages
 }
 
@@ -208,6 +209,7 @@ func telegramPlatform(t *testing.T) platform {
 		// A polling bot gets an update again when its offset did not reach Telegram: the
 		// same message, as a new update (telegramtest.Redeliver's doc).
 		resend: func() { tg.Send(telegramtest.Update{ChatID: tgChat, MessageID: lastMsg, Text: "again"}) },
+		acked:  func() bool { return tg.Pending() == 0 }, // the offset moved past every update
 		answer: func() []string {
 			var out []string
 			for _, m := range tg.Messages(tgChat) {
@@ -249,6 +251,14 @@ func slackPlatform(t *testing.T, sl *slacktest.Server) platform {
 		},
 		send:   func(text string) { last = sl.DM(slackDM, slackUser, text) },
 		resend: func() { sl.Redeliver(slackDM, last) },
+		acked: func() bool {
+			for _, e := range sl.Envelopes() {
+				if !e.Acked {
+					return false
+				}
+			}
+			return true
+		},
 		answer: func() []string {
 			var out []string
 			for _, p := range sl.Posted(slackDM) {
@@ -317,8 +327,8 @@ func TestAnsweredThenKilledIsNotAnsweredAgainAndRedeliveryIsDropped(t *testing.T
 			g := startChild(t, root, addr)
 			p.send("hello there")
 			waitFor(t, "answered", func() bool { return len(p.answer()) == 1 }, g.log)
-			// The journal lets go once done reached the platform: give that a moment.
-			time.Sleep(300 * time.Millisecond)
+			// The journal lets go once done reached the platform.
+			waitFor(t, "settled", func() bool { return strings.Contains(g.log.String(), "message settled") }, g.log)
 			g.kill()
 
 			g = startChild(t, root, addr)
@@ -339,14 +349,14 @@ func TestAnsweredThenKilledIsNotAnsweredAgainAndRedeliveryIsDropped(t *testing.T
 			if !strings.Contains(g.log.String(), "dropped a message accepted before") {
 				t.Fatalf("the redelivery was not dropped by the dedup window; log:\n%s", g.log)
 			}
+			// Dropped, yet acknowledged: the platform stops sending it.
+			waitFor(t, "the redelivery is acknowledged", p.acked, g.log)
 			g.stop()
 		})
 	}
 }
 
-// The Slack envelope of a redelivered event is acknowledged after a restart (so Slack stops
-// sending it) and not answered; a thread the bot answered in is still followed without a
-// mention after the restart.
+// A Slack thread the bot answered in is still followed without a mention after a restart.
 func TestSlackThreadFollowedAfterRestart(t *testing.T) {
 	sl := slacktest.New(t)
 	p := slackPlatform(t, sl)
@@ -362,7 +372,7 @@ func TestSlackThreadFollowedAfterRestart(t *testing.T) {
 		}
 		return false
 	}, g.log)
-	time.Sleep(300 * time.Millisecond)
+	waitFor(t, "settled", func() bool { return strings.Contains(g.log.String(), "message settled") }, g.log)
 	g.kill()
 
 	g = startChild(t, root, addr)
