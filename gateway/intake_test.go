@@ -6,13 +6,17 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"gateway/channels"
+	"gateway/channels/telegram"
+	"gateway/channels/telegram/telegramtest"
 	"gateway/harness"
+	"gateway/internal/secret"
 	"gateway/state"
 )
 
@@ -187,5 +191,66 @@ func TestJournalFailureRefusesWithoutAck(t *testing.T) {
 	e.mem.waitDone(t, 1)
 	if got := e.mem.finals("c1"); len(got) != 2 || got[1] != "done:ok" {
 		t.Fatalf("after the journal recovered: %q; want the message answered", got)
+	}
+}
+
+// The same through the Telegram adapter against its fake: while the journal cannot write,
+// the user is told and the update stays unconfirmed at Telegram (the offset did not move
+// past it); once the journal writes again, the update comes again and is answered once.
+func TestJournalFailureKeepsTheTelegramUpdate(t *testing.T) {
+	dir := t.TempDir()
+	db := openState(t, dir)
+	defer db.Close()
+	j := &failingJournal{DB: db}
+	j.fail.Store(true)
+	tg := telegramtest.NewServer(t)
+	ch, err := telegram.New(telegram.Config{Enabled: true, Token: secret.Secret(tg.Token), APIURL: tg.URL, Mode: telegram.ModePolling,
+		Access: channels.Access{AllowFrom: []string{strconv.Itoa(telegramtest.UserID)}, DMPolicy: channels.DMAllowlist}},
+		telegram.Options{StateDir: t.TempDir(), State: db, PollTimeout: time.Second,
+			Pacing: telegram.Pacing{GlobalPerSecond: -1, PerChatInterval: -1, GroupInterval: -1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnvWith(t, filepath.Join(dir, "sessions"), []channels.Channel{ch}, func(_ *Config, _ *Runtime, d *Deps) { d.Journal, d.Settings = j, db })
+	e.fake.SetFunc(func(req *harness.Request) harness.FakeReply { return harness.FakeReply{Text: "ok"} })
+	const chat = 4242
+	tg.Send(telegramtest.Update{ChatID: chat, Text: "hello"})
+	deadline := time.Now().Add(10 * time.Second)
+	for len(tg.Messages(chat)) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the user was not told that the message was not taken")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := tg.Messages(chat)[0].Text; !strings.Contains(got, "couldn't save your message") {
+		t.Fatalf("the user was told %q", got)
+	}
+	time.Sleep(2500 * time.Millisecond) // the adapter polls again meanwhile, and the update comes again
+	if n := len(tg.Messages(chat)); n != 1 {
+		t.Fatalf("the user was told %d times; once is enough while Telegram offers the update again", n)
+	}
+	if n := tg.Pending(); n != 1 {
+		t.Fatalf("Telegram holds %d unconfirmed updates; want the refused one kept (the offset must not pass it)", n)
+	}
+	if n := len(e.fake.Requests()); n != 0 {
+		t.Fatalf("the model was called %d times", n)
+	}
+	j.fail.Store(false)
+	for {
+		msgs := tg.Messages(chat)
+		if len(msgs) >= 2 && msgs[len(msgs)-1].Text == "ok" {
+			break
+		}
+		if time.Now().After(deadline.Add(10 * time.Second)) {
+			t.Fatalf("not answered once the journal works: %+v", msgs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if n := len(e.fake.Requests()); n != 1 {
+		t.Fatalf("model calls = %d; want one", n)
+	}
+	if n := tg.Pending(); n != 0 {
+		t.Fatalf("%d updates still unconfirmed after the answer", n)
 	}
 }
