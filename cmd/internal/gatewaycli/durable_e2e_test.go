@@ -179,12 +179,12 @@ func quiet() { time.Sleep(1500 * time.Millisecond) }
 // platform is what a test does with one fake platform.
 type platform struct {
 	name   string
-	config func() string       // the channels: section
-	send   func(text string)   // a user's message
-	resend func()              // the platform delivers the last message again (same ids)
-	answer func() []string     // the bot's answers so far
-	acked  func() bool         // the platform saw everything it sent acknowledged (nil: no such notion)
-	fake   func() fmt.Stringer // for failure messages
+	config func(addr string) string // the channels: section; addr is the gateway's http.listen
+	send   func(text string)        // a user's message
+	resend func()                   // the platform delivers the last message again (same ids)
+	answer func() []string          // the bot's answers so far
+	acked  func() bool              // the platform saw everything it sent acknowledged (nil: no such notion)
+	fake   func() fmt.Stringer      // for failure messages
 }
 
 const (
@@ -201,7 +201,7 @@ func telegramPlatform(t *testing.T) platform {
 	var lastMsg int
 	return platform{
 		name: "telegram",
-		config: func() string {
+		config: func(string) string {
 			return fmt.Sprintf("  telegram:\n    enabled: true\n    token: %q\n    api_url: %s\n    allow_from: [%q]\n",
 				telegramtest.Token, tg.URL, fmt.Sprint(telegramtest.UserID))
 		},
@@ -225,7 +225,7 @@ func discordPlatform(t *testing.T) platform {
 	var last string
 	return platform{
 		name: "discord",
-		config: func() string {
+		config: func(string) string {
 			return fmt.Sprintf("  discord:\n    enabled: true\n    token: %q\n    api_url: %s\n    allow_from: [%q]\n",
 				dc.Bot().Token, dc.URL, dcUser)
 		},
@@ -241,11 +241,35 @@ func discordPlatform(t *testing.T) platform {
 	}
 }
 
+// telegramWebhookPlatform is Telegram in webhook mode: there a redelivery carries the same
+// update_id (Telegram posts an update again when it did not see a 2xx).
+func telegramWebhookPlatform(t *testing.T) platform {
+	tg := telegramtest.NewServer(t)
+	var lastUpdate int64
+	return platform{
+		name: "telegram-webhook",
+		config: func(addr string) string {
+			return fmt.Sprintf("  telegram:\n    enabled: true\n    mode: webhook\n    token: %q\n    api_url: %s\n    webhook_url: http://%s/telegram/webhook\n    webhook_secret: hook-secret-0123456789\n    allow_from: [%q]\n",
+				telegramtest.Token, tg.URL, addr, fmt.Sprint(telegramtest.UserID))
+		},
+		send:   func(text string) { lastUpdate, _ = tg.Send(telegramtest.Update{ChatID: tgChat, Text: text}) },
+		resend: func() { tg.Redeliver(lastUpdate) },
+		acked:  func() bool { return tg.Pending() == 0 }, // answered 200
+		answer: func() []string {
+			var out []string
+			for _, m := range tg.Messages(tgChat) {
+				out = append(out, m.Text)
+			}
+			return out
+		},
+	}
+}
+
 func slackPlatform(t *testing.T, sl *slacktest.Server) platform {
 	var last string
 	return platform{
 		name: "slack",
-		config: func() string {
+		config: func(string) string {
 			return fmt.Sprintf("  slack:\n    enabled: true\n    bot_token: %q\n    app_token: %q\n    api_url: %s\n    allow_from: [%q]\n",
 				slacktest.BotToken, slacktest.AppToken, sl.APIURL(), slackUser)
 		},
@@ -272,6 +296,7 @@ func slackPlatform(t *testing.T, sl *slacktest.Server) platform {
 func platforms(t *testing.T) []func(*testing.T) platform {
 	return []func(*testing.T) platform{
 		telegramPlatform,
+		telegramWebhookPlatform,
 		discordPlatform,
 		func(t *testing.T) platform { return slackPlatform(t, slacktest.New(t)) },
 	}
@@ -279,7 +304,7 @@ func platforms(t *testing.T) []func(*testing.T) platform {
 
 func newRoot(t *testing.T, oai *slowModel, p platform, extra ...string) (root, addr string) {
 	root, addr = t.TempDir(), freePort(t)
-	writeChildConfig(t, root, addr, oai.URL(), p.config()+strings.Join(extra, ""))
+	writeChildConfig(t, root, addr, oai.URL(), p.config(addr)+strings.Join(extra, ""))
 	return root, addr
 }
 
