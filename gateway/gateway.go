@@ -113,12 +113,15 @@ type Gateway struct {
 	mu       sync.Mutex
 	sessions map[string]*session
 
-	dedup    *channels.Dedup
-	turnSem  chan struct{}
-	actors   sync.WaitGroup
-	ctx      context.Context // lives until Stop's deadline: cancelling it aborts turns
-	cancel   context.CancelCauseFunc
-	draining chan struct{} // closed when Stop begins: actors finish their queue and exit
+	dedup *channels.Dedup
+	// journalTold: messages whose sender was told that the journal could not store them;
+	// the platform offers such a message again every few seconds, and once is enough.
+	journalTold *channels.Dedup
+	turnSem     chan struct{}
+	actors      sync.WaitGroup
+	ctx         context.Context // lives until Stop's deadline: cancelling it aborts turns
+	cancel      context.CancelCauseFunc
+	draining    chan struct{} // closed when Stop begins: actors finish their queue and exit
 
 	stateMu  sync.Mutex
 	started  bool
@@ -165,26 +168,27 @@ func New(cfg Config, rt *Runtime, deps Deps) (*Gateway, error) {
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	g := &Gateway{
-		cfg:       cfg,
-		log:       log,
-		store:     deps.Store,
-		metrics:   deps.Metrics,
-		newProv:   deps.NewProvider,
-		journal:   deps.Journal,
-		settings:  deps.Settings,
-		media:     deps.Media,
-		byName:    map[string]channels.Channel{},
-		providers: map[harness.Config]harness.Provider{},
-		sessions:  map[string]*session{},
-		dedup:     channels.NewDedup(10_000),
-		turnSem:   make(chan struct{}, cfg.MaxConcurrentTurns),
-		ctx:       ctx,
-		cancel:    cancel,
-		draining:  make(chan struct{}),
-		conn:      map[string]bool{},
-		lifecycle: newOffload(1, lifecycleQueue),
-		notices:   newOffload(noticeWorkers, noticeQueue),
-		noticing:  map[string]bool{},
+		cfg:         cfg,
+		log:         log,
+		store:       deps.Store,
+		metrics:     deps.Metrics,
+		newProv:     deps.NewProvider,
+		journal:     deps.Journal,
+		settings:    deps.Settings,
+		media:       deps.Media,
+		byName:      map[string]channels.Channel{},
+		providers:   map[harness.Config]harness.Provider{},
+		sessions:    map[string]*session{},
+		dedup:       channels.NewDedup(10_000),
+		journalTold: channels.NewDedup(1000),
+		turnSem:     make(chan struct{}, cfg.MaxConcurrentTurns),
+		ctx:         ctx,
+		cancel:      cancel,
+		draining:    make(chan struct{}),
+		conn:        map[string]bool{},
+		lifecycle:   newOffload(1, lifecycleQueue),
+		notices:     newOffload(noticeWorkers, noticeQueue),
+		noticing:    map[string]bool{},
 	}
 	g.rt.Store(rt)
 	return g, nil
@@ -432,8 +436,10 @@ func (g *Gateway) Deliver(ctx context.Context, msg *channels.Message) error {
 		}
 		// Not acknowledged, so the platform offers it again; the user learns why it waits.
 		g.log.Error("cannot journal a message; it is not acknowledged to the platform", "channel", msg.Channel, "chat", msg.ChatID, "err", err)
-		g.refuse(msg, "journal", "the intake journal could not store the message: "+err.Error(),
-			"I couldn't save your message just now (my storage is failing), so it was not taken. Please send it again in a little while.")
+		if dedupKey == "" || !g.journalTold.Seen(dedupKey) {
+			g.refuse(msg, "journal", "the intake journal could not store the message: "+err.Error(),
+				"I couldn't save your message just now (my storage is failing), so it was not taken. Please send it again in a little while.")
+		}
 		return fmt.Errorf("%w: %w", channels.ErrNotAccepted, err)
 	}
 	if dup {

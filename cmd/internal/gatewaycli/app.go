@@ -45,6 +45,7 @@ type app struct {
 	stt     *stt.STT
 	tts     *tts.TTS
 	gw      *gateway.Gateway
+	state   *state.DB // the durable state; nil in a dry run (check, hooks list)
 
 	reloadMu sync.Mutex         // one reload at a time; guards cfg, hooks and loadErrs after start
 	hooks    []hooks.LoadedHook // of the current runtime's hook directories, disabled ones included
@@ -80,11 +81,13 @@ func isTerminal(w io.Writer) bool {
 }
 
 // buildApp wires every part from cfg without connecting anything: `check` runs exactly this.
-// With dryRun (`check`, `hooks list`) it writes nothing: state_dir is checked, not created,
-// and the history store is never opened. Nothing it builds runs until Start: no hook program
-// is started and no event is emitted.
-func buildApp(cfg Config, cfgPath string, log *slog.Logger, getenv func(string) string, dryRun bool) (*app, error) {
-	a := &app{cfgPath: cfgPath, cfg: cfg, getenv: getenv, log: log, reg: prometheus.NewRegistry()}
+// With db nil (a dry run: `check`, `hooks list`) it writes nothing: state_dir is checked, not
+// created, and no store is opened. `run` passes the durable state it opened: the gateway
+// journals into it and the adapters keep their cursors and remembered keys there. Nothing it
+// builds runs until Start: no hook program is started and no event is emitted.
+func buildApp(cfg Config, cfgPath string, log *slog.Logger, getenv func(string) string, db *state.DB) (*app, error) {
+	dryRun := db == nil
+	a := &app{cfgPath: cfgPath, cfg: cfg, getenv: getenv, log: log, reg: prometheus.NewRegistry(), state: db}
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a.metrics = gateway.NewMetrics(a.reg)
 	// Every outbound call has a timeout; streaming calls get theirs from their context.
@@ -160,6 +163,9 @@ func buildApp(cfg Config, cfgPath string, log *slog.Logger, getenv func(string) 
 		rt.Close()
 		return nil, err
 	}
+	if db != nil {
+		a.gw.SetDurable(db, db)
+	}
 	chans, err := a.buildChannels(cfg)
 	if err != nil {
 		rt.Close()
@@ -173,12 +179,16 @@ func buildApp(cfg Config, cfgPath string, log *slog.Logger, getenv func(string) 
 
 func (a *app) buildChannels(cfg Config) ([]channels.Channel, error) {
 	var out []channels.Channel
+	var st channels.State // nil (in memory) for a dry run
+	if a.state != nil {
+		st = a.state
+	}
 	var errs []error
 	if cfg.Channels.Web.Enabled {
 		out = append(out, web.New(cfg.Channels.Web, web.Options{Logger: a.log, MediaDir: filepath.Join(cfg.StateDir, "media", "web")}))
 	}
 	if cfg.Channels.Telegram.Enabled {
-		ch, err := telegram.New(cfg.Channels.Telegram, telegram.Options{Logger: a.log, StateDir: filepath.Join(cfg.StateDir, "telegram"), HTTPClient: a.client})
+		ch, err := telegram.New(cfg.Channels.Telegram, telegram.Options{Logger: a.log, StateDir: filepath.Join(cfg.StateDir, "telegram"), HTTPClient: a.client, State: st})
 		if err != nil {
 			errs = append(errs, err)
 		} else {
@@ -194,7 +204,7 @@ func (a *app) buildChannels(cfg Config) ([]channels.Channel, error) {
 		}
 	}
 	if cfg.Channels.Slack.Enabled {
-		ch, err := slack.New(cfg.Channels.Slack, slack.Options{Logger: a.log, StateDir: filepath.Join(cfg.StateDir, "slack"), HTTPClient: a.client})
+		ch, err := slack.New(cfg.Channels.Slack, slack.Options{Logger: a.log, StateDir: filepath.Join(cfg.StateDir, "slack"), HTTPClient: a.client, State: st})
 		if err != nil {
 			errs = append(errs, err)
 		} else {
@@ -341,15 +351,13 @@ func runGateway(ctx context.Context, path string, reload <-chan struct{}, stderr
 		return exitCode(1)
 	}
 	log := newLogger(cfg.Log, stderr, getenv)
-	a, err := buildApp(cfg, path, log, getenv, false)
+	// The durable state (intake journal, dedup window, per-chat settings, platform cursors)
+	// is opened by run only, before the channels are built: a dry run writes nothing.
+	db, err := state.Open(cfg.StateDir, state.Limits{}, log)
+	var a *app
 	if err == nil {
-		// The durable state (intake journal, dedup window, per-chat settings) is opened by
-		// run only: a dry run writes nothing.
-		var db *state.DB
-		if db, err = state.Open(cfg.StateDir, state.Limits{}, log); err == nil {
-			defer db.Close()
-			a.gw.SetDurable(db, db)
-		}
+		defer db.Close()
+		a, err = buildApp(cfg, path, log, getenv, db)
 	}
 	if err != nil {
 		log.Error("cannot start", "err", err)

@@ -26,7 +26,7 @@ func checkConfig(ctx context.Context, path string, out io.Writer, getenv func(st
 	if err == nil {
 		// Build everything run builds, logging nowhere, then let it go.
 		var a *app
-		if a, err = buildApp(cfg, path, slog.New(slog.DiscardHandler), getenv, true); err == nil {
+		if a, err = buildApp(cfg, path, slog.New(slog.DiscardHandler), getenv, nil); err == nil {
 			// Every hook that would not load, each on its own line: run skips them silently
 			// for the user, so check is where the admin learns of all of them.
 			var herrs []error
@@ -74,7 +74,7 @@ func newHooksCmd(path func() string, out io.Writer, getenv func(string) string) 
 				fmt.Fprintf(out, "the configuration has problems:\n%s\n", indent(err.Error()))
 				return exitCode(1)
 			}
-			a, err := buildApp(cfg, path(), slog.New(slog.DiscardHandler), getenv, true)
+			a, err := buildApp(cfg, path(), slog.New(slog.DiscardHandler), getenv, nil)
 			if err != nil {
 				fmt.Fprintf(out, "cannot build the gateway:\n%s\n", indent(err.Error()))
 				return exitCode(1)
