@@ -74,7 +74,6 @@ func New(cfg Config, opts Options) (*STT, error) {
 	return s, nil
 }
 
-
 // Register adds the message:receive handler to scope (nothing when disabled).
 func (s *STT) Register(scope *hooks.Scope) {
 	if !s.cfg.Enabled {

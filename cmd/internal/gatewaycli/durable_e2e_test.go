@@ -7,6 +7,8 @@ package gatewaycli
 // the same state_dir.
 
 import (
+	"go.uber.org/goleak"
+
 	"context"
 	"fmt"
 	"net/http"
@@ -39,7 +41,7 @@ func TestMain(m *testing.M) {
 		stop()
 		os.Exit(code)
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m) // every gateway a test ran in-process has stopped all it started
 }
 
 // slowModel is the fake OpenAI API: it answers "answer N" to the N-th call, and the calls
