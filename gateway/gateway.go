@@ -25,6 +25,9 @@ type Runtime struct {
 	LLM      harness.Config
 	// VoiceReplies tells whether a text-to-speech hook is configured, so /voice can say so.
 	VoiceReplies bool
+	// Commands holds the builtin commands and those the hooks declare, and the hooks'
+	// tools (nil: builtins only).
+	Commands *hooks.Registry
 	// Tools builds the tools a profile enables (nil: no tools).
 	Tools func(names []string) ([]harness.Tool, error)
 	// Close releases what the runtime loaded (hook scopes); called after it is replaced

@@ -44,7 +44,9 @@ type turnReq struct {
 	target  channels.Target
 	// rt is the runtime the message was taken with (its profile came from it): the turn
 	// runs with it. It is held until release, called once the turn ended or was dropped.
-	compact bool     // /compact: prompt holds its instructions (see compactTurn)
+	compact bool // /compact: prompt holds its instructions (see compactTurn)
+	// hookCmd is a hook's command: prompt holds its arguments (see commandTurn).
+	hookCmd *hooks.RegisteredCommand
 	seqs    []uint64 // the journaled messages it answers
 	rt      *Runtime
 	release func()
@@ -280,7 +282,7 @@ func (s *session) dispatch(req *turnReq, mode string) {
 		}
 		s.pending = append(s.pending, req)
 	case QueueCollect:
-		if n := len(s.pending); n > 0 && !s.pending[n-1].compact {
+		if n := len(s.pending); n > 0 && !s.pending[n-1].compact && s.pending[n-1].hookCmd == nil {
 			last := s.pending[n-1]
 			last.prompt += "\n\n" + req.prompt
 			last.isVoice = last.isVoice || req.isVoice

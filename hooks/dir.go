@@ -48,6 +48,12 @@ type DirOptions struct {
 	// does not follow redirects.
 	HTTPClient *http.Client
 	Logger     *slog.Logger
+	// Registry, when set, receives the commands and tools the hooks declare; a hook whose
+	// command or tool clashes with one already there does not load (a LoadError).
+	Registry *Registry
+	// APIEnv is given to the programs of hooks with api: true
+	// (GATEWAY_API_URL=..., GATEWAY_API_TOKEN=...).
+	APIEnv []string
 }
 
 // LoadedHook describes one hook found in a directory.
@@ -59,6 +65,11 @@ type LoadedHook struct {
 	Events  []string      `json:"events"`
 	Enabled bool          `json:"enabled"`
 	Timeout time.Duration `json:"timeout,omitempty"` // from HOOK.yaml; 0: the default
+	// Commands and Tools are what the hook declared under commands: and tools:.
+	Commands []CommandSpec `json:"commands,omitempty"`
+	Tools    []ToolSpec    `json:"tools,omitempty"`
+	// API gives the program GATEWAY_API_URL and GATEWAY_API_TOKEN.
+	API bool `json:"api,omitempty"`
 }
 
 // LoadError is a hook that could not be loaded, and why.
@@ -108,7 +119,13 @@ func LoadDir(bus *Bus, dir string, opts DirOptions) *Dir {
 			opts.Logger.Info("hook disabled", "source", s.Source)
 			continue
 		}
-		d.scopes = append(d.scopes, register(bus, s, opts))
+		scope, err := register(bus, s, opts)
+		if err != nil {
+			d.errs = append(d.errs, LoadError{Path: s.Dir, Err: err})
+			opts.Logger.Warn("hook not loaded", "path", s.Dir, "err", err)
+			continue
+		}
+		d.scopes = append(d.scopes, scope)
 		opts.Logger.Info("hook loaded", "source", s.Source, "kind", s.Kind, "events", s.Events)
 	}
 	return d
@@ -276,13 +293,25 @@ func parseHook(folder string) (hookSpec, error) {
 					return s, bad("%q is not a variable name", n)
 				}
 			}
+		case "commands":
+			if err := parseCommands(v, &s); err != nil {
+				return s, bad("%v", err)
+			}
+		case "tools":
+			if err := parseTools(v, &s); err != nil {
+				return s, bad("%v", err)
+			}
+		case "api":
+			if err := v.Decode(&s.API); err != nil {
+				return s, bad("want true or false")
+			}
 		default:
-			return s, fmt.Errorf("%s line %d: unknown key %q (known: name, events, command, url, timeout, enabled, env)",
+			return s, fmt.Errorf("%s line %d: unknown key %q (known: name, events, commands, tools, api, command, url, timeout, enabled, env)",
 				HookFile, m.Content[i].Line, k)
 		}
 	}
-	if len(s.Events) == 0 {
-		return s, fmt.Errorf("%s: events is missing: list the events this hook handles, or [\"*\"] to observe all", HookFile)
+	if len(s.Events) == 0 && len(s.Commands) == 0 && len(s.Tools) == 0 {
+		return s, fmt.Errorf("%s: events is missing: list the events this hook handles, or [\"*\"] to observe all (or declare commands or tools)", HookFile)
 	}
 	for _, ev := range s.Events {
 		if ev == "*" {
@@ -291,8 +320,12 @@ func parseHook(folder string) (hookSpec, error) {
 			}
 			continue
 		}
-		if _, ok := LookupEvent(ev); !ok {
+		info, ok := LookupEvent(ev)
+		if !ok {
 			return s, fmt.Errorf("%s: events: unknown event %q", HookFile, ev)
+		}
+		if info.Declared {
+			return s, fmt.Errorf("%s: events: %q is not an event to subscribe to: declare the hook's %ss under %ss:", HookFile, ev, ev, ev)
 		}
 	}
 	if sorted := slices.Sorted(slices.Values(s.Events)); len(slices.Compact(sorted)) != len(s.Events) {
@@ -348,8 +381,7 @@ func resolveCommand(folder string, argv []string) error {
 }
 
 // register puts one hook on the bus through its own scope.
-func register(bus *Bus, s hookSpec, opts DirOptions) *Scope {
-	scope := bus.Scope(s.Source)
+func register(bus *Bus, s hookSpec, opts DirOptions) (*Scope, error) {
 	timeout := s.Timeout
 	if timeout <= 0 {
 		timeout = opts.Timeout
@@ -364,10 +396,23 @@ func register(bus *Bus, s hookSpec, opts DirOptions) *Scope {
 	h := &hookHandler{name: s.Name, dir: s.Dir, observer: slices.Contains(s.Events, "*")}
 	switch s.Kind {
 	case KindCommand:
-		h.invoke = newExecRunner(s).invoke
+		x := newExecRunner(s)
+		if s.API {
+			x.env = append(x.env, opts.APIEnv...)
+		}
+		h.invoke = x.invoke
 	case KindURL:
 		h.invoke = newURLRunner(s, timeout, opts.HTTPClient).invoke
 	}
+	if len(s.Commands)+len(s.Tools) > 0 {
+		if opts.Registry == nil {
+			return nil, errors.New("it declares commands or tools, which this gateway cannot take here")
+		}
+		if err := declare(opts.Registry, s, h, timeout, opts.Profile); err != nil {
+			return nil, err
+		}
+	}
+	scope := bus.Scope(s.Source)
 	for _, ev := range s.Events {
 		if ev == "*" {
 			scope.observe(h.handle, hopts...)
@@ -375,5 +420,5 @@ func register(bus *Bus, s hookSpec, opts DirOptions) *Scope {
 		}
 		scope.On(ev, h.handle, hopts...)
 	}
-	return scope
+	return scope, nil
 }

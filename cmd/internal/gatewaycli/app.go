@@ -208,9 +208,11 @@ func (a *app) buildRuntime(cfg Config) (*gateway.Runtime, hookReport, error) {
 		a.tts.Register(sc)
 		closers = append(closers, sc.Close)
 	}
+	reg := gateway.NewCommandRegistry()
 	load := func(dir string, opts hooks.DirOptions) {
 		// LoadDir logs each hook it cannot load, with its path and reason.
 		opts.Timeout, opts.HTTPClient, opts.Logger = cfg.Hooks.Timeout, a.client, a.log
+		opts.Registry = reg
 		d := hooks.LoadDir(bus, dir, opts)
 		closers = append(closers, d.Close)
 		report.hooks = append(report.hooks, d.Hooks()...)
@@ -227,6 +229,7 @@ func (a *app) buildRuntime(cfg Config) (*gateway.Runtime, hookReport, error) {
 	return &gateway.Runtime{
 		Bus:          bus,
 		Profiles:     profs,
+		Commands:     reg,
 		LLM:          cfg.LLM,
 		Tools:        harness.BuiltinTools,
 		VoiceReplies: a.tts != nil,

@@ -1,0 +1,121 @@
+package gateway
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"gateway/harness"
+	"gateway/harness/openaitest"
+	"gateway/hooks"
+)
+
+// needPython skips a test of a python3 example where python3 is missing (never in CI).
+func needPython(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("python3"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("python3 is not installed; CI must install it (.ci/run)")
+		}
+		t.Skip("python3 not installed")
+	}
+}
+
+// withHookDirs loads hook directories into the runtime, with its command registry.
+func withHookDirs(t *testing.T, dirs ...string) envOpt {
+	return func(c *Config, rt *Runtime, d *Deps) {
+		if rt.Commands == nil {
+			rt.Commands = NewCommandRegistry()
+		}
+		for _, dir := range dirs {
+			hd := hooks.LoadDir(rt.Bus, dir, hooks.DirOptions{Registry: rt.Commands})
+			if errs := hd.Errors(); len(errs) > 0 {
+				t.Fatalf("hooks of %s: %v", dir, errs)
+			}
+			t.Cleanup(hd.Close)
+		}
+	}
+}
+
+// withProvider points the gateway at a fake OpenAI API (the real SDK over HTTP).
+func withProvider(srv *openaitest.Server) envOpt {
+	return func(c *Config, rt *Runtime, d *Deps) {
+		rt.LLM = harness.Config{Provider: "openai", Model: "gpt-test", BaseURL: srv.URL()}
+		d.NewProvider = func(cfg harness.Config) (harness.Provider, error) { return harness.NewProvider(cfg, nil) }
+	}
+}
+
+// exampleHook copies one folder of examples/hooks into a hook directory of its own.
+func exampleHook(t *testing.T, name string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.CopyFS(filepath.Join(dir, name), os.DirFS(filepath.Join("..", "examples", "hooks", name))); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// The shipped /pop example, end to end through the web chat and the real OpenAI SDK:
+// /pop 2 is answered without the model, leaves a stack_pop entry in the history file,
+// and the next request lacks the popped turns but carries their summary.
+func TestExamplePopEndToEnd(t *testing.T) {
+	needPython(t)
+	srv := openaitest.NewServer()
+	t.Cleanup(srv.Close)
+	srv.SetFunc(func(r openaitest.Request) openaitest.Reply {
+		return openaitest.Reply{Text: "ok: " + r.Messages[len(r.Messages)-1].Content}
+	})
+	e := newEnv(t, withProvider(srv), withHookDirs(t, exampleHook(t, "pop")))
+	c := e.client(t, "popchat")
+	c.say("/help")
+	if fs := c.until("done", "error"); !strings.Contains(fs[len(fs)-1].Text, "/pop — go back N turns") ||
+		!strings.Contains(fs[len(fs)-1].Text, "/compact [instructions] — summarise") {
+		t.Fatalf("/help: %+v", fs)
+	}
+	for _, text := range []string{"alpha: plan the trip", "beta: pick a hotel", "gamma: book the train"} {
+		c.say(text)
+		if fs := c.until("done", "error"); fs[len(fs)-1].Text != "ok: "+text {
+			t.Fatalf("%q answered %+v", text, fs)
+		}
+	}
+	before := len(srv.Requests())
+	c.say("/pop 2")
+	fs := c.until("done", "error")
+	if last := fs[len(fs)-1]; last.Type != "done" || !strings.Contains(last.Text, "Went back 2 turns") {
+		t.Fatalf("/pop 2 answered %+v", fs)
+	}
+	if n := len(srv.Requests()); n != before {
+		t.Fatalf("/pop reached the model: %d requests, want %d", n, before)
+	}
+	files, _ := filepath.Glob(filepath.Join(e.dir, "web_popchat-*.jsonl"))
+	if len(files) != 1 {
+		t.Fatalf("history files %v", files)
+	}
+	b, _ := os.ReadFile(files[0])
+	if !strings.Contains(string(b), `"type":"stack_pop"`) || !strings.Contains(string(b), "the user said: beta: pick a hotel") {
+		t.Fatalf("no stack_pop entry in the history:\n%s", b)
+	}
+
+	c.say("delta: what next?")
+	if fs := c.until("done", "error"); fs[len(fs)-1].Text != "ok: delta: what next?" {
+		t.Fatalf("after /pop: %+v", fs)
+	}
+	reqs := srv.Requests()
+	var seen []string
+	for _, m := range reqs[len(reqs)-1].Messages {
+		seen = append(seen, m.Role+": "+m.Content)
+	}
+	all := strings.Join(seen, "\n")
+	for _, want := range []string{"alpha: plan the trip", "ok: alpha: plan the trip", "set aside", "the user said: beta: pick a hotel", "the user said: gamma: book the train", "delta: what next?"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("the request after /pop lacks %q:\n%s", want, all)
+		}
+	}
+	for _, gone := range []string{"user: beta: pick a hotel", "assistant: ok: beta", "user: gamma: book the train", "assistant: ok: gamma"} {
+		if strings.Contains(all, gone) {
+			t.Errorf("the request after /pop still has %q:\n%s", gone, all)
+		}
+	}
+}
