@@ -1,10 +1,13 @@
 package gateway
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"gateway/harness"
@@ -117,5 +120,85 @@ func TestExamplePopEndToEnd(t *testing.T) {
 		if strings.Contains(all, gone) {
 			t.Errorf("the request after /pop still has %q:\n%s", gone, all)
 		}
+	}
+}
+
+// A hook tool through the real SDK: the model sees it, calls it, and the program's answer
+// is in the next request.
+func TestExampleCalcTool(t *testing.T) {
+	needPython(t)
+	srv := openaitest.NewServer()
+	t.Cleanup(srv.Close)
+	srv.SetFunc(func(r openaitest.Request) openaitest.Reply {
+		last := r.Messages[len(r.Messages)-1]
+		if last.Role == "tool" {
+			return openaitest.Reply{Text: "the tool said " + last.Content}
+		}
+		return openaitest.Reply{ToolCalls: []openaitest.ToolCall{{ID: "call_7", Name: "calc", Arguments: `{"expression":"6*7"}`}}}
+	})
+	e := newEnv(t, withProvider(srv), withHookDirs(t, exampleHook(t, "calc")))
+	c := e.client(t, "calcchat")
+	c.say("what is six times seven?")
+	fs := c.until("done", "error")
+	if last := fs[len(fs)-1]; last.Text != "the tool said 6*7 = 42" {
+		t.Fatalf("answer %+v", fs)
+	}
+	reqs := srv.Requests()
+	if len(reqs) != 2 || !slices.Contains(reqs[0].Tools, "calc") {
+		t.Fatalf("requests %+v", reqs)
+	}
+	m := reqs[1].Messages[len(reqs[1].Messages)-1]
+	if m.Role != "tool" || m.ToolCallID != "call_7" || m.Content != "6*7 = 42" {
+		t.Fatalf("tool result in the next request: %+v", m)
+	}
+}
+
+// A blocking tool_call hook keeps a hook tool's program from running; the model gets the
+// reason. tool_result hooks see the tool's answer.
+func TestHookToolBlockedAndPatched(t *testing.T) {
+	root := t.TempDir()
+	marker := filepath.Join(t.TempDir(), "ran")
+	os.MkdirAll(filepath.Join(root, "touch"), 0o755)
+	os.WriteFile(filepath.Join(root, "touch", "HOOK.yaml"), []byte(`tools:
+  - {name: touch_it, description: leaves a mark, timeout: 3s}
+command: [./run.sh]
+`), 0o644)
+	os.WriteFile(filepath.Join(root, "touch", "run.sh"), []byte("#!/bin/sh\ncat >/dev/null\ntouch "+marker+"\necho '{\"content\":\"marked\"}'\n"), 0o755)
+	srv := openaitest.NewServer()
+	t.Cleanup(srv.Close)
+	srv.SetFunc(func(r openaitest.Request) openaitest.Reply {
+		last := r.Messages[len(r.Messages)-1]
+		if last.Role == "tool" {
+			return openaitest.Reply{Text: "result: " + last.Content}
+		}
+		return openaitest.Reply{ToolCalls: []openaitest.ToolCall{{ID: "c1", Name: "touch_it", Arguments: `{}`}}}
+	})
+	var block atomic.Bool
+	block.Store(true)
+	e := newEnv(t, withProvider(srv), withHookDirs(t, root), func(c *Config, rt *Runtime, d *Deps) {
+		rt.Bus.On(hooks.NameToolCall, "test:guard", func(ctx context.Context, ev hooks.Event) (any, error) {
+			if block.Load() {
+				return &hooks.ToolCallResult{Block: true, Reason: "not in this chat"}, nil
+			}
+			return nil, nil
+		})
+		rt.Bus.On(hooks.NameToolResult, "test:patch", func(ctx context.Context, ev hooks.Event) (any, error) {
+			r := ev.(*hooks.ToolResult)
+			s := r.Content + " (checked)"
+			return &hooks.ToolResultPatch{Content: &s}, nil
+		})
+	})
+	if got := e.say(t, "tb", "m1", "go"); got != "done:result: not in this chat (checked)" {
+		t.Fatalf("blocked: %q", got)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the blocked tool's program ran")
+	}
+	block.Store(false)
+	if got := e.say(t, "tb", "m2", "again"); got != "done:result: marked (checked)" {
+		t.Fatalf("allowed: %q", got)
+	}
+	if _, err := os.Stat(marker); err != nil {
+		t.Fatal("the allowed tool's program did not run")
 	}
 }

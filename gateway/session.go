@@ -343,11 +343,9 @@ func (s *session) ensureAgent(req *turnReq, rt *Runtime) (*harness.Session, erro
 	if err != nil {
 		return nil, err
 	}
-	var tools []harness.Tool
-	if rt.Tools != nil && len(req.profile.Tools) > 0 {
-		if tools, err = rt.Tools(req.profile.Tools); err != nil {
-			return nil, err
-		}
+	tools, err := sessionTools(rt, req.profile.Name, req.profile.Tools)
+	if err != nil {
+		return nil, err
 	}
 	agent, err := harness.OpenSession(harness.SessionOptions{
 		Key: s.key, Info: req.info, Store: s.g.store, Provider: prov, Model: cfg.Model,

@@ -676,7 +676,8 @@ func (r *run) tool(tc llm.ToolCall) llm.Message {
 		if t == nil {
 			content, isErr = fmt.Sprintf("error: there is no tool named %q", tc.Name), true
 		} else {
-			content, isErr = runTool(r.ctx, t, args, r.cfg.toolTimeout)
+			ctx := context.WithValue(r.ctx, callKey{}, ToolCallInfo{ID: tc.ID, Session: info})
+			content, isErr = runTool(ctx, t, args, r.cfg.toolTimeout)
 		}
 	}
 	if bus != nil {
