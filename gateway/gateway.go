@@ -505,7 +505,7 @@ func (g *Gateway) removeSession(s *session) bool {
 	if s.closed {
 		return true
 	}
-	if len(s.mailbox) > 0 {
+	if len(s.mailbox) > 0 || len(s.ctl) > 0 {
 		return false
 	}
 	s.closed = true
