@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,12 +30,17 @@ func needPython(t *testing.T) {
 
 // withHookDirs loads hook directories into the runtime, with its command registry.
 func withHookDirs(t *testing.T, dirs ...string) envOpt {
+	return withHookDirsEnv(t, nil, dirs...)
+}
+
+// withHookDirsEnv also gives hooks with api: true the admin API's address and token.
+func withHookDirsEnv(t *testing.T, apiEnv []string, dirs ...string) envOpt {
 	return func(c *Config, rt *Runtime, d *Deps) {
 		if rt.Commands == nil {
 			rt.Commands = NewCommandRegistry()
 		}
 		for _, dir := range dirs {
-			hd := hooks.LoadDir(rt.Bus, dir, hooks.DirOptions{Registry: rt.Commands})
+			hd := hooks.LoadDir(rt.Bus, dir, hooks.DirOptions{Registry: rt.Commands, APIEnv: apiEnv})
 			if errs := hd.Errors(); len(errs) > 0 {
 				t.Fatalf("hooks of %s: %v", dir, errs)
 			}
@@ -200,5 +207,28 @@ command: [./run.sh]
 	}
 	if _, err := os.Stat(marker); err != nil {
 		t.Fatal("the allowed tool's program did not run")
+	}
+}
+
+// The reminder example: /remind answers at once; later its background process delivers
+// the text through the admin API (POST /api/v1/send with the token it was given).
+func TestExampleRemindUsesAPI(t *testing.T) {
+	needPython(t)
+	var h atomic.Value
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.Load().(http.Handler).ServeHTTP(w, r)
+	}))
+	t.Cleanup(front.Close)
+	e := newEnv(t, withHookDirsEnv(t, []string{"GATEWAY_API_URL=" + front.URL + "/api/v1", "GATEWAY_API_TOKEN=tok"}, exampleHook(t, "remind")))
+	h.Store(e.g.Handler(HTTPOptions{AdminToken: "tok"}))
+	if got := e.say(t, "r1", "m1", "/remind 1s stretch your legs"); got != "done:OK, I'll remind you in 1s." {
+		t.Fatalf("/remind: %q", got)
+	}
+	e.mem.waitDone(t, 1)
+	if f := e.mem.finals("r1"); len(f) != 2 || f[1] != "done:⏰ stretch your legs" {
+		t.Fatalf("chat got %v", f)
+	}
+	if len(e.fake.Requests()) != 0 {
+		t.Fatal("the reminder reached the model")
 	}
 }

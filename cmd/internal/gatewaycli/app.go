@@ -213,6 +213,7 @@ func (a *app) buildRuntime(cfg Config) (*gateway.Runtime, hookReport, error) {
 		// LoadDir logs each hook it cannot load, with its path and reason.
 		opts.Timeout, opts.HTTPClient, opts.Logger = cfg.Hooks.Timeout, a.client, a.log
 		opts.Registry = reg
+		opts.APIEnv = []string{"GATEWAY_API_URL=" + adminURL(cfg.HTTP.Listen) + "/api/v1", "GATEWAY_API_TOKEN=" + cfg.Admin.Token.Reveal()}
 		d := hooks.LoadDir(bus, dir, opts)
 		closers = append(closers, d.Close)
 		report.hooks = append(report.hooks, d.Hooks()...)

@@ -1,7 +1,9 @@
 package gatewaycli
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -155,41 +157,78 @@ func newProfilesCmd(path func() string, out io.Writer, getenv func(string) strin
 	return cmd
 }
 
-// newReloadCmd asks a running gateway to reload through its admin endpoint, with admin.token
+// newReloadCmd asks a running gateway to reload through its admin API, with admin.token
 // when one is set.
 func newReloadCmd(ctx context.Context, path func() string, out io.Writer, getenv func(string) string) *cobra.Command {
 	return &cobra.Command{
 		Use:   "reload",
 		Short: "Ask the running gateway to re-read profiles and hook directories",
 		RunE: func(*cobra.Command, []string) error {
-			cfg, err := loadConfig(path(), getenv)
-			if err != nil {
-				fmt.Fprintf(out, "the configuration has problems:\n%s\n", indent(err.Error()))
-				return exitCode(1)
-			}
-			ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			defer cancel()
-			req, err := http.NewRequestWithContext(ctx, http.MethodPost, adminURL(cfg.HTTP.Listen)+"/admin/reload", nil)
-			if err != nil {
-				return err
-			}
-			if cfg.Admin.Token.IsSet() {
-				req.Header.Set("Authorization", "Bearer "+cfg.Admin.Token.Reveal())
-			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				fmt.Fprintf(out, "cannot reach the gateway at %s: %v\n", cfg.HTTP.Listen, err)
-				return exitCode(1)
-			}
-			defer resp.Body.Close()
-			body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-			out.Write(body)
-			if resp.StatusCode != http.StatusOK {
-				return exitCode(1)
-			}
-			return nil
+			return callAPI(ctx, path(), out, getenv, "/api/v1/reload", nil)
 		},
 	}
+}
+
+// newSendCmd delivers a message to a chat through the running gateway, without the model.
+func newSendCmd(ctx context.Context, path func() string, out io.Writer, getenv func(string) string) *cobra.Command {
+	var channel, chat, thread string
+	cmd := &cobra.Command{
+		Use:   "send --channel NAME --chat ID TEXT...",
+		Short: "Send a message to a chat through the running gateway (no model involved)",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			return callAPI(ctx, path(), out, getenv, "/api/v1/send", map[string]any{
+				"channel": channel, "chat_id": chat, "thread_id": thread, "text": strings.Join(args, " ")})
+		},
+	}
+	cmd.Flags().StringVar(&channel, "channel", "", "the channel: telegram, discord, slack or web")
+	cmd.Flags().StringVar(&chat, "chat", "", "the chat id on that channel")
+	cmd.Flags().StringVar(&thread, "thread", "", "the thread (Slack thread, Telegram topic, Discord thread), if any")
+	_ = cmd.MarkFlagRequired("channel")
+	_ = cmd.MarkFlagRequired("chat")
+	return cmd
+}
+
+// callAPI POSTs body (JSON; nil: none) to the running gateway's admin API at path and
+// prints the answer; a non-2xx answer is exit status 1.
+func callAPI(ctx context.Context, cfgPath string, out io.Writer, getenv func(string) string, path string, body any) error {
+	cfg, err := loadConfig(cfgPath, getenv)
+	if err != nil {
+		fmt.Fprintf(out, "the configuration has problems:\n%s\n", indent(err.Error()))
+		return exitCode(1)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, adminURL(cfg.HTTP.Listen)+path, rd)
+	if err != nil {
+		return err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if cfg.Admin.Token.IsSet() {
+		req.Header.Set("Authorization", "Bearer "+cfg.Admin.Token.Reveal())
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		fmt.Fprintf(out, "cannot reach the gateway at %s: %v\n", cfg.HTTP.Listen, err)
+		return exitCode(1)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	out.Write(data)
+	if resp.StatusCode/100 != 2 {
+		return exitCode(1)
+	}
+	return nil
 }
 
 // adminURL is where `gateway reload` reaches the gateway listening on listen. A wildcard
