@@ -28,6 +28,8 @@ type Runtime struct {
 	// Commands holds the builtin commands and those the hooks declare, and the hooks'
 	// tools (nil: builtins only).
 	Commands *hooks.Registry
+	// MCPTools returns the MCP servers' tools a chat of the profile gets (nil: none).
+	MCPTools func(profile string) []harness.Tool
 	// Tools builds the tools a profile enables (nil: no tools).
 	Tools func(names []string) ([]harness.Tool, error)
 	// Close releases what the runtime loaded (hook scopes); called after it is replaced

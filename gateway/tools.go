@@ -34,7 +34,7 @@ func (h hookTool) Run(ctx context.Context, args json.RawMessage) (string, error)
 }
 
 // sessionTools are the tools a session of the profile has: the builtins it names, then
-// those its hooks declare (a builtin's name wins).
+// those its hooks declare, then the MCP servers' that are up (the first of a name wins).
 func sessionTools(rt *Runtime, profileName string, names []string) ([]harness.Tool, error) {
 	var tools []harness.Tool
 	if rt.Tools != nil && len(names) > 0 {
@@ -49,7 +49,16 @@ func sessionTools(rt *Runtime, profileName string, names []string) ([]harness.To
 	}
 	for _, t := range rt.Commands.Tools(profileName) {
 		if !taken[t.Name] {
+			taken[t.Name] = true
 			tools = append(tools, hookTool{t})
+		}
+	}
+	if rt.MCPTools != nil {
+		for _, t := range rt.MCPTools(profileName) {
+			if !taken[t.Def().Name] {
+				taken[t.Def().Name] = true
+				tools = append(tools, t)
+			}
 		}
 	}
 	return tools, nil

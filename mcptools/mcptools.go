@@ -24,16 +24,17 @@ import (
 
 	"gateway/harness"
 	"gateway/internal/llm"
+	"gateway/internal/secret"
 )
 
 // ServerConfig is one entry of `mcp:` (top level or a profile's): a stdio server
 // ({name, command, env}) or a streamable HTTP one ({name, url, headers}).
 type ServerConfig struct {
-	Name    string            `mapstructure:"name" yaml:"name" json:"name"`
-	Command []string          `mapstructure:"command" yaml:"command" json:"command,omitempty"`
-	Env     map[string]string `mapstructure:"env" yaml:"env" json:"env,omitempty"`
-	URL     string            `mapstructure:"url" yaml:"url" json:"url,omitempty"`
-	Headers map[string]string `mapstructure:"headers" yaml:"headers" json:"-"`
+	Name    string                   `mapstructure:"name" yaml:"name" json:"name"`
+	Command []string                 `mapstructure:"command" yaml:"command" json:"command,omitempty"`
+	Env     map[string]secret.Secret `mapstructure:"env" yaml:"env" json:"-"` // may hold keys: masked when shown
+	URL     string                   `mapstructure:"url" yaml:"url" json:"url,omitempty"`
+	Headers map[string]secret.Secret `mapstructure:"headers" yaml:"headers" json:"-"`
 }
 
 var serverName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,32}$`)
@@ -190,7 +191,7 @@ func connect(ctx context.Context, c ServerConfig, hc *http.Client) (*mcp.ClientS
 		cmd := exec.Command(c.Command[0], c.Command[1:]...)
 		cmd.Env = os.Environ()
 		for k, v := range c.Env {
-			cmd.Env = append(cmd.Env, k+"="+v)
+			cmd.Env = append(cmd.Env, k+"="+v.Reveal())
 		}
 		transport = &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}
 	} else {
@@ -232,13 +233,13 @@ func connect(ctx context.Context, c ServerConfig, hc *http.Client) (*mcp.ClientS
 
 type headerTransport struct {
 	base    http.RoundTripper
-	headers map[string]string
+	headers map[string]secret.Secret
 }
 
 func (h headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	for k, v := range h.headers {
-		r.Header.Set(k, v)
+		r.Header.Set(k, v.Reveal())
 	}
 	return h.base.RoundTrip(r)
 }
@@ -346,4 +347,3 @@ func (t *tool) Run(ctx context.Context, args json.RawMessage) (string, error) {
 	}
 	return b.String(), nil
 }
-

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"gateway/harness"
+	"gateway/internal/secret"
 )
 
 // The test binary is also the stdio MCP server: run with GATEWAY_TEST_MCP=stdio it serves
@@ -66,7 +67,7 @@ func stdioConfig(t *testing.T, name string) ServerConfig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ServerConfig{Name: name, Command: []string{exe, "-test.run=^$"}, Env: map[string]string{"GATEWAY_TEST_MCP": "stdio"}}
+	return ServerConfig{Name: name, Command: []string{exe, "-test.run=^$"}, Env: map[string]secret.Secret{"GATEWAY_TEST_MCP": "stdio"}}
 }
 
 func toolNames(ts []harness.Tool) string {

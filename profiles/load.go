@@ -20,6 +20,7 @@ import (
 
 	"gateway/harness"
 	"gateway/internal/secret"
+	"gateway/mcptools"
 )
 
 // File names inside a profile directory.
@@ -83,6 +84,8 @@ type fileProfile struct {
 	STT         fileSTT  `yaml:"stt"`
 	TTS         fileTTS  `yaml:"tts"`
 	IdleReset   string   `yaml:"idle_reset"`
+	// MCP lists the profile's own MCP servers (beside the top-level mcp:).
+	MCP []mcptools.ServerConfig `yaml:"mcp"`
 }
 
 type fileLLM struct {
@@ -324,6 +327,18 @@ func applyFile(p *Profile, path string, data []byte) []error {
 		}
 	}
 
+	for i, m := range f.MCP {
+		if err := m.Validate(); err != nil {
+			bad(err.Error(), "mcp", strconv.Itoa(i))
+			continue
+		}
+		if slices.ContainsFunc(p.MCP, func(x mcptools.ServerConfig) bool { return x.Name == m.Name }) {
+			bad(fmt.Sprintf("server %q listed twice", m.Name), "mcp", strconv.Itoa(i))
+			continue
+		}
+		p.MCP = append(p.MCP, m)
+	}
+
 	switch f.TTS.Mode {
 	case "", TTSOff, TTSInbound, TTSAlways:
 		p.TTSMode = f.TTS.Mode
@@ -361,6 +376,19 @@ func expandAll(f *fileProfile) {
 	}
 	for i := range f.Tools {
 		f.Tools[i] = expand(f.Tools[i])
+	}
+	for i := range f.MCP {
+		m := &f.MCP[i]
+		m.URL = expand(m.URL)
+		for j := range m.Command {
+			m.Command[j] = expand(m.Command[j])
+		}
+		for k, v := range m.Env {
+			m.Env[k] = secret.Secret(expand(v.Reveal()))
+		}
+		for k, v := range m.Headers {
+			m.Headers[k] = secret.Secret(expand(v.Reveal()))
+		}
 	}
 }
 

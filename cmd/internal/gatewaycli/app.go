@@ -27,6 +27,7 @@ import (
 	"gateway/gateway"
 	"gateway/harness"
 	"gateway/hooks"
+	"gateway/mcptools"
 	"gateway/profiles"
 	"gateway/state"
 )
@@ -43,6 +44,10 @@ type app struct {
 	stt     *stt.STT
 	tts     *tts.TTS
 	gw      *gateway.Gateway
+
+	// mcp are the MCP servers, started by run (not by check) before the gateway starts:
+	// "" is the top-level mcp:, other keys are profiles' own.
+	mcp map[string]*mcptools.Manager
 
 	reloadMu sync.Mutex         // one reload at a time; guards cfg, hooks and loadErrs after start
 	hooks    []hooks.LoadedHook // of the current runtime's hook directories, disabled ones included
@@ -233,6 +238,7 @@ func (a *app) buildRuntime(cfg Config) (*gateway.Runtime, hookReport, error) {
 		Commands:     reg,
 		LLM:          cfg.LLM,
 		Tools:        harness.BuiltinTools,
+		MCPTools:     a.mcpTools,
 		VoiceReplies: a.tts != nil,
 		Close: func() {
 			for i := len(closers) - 1; i >= 0; i-- {
@@ -304,7 +310,44 @@ func runGateway(ctx context.Context, path string, reload <-chan struct{}, stderr
 		log.Error("cannot start", "err", err)
 		return exitCode(1)
 	}
+	a.startMCP(ctx)
+	defer a.stopMCP()
 	return a.serve(ctx, reload)
+}
+
+// startMCP starts the MCP servers of the config and of each profile, and waits a little
+// for their first connection so that the first chats see their tools. A server that is
+// down is a warning; its tools are absent until it is back.
+func (a *app) startMCP(ctx context.Context) {
+	a.mcp = map[string]*mcptools.Manager{}
+	opts := mcptools.Options{Logger: a.log, HTTPClient: a.client}
+	if len(a.cfg.MCP) > 0 {
+		a.mcp[""] = mcptools.Start(a.cfg.MCP, opts)
+	}
+	if rt := a.gw.Runtime(); rt != nil {
+		for _, name := range rt.Profiles.Names() {
+			if p := rt.Profiles.Get(name); len(p.MCP) > 0 {
+				a.mcp[name] = mcptools.Start(p.MCP, opts)
+			}
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for _, m := range a.mcp {
+		m.Wait(wctx)
+	}
+}
+
+func (a *app) stopMCP() {
+	for _, m := range a.mcp {
+		m.Close()
+	}
+}
+
+// mcpTools are the MCP tools a chat of the profile gets: the top-level servers' and the
+// profile's own (servers are started once; a reload does not change them).
+func (a *app) mcpTools(profile string) []harness.Tool {
+	return append(a.mcp[""].Tools(nil), a.mcp[profile].Tools(nil)...)
 }
 
 func (a *app) serve(ctx context.Context, reload <-chan struct{}) error {

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
 
+	"gateway/mcptools"
 	"gateway/profiles"
 )
 
@@ -25,6 +26,7 @@ import (
 // line. Any problem → exit status 1.
 func checkConfig(ctx context.Context, path string, out io.Writer, getenv func(string) string) error {
 	cfg, err := loadChecked(path, getenv)
+	var mcpOut string
 	if err == nil {
 		// Build everything run builds, logging nowhere, then let it go.
 		var a *app
@@ -35,6 +37,11 @@ func checkConfig(ctx context.Context, path string, out io.Writer, getenv func(st
 			for _, e := range a.loadErrs {
 				herrs = append(herrs, fmt.Errorf("hook %s: %w", e.Path, e.Err))
 			}
+			// MCP servers are reached (a stdio one is started and stopped again) and their
+			// tools listed: an unreachable server is a problem here, a warning at run time.
+			var merrs []error
+			mcpOut, merrs = checkMCP(ctx, cfg, a)
+			herrs = append(herrs, merrs...)
 			err = errors.Join(herrs...)
 			stopCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			_ = a.gw.Stop(stopCtx)
@@ -49,12 +56,53 @@ func checkConfig(ctx context.Context, path string, out io.Writer, getenv func(st
 	if b, merr := yaml.Marshal(toMap(cfg, true)); merr == nil {
 		out.Write(b)
 	}
+	fmt.Fprint(out, mcpOut)
 	if err != nil {
 		fmt.Fprintf(out, "\nproblems:\n%s\n", indent(err.Error()))
 		return exitCode(1)
 	}
 	fmt.Fprintln(out, "\nconfig OK")
 	return nil
+}
+
+// checkMCP reaches every MCP server of the config and of the profiles and lists its tools.
+func checkMCP(ctx context.Context, cfg Config, a *app) (string, []error) {
+	sets := []struct {
+		where   string
+		servers []mcptools.ServerConfig
+	}{{"mcp", cfg.MCP}}
+	if rt := a.gw.Runtime(); rt != nil {
+		for _, name := range rt.Profiles.Names() {
+			if p := rt.Profiles.Get(name); len(p.MCP) > 0 {
+				sets = append(sets, struct {
+					where   string
+					servers []mcptools.ServerConfig
+				}{"profile " + name + ": mcp", p.MCP})
+			}
+		}
+	}
+	var b strings.Builder
+	var errs []error
+	for _, set := range sets {
+		if len(set.servers) == 0 {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		tools, cerrs := mcptools.Check(cctx, set.servers)
+		cancel()
+		for _, e := range cerrs {
+			errs = append(errs, fmt.Errorf("%s: %w", set.where, e))
+		}
+		for _, srv := range set.servers {
+			if names, ok := tools[srv.Name]; ok {
+				fmt.Fprintf(&b, "%s %s: %d tools: %s\n", set.where, srv.Name, len(names), strings.Join(names, ", "))
+			}
+		}
+	}
+	if b.Len() > 0 {
+		return "\n" + b.String(), errs
+	}
+	return "", errs
 }
 
 func indent(s string) string {

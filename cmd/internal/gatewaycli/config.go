@@ -27,6 +27,7 @@ import (
 	"gateway/gateway"
 	"gateway/harness"
 	"gateway/internal/secret"
+	"gateway/mcptools"
 	"gateway/profiles"
 )
 
@@ -44,6 +45,8 @@ type Config struct {
 	Sessions gateway.Config     `mapstructure:"sessions"`
 	Channels ChannelsConfig     `mapstructure:"channels"`
 	Admin    AdminConfig        `mapstructure:"admin"`
+	// MCP lists MCP servers whose tools every profile's chats get (a profile may add its own).
+	MCP []mcptools.ServerConfig `mapstructure:"mcp"`
 }
 
 // AdminConfig guards the admin endpoints. Empty token: loopback clients only.
@@ -435,6 +438,15 @@ func (c Config) validate() error {
 	}
 	if c.StateDir == "" {
 		add(errors.New("state_dir: must not be empty"))
+	}
+	seenMCP := map[string]bool{}
+	for i, m := range c.MCP {
+		if err := m.Validate(); err != nil {
+			add(fmt.Errorf("mcp.%d: %w", i, err))
+		} else if seenMCP[m.Name] {
+			add(fmt.Errorf("mcp.%d: server %q listed twice", i, m.Name))
+		}
+		seenMCP[m.Name] = true
 	}
 	add(c.validateListen())
 	switch c.Log.Level {
