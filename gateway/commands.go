@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"gateway/channels"
 	"gateway/harness"
@@ -38,6 +39,47 @@ var reservedCommands = []hooks.RegisteredCommand{
 // for hook directories to declare theirs in.
 func NewCommandRegistry() *hooks.Registry {
 	return hooks.NewRegistry(append(BuiltinCommands(), reservedCommands...))
+}
+
+// menuCommands are the commands platforms offer natively: every profile's builtins and
+// hooks' commands (a profile's own hook commands still work when typed), aliases left out.
+func menuCommands(reg *hooks.Registry) []channels.Command {
+	cmds := reg.Commands("")
+	if reg == nil {
+		cmds = BuiltinCommands()
+	}
+	var out []channels.Command
+	for _, c := range cmds {
+		if c.Run == nil && slices.ContainsFunc(reservedCommands, func(r hooks.RegisteredCommand) bool { return r.Name == c.Name }) {
+			continue
+		}
+		d := c.Description
+		if args, rest, ok := strings.Cut(d, " "); ok && c.Run == nil && (strings.HasPrefix(args, "[") || strings.Contains(args, "|")) {
+			d = rest
+		}
+		if d != "" {
+			d = strings.ToUpper(d[:1]) + d[1:]
+		}
+		out = append(out, channels.Command{Name: c.Name, Description: d})
+	}
+	return out
+}
+
+// pushCommands gives every adapter with a native command menu the runtime's commands. A
+// failure is logged: typed commands still work.
+func (g *Gateway) pushCommands(ctx context.Context, rt *Runtime) {
+	cmds := menuCommands(rt.Commands)
+	for _, ch := range g.channels {
+		m, ok := ch.(channels.CommandMenu)
+		if !ok {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		if err := m.SetCommands(cctx, cmds); err != nil {
+			g.log.Warn("cannot update the platform's command menu; typed commands still work", "channel", ch.Name(), "err", err)
+		}
+		cancel()
+	}
 }
 
 // helpText lists the commands a chat of the profile can use: builtins, then hooks'.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -210,8 +211,15 @@ func (g *Gateway) Runtime() *Runtime { return g.rt.Load() }
 // Swap installs a new runtime (a reload). Turns already running finish with the old one,
 // whose Close runs once the last of them has ended.
 func (g *Gateway) Swap(rt *Runtime) {
-	if old := g.rt.Swap(rt); old != nil && old != rt {
+	old := g.rt.Swap(rt)
+	if old != nil && old != rt {
 		old.retire()
+	}
+	g.stateMu.Lock()
+	started := g.started && !g.stopped
+	g.stateMu.Unlock()
+	if started && (old == nil || !slices.Equal(menuCommands(old.Commands), menuCommands(rt.Commands))) {
+		g.pushCommands(g.ctx, rt) // the platforms' menus follow the new command list
 	}
 }
 
@@ -273,6 +281,7 @@ func (g *Gateway) Start(ctx context.Context) error {
 		// Start must leave the journal as it was.
 		g.openGate(ch.Name())
 	}
+	g.pushCommands(ctx, g.Runtime())
 	g.log.Info("gateway started", "channels", names)
 	// Through the lifecycle queue, so it comes after the channels' channel:connect.
 	g.lifecycle.do(context.Background(), func(ctx context.Context) {
