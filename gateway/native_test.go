@@ -8,6 +8,8 @@ import (
 	"github.com/go-telegram/bot/models"
 
 	"gateway/channels"
+	"gateway/channels/discord"
+	"gateway/channels/discord/discordtest"
 	"gateway/channels/telegram"
 	"gateway/channels/telegram/telegramtest"
 	"gateway/internal/secret"
@@ -48,5 +50,51 @@ func TestTelegramMenuOffersHookCommands(t *testing.T) {
 	}
 	if len(e.fake.Requests()) != 0 {
 		t.Fatal("/pop reached the model")
+	}
+}
+
+// Discord: the registry becomes application commands; an INTERACTION_CREATE for /pop is
+// deferred at once and answered by editing the interaction's response.
+func TestDiscordApplicationCommandsReachHookCommands(t *testing.T) {
+	needPython(t)
+	dc := discordtest.New(t)
+	ch, err := discord.New(discord.Config{Enabled: true, Token: secret.Secret(dc.Bot().Token), APIURL: dc.URL,
+		Access: channels.Access{AllowFrom: []string{"4242"}, DMPolicy: channels.DMAllowlist}}, discord.Options{StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnvWith(t, t.TempDir(), []channels.Channel{ch}, withHookDirs(t, exampleHook(t, "pop")))
+	var names []string
+	for _, c := range dc.AppCommands(dc.Bot().ID) {
+		names = append(names, c.Name)
+	}
+	if got := strings.Join(names, ","); got != "new,stop,compact,status,voice,help,pop" {
+		t.Fatalf("application commands %q", got)
+	}
+	id := dc.InjectCommand("900", "4242", "pop", "3", false)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		r := dc.Interaction(id)
+		if r.Type == 5 && len(r.Edits) == 1 && r.Edits[0] == "There is nothing to pop yet." {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("interaction reply %+v", r)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Someone not on allow_from is told so through the interaction, and nothing runs.
+	id = dc.InjectCommand("901", "666", "status", "", false)
+	for {
+		if r := dc.Interaction(id); r.Type == 4 && strings.Contains(r.Text, "666") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("refused interaction %+v", dc.Interaction(id))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(e.fake.Requests()) != 0 {
+		t.Fatal("a command reached the model")
 	}
 }

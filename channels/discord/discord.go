@@ -76,7 +76,9 @@ type Channel struct {
 	s     *discordgo.Session // made by New, opened by Start; a Channel is never restarted
 	sink  channels.Sink      // set by Start before any goroutine that reads it
 	inbox chan *discordgo.Message
-	lost  chan struct{}
+	// pending are deferred interactions (application commands) waiting for their answer.
+	pending interactions
+	lost    chan struct{}
 }
 
 // New checks cfg and builds a Channel; it connects nothing until Start.
@@ -184,6 +186,10 @@ func (c *Channel) newSession() *discordgo.Session {
 	})
 	// Messages are read from the raw event, not discordgo's MessageCreate: see decodeMessage.
 	s.AddHandler(func(_ *discordgo.Session, e *discordgo.Event) {
+		if e.Type == "INTERACTION_CREATE" {
+			c.interaction(c.life.Context(), e.RawData)
+			return
+		}
 		if e.Type != "MESSAGE_CREATE" {
 			return
 		}

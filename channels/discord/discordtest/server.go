@@ -134,6 +134,8 @@ type Server struct {
 	heartbeat     time.Duration
 	stall         bool
 	sessions      map[string]*session
+	appCommands   map[string][]AppCommand // bot id -> its application commands
+	interactions  map[string]*interaction // by interaction id
 }
 
 // New starts a fake with one bot and stops it when the test ends.
