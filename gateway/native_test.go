@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,8 @@ import (
 	"gateway/channels"
 	"gateway/channels/discord"
 	"gateway/channels/discord/discordtest"
+	"gateway/channels/slack"
+	"gateway/channels/slack/slacktest"
 	"gateway/channels/telegram"
 	"gateway/channels/telegram/telegramtest"
 	"gateway/internal/secret"
@@ -96,5 +99,36 @@ func TestDiscordApplicationCommandsReachHookCommands(t *testing.T) {
 	}
 	if len(e.fake.Requests()) != 0 {
 		t.Fatal("a command reached the model")
+	}
+}
+
+// Slack: a slash command (over Socket Mode, through the real slack-go client) reaches the
+// hook's command like any typed one.
+func TestSlackSlashCommandReachesHookCommand(t *testing.T) {
+	needPython(t)
+	sl := slacktest.New(t)
+	ch, err := slack.New(slack.Config{Enabled: true, BotToken: secret.Secret(slacktest.BotToken), AppToken: secret.Secret(slacktest.AppToken),
+		APIURL: sl.APIURL(), Access: channels.Access{AllowFrom: []string{"U4242"}, DMPolicy: channels.DMAllowlist}}, slack.Options{StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnvWith(t, t.TempDir(), []channels.Channel{ch}, withHookDirs(t, exampleHook(t, "pop")))
+	sl.SlashCommand(slacktest.Command{Channel: "D77", User: "U4242", Command: "/pop", Text: "2"})
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var texts []string
+		for _, p := range sl.Posted("D77") {
+			texts = append(texts, p.Text)
+		}
+		if slices.Contains(texts, "There is nothing to pop yet.") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("posted %q", texts)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(e.fake.Requests()) != 0 {
+		t.Fatal("/pop reached the model")
 	}
 }
