@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -140,6 +141,30 @@ func newHooksCmd(path func() string, out io.Writer, getenv func(string) string) 
 				fmt.Fprintf(out, "%-50s %-22s %s\n", "SOURCE", "EVENT", "PROFILE")
 				for _, h := range list {
 					fmt.Fprintf(out, "%-50s %-22s %s\n", h.Source, h.Event, h.Profile)
+				}
+			}
+			if reg := a.gw.Runtime().Commands; reg != nil {
+				var decl []string
+				for _, c := range reg.Commands("") {
+					if c.Run != nil {
+						decl = append(decl, fmt.Sprintf("  %-48s command /%s", c.Source, c.Name))
+					}
+				}
+				for _, h := range a.hooks {
+					if !h.Enabled {
+						continue
+					}
+					for _, c := range h.Commands {
+						if line := fmt.Sprintf("  %-48s command /%s", h.Source, c.Name); !slices.Contains(decl, line) {
+							decl = append(decl, line)
+						}
+					}
+					for _, t := range h.Tools {
+						decl = append(decl, fmt.Sprintf("  %-48s tool %s", h.Source, t.Name))
+					}
+				}
+				if len(decl) > 0 {
+					fmt.Fprintf(out, "\ncommands and tools:\n%s\n", strings.Join(decl, "\n"))
 				}
 			}
 			var disabled []string

@@ -37,3 +37,20 @@ func TestCheckListsMCPTools(t *testing.T) {
 		t.Fatalf("exit %d:\n%s", code, out)
 	}
 }
+
+// `gateway send` goes through the running gateway's admin API to the chat.
+func TestSendCommandUsesTheAPI(t *testing.T) {
+	g := startGateway(t, t.TempDir(), "")
+	u := g.user("chat-s")
+	code, out := cli(t, context.Background(), nil, "send", "--config", g.cfgPath, "--channel", "web", "--chat", "chat-s", "Backup", "done")
+	if code != 0 || !strings.Contains(out, "sent") {
+		t.Fatalf("`gateway send` = %d:\n%s", code, out)
+	}
+	if f := u.answer(); f[len(f)-1].Text != "Backup done" {
+		t.Fatalf("the chat got %+v", f)
+	}
+	code, out = cli(t, context.Background(), nil, "send", "--config", g.cfgPath, "--channel", "nope", "--chat", "x", "hi")
+	if code != 1 || !strings.Contains(out, `no channel \"nope\"`) {
+		t.Fatalf("`gateway send` to an unknown channel = %d:\n%s", code, out)
+	}
+}
