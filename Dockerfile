@@ -1,5 +1,6 @@
 # Multi-stage build: a static gateway binary on a small Debian base that also carries the
-# tools voice needs (ffmpeg for transcoding; add espeak-ng/pocketsphinx for local speech).
+# tools voice and documents need (ffmpeg for transcoding, pdftotext for PDFs; add
+# espeak-ng/pocketsphinx for local speech).
 FROM golang:1.26-bookworm AS build
 WORKDIR /src
 COPY go.mod go.sum ./
@@ -10,7 +11,7 @@ RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X gateway/cmd/internal/gat
 
 FROM debian:bookworm-slim
 RUN apt-get update \
- && apt-get install -y --no-install-recommends ca-certificates ffmpeg curl \
+ && apt-get install -y --no-install-recommends ca-certificates ffmpeg poppler-utils curl \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --home /data gateway \
  && mkdir -p /data && chown gateway /data

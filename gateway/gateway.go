@@ -14,6 +14,7 @@ import (
 	"gateway/channels"
 	"gateway/harness"
 	"gateway/hooks"
+	"gateway/internal/media"
 	"gateway/profiles"
 )
 
@@ -89,6 +90,9 @@ type Deps struct {
 	// choices across restarts. Both are state.DB in a single-node gateway.
 	Journal  Journal
 	Settings Settings
+	// Media keeps the images and documents users send under state_dir/media, where the
+	// histories reference them. Nil: they are referenced where the adapter put them.
+	Media *media.Store
 }
 
 // Gateway routes messages between channels and per-chat sessions. Its zero value is not usable; call New.
@@ -98,6 +102,7 @@ type Gateway struct {
 	store   *harness.Store
 	metrics *Metrics
 	newProv func(harness.Config) (harness.Provider, error)
+	media   *media.Store
 
 	journal  Journal
 	settings Settings
@@ -114,12 +119,15 @@ type Gateway struct {
 	mu       sync.Mutex
 	sessions map[string]*session
 
-	dedup    *channels.Dedup
-	turnSem  chan struct{}
-	actors   sync.WaitGroup
-	ctx      context.Context // lives until Stop's deadline: cancelling it aborts turns
-	cancel   context.CancelCauseFunc
-	draining chan struct{} // closed when Stop begins: actors finish their queue and exit
+	dedup *channels.Dedup
+	// journalTold: messages whose sender was told that the journal could not store them;
+	// the platform offers such a message again every few seconds, and once is enough.
+	journalTold *channels.Dedup
+	turnSem     chan struct{}
+	actors      sync.WaitGroup
+	ctx         context.Context // lives until Stop's deadline: cancelling it aborts turns
+	cancel      context.CancelCauseFunc
+	draining    chan struct{} // closed when Stop begins: actors finish their queue and exit
 
 	stateMu  sync.Mutex
 	started  bool
@@ -166,25 +174,27 @@ func New(cfg Config, rt *Runtime, deps Deps) (*Gateway, error) {
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	g := &Gateway{
-		cfg:       cfg,
-		log:       log,
-		store:     deps.Store,
-		metrics:   deps.Metrics,
-		newProv:   deps.NewProvider,
-		journal:   deps.Journal,
-		settings:  deps.Settings,
-		byName:    map[string]channels.Channel{},
-		providers: map[harness.Config]harness.Provider{},
-		sessions:  map[string]*session{},
-		dedup:     channels.NewDedup(10_000),
-		turnSem:   make(chan struct{}, cfg.MaxConcurrentTurns),
-		ctx:       ctx,
-		cancel:    cancel,
-		draining:  make(chan struct{}),
-		conn:      map[string]bool{},
-		lifecycle: newOffload(1, lifecycleQueue),
-		notices:   newOffload(noticeWorkers, noticeQueue),
-		noticing:  map[string]bool{},
+		cfg:         cfg,
+		log:         log,
+		store:       deps.Store,
+		metrics:     deps.Metrics,
+		newProv:     deps.NewProvider,
+		journal:     deps.Journal,
+		settings:    deps.Settings,
+		media:       deps.Media,
+		byName:      map[string]channels.Channel{},
+		providers:   map[harness.Config]harness.Provider{},
+		sessions:    map[string]*session{},
+		dedup:       channels.NewDedup(10_000),
+		journalTold: channels.NewDedup(1000),
+		turnSem:     make(chan struct{}, cfg.MaxConcurrentTurns),
+		ctx:         ctx,
+		cancel:      cancel,
+		draining:    make(chan struct{}),
+		conn:        map[string]bool{},
+		lifecycle:   newOffload(1, lifecycleQueue),
+		notices:     newOffload(noticeWorkers, noticeQueue),
+		noticing:    map[string]bool{},
 	}
 	g.rt.Store(rt)
 	return g, nil
@@ -317,6 +327,7 @@ func (g *Gateway) Stop(ctx context.Context) error {
 		return nil
 	}
 	g.stopped = true
+	started := g.started
 	g.stateMu.Unlock()
 
 	if _, ok := ctx.Deadline(); !ok {
@@ -325,7 +336,10 @@ func (g *Gateway) Stop(ctx context.Context) error {
 		defer cancel()
 	}
 	g.stopping.Store(true)
-	g.lifecycle.do(ctx, func(context.Context) { g.emitLifecycle(ctx, &hooks.GatewayStop{Reason: "shutdown"}) })
+	if started {
+		// A gateway that never started (a dry run, a failed start) announces no stop.
+		g.lifecycle.do(ctx, func(context.Context) { g.emitLifecycle(ctx, &hooks.GatewayStop{Reason: "shutdown"}) })
+	}
 	close(g.draining)
 
 	drained := make(chan struct{})
@@ -436,8 +450,10 @@ func (g *Gateway) Deliver(ctx context.Context, msg *channels.Message) error {
 		}
 		// Not acknowledged, so the platform offers it again; the user learns why it waits.
 		g.log.Error("cannot journal a message; it is not acknowledged to the platform", "channel", msg.Channel, "chat", msg.ChatID, "err", err)
-		g.refuse(msg, "journal", "the intake journal could not store the message: "+err.Error(),
-			"I couldn't save your message just now (my storage is failing), so it was not taken. Please send it again in a little while.")
+		if dedupKey == "" || !g.journalTold.Seen(dedupKey) {
+			g.refuse(msg, "journal", "the intake journal could not store the message: "+err.Error(),
+				"I couldn't save your message just now (my storage is failing), so it was not taken. Please send it again in a little while.")
+		}
 		return fmt.Errorf("%w: %w", channels.ErrNotAccepted, err)
 	}
 	if dup {

@@ -15,6 +15,7 @@ import (
 	"gateway/harness"
 	"gateway/harness/openaitest"
 	"gateway/hooks"
+	"gateway/internal/fakeserver"
 	"gateway/internal/llm"
 	"gateway/profiles"
 )
@@ -269,7 +270,7 @@ func TestProviderFailingThreeTimesGivesPlainErrorThenRecovers(t *testing.T) {
 		rt.LLM = harness.Config{Provider: "openai", Model: "gpt-test", BaseURL: srv.URL(), MaxRetries: 2}
 		d.NewProvider = func(cfg harness.Config) (harness.Provider, error) { return harness.NewProvider(cfg, nil) }
 	})
-	srv.FailNext(3, 500, "")
+	srv.FailNext(3, fakeserver.Failure{Status: 500})
 	c := e.client(t, "chat8")
 	c.say("hello?")
 	fs := c.until("done", "error")

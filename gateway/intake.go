@@ -75,7 +75,9 @@ func (g *Gateway) settle(seqs ...uint64) {
 		}
 		if err := g.journal.Done(seq); err != nil {
 			g.log.Error("cannot mark a message answered in the intake journal", "seq", seq, "err", err)
+			continue
 		}
+		g.log.Debug("message settled: out of the intake journal", "seq", seq)
 	}
 }
 

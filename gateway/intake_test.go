@@ -2,14 +2,21 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"gateway/channels"
+	"gateway/channels/telegram"
+	"gateway/channels/telegram/telegramtest"
 	"gateway/harness"
+	"gateway/internal/secret"
 	"gateway/state"
 )
 
@@ -134,5 +141,116 @@ func TestVoiceChoiceSurvivesRestart(t *testing.T) {
 	second := newEnvIn(t, filepath.Join(dir, "sessions"), withDurable(db), voice)
 	if got := second.say(t, "c1", "m2", "/voice"); !strings.Contains(got, "Voice replies: off") {
 		t.Fatalf("after restart /voice answered %q; want the saved choice (off)", got)
+	}
+}
+
+// failingJournal is a journal whose writes fail while fail is set (a full or read-only disk).
+type failingJournal struct {
+	*state.DB
+	fail atomic.Bool
+}
+
+func (j *failingJournal) Accept(key string, body []byte) (uint64, error) {
+	if j.fail.Load() {
+		return 0, errors.New("write state.db: no space left on device")
+	}
+	return j.DB.Accept(key, body)
+}
+
+// A journal that cannot write: the user is told in plain words, Deliver fails (so the
+// adapter does not acknowledge and the platform offers the message again), the model is not
+// called; once the journal writes again the same message is taken and answered.
+func TestJournalFailureRefusesWithoutAck(t *testing.T) {
+	dir := t.TempDir()
+	db := openState(t, dir)
+	defer db.Close()
+	j := &failingJournal{DB: db}
+	j.fail.Store(true)
+	e := newEnvIn(t, filepath.Join(dir, "sessions"), func(_ *Config, _ *Runtime, d *Deps) { d.Journal, d.Settings = j, db })
+	e.fake.SetFunc(func(req *harness.Request) harness.FakeReply { return harness.FakeReply{Text: "ok"} })
+	msg := func() *channels.Message {
+		return &channels.Message{ID: "m1", Channel: "mem", ChatID: "c1", UserID: "uc1", ChatType: channels.ChatDM,
+			Parts: []channels.Part{channels.TextPart("hello")}}
+	}
+	err := e.mem.sink.Deliver(context.Background(), msg())
+	if !errors.Is(err, channels.ErrNotAccepted) {
+		t.Fatalf("Deliver with a failing journal = %v; want ErrNotAccepted, so the adapter does not ack", err)
+	}
+	e.mem.waitDone(t, 1)
+	told := e.mem.finals("c1")
+	if len(told) != 1 || !strings.Contains(told[0], "couldn't save your message") {
+		t.Fatalf("the user was told %q; want plain words that the message was not taken", told)
+	}
+	if n := len(e.fake.Requests()); n != 0 {
+		t.Fatalf("the model was called %d times for a message that was not journaled", n)
+	}
+	j.fail.Store(false)
+	if err := e.mem.sink.Deliver(context.Background(), msg()); err != nil { // the platform offers it again
+		t.Fatalf("redelivery once the journal works: %v", err)
+	}
+	e.mem.waitDone(t, 1)
+	if got := e.mem.finals("c1"); len(got) != 2 || got[1] != "done:ok" {
+		t.Fatalf("after the journal recovered: %q; want the message answered", got)
+	}
+}
+
+// The same through the Telegram adapter against its fake: while the journal cannot write,
+// the user is told and the update stays unconfirmed at Telegram (the offset did not move
+// past it); once the journal writes again, the update comes again and is answered once.
+func TestJournalFailureKeepsTheTelegramUpdate(t *testing.T) {
+	dir := t.TempDir()
+	db := openState(t, dir)
+	defer db.Close()
+	j := &failingJournal{DB: db}
+	j.fail.Store(true)
+	tg := telegramtest.NewServer(t)
+	ch, err := telegram.New(telegram.Config{Enabled: true, Token: secret.Secret(tg.Token), APIURL: tg.URL, Mode: telegram.ModePolling,
+		Access: channels.Access{AllowFrom: []string{strconv.Itoa(telegramtest.UserID)}, DMPolicy: channels.DMAllowlist}},
+		telegram.Options{StateDir: t.TempDir(), State: db, PollTimeout: time.Second,
+			Pacing: telegram.Pacing{GlobalPerSecond: -1, PerChatInterval: -1, GroupInterval: -1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnvWith(t, filepath.Join(dir, "sessions"), []channels.Channel{ch}, func(_ *Config, _ *Runtime, d *Deps) { d.Journal, d.Settings = j, db })
+	e.fake.SetFunc(func(req *harness.Request) harness.FakeReply { return harness.FakeReply{Text: "ok"} })
+	const chat = 4242
+	tg.Send(telegramtest.Update{ChatID: chat, Text: "hello"})
+	deadline := time.Now().Add(10 * time.Second)
+	for len(tg.Messages(chat)) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the user was not told that the message was not taken")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := tg.Messages(chat)[0].Text; !strings.Contains(got, "couldn't save your message") {
+		t.Fatalf("the user was told %q", got)
+	}
+	time.Sleep(2500 * time.Millisecond) // the adapter polls again meanwhile, and the update comes again
+	if n := len(tg.Messages(chat)); n != 1 {
+		t.Fatalf("the user was told %d times; once is enough while Telegram offers the update again", n)
+	}
+	if n := tg.Pending(); n != 1 {
+		t.Fatalf("Telegram holds %d unconfirmed updates; want the refused one kept (the offset must not pass it)", n)
+	}
+	if n := len(e.fake.Requests()); n != 0 {
+		t.Fatalf("the model was called %d times", n)
+	}
+	j.fail.Store(false)
+	for {
+		msgs := tg.Messages(chat)
+		if len(msgs) >= 2 && msgs[len(msgs)-1].Text == "ok" {
+			break
+		}
+		if time.Now().After(deadline.Add(10 * time.Second)) {
+			t.Fatalf("not answered once the journal works: %+v", msgs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if n := len(e.fake.Requests()); n != 1 {
+		t.Fatalf("model calls = %d; want one", n)
+	}
+	if n := tg.Pending(); n != 0 {
+		t.Fatalf("%d updates still unconfirmed after the answer", n)
 	}
 }

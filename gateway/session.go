@@ -11,6 +11,7 @@ import (
 	"gateway/channels"
 	"gateway/harness"
 	"gateway/hooks"
+	"gateway/internal/llm"
 	"gateway/profiles"
 )
 
@@ -42,6 +43,7 @@ type session struct {
 // turnReq is one turn to run: the prompt and where to answer.
 type turnReq struct {
 	prompt  string
+	parts   []llm.Part // images and documents, by path (kept under state_dir/media)
 	isVoice bool
 	profile *profiles.Profile
 	info    hooks.Session
@@ -259,11 +261,12 @@ func (s *session) intake(msg *channels.Message) {
 		g.notify(g.ctx, rt.Bus, channels.TargetOf(msg), "🎤 "+text)
 	}
 	prompt := buildPrompt(msg, text)
-	if prompt == "" {
+	parts := g.keepMedia(msg)
+	if prompt == "" && len(parts) == 0 {
 		g.reject(msg, rt.Bus, "empty", "I received an empty message, so there is nothing to answer.")
 		return
 	}
-	req := &turnReq{prompt: prompt, isVoice: msg.IsVoice, profile: prof, info: info,
+	req := &turnReq{prompt: prompt, parts: parts, isVoice: msg.IsVoice, profile: prof, info: info,
 		target: channels.TargetOf(msg), rt: rt, release: release, seqs: []uint64{msg.Seq}}
 	kept = true
 	s.dispatch(req, queueMode(g.cfg.QueueMode, prof))
@@ -284,7 +287,8 @@ func (s *session) dispatch(req *turnReq, mode string) {
 	}
 	switch mode {
 	case QueueSteer:
-		if s.agent != nil && s.agent.Steer(req.prompt) {
+		// Media cannot ride a steered message: one with media waits for its own turn.
+		if len(req.parts) == 0 && s.agent != nil && s.agent.Steer(req.prompt) {
 			s.running.seqs = append(s.running.seqs, req.seqs...)
 			req.drop()
 			return // the running turn answers it
@@ -293,7 +297,8 @@ func (s *session) dispatch(req *turnReq, mode string) {
 	case QueueCollect:
 		if n := len(s.pending); n > 0 && !s.pending[n-1].compact && s.pending[n-1].hookCmd == nil {
 			last := s.pending[n-1]
-			last.prompt += "\n\n" + req.prompt
+			last.prompt = strings.TrimSpace(last.prompt + "\n\n" + req.prompt)
+			last.parts = append(last.parts, req.parts...)
 			last.isVoice = last.isVoice || req.isVoice
 			last.target = req.target
 			last.seqs = append(last.seqs, req.seqs...)
@@ -363,7 +368,7 @@ func (s *session) ensureAgent(req *turnReq, rt *Runtime) (*harness.Session, erro
 	agent, err := harness.OpenSession(harness.SessionOptions{
 		Key: s.key, Info: req.info, Store: s.g.store, Provider: prov, Model: cfg.Model,
 		System: req.profile.System, Tools: tools, Bus: rt.Bus, Logger: s.g.log,
-		MaxRetries: cfg.MaxRetries, Timeout: cfg.Timeout, MaxTokens: cfg.MaxTokens,
+		MaxRetries: cfg.MaxRetries, Timeout: cfg.Timeout, MaxTokens: cfg.MaxTokens, TextOnly: req.profile.TextOnly,
 		ContextWindow: cfg.ContextWindow, IdleReset: req.profile.IdleReset,
 		OnUsage: s.g.metrics.usage, OnCompact: s.g.metrics.compaction,
 	})

@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"os"
 	"strings"
 	"time"
 
 	"gateway/channels"
 	"gateway/harness"
 	"gateway/hooks"
+	"gateway/internal/llm"
 )
 
 type cancelled struct{ reason string }
@@ -75,7 +79,7 @@ func (s *session) runTurn(ctx context.Context, req *turnReq, rt *Runtime, agent 
 			return
 		}
 	}
-	res, err := agent.Run(ctx, req.prompt, func(u harness.Update) {
+	res, err := agent.RunWith(ctx, req.prompt, req.parts, func(u harness.Update) {
 		switch u.Kind {
 		case harness.UpdateDelta:
 			d.send(channels.Frame{Type: channels.FrameDelta, Text: u.Text})
@@ -216,7 +220,8 @@ func plainDuration(d time.Duration) string {
 }
 
 // buildPrompt turns a message into the text the model sees: group speakers are named,
-// replies quoted, and media the model cannot read is described rather than dropped.
+// replies quoted, and audio that could not be transcribed is described rather than dropped.
+// Images and documents go to the model beside the text (keepMedia).
 func buildPrompt(msg *channels.Message, text string) string {
 	var b strings.Builder
 	if msg.ReplyTo != nil && msg.ReplyTo.Text != "" {
@@ -231,19 +236,81 @@ func buildPrompt(msg *channels.Message, text string) string {
 		case channels.PartText:
 		case channels.PartAudio:
 			fmt.Fprintf(&b, "[The user sent an audio file%s that could not be transcribed.]\n", describe(p))
-		case channels.PartImage:
-			fmt.Fprintf(&b, "[The user sent an image%s; you cannot see it.]\n", describe(p))
-		default:
-			fmt.Fprintf(&b, "[The user sent a file%s; you cannot read it.]\n", describe(p))
+		case channels.PartImage, channels.PartFile:
+			if p.Path == "" {
+				fmt.Fprintf(&b, "[The user sent a %s%s that could not be kept.]\n", p.Type, describe(p))
+			}
 		}
 	}
-	if text != "" {
-		if msg.ChatType == channels.ChatGroup && msg.UserName != "" {
+	group := msg.ChatType == channels.ChatGroup && msg.UserName != ""
+	switch {
+	case text != "":
+		if group {
 			fmt.Fprintf(&b, "%s: ", msg.UserName)
 		}
 		b.WriteString(text)
+	case group && hasMedia(msg):
+		fmt.Fprintf(&b, "(sent by %s)", msg.UserName) // a picture without a caption still has a sender
 	}
 	return strings.TrimSpace(b.String())
+}
+
+// keepMedia gives the images and documents of a message to the model as parts of its
+// conversation: kept under state_dir/media (the adapter's download is pruned sooner) and
+// referenced by path from the history.
+func (g *Gateway) keepMedia(msg *channels.Message) []llm.Part {
+	var out []llm.Part
+	for _, p := range msg.Parts {
+		if (p.Type != channels.PartImage && p.Type != channels.PartFile) || p.Path == "" {
+			continue
+		}
+		path := p.Path
+		if g.media != nil {
+			kept, err := g.media.Keep(p.Path, p.Name)
+			if err != nil {
+				g.log.Warn("a file the user sent could not be kept under state_dir/media; using the download", "err", err)
+			} else {
+				path = kept
+			}
+		}
+		typ, mimeType := llm.PartFile, p.MIME
+		if p.Type == channels.PartImage {
+			typ = llm.PartImage
+		} else if sniffed := sniffImage(path, p.MIME); sniffed != "" {
+			// A picture sent as a file without its type (application/octet-stream) is a picture.
+			typ, mimeType = llm.PartImage, sniffed
+		}
+		out = append(out, llm.Part{Type: typ, MIME: mimeType, Path: path, Name: p.Name, Size: p.Size})
+	}
+	return out
+}
+
+// sniffImage returns the image type of a file whose platform gave no useful type, or "".
+func sniffImage(path, mimeType string) string {
+	if mimeType != "" && mimeType != "application/octet-stream" && mimeType != "binary/octet-stream" {
+		return ""
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	head := make([]byte, 512)
+	n, _ := io.ReadFull(f, head)
+	switch t := http.DetectContentType(head[:n]); t {
+	case "image/jpeg", "image/png", "image/gif", "image/webp":
+		return t
+	}
+	return ""
+}
+
+func hasMedia(msg *channels.Message) bool {
+	for _, p := range msg.Parts {
+		if (p.Type == channels.PartImage || p.Type == channels.PartFile) && p.Path != "" {
+			return true
+		}
+	}
+	return false
 }
 
 func describe(p channels.Part) string {

@@ -162,6 +162,9 @@ type SessionOptions struct {
 	MaxTurns int
 	// ToolTimeout bounds one tool run (default 30s).
 	ToolTimeout time.Duration
+	// TextOnly is set when the model cannot see (a profile's vision: false): images the
+	// user sent are described in words instead of sent.
+	TextOnly bool
 }
 
 // NewProvider builds the provider the config names. The client's transport is used for

@@ -17,6 +17,7 @@ import (
 	"gateway/harness/anthropictest"
 	"gateway/harness/openaitest"
 	"gateway/hooks"
+	"gateway/internal/fakeserver"
 	"gateway/internal/llm"
 	"gateway/internal/secret"
 )
@@ -183,7 +184,7 @@ func TestOpenAIToolCallRoundTrip(t *testing.T) {
 
 func TestOpenAIServerErrorsRetriedThenReadableError(t *testing.T) {
 	srv := newOpenAIServer(t)
-	srv.FailNext(3, 500, "")
+	srv.FailNext(3, fakeserver.Failure{Status: 500})
 	s := openSession(t, harness.SessionOptions{Store: openStore(t), Provider: openAI(t, srv), MaxRetries: 2})
 
 	var u updates
@@ -221,7 +222,7 @@ func TestOpenAIServerErrorsRetriedThenReadableError(t *testing.T) {
 
 func TestOpenAIRetryAfterIsHonoured(t *testing.T) {
 	srv := newOpenAIServer(t)
-	srv.FailNext(1, 429, "1")
+	srv.FailNext(1, fakeserver.Failure{RetryAfter: time.Second})
 	s := openSession(t, harness.SessionOptions{Provider: openAI(t, srv)})
 	var u updates
 	res, err := s.Run(context.Background(), "hi", u.on)
@@ -709,7 +710,7 @@ func TestAnthropicStreamingWithToolCall(t *testing.T) {
 func TestAnthropicOverloadedRetried(t *testing.T) {
 	srv := anthropictest.NewServer()
 	t.Cleanup(srv.Close)
-	srv.FailNext(1, 529, "")
+	srv.FailNext(1, fakeserver.Failure{Status: 529})
 	p, _ := harness.NewProvider(harness.Config{Provider: "anthropic", Model: "claude-test", BaseURL: srv.URL(), APIKey: secret.Secret(testKey)}, nil)
 	s := openSession(t, harness.SessionOptions{Provider: p})
 	res, err := s.Run(context.Background(), "hi", nil)

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/option"
 
 	"gateway/internal/llm"
+	"gateway/internal/media"
 )
 
 // anthropicProvider speaks the Anthropic Messages API, always streaming.
@@ -225,7 +227,17 @@ func anthropicMessages(system string, msgs []llm.Message) ([]anthropic.TextBlock
 				sys = append(sys, anthropic.TextBlockParam{Text: m.Content})
 			}
 		case llm.RoleUser:
-			add(anthropic.MessageParamRoleUser, anthropic.NewTextBlock(nonEmpty(m.Content)))
+			// Images first, then the text that speaks of them (Anthropic's advice).
+			var blocks []anthropic.ContentBlockParamUnion
+			for _, p := range m.Parts {
+				if p.Type == llm.PartImage && len(p.Data) > 0 {
+					blocks = append(blocks, anthropic.NewImageBlockBase64(p.MIME, base64.StdEncoding.EncodeToString(p.Data)))
+				}
+			}
+			if len(blocks) == 0 || strings.TrimSpace(m.Content) != "" {
+				blocks = append(blocks, anthropic.NewTextBlock(nonEmpty(m.Content)))
+			}
+			add(anthropic.MessageParamRoleUser, blocks...)
 		case llm.RoleTool:
 			add(anthropic.MessageParamRoleUser, anthropic.NewToolResultBlock(m.ToolCallID, nonEmpty(m.Content), m.IsError))
 		case llm.RoleAssistant:
@@ -244,6 +256,8 @@ func anthropicMessages(system string, msgs []llm.Message) ([]anthropic.TextBlock
 	}
 	return sys, out
 }
+
+func (p *anthropicProvider) imageBounds() media.Bounds { return anthropicImageBounds }
 
 // nonEmpty stands in for empty text, which the Messages API rejects.
 func nonEmpty(s string) string {

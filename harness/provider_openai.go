@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"github.com/openai/openai-go/v3/shared"
 
 	"gateway/internal/llm"
+	"gateway/internal/media"
 )
 
 // openAIProvider speaks OpenAI-compatible chat completions (OpenAI, Ollama, OpenRouter,
@@ -166,7 +168,7 @@ func openAIMessages(system string, msgs []llm.Message) []openai.ChatCompletionMe
 		case llm.RoleSystem:
 			out = append(out, openai.SystemMessage(m.Content))
 		case llm.RoleUser:
-			out = append(out, openai.UserMessage(m.Content))
+			out = append(out, openAIUser(m))
 		case llm.RoleTool:
 			out = append(out, openai.ToolMessage(m.Content, m.ToolCallID))
 		case llm.RoleAssistant:
@@ -190,6 +192,30 @@ func openAIMessages(system string, msgs []llm.Message) []openai.ChatCompletionMe
 	}
 	return out
 }
+
+// openAIUser is a user message: its text, then its images as data URLs in high detail
+// (they were scaled to what high detail uses).
+func openAIUser(m llm.Message) openai.ChatCompletionMessageParamUnion {
+	var images []openai.ChatCompletionContentPartUnionParam
+	for _, p := range m.Parts {
+		if p.Type == llm.PartImage && len(p.Data) > 0 {
+			images = append(images, openai.ImageContentPart(openai.ChatCompletionContentPartImageImageURLParam{
+				URL:    "data:" + p.MIME + ";base64," + base64.StdEncoding.EncodeToString(p.Data),
+				Detail: "high",
+			}))
+		}
+	}
+	if len(images) == 0 {
+		return openai.UserMessage(m.Content)
+	}
+	content := make([]openai.ChatCompletionContentPartUnionParam, 0, len(images)+1)
+	if strings.TrimSpace(m.Content) != "" {
+		content = append(content, openai.TextContentPart(m.Content))
+	}
+	return openai.UserMessage(append(content, images...))
+}
+
+func (p *openAIProvider) imageBounds() media.Bounds { return openAIImageBounds }
 
 func firstPositive(vs ...int) int {
 	for _, v := range vs {

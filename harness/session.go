@@ -95,6 +95,7 @@ func configFrom(opts SessionOptions) sessionConfig {
 	if c.provider == nil {
 		c.provider = NewEcho()
 	}
+	c.provider = withMedia(c.provider, opts.TextOnly, opts.Logger)
 	switch {
 	case c.maxRetries == 0:
 		c.maxRetries = defaultMaxRetries
@@ -293,6 +294,12 @@ func (s *Session) AppendEntries(entries []json.RawMessage) error {
 // failures are retried per the options; the final failure is returned as an error whose
 // text is fit to show a user. on may be nil.
 func (s *Session) Run(ctx context.Context, prompt string, on func(Update)) (Result, error) {
+	return s.RunWith(ctx, prompt, nil, on)
+}
+
+// RunWith is Run with media the user sent beside the prompt (images, documents), kept in
+// the history by path and given to the model as its provider takes them.
+func (s *Session) RunWith(ctx context.Context, prompt string, parts []llm.Part, on func(Update)) (Result, error) {
 	if !s.runMu.TryLock() {
 		return Result{}, errors.New("a reply is already in progress in this chat")
 	}
@@ -304,7 +311,7 @@ func (s *Session) Run(ctx context.Context, prompt string, on func(Update)) (Resu
 	if on == nil {
 		on = func(Update) {}
 	}
-	r := &run{s: s, cfg: cfg, ctx: ctx, on: on, phase: PhaseTurn}
+	r := &run{s: s, cfg: cfg, ctx: ctx, on: on, phase: PhaseTurn, parts: parts}
 	defer s.hist.release()
 	res, err := r.exec(prompt)
 	r.finish(res, err)
@@ -321,6 +328,7 @@ type run struct {
 	// ceiling is the estimate of a request the provider found too long (0: none): the
 	// summary request is kept well below it.
 	ceiling int
+	parts   []llm.Part // media of the prompt
 }
 
 // fixed is what the system prompt and the tools cost in every request.
@@ -356,7 +364,7 @@ func (r *run) save() {
 func (r *run) exec(prompt string) (Result, error) {
 	info := r.cfg.info
 	r.idleReset()
-	r.add(llm.Message{Role: llm.RoleUser, Content: prompt}, false)
+	r.add(llm.Message{Role: llm.RoleUser, Content: prompt, Parts: r.parts}, false)
 
 	system := r.cfg.system
 	if r.cfg.bus != nil {

@@ -16,7 +16,7 @@ import (
 	"sync"
 	"time"
 
-	"go.yaml.in/yaml/v3"
+	"gateway/internal/config"
 )
 
 // HookFile is the name of the file that describes a hook in its folder.
@@ -48,6 +48,8 @@ type DirOptions struct {
 	// does not follow redirects.
 	HTTPClient *http.Client
 	Logger     *slog.Logger
+	// Getenv expands ${VAR} in HOOK.yaml; nil means os.Getenv.
+	Getenv func(string) string
 	// Registry, when set, receives the commands and tools the hooks declare; a hook whose
 	// command or tool clashes with one already there does not load (a LoadError).
 	Registry *Registry
@@ -108,7 +110,7 @@ func LoadDir(bus *Bus, dir string, opts DirOptions) *Dir {
 	if opts.Source == "" {
 		opts.Source = "dir:" + dir
 	}
-	specs, errs := scanDir(dir, opts.Source)
+	specs, errs := scanDir(dir, opts.Source, opts.Getenv)
 	d := &Dir{path: dir, errs: errs}
 	for _, e := range errs {
 		opts.Logger.Warn("hook not loaded", "path", e.Path, "err", e.Err)
@@ -131,16 +133,6 @@ func LoadDir(bus *Bus, dir string, opts DirOptions) *Dir {
 	return d
 }
 
-// CheckDir validates dir as LoadDir would, registering nothing (for `gateway check`).
-func CheckDir(dir string) ([]LoadedHook, []LoadError) {
-	specs, errs := scanDir(dir, "dir:"+dir)
-	hooks := make([]LoadedHook, 0, len(specs))
-	for _, s := range specs {
-		hooks = append(hooks, s.LoadedHook)
-	}
-	return hooks, errs
-}
-
 // Path is the directory that was loaded.
 func (d *Dir) Path() string { return d.path }
 
@@ -161,7 +153,7 @@ func (d *Dir) Close() {
 	}
 }
 
-func scanDir(dir, source string) ([]hookSpec, []LoadError) {
+func scanDir(dir, source string, getenv func(string) string) ([]hookSpec, []LoadError) {
 	// A relative directory is taken against the working directory, once, here: a program runs
 	// in its hook's folder, where a path relative to the working directory means nothing.
 	if abs, err := filepath.Abs(dir); err == nil {
@@ -184,7 +176,7 @@ func scanDir(dir, source string) ([]hookSpec, []LoadError) {
 		if fi, err := os.Stat(folder); err != nil || !fi.IsDir() {
 			continue // files beside the hook folders (a README) are not hooks
 		}
-		s, err := parseHook(folder)
+		s, err := parseHook(folder, getenv)
 		if err != nil {
 			errs = append(errs, LoadError{Path: folder, Err: err})
 			continue
@@ -206,8 +198,31 @@ func isEnvName(n string) bool {
 	return n != ""
 }
 
-// parseHook reads and validates folder/HOOK.yaml. Errors name the key at fault.
-func parseHook(folder string) (hookSpec, error) {
+// hookFile is the on-disk form of HOOK.yaml, decoded by the shared decoder
+// (gateway/internal/config): strict, ${VAR} expanded, durations as in gateway.yaml.
+type hookFile struct {
+	Name    string        `yaml:"name"`
+	Events  []string      `yaml:"events"`
+	Command []string      `yaml:"command"`
+	URL     string        `yaml:"url"`
+	Timeout time.Duration `yaml:"timeout"`
+	Enabled bool          `yaml:"enabled"`
+	Env     []string      `yaml:"env"`
+	// Extensions: commands and tools the program serves, and access to the admin API.
+	Commands []hookCommand `yaml:"commands"`
+	Tools    []hookTool    `yaml:"tools"`
+	API      bool          `yaml:"api"`
+}
+
+// hookHints show the wanted form next to a value of the wrong type.
+var hookHints = map[string]string{
+	"events":  "write e.g. events: [message:receive]",
+	"command": `write a list of arguments, e.g. command: ["./run.sh"]; it never runs through a shell`,
+	"env":     "write a list of variable names, e.g. env: [MY_API_KEY]",
+}
+
+// parseHook reads and validates folder/HOOK.yaml. Errors name the file, line and key.
+func parseHook(folder string, getenv func(string) string) (hookSpec, error) {
 	s := hookSpec{LoadedHook: LoadedHook{Name: filepath.Base(folder), Dir: folder, Enabled: true}}
 	f, err := os.Open(filepath.Join(folder, HookFile))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -224,126 +239,72 @@ func parseHook(folder string) (hookSpec, error) {
 	if len(data) > maxHookFile {
 		return s, fmt.Errorf("%s is larger than %d KiB", HookFile, maxHookFile>>10)
 	}
-	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return s, fmt.Errorf("%s: %w", HookFile, err)
+	hf := hookFile{Name: s.Name, Enabled: true}
+	root, errs := config.DecodeBytes(data, &hf, config.Options{File: HookFile, Getenv: getenv, Hints: hookHints})
+	if err := errs.Err(); err != nil {
+		return s, err
 	}
-	if len(doc.Content) == 0 {
+	if root == nil {
 		return s, fmt.Errorf("%s is empty: it needs at least events and command (or url)", HookFile)
 	}
-	m := doc.Content[0]
-	if m.Kind != yaml.MappingNode {
-		return s, fmt.Errorf("%s: want a mapping of keys (name, events, command, ...)", HookFile)
+	bad := func(key, format string, args ...any) error {
+		return config.At(HookFile, root, key, format, args...)
 	}
-	seen := map[string]bool{}
-	var urlText string
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		k, v := m.Content[i].Value, m.Content[i+1]
-		if seen[k] {
-			return s, fmt.Errorf("%s line %d: key %q given twice", HookFile, m.Content[i].Line, k)
+	if strings.TrimSpace(hf.Name) == "" {
+		return s, bad("name", "must not be empty")
+	}
+	s.Name, s.Events, s.Timeout, s.Enabled, s.env = hf.Name, hf.Events, hf.Timeout, hf.Enabled, hf.Env
+	if hf.Timeout < 0 || (hf.Timeout == 0 && config.Find(root, "timeout") != nil) {
+		return s, bad("timeout", "must be a positive duration (write e.g. 5s or 500ms)")
+	}
+	for i, n := range s.env {
+		if !isEnvName(n) {
+			return s, bad(fmt.Sprintf("env[%d]", i), "%q is not a variable name", n)
 		}
-		seen[k] = true
-		bad := func(format string, args ...any) error {
-			return fmt.Errorf("%s line %d: %s: %s", HookFile, v.Line, k, fmt.Sprintf(format, args...))
-		}
-		switch k {
-		case "name":
-			if v.Kind != yaml.ScalarNode || strings.TrimSpace(v.Value) == "" {
-				return s, bad("want a non-empty string")
-			}
-			s.Name = v.Value
-		case "events":
-			if v.Kind != yaml.SequenceNode {
-				return s, bad("want a list, e.g. events: [message:receive]")
-			}
-			if err := v.Decode(&s.Events); err != nil {
-				return s, bad("%v", err)
-			}
-		case "command":
-			if v.Kind != yaml.SequenceNode {
-				return s, bad(`want a list of arguments, e.g. command: ["./run.sh"] (it never runs through a shell)`)
-			}
-			if err := v.Decode(&s.command); err != nil {
-				return s, bad("%v", err)
-			}
-			if len(s.command) == 0 || s.command[0] == "" {
-				return s, bad("the list is empty: it needs at least the program")
-			}
-		case "url":
-			if v.Kind != yaml.ScalarNode {
-				return s, bad("want a URL")
-			}
-			urlText = v.Value
-		case "timeout":
-			d, err := time.ParseDuration(v.Value)
-			if v.Kind != yaml.ScalarNode || err != nil || d <= 0 {
-				return s, bad("%q is not a positive duration (write e.g. 5s or 500ms)", v.Value)
-			}
-			s.Timeout = d
-		case "enabled":
-			if err := v.Decode(&s.Enabled); err != nil {
-				return s, bad("want true or false")
-			}
-		case "env":
-			if v.Kind != yaml.SequenceNode || v.Decode(&s.env) != nil {
-				return s, bad("want a list of variable names, e.g. env: [MY_API_KEY]")
-			}
-			for _, n := range s.env {
-				if !isEnvName(n) {
-					return s, bad("%q is not a variable name", n)
-				}
-			}
-		case "commands":
-			if err := parseCommands(v, &s); err != nil {
-				return s, bad("%v", err)
-			}
-		case "tools":
-			if err := parseTools(v, &s); err != nil {
-				return s, bad("%v", err)
-			}
-		case "api":
-			if err := v.Decode(&s.API); err != nil {
-				return s, bad("want true or false")
-			}
-		default:
-			return s, fmt.Errorf("%s line %d: unknown key %q (known: name, events, commands, tools, api, command, url, timeout, enabled, env)",
-				HookFile, m.Content[i].Line, k)
-		}
+	}
+	s.API = hf.API
+	if err := declared(hf, &s, bad); err != nil {
+		return s, err
 	}
 	if len(s.Events) == 0 && len(s.Commands) == 0 && len(s.Tools) == 0 {
-		return s, fmt.Errorf("%s: events is missing: list the events this hook handles, or [\"*\"] to observe all (or declare commands or tools)", HookFile)
+		return s, bad("events", "missing: list the events this hook handles, or [\"*\"] to observe all (or declare commands or tools)")
 	}
-	for _, ev := range s.Events {
+	for i, ev := range s.Events {
 		if ev == "*" {
 			if len(s.Events) > 1 {
-				return s, fmt.Errorf("%s: events: \"*\" already observes every event; list it alone", HookFile)
+				return s, bad("events", `"*" already observes every event; list it alone`)
 			}
 			continue
 		}
 		info, ok := LookupEvent(ev)
 		if !ok {
-			return s, fmt.Errorf("%s: events: unknown event %q", HookFile, ev)
+			return s, bad(fmt.Sprintf("events[%d]", i), "unknown event %q", ev)
 		}
 		if info.Declared {
-			return s, fmt.Errorf("%s: events: %q is not an event to subscribe to: declare the hook's %ss under %ss:", HookFile, ev, ev, ev)
+			return s, bad(fmt.Sprintf("events[%d]", i), "%q is not an event to subscribe to: declare the hook's %ss under %ss:", ev, ev, ev)
+		}
+		if slices.Contains(s.Events[:i], ev) {
+			return s, bad(fmt.Sprintf("events[%d]", i), "%q is listed twice", ev)
 		}
 	}
-	if sorted := slices.Sorted(slices.Values(s.Events)); len(slices.Compact(sorted)) != len(s.Events) {
-		return s, fmt.Errorf("%s: events: an event is listed twice", HookFile)
-	}
+	hasCommand := config.Find(root, "command") != nil
 	switch {
-	case s.command != nil && urlText != "":
-		return s, fmt.Errorf("%s: give either command or url, not both", HookFile)
-	case s.command != nil:
+	case hasCommand && hf.URL != "":
+		return s, bad("url", "give either command or url, not both")
+	case hasCommand:
+		if len(hf.Command) == 0 || hf.Command[0] == "" {
+			return s, bad("command", "the list is empty: it needs at least the program")
+		}
+		s.command = hf.Command
 		s.Kind = KindCommand
 		if err := resolveCommand(folder, s.command); err != nil {
-			return s, fmt.Errorf("%s: command: %w", HookFile, err)
+			return s, bad("command", "%v", err)
 		}
-	case urlText != "":
+	case hf.URL != "":
 		s.Kind = KindURL
-		u, err := url.Parse(urlText)
+		u, err := url.Parse(hf.URL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return s, fmt.Errorf("%s: url: want an http:// or https:// URL", HookFile)
+			return s, bad("url", "want an http:// or https:// URL")
 		}
 		s.url = u
 	default:

@@ -322,22 +322,22 @@ func TestDirLoadErrorsNameTheProblem(t *testing.T) {
 	root := t.TempDir()
 	writeHook(t, root, "good", receiveHook+"timeout: 2s\n", "cat\n")
 	cases := map[string]struct{ yaml, script, want string }{
-		"a-unknown-key":  {"events: [message:receive]\ncomand: [./run.sh]\n", "", `unknown key "comand"`},
-		"b-no-events":    {"command: [./run.sh]\n", "cat\n", "events is missing"},
-		"c-bad-event":    {"events: [message:recieve]\ncommand: [./run.sh]\n", "cat\n", `unknown event "message:recieve"`},
-		"d-shell-string": {"events: [message:receive]\ncommand: ./run.sh --flag\n", "cat\n", "command: want a list of arguments"},
+		"a-unknown-key":  {"events: [message:receive]\ncomand: [./run.sh]\n", "", `HOOK.yaml:2: comand: unknown key (known: name, events, command, url, timeout, enabled, env, commands, tools, api)`},
+		"b-no-events":    {"command: [./run.sh]\n", "cat\n", "events: missing"},
+		"c-bad-event":    {"events: [message:recieve]\ncommand: [./run.sh]\n", "cat\n", `HOOK.yaml:1: events[0]: unknown event "message:recieve"`},
+		"d-shell-string": {"events: [message:receive]\ncommand: ./run.sh --flag\n", "cat\n", "HOOK.yaml:2: command: expected a list, got text (write a list of arguments"},
 		"e-both":         {receiveHook + "url: http://127.0.0.1:1/\n", "cat\n", "either command or url"},
 		"f-missing-prog": {"events: [message:receive]\ncommand: [./nothere.sh]\n", "", `program "./nothere.sh" not found`},
 		"g-not-exec":     {"events: [message:receive]\ncommand: [./HOOK.yaml]\n", "", "not executable"},
-		"h-timeout":      {receiveHook + "timeout: 5\n", "cat\n", `timeout: "5" is not a positive duration`},
-		"i-enabled":      {receiveHook + "enabled: maybe\n", "cat\n", "enabled: want true or false"},
+		"h-timeout":      {receiveHook + "timeout: 5\n", "cat\n", `timeout: "5" is not a duration (write e.g. 90s, 30m or 2h)`},
+		"i-enabled":      {receiveHook + "enabled: maybe\n", "cat\n", `enabled: expected true or false, got "maybe"`},
 		"j-star-mix":     {"events: [\"*\", message:send]\ncommand: [./run.sh]\n", "cat\n", `"*" already observes every event`},
 		"k-url-scheme":   {"events: [message:send]\nurl: ftp://x/\n", "", "want an http:// or https:// URL"},
 		"l-no-yaml":      {"", "", "no HOOK.yaml"},
 		"m-not-yaml":     {"events: [message:receive\n", "", "HOOK.yaml"},
-		"n-dup-key":      {receiveHook + "events: [message:send]\n", "cat\n", `key "events" given twice`},
+		"n-dup-key":      {receiveHook + "events: [message:send]\n", "cat\n", `events: given twice`},
 		"o-no-runner":    {"events: [message:send]\n", "", "command or url is missing"},
-		"p-bad-env":      {receiveHook + "env: [\"A B\"]\n", "cat\n", `"A B" is not a variable name`},
+		"p-bad-env":      {receiveHook + "env: [\"A B\"]\n", "cat\n", `env[0]: "A B" is not a variable name`},
 	}
 	for name, c := range cases {
 		dir := writeHook(t, root, name, c.yaml, c.script)
@@ -374,10 +374,6 @@ func TestDirLoadErrorsNameTheProblem(t *testing.T) {
 			t.Errorf("%d errors for %d broken hooks: %v", len(errs), len(cases), errs)
 		}
 	}
-	t.Run("CheckDir", func(t *testing.T) {
-		hooks, errs := CheckDir(root)
-		check(t, hooks, errs)
-	})
 	t.Run("LoadDir", func(t *testing.T) {
 		b := newTestBus(t, 10*time.Second)
 		d := LoadDir(b.Bus, root, DirOptions{})
@@ -505,9 +501,9 @@ fi
 	t.Chdir(root)
 	for _, dir := range []string{"./hooks", "hooks"} {
 		t.Run(dir, func(t *testing.T) {
-			hooks, errs := CheckDir(dir)
+			hooks, errs := scanOnly(dir)
 			if len(hooks) != 1 || hooks[0].Name != "10-no-secrets" || len(errs) != 1 || !strings.Contains(errs[0].Error(), `program "./nothere.sh" not found`) {
-				t.Fatalf("CheckDir(%q) = %+v, %v; want the good hook loaded and the missing program reported", dir, hooks, errs)
+				t.Fatalf("scan of %q = %+v, %v; want the good hook loaded and the missing program reported", dir, hooks, errs)
 			}
 			b := newTestBus(t, 10*time.Second)
 			d := LoadDir(b.Bus, dir, DirOptions{})
@@ -524,4 +520,34 @@ fi
 			}
 		})
 	}
+}
+
+// TestHookFileUsesTheSharedDecoder: HOOK.yaml follows the rules of gateway.yaml and
+// profile.yaml: ${VAR} expands, an unset one is an error with file, line and key, and an
+// unknown key nested in a value is named by its path.
+func TestHookFileUsesTheSharedDecoder(t *testing.T) {
+	root := t.TempDir()
+	writeHook(t, root, "set", "events: [message:send]\nurl: \"http://${HOOK_TEST_HOST}/hook\"\n", "")
+	writeHook(t, root, "unset", "events: [message:send]\n\nurl: \"http://${HOOK_TEST_UNSET}/hook\"\n", "")
+	env := map[string]string{"HOOK_TEST_HOST": "127.0.0.1:9"}
+	b := newTestBus(t, 10*time.Second)
+	d := LoadDir(b.Bus, root, DirOptions{Getenv: func(k string) string { return env[k] }})
+	defer d.Close()
+	if h := d.Hooks(); len(h) != 1 || h[0].Name != "set" {
+		t.Fatalf("hooks = %+v; want only the hook whose variable is set", h)
+	}
+	errs := d.Errors()
+	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "HOOK.yaml:3: url: environment variable HOOK_TEST_UNSET is not set") {
+		t.Fatalf("errors = %v; want the unset variable named with its line and key", errs)
+	}
+}
+
+// scanOnly reads dir as LoadDir does, registering nothing.
+func scanOnly(dir string) ([]LoadedHook, []LoadError) {
+	specs, errs := scanDir(dir, "dir:"+dir, nil)
+	hooks := make([]LoadedHook, 0, len(specs))
+	for _, s := range specs {
+		hooks = append(hooks, s.LoadedHook)
+	}
+	return hooks, errs
 }

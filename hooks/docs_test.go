@@ -83,7 +83,8 @@ func docExamples() map[string]struct {
 			results: []any{&ToolResultPatch{Content: ptr("buy oat milk"), IsError: ptr(false)}},
 		},
 		NameContext: {
-			ev: &Context{Session: s, Messages: []llm.Message{{Role: llm.RoleSystem, Content: "You are helpful."}, {Role: llm.RoleUser, Content: "hello"}},
+			ev: &Context{Session: s, Messages: []llm.Message{{Role: llm.RoleSystem, Content: "You are helpful."}, {Role: llm.RoleUser, Content: "What is in this picture?",
+				Parts: []llm.Part{{Type: llm.PartImage, MIME: "image/jpeg", Path: "/var/lib/gateway/media/2026-11-24/k3j9-photo.jpg", Name: "photo.jpg", Size: 183204}}}},
 				Entries: []json.RawMessage{
 					json.RawMessage(`{"type":"message","id":"a1b2c3d4e5f60718","parentId":null,"timestamp":"2026-01-02T10:00:00Z","message":{"role":"user","content":"hello"}}`),
 					json.RawMessage(`{"type":"stack_pop","id":"b2c3d4e5f6071829","parentId":"a1b2c3d4e5f60718","timestamp":"2026-01-02T10:01:00Z","popped":["..."],"summary":"..."}`)}},

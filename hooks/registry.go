@@ -3,15 +3,12 @@ package hooks
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"regexp"
 	"slices"
 	"strings"
 	"sync"
 	"time"
-
-	"go.yaml.in/yaml/v3"
 )
 
 // CommandSpec is a command a hook declares under commands: in HOOK.yaml.
@@ -34,90 +31,55 @@ var (
 	toolName    = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`) // what providers accept
 )
 
-func parseCommands(v *yaml.Node, s *hookSpec) error {
-	if v.Kind != yaml.SequenceNode {
-		return errors.New(`want a list, e.g. commands: [{name: pop, description: "..."}]`)
-	}
-	for i, n := range v.Content {
-		var c struct {
-			Name        string `yaml:"name"`
-			Description string `yaml:"description"`
-		}
-		if n.Kind != yaml.MappingNode {
-			return fmt.Errorf("command %d: want {name, description}", i+1)
-		}
-		if err := decodeStrict(n, &c, "name", "description"); err != nil {
-			return fmt.Errorf("command %d: %v", i+1, err)
-		}
-		if !commandName.MatchString(c.Name) {
-			return fmt.Errorf("command %d: name %q: use 1 to 32 lowercase letters, digits or _ (no leading /)", i+1, c.Name)
-		}
-		if c.Description == "" {
-			return fmt.Errorf("command %q: description is missing (it is shown in /help and the platforms' menus)", c.Name)
-		}
-		if slices.ContainsFunc(s.Commands, func(x CommandSpec) bool { return x.Name == c.Name }) {
-			return fmt.Errorf("command %q is declared twice", c.Name)
+// hookCommand and hookTool are the HOOK.yaml forms of a declared command and tool.
+type hookCommand struct {
+	Name        string `yaml:"name"`
+	Description string `yaml:"description"`
+}
+
+type hookTool struct {
+	Name        string         `yaml:"name"`
+	Description string         `yaml:"description"`
+	Parameters  map[string]any `yaml:"parameters"`
+	Timeout     time.Duration  `yaml:"timeout"`
+}
+
+// declared validates the commands and tools of a HOOK.yaml into s. bad names the key.
+func declared(hf hookFile, s *hookSpec, bad func(key, format string, args ...any) error) error {
+	for i, c := range hf.Commands {
+		key := fmt.Sprintf("commands[%d]", i)
+		switch {
+		case !commandName.MatchString(c.Name):
+			return bad(key+".name", "%q: use 1 to 32 lowercase letters, digits or _ (no leading /)", c.Name)
+		case strings.TrimSpace(c.Description) == "":
+			return bad(key+".description", "missing: it is shown in /help and the platforms' menus")
+		case slices.ContainsFunc(s.Commands, func(x CommandSpec) bool { return x.Name == c.Name }):
+			return bad(key+".name", "command %q is declared twice", c.Name)
 		}
 		s.Commands = append(s.Commands, CommandSpec(c))
 	}
-	return nil
-}
-
-func parseTools(v *yaml.Node, s *hookSpec) error {
-	if v.Kind != yaml.SequenceNode {
-		return errors.New("want a list, e.g. tools: [{name: lookup_order, description: ..., parameters: {...}}]")
-	}
-	for i, n := range v.Content {
-		var t struct {
-			Name        string         `yaml:"name"`
-			Description string         `yaml:"description"`
-			Parameters  map[string]any `yaml:"parameters"`
-			Timeout     string         `yaml:"timeout"`
+	for i, t := range hf.Tools {
+		key := fmt.Sprintf("tools[%d]", i)
+		switch {
+		case !toolName.MatchString(t.Name):
+			return bad(key+".name", "%q: use 1 to 64 letters, digits, _ or -", t.Name)
+		case strings.TrimSpace(t.Description) == "":
+			return bad(key+".description", "missing: the model reads it to know when to call the tool")
+		case t.Timeout < 0:
+			return bad(key+".timeout", "must be a positive duration (write e.g. 5s)")
+		case slices.ContainsFunc(s.Tools, func(x ToolSpec) bool { return x.Name == t.Name }):
+			return bad(key+".name", "tool %q is declared twice", t.Name)
 		}
-		if n.Kind != yaml.MappingNode {
-			return fmt.Errorf("tool %d: want {name, description, parameters}", i+1)
-		}
-		if err := decodeStrict(n, &t, "name", "description", "parameters", "timeout"); err != nil {
-			return fmt.Errorf("tool %d: %v", i+1, err)
-		}
-		if !toolName.MatchString(t.Name) {
-			return fmt.Errorf("tool %d: name %q: use 1 to 64 letters, digits, _ or -", i+1, t.Name)
-		}
-		if t.Description == "" {
-			return fmt.Errorf("tool %q: description is missing (the model reads it to know when to call the tool)", t.Name)
-		}
-		spec := ToolSpec{Name: t.Name, Description: t.Description}
 		if t.Parameters == nil {
 			t.Parameters = map[string]any{"type": "object", "properties": map[string]any{}}
 		}
 		p, err := json.Marshal(t.Parameters)
 		if err != nil {
-			return fmt.Errorf("tool %q: parameters: %v", t.Name, err)
+			return bad(key+".parameters", "%v", err)
 		}
-		spec.Parameters = p
-		if t.Timeout != "" {
-			d, err := time.ParseDuration(t.Timeout)
-			if err != nil || d <= 0 {
-				return fmt.Errorf("tool %q: timeout %q is not a positive duration", t.Name, t.Timeout)
-			}
-			spec.Timeout = d
-		}
-		if slices.ContainsFunc(s.Tools, func(x ToolSpec) bool { return x.Name == t.Name }) {
-			return fmt.Errorf("tool %q is declared twice", t.Name)
-		}
-		s.Tools = append(s.Tools, spec)
+		s.Tools = append(s.Tools, ToolSpec{Name: t.Name, Description: t.Description, Parameters: p, Timeout: t.Timeout})
 	}
 	return nil
-}
-
-// decodeStrict decodes a mapping, refusing keys other than known.
-func decodeStrict(n *yaml.Node, out any, known ...string) error {
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		if k := n.Content[i].Value; !slices.Contains(known, k) {
-			return fmt.Errorf("unknown key %q (known: %s)", k, strings.Join(known, ", "))
-		}
-	}
-	return n.Decode(out)
 }
 
 // RegisteredCommand is a command of the registry: a builtin (Run nil) or a hook's.

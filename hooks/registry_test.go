@@ -90,14 +90,14 @@ func TestCommandResultEntriesValidated(t *testing.T) {
 func TestHookYAMLDeclarationErrors(t *testing.T) {
 	for yaml, want := range map[string]string{
 		"commands: [{name: Pop, description: x}]\ncommand: [./run.sh]\n":           "lowercase",
-		"commands: [{name: pop}]\ncommand: [./run.sh]\n":                           "description is missing",
-		"commands: [{name: pop, description: x, extra: 1}]\ncommand: [./run.sh]\n": `unknown key "extra"`,
-		"tools: [{name: t, description: x, timeout: soon}]\ncommand: [./run.sh]\n": "not a positive duration",
+		"commands: [{name: pop}]\ncommand: [./run.sh]\n":                           "commands[0].description: missing",
+		"commands: [{name: pop, description: x, extra: 1}]\ncommand: [./run.sh]\n": "commands[0].extra: unknown key",
+		"tools: [{name: t, description: x, timeout: soon}]\ncommand: [./run.sh]\n": `"soon" is not a duration`,
 		"events: [command]\ncommand: [./run.sh]\n":                                 "declare the hook's commands under commands:",
 	} {
 		root := t.TempDir()
 		writeHook(t, root, "h", yaml, "exit 0\n")
-		_, errs := CheckDir(root)
+		_, errs := scanDir(root, "dir:x", nil)
 		if len(errs) != 1 || !strings.Contains(errs[0].Error(), want) {
 			t.Errorf("%q: errors %v, want %q", yaml, errs, want)
 		}

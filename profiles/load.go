@@ -1,7 +1,6 @@
 package profiles
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -9,16 +8,12 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"reflect"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
-	"go.yaml.in/yaml/v3"
-
 	"gateway/harness"
+	"gateway/internal/config"
 	"gateway/internal/secret"
 	"gateway/mcptools"
 )
@@ -75,15 +70,17 @@ func ValidQueueMode(m string) bool {
 	return false
 }
 
-// fileProfile is the on-disk form of profile.yaml.
+// fileProfile is the on-disk form of profile.yaml, decoded by the shared decoder
+// (gateway/internal/config): strict, ${VAR} expanded, durations as in gateway.yaml.
 type fileProfile struct {
-	Description string   `yaml:"description"`
-	LLM         fileLLM  `yaml:"llm"`
-	QueueMode   string   `yaml:"queue_mode"`
-	Tools       []string `yaml:"tools"`
-	STT         fileSTT  `yaml:"stt"`
-	TTS         fileTTS  `yaml:"tts"`
-	IdleReset   string   `yaml:"idle_reset"`
+	Description string        `yaml:"description"`
+	LLM         fileLLM       `yaml:"llm"`
+	QueueMode   string        `yaml:"queue_mode"`
+	Vision      *bool         `yaml:"vision"`
+	Tools       []string      `yaml:"tools"`
+	STT         fileSTT       `yaml:"stt"`
+	TTS         fileTTS       `yaml:"tts"`
+	IdleReset   time.Duration `yaml:"idle_reset"`
 	// MCP lists the profile's own MCP servers (beside the top-level mcp:).
 	MCP []mcptools.ServerConfig `yaml:"mcp"`
 }
@@ -107,14 +104,27 @@ type fileTTS struct {
 	Language string `yaml:"language"`
 }
 
+// Options are what Load checks each profile against, so that a profile that could only fail
+// at message time fails at load time (and in `gateway check`) instead.
+type Options struct {
+	// Getenv expands ${VAR} in profile.yaml; nil means os.Getenv.
+	Getenv func(string) string
+	// Tools resolves tool names the way sessions will (the gateway passes
+	// harness.BuiltinTools): a name it rejects is a load error. Nil: names are not checked.
+	Tools func(names []string) ([]harness.Tool, error)
+	// LLM is the global llm section. When set, a profile's llm section is checked merged
+	// onto it: a provider switched to anthropic needs a model.
+	LLM *harness.Config
+}
+
 // Load reads every profile directory under cfg.Dir and checks the bindings against them.
 //
 // Layout: cfg.Dir/NAME/ holds an optional profile.yaml (decoded strictly: an unknown key is an
 // error), an optional SYSTEM.md (the system prompt; DefaultSystemPrompt when absent or blank) and an
 // optional hooks/ directory (Profile.HooksDir). Regular files in cfg.Dir and directories whose name
 // starts with '.' are ignored; any other directory must have a valid name (ValidateName).
-// `${VAR}` and `$VAR` in profile.yaml string values expand from the environment (unset: empty;
-// `$$` is a literal '$').
+// profile.yaml is decoded by the shared decoder (gateway/internal/config): `${VAR}` expands
+// from the environment and an unset VAR is an error naming the file, line and key.
 //
 // A missing cfg.Dir (or cfg.Dir == "") is not an error: the set then holds only the built-in default.
 // cfg.Default ("" means DefaultName) names the default profile; when it has no directory it is the
@@ -122,6 +132,14 @@ type fileTTS struct {
 //
 // Load reports every problem it finds, joined with errors.Join, and returns a nil Set if there was any.
 func Load(cfg Config, bindings []Binding) (*Set, error) {
+	return LoadWith(cfg, bindings, Options{})
+}
+
+// LoadWith is Load with the checks of opts.
+func LoadWith(cfg Config, bindings []Binding, opts Options) (*Set, error) {
+	if opts.Getenv == nil {
+		opts.Getenv = os.Getenv
+	}
 	def := cfg.Default
 	if def == "" {
 		def = DefaultName
@@ -156,7 +174,7 @@ func Load(cfg Config, bindings []Binding) (*Set, error) {
 					errs = append(errs, fmt.Errorf("%s: %w", dir, err))
 					continue
 				}
-				p, perrs := loadProfile(name, dir)
+				p, perrs := loadProfile(name, dir, opts)
 				errs = append(errs, perrs...)
 				if p != nil {
 					byName[name] = p
@@ -196,7 +214,7 @@ func builtinProfile(name string) *Profile {
 }
 
 // loadProfile reads one profile directory. It returns the profile (nil when unusable) and its problems.
-func loadProfile(name, dir string) (*Profile, []error) {
+func loadProfile(name, dir string, opts Options) (*Profile, []error) {
 	p := builtinProfile(name)
 	p.Dir = dir
 	var errs []error
@@ -222,7 +240,7 @@ func loadProfile(name, dir string) (*Profile, []error) {
 	case err != nil:
 		return nil, append(errs, err)
 	}
-	errs = append(errs, applyFile(p, yamlPath, data)...)
+	errs = append(errs, applyFile(p, yamlPath, data, opts)...)
 	if len(errs) > 0 {
 		return nil, errs
 	}
@@ -246,40 +264,18 @@ func readBounded(path string) ([]byte, error) {
 }
 
 // applyFile decodes profile.yaml strictly and validates it into p.
-func applyFile(p *Profile, path string, data []byte) []error {
-	var root yaml.Node // for line numbers of validation errors
-	if err := yaml.Unmarshal(data, &root); err != nil {
-		return []error{fmt.Errorf("%s: %s", path, cleanYAMLError(err.Error()))}
-	}
-	doc := &root
-	if doc.Kind == yaml.DocumentNode && len(doc.Content) == 1 {
-		doc = doc.Content[0]
-	}
-	if root.Kind == 0 || (doc.Kind == yaml.ScalarNode && doc.Tag == "!!null") {
-		return nil // empty file: all defaults
-	}
-	if doc.Kind != yaml.MappingNode {
-		return []error{fmt.Errorf("%s: expected a mapping of keys (line %d)", path, doc.Line)}
-	}
-
+func applyFile(p *Profile, path string, data []byte, opts Options) []error {
 	var f fileProfile
+	root, derrs := config.DecodeBytes(data, &f, config.Options{File: path, Getenv: opts.Getenv})
 	var errs []error
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&f); err != nil {
-		var te *yaml.TypeError
-		if !errors.As(err, &te) {
-			return []error{fmt.Errorf("%s: %s", path, cleanYAMLError(err.Error()))}
-		}
-		// A TypeError still decodes every other key, so validation below reports their problems too.
-		for _, msg := range te.Errors {
-			errs = append(errs, fmt.Errorf("%s: %s", path, describeTypeError(msg, doc)))
-		}
+	for _, e := range derrs {
+		errs = append(errs, e)
 	}
-	expandAll(&f)
-
-	bad := func(msg string, keys ...string) {
-		errs = append(errs, fmt.Errorf("%s: %s: %s (line %d)", path, strings.Join(keys, "."), msg, lineOf(doc, keys...)))
+	if root == nil {
+		return errs // empty file (all defaults), or not YAML at all
+	}
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, config.At(path, root, key, format, args...))
 	}
 
 	p.Description = strings.TrimSpace(f.Description)
@@ -291,37 +287,63 @@ func applyFile(p *Profile, path string, data []byte) []error {
 	}
 	switch {
 	case f.LLM.ContextWindow < 0:
-		bad(fmt.Sprintf("%d is negative; write the model's context window in tokens, or leave it out for the known default", f.LLM.ContextWindow), "llm", "context_window")
+		bad("llm.context_window", "%d is negative; write the model's context window in tokens, or leave it out for the known default", f.LLM.ContextWindow)
 	case f.LLM.ContextWindow > 0 && f.LLM.ContextWindow < 1024:
-		bad(fmt.Sprintf("%d tokens is too small to hold a conversation (at least 1024)", f.LLM.ContextWindow), "llm", "context_window")
+		bad("llm.context_window", "%d tokens is too small to hold a conversation (at least 1024)", f.LLM.ContextWindow)
 	default:
 		p.LLM.ContextWindow = f.LLM.ContextWindow
+	}
+	if f.LLM.Provider != "" {
+		if _, err := harness.NewProvider(harness.Config{Provider: f.LLM.Provider}, nil); err != nil {
+			bad("llm.provider", "%s", strings.TrimPrefix(err.Error(), "llm.provider: "))
+		}
+	}
+	if opts.LLM != nil {
+		provider, model := opts.LLM.Provider, opts.LLM.Model
+		if f.LLM.Provider != "" && f.LLM.Provider != provider {
+			provider, model = f.LLM.Provider, "" // a different provider inherits no model
+		}
+		if f.LLM.Model != "" {
+			model = f.LLM.Model
+		}
+		if provider == "anthropic" && model == "" {
+			bad("llm.model", "required with provider anthropic (e.g. claude-sonnet-4-5)")
+		}
 	}
 	if f.LLM.BaseURL != "" {
 		// The URL is not echoed: it may carry credentials.
 		if u, err := url.Parse(f.LLM.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			bad("must be an http:// or https:// URL", "llm", "base_url")
+			bad("llm.base_url", "must be an http:// or https:// URL")
 		}
 	}
+
+	p.TextOnly = f.Vision != nil && !*f.Vision
 
 	switch {
 	case f.QueueMode == "":
 	case ValidQueueMode(f.QueueMode):
 		p.QueueMode = f.QueueMode
 	default:
-		bad(fmt.Sprintf("%q is not a queue mode; use followup, steer, collect or interrupt", f.QueueMode), "queue_mode")
+		bad("queue_mode", "%q is not a queue mode; use followup, steer, collect or interrupt", f.QueueMode)
 	}
 
 	if f.Tools != nil {
 		p.Tools = make([]string, 0, len(f.Tools))
 		for i, t := range f.Tools {
 			t = strings.TrimSpace(t)
+			key := fmt.Sprintf("tools[%d]", i)
 			switch {
 			case t == "":
-				bad("empty tool name", "tools", strconv.Itoa(i))
+				bad(key, "empty tool name")
 			case slices.Contains(p.Tools, t):
-				bad(fmt.Sprintf("tool %q listed twice", t), "tools", strconv.Itoa(i))
+				bad(key, "tool %q listed twice", t)
 			default:
+				if opts.Tools != nil {
+					if _, err := opts.Tools([]string{t}); err != nil {
+						bad(key, "%v", err)
+						continue
+					}
+				}
 				p.Tools = append(p.Tools, t)
 			}
 		}
@@ -329,11 +351,11 @@ func applyFile(p *Profile, path string, data []byte) []error {
 
 	for i, m := range f.MCP {
 		if err := m.Validate(); err != nil {
-			bad(err.Error(), "mcp", strconv.Itoa(i))
+			bad(fmt.Sprintf("mcp[%d]", i), "%s", err.Error())
 			continue
 		}
 		if slices.ContainsFunc(p.MCP, func(x mcptools.ServerConfig) bool { return x.Name == m.Name }) {
-			bad(fmt.Sprintf("server %q listed twice", m.Name), "mcp", strconv.Itoa(i))
+			bad(fmt.Sprintf("mcp[%d]", i), "server %q listed twice", m.Name)
 			continue
 		}
 		p.MCP = append(p.MCP, m)
@@ -343,7 +365,7 @@ func applyFile(p *Profile, path string, data []byte) []error {
 	case "", TTSOff, TTSInbound, TTSAlways:
 		p.TTSMode = f.TTS.Mode
 	default:
-		bad(fmt.Sprintf("%q is not a TTS mode; use off, inbound or always", f.TTS.Mode), "tts", "mode")
+		bad("tts.mode", "%q is not a TTS mode; use off, inbound or always", f.TTS.Mode)
 	}
 	p.TTSVoice = f.TTS.Voice
 	p.Language = f.STT.Language
@@ -352,178 +374,12 @@ func applyFile(p *Profile, path string, data []byte) []error {
 		p.TTSLanguage = p.Language
 	}
 
-	if f.IdleReset != "" {
-		d, err := time.ParseDuration(f.IdleReset)
-		switch {
-		case err != nil:
-			bad(fmt.Sprintf("%q is not a duration; write e.g. 30m, 2h or 0 (never)", f.IdleReset), "idle_reset")
-		case d < 0:
-			bad(fmt.Sprintf("%q is negative", f.IdleReset), "idle_reset")
-		default:
-			p.IdleReset = d
-		}
+	if f.IdleReset < 0 {
+		bad("idle_reset", "%s is negative; write e.g. 30m, 2h or 0 (never)", f.IdleReset)
+	} else {
+		p.IdleReset = f.IdleReset
 	}
 	return errs
-}
-
-// expandAll expands environment variables in every string value of f.
-func expandAll(f *fileProfile) {
-	for _, s := range []*string{
-		&f.Description, &f.LLM.Provider, &f.LLM.Model, &f.LLM.BaseURL, &f.LLM.APIKey,
-		&f.QueueMode, &f.STT.Language, &f.TTS.Mode, &f.TTS.Voice, &f.TTS.Language, &f.IdleReset,
-	} {
-		*s = expand(*s)
-	}
-	for i := range f.Tools {
-		f.Tools[i] = expand(f.Tools[i])
-	}
-	for i := range f.MCP {
-		m := &f.MCP[i]
-		m.URL = expand(m.URL)
-		for j := range m.Command {
-			m.Command[j] = expand(m.Command[j])
-		}
-		for k, v := range m.Env {
-			m.Env[k] = secret.Secret(expand(v.Reveal()))
-		}
-		for k, v := range m.Headers {
-			m.Headers[k] = secret.Secret(expand(v.Reveal()))
-		}
-	}
-}
-
-func expand(s string) string {
-	if !strings.Contains(s, "$") {
-		return s
-	}
-	return os.Expand(s, func(name string) string {
-		if name == "$" {
-			return "$" // "$$" escapes a literal dollar sign
-		}
-		return os.Getenv(name)
-	})
-}
-
-// lineOf finds the line of the value at a key path (list indexes as decimal strings); 0 if absent.
-func lineOf(n *yaml.Node, keys ...string) int {
-	line := n.Line
-	for _, k := range keys {
-		var next *yaml.Node
-		switch n.Kind {
-		case yaml.MappingNode:
-			for i := 0; i+1 < len(n.Content); i += 2 {
-				if n.Content[i].Value == k {
-					next = n.Content[i+1]
-				}
-			}
-		case yaml.SequenceNode:
-			if i, err := strconv.Atoi(k); err == nil && i >= 0 && i < len(n.Content) {
-				next = n.Content[i]
-			}
-		}
-		if next == nil {
-			return line
-		}
-		n, line = next, next.Line
-	}
-	return line
-}
-
-// describeTypeError turns one yaml.v3 type error into a message that names the key.
-func describeTypeError(msg string, doc *yaml.Node) string {
-	// Compiled here, not at package level: this runs only on bad input.
-	unknownFieldRE := regexp.MustCompile(`^line (\d+): field (.+) not found in type (\S+)$`)
-	cannotDecodeRE := regexp.MustCompile("^line (\\d+): cannot unmarshal !!(\\w+) (?:`[^`]*` )?into (.+)$")
-	if m := unknownFieldRE.FindStringSubmatch(msg); m != nil {
-		key := m[2]
-		if prefix := sectionOf(m[3]); prefix != "" {
-			key = prefix + "." + key
-		}
-		return fmt.Sprintf("unknown key %q (line %s)", key, m[1])
-	}
-	if m := cannotDecodeRE.FindStringSubmatch(msg); m != nil {
-		line, _ := strconv.Atoi(m[1])
-		what := fmt.Sprintf("expected %s, got %s", describeGoType(m[3]), describeTag(m[2]))
-		if path := pathAtLine(doc, line, "!!"+m[2], nil); path != "" {
-			return fmt.Sprintf("%s: %s (line %d)", path, what, line)
-		}
-		return fmt.Sprintf("%s (line %d)", what, line)
-	}
-	return cleanYAMLError(msg)
-}
-
-// sectionOf maps a decoding type to its key in profile.yaml.
-func sectionOf(goType string) string {
-	for _, s := range []struct {
-		t   reflect.Type
-		key string
-	}{
-		{reflect.TypeFor[fileLLM](), "llm"},
-		{reflect.TypeFor[fileSTT](), "stt"},
-		{reflect.TypeFor[fileTTS](), "tts"},
-	} {
-		if s.t.String() == goType {
-			return s.key
-		}
-	}
-	return ""
-}
-
-func describeGoType(t string) string {
-	switch {
-	case t == "string":
-		return "text"
-	case strings.HasPrefix(t, "[]"):
-		return "a list"
-	default:
-		return "a mapping"
-	}
-}
-
-func describeTag(tag string) string {
-	switch tag {
-	case "seq":
-		return "a list"
-	case "map":
-		return "a mapping"
-	case "str":
-		return "text"
-	case "int", "float":
-		return "a number"
-	case "bool":
-		return "true/false"
-	default:
-		return "a value of type " + tag
-	}
-}
-
-// pathAtLine finds the deepest key whose value starts at line with the given tag, as "a.b.0".
-func pathAtLine(n *yaml.Node, line int, tag string, path []string) string {
-	best := ""
-	if n.Line == line && n.Tag == tag && len(path) > 0 {
-		best = strings.Join(path, ".")
-	}
-	switch n.Kind {
-	case yaml.MappingNode:
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			if p := pathAtLine(n.Content[i+1], line, tag, append(slices.Clip(path), n.Content[i].Value)); p != "" {
-				best = p
-			}
-		}
-	case yaml.SequenceNode:
-		for i, c := range n.Content {
-			if p := pathAtLine(c, line, tag, append(slices.Clip(path), strconv.Itoa(i))); p != "" {
-				best = p
-			}
-		}
-	}
-	return best
-}
-
-// cleanYAMLError drops the "yaml: " prefix and any quoted value, which might be a secret.
-func cleanYAMLError(msg string) string {
-	msg = strings.TrimPrefix(msg, "yaml: ")
-	return regexp.MustCompile("`[^`]*`").ReplaceAllString(msg, "a value")
 }
 
 func sortedNames(m map[string]*Profile) []string {

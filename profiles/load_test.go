@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"gateway/harness"
 	"gateway/internal/secret"
 )
 
@@ -64,6 +65,7 @@ func TestLoadTree(t *testing.T) {
 description: Customer support
 llm: {provider: anthropic, model: claude-x, base_url: "http://127.0.0.1:9/v1", api_key: "${SUPPORT_KEY}", context_window: 50000}
 queue_mode: interrupt
+vision: false
 tools: [search, calculator]
 stt: {language: de}
 tts: {mode: always, voice: nova}
@@ -92,6 +94,7 @@ idle_reset: 30m
 		Description: "Customer support",
 		System:      "You help customers of ACME.",
 		QueueMode:   QueueInterrupt,
+		TextOnly:    true,
 		Tools:       []string{"search", "calculator"},
 		TTSMode:     TTSAlways,
 		TTSVoice:    "nova",
@@ -110,7 +113,7 @@ idle_reset: 30m
 	}
 
 	c := set.Get("coder")
-	if c.QueueMode != QueueSteer || c.System != "You write Go." || c.HooksDir != "" || c.TTSLanguage != "fr" || c.Language != "" {
+	if c.QueueMode != QueueSteer || c.TextOnly || c.System != "You write Go." || c.HooksDir != "" || c.TTSLanguage != "fr" || c.Language != "" {
 		t.Errorf("coder profile: %+v", *c)
 	}
 	if c.Tools == nil || len(c.Tools) != 0 {
@@ -178,7 +181,7 @@ func TestLoadUnknownKey(t *testing.T) {
 		"support/profile.yaml": "description: x\nllm:\n  modle: gpt\ntts: {mode: off}\nvoice: alloy\n",
 	}, nil)
 	path := filepath.Join("support", "profile.yaml")
-	mustContain(t, msg, path+`: unknown key "llm.modle" (line 3)`, path+`: unknown key "voice" (line 5)`)
+	mustContain(t, msg, path+`:3: llm.modle: unknown key (known: provider, model, base_url, api_key, context_window)`, path+`:5: voice: unknown key`)
 }
 
 func TestLoadReportsEveryProblem(t *testing.T) {
@@ -204,19 +207,19 @@ func TestLoadReportsEveryProblem(t *testing.T) {
 		{Profile: "a", Match: Match{Chat: "3"}}, // a is broken: reported once, as its file
 	})
 	mustContain(t, msg,
-		filepath.Join("a", "profile.yaml")+`: queue_mode: "fast" is not a queue mode`,
-		filepath.Join("a", "profile.yaml")+`: unknown key "llm.modle" (line 2)`,
-		filepath.Join("b", "profile.yaml")+`: idle_reset: "30 minutes" is not a duration; write e.g. 30m, 2h or 0 (never) (line 2)`,
-		filepath.Join("c", "profile.yaml")+`: idle_reset: "-5m" is negative`,
-		filepath.Join("d", "profile.yaml")+`: tts.mode: "sometimes" is not a TTS mode; use off, inbound or always (line 2)`,
-		filepath.Join("e", "profile.yaml")+`: llm.base_url: must be an http:// or https:// URL`,
-		filepath.Join("f", "profile.yaml")+`: tools.1: empty tool name`,
-		filepath.Join("f", "profile.yaml")+`: tools.2: tool "a" listed twice`,
-		filepath.Join("g", "profile.yaml")+`: tools: expected a list, got text (line 1)`,
-		filepath.Join("h", "profile.yaml")+`: llm: expected a mapping, got text (line 1)`,
-		filepath.Join("i", "profile.yaml")+`: expected a mapping of keys (line 1)`,
-		filepath.Join("j", "profile.yaml")+`: `,
-		filepath.Join("k", "profile.yaml")+`: llm.context_window: 100 tokens is too small to hold a conversation (at least 1024) (line 1)`,
+		filepath.Join("a", "profile.yaml")+`:1: queue_mode: "fast" is not a queue mode`,
+		filepath.Join("a", "profile.yaml")+`:2: llm.modle: unknown key`,
+		filepath.Join("b", "profile.yaml")+`:2: idle_reset: "30 minutes" is not a duration (write e.g. 90s, 30m or 2h)`,
+		filepath.Join("c", "profile.yaml")+`:1: idle_reset: -5m0s is negative`,
+		filepath.Join("d", "profile.yaml")+`:2: tts.mode: "sometimes" is not a TTS mode; use off, inbound or always`,
+		filepath.Join("e", "profile.yaml")+`:1: llm.base_url: must be an http:// or https:// URL`,
+		filepath.Join("f", "profile.yaml")+`:1: tools[1]: empty tool name`,
+		filepath.Join("f", "profile.yaml")+`:1: tools[2]: tool "a" listed twice`,
+		filepath.Join("g", "profile.yaml")+`:1: tools: expected a list, got text`,
+		filepath.Join("h", "profile.yaml")+`:1: llm: expected a mapping, got text`,
+		filepath.Join("i", "profile.yaml")+`:1: expected a mapping of keys, got a list`,
+		filepath.Join("j", "profile.yaml")+`:1: did not find expected`,
+		filepath.Join("k", "profile.yaml")+`:1: llm.context_window: 100 tokens is too small to hold a conversation (at least 1024)`,
 		`Bad.Name: invalid profile name "Bad.Name"`,
 		`UPPER: invalid profile name "UPPER"`,
 		`bindings[1].profile: unknown profile "ghost"; known profiles: assistant, ok`,
@@ -245,17 +248,15 @@ func TestLoadBadDefaultName(t *testing.T) {
 }
 
 func TestLoadExpandsEnvironment(t *testing.T) {
-	t.Setenv("GW_TEST_MODEL", "llama3")
-	t.Setenv("GW_TEST_HOST", "127.0.0.1:11434")
-	t.Setenv("GW_TEST_MODE", "collect")
+	env := map[string]string{"GW_TEST_MODEL": "llama3", "GW_TEST_HOST": "127.0.0.1:11434", "GW_TEST_MODE": "collect"}
 	dir := t.TempDir()
 	writeTree(t, dir, map[string]string{
-		"p/profile.yaml": `llm: {model: "$GW_TEST_MODEL", base_url: "http://${GW_TEST_HOST}/v1", api_key: "pa$$word${GW_TEST_UNSET}"}
+		"p/profile.yaml": `llm: {model: "${GW_TEST_MODEL}", base_url: "http://${GW_TEST_HOST}/v1", api_key: "pa$$word$GW_TEST_MODEL"}
 queue_mode: ${GW_TEST_MODE}
 tools: ["${GW_TEST_MODEL}-tool"]
 `,
 	})
-	set, err := Load(Config{Dir: dir}, nil)
+	set, err := LoadWith(Config{Dir: dir}, nil, Options{Getenv: func(k string) string { return env[k] }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,11 +264,53 @@ tools: ["${GW_TEST_MODEL}-tool"]
 	if p.LLM.Model != "llama3" || p.LLM.BaseURL != "http://127.0.0.1:11434/v1" || p.QueueMode != QueueCollect {
 		t.Errorf("not expanded: %+v", *p)
 	}
-	if got := p.LLM.APIKey.Reveal(); got != "pa$word" {
-		t.Errorf("api_key = %q, want %q ($$ is a literal $, unset vars are empty)", got, "pa$word")
+	// One rule with gateway.yaml and HOOK.yaml: only ${VAR} expands.
+	if got := p.LLM.APIKey.Reveal(); got != "pa$$word$GW_TEST_MODEL" {
+		t.Errorf("api_key = %q, want %q (only ${VAR} expands)", got, "pa$$word$GW_TEST_MODEL")
 	}
 	if !reflect.DeepEqual(p.Tools, []string{"llama3-tool"}) {
 		t.Errorf("tools = %v", p.Tools)
+	}
+}
+
+// TestLoadUnsetVariableIsAnError: an unset ${VAR} in profile.yaml used to become "" silently
+// (a profile with no API key, failing on every turn); now it is an error with file, line and key.
+func TestLoadUnsetVariableIsAnError(t *testing.T) {
+	dir := t.TempDir()
+	writeTree(t, dir, map[string]string{
+		"p/profile.yaml": "description: x\nllm:\n  provider: openai\n  api_key: \"${GW_TEST_SURELY_UNSET}\"\n",
+	})
+	set, err := LoadWith(Config{Dir: dir}, nil, Options{Getenv: func(string) string { return "" }})
+	if err == nil {
+		t.Fatalf("loaded %v; want an error", set.Names())
+	}
+	mustContain(t, err.Error(), filepath.Join(dir, "p", "profile.yaml")+":4: llm.api_key: environment variable GW_TEST_SURELY_UNSET is not set")
+}
+
+// TestLoadChecksProviderModelAndTools: what would fail on every turn of a chat fails at load
+// (and so in `gateway check`): an unknown provider, anthropic with no model, a tool the
+// harness does not have.
+func TestLoadChecksProviderModelAndTools(t *testing.T) {
+	dir := t.TempDir()
+	writeTree(t, dir, map[string]string{
+		"a/profile.yaml":  "llm: {provider: openia}\n",
+		"b/profile.yaml":  "llm:\n  provider: anthropic\n",
+		"c/profile.yaml":  "tools:\n  - current_time\n  - web_serch\n",
+		"ok/profile.yaml": "llm: {provider: anthropic, model: claude-x}\ntools: [current_time]\n",
+	})
+	tools := func(names []string) ([]harness.Tool, error) { return harness.BuiltinTools(names) }
+	_, err := LoadWith(Config{Dir: dir}, nil, Options{Tools: tools, LLM: &harness.Config{Provider: "openai", Model: "gpt-4o-mini"}})
+	if err == nil {
+		t.Fatal("want an error")
+	}
+	msg := err.Error()
+	mustContain(t, msg,
+		filepath.Join(dir, "a", "profile.yaml")+`:1: llm.provider: unknown provider "openia"`,
+		filepath.Join(dir, "b", "profile.yaml")+`:2: llm.model: required with provider anthropic`,
+		filepath.Join(dir, "c", "profile.yaml")+`:3: tools[1]: unknown tool "web_serch" (builtin tools: current_time)`,
+	)
+	if strings.Contains(msg, filepath.Join(dir, "ok")) || strings.Contains(msg, "current_time\"") {
+		t.Errorf("a valid profile or tool was reported:\n%s", msg)
 	}
 }
 

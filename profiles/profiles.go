@@ -44,6 +44,9 @@ type Profile struct {
 	// Model, BaseURL, APIKey and ContextWindow are ever set from profile.yaml.
 	LLM       harness.Config
 	QueueMode string // followup | steer | collect | interrupt; "" follows sessions.queue_mode
+	// TextOnly is set by `vision: false`: the model cannot see, so images are described to
+	// it in words (name, type, size) instead of sent.
+	TextOnly bool
 	// Tools lists the enabled tools. nil: the profile did not say (use the gateway's default set);
 	// empty but non-nil (`tools: []`): no tools.
 	Tools []string

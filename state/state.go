@@ -3,7 +3,7 @@
 // window of platform message ids, per-chat settings and platform cursors. Every write is one
 // bbolt transaction, fsynced before it returns, so what a caller was told is stored survives
 // a crash. Consumers depend on the small interfaces they need (see Journal, Settings,
-// Cursors); cluster mode implements the same ones elsewhere.
+// Cursors, RememberedKeys); cluster mode implements the same ones elsewhere.
 package state
 
 import (
@@ -89,6 +89,11 @@ func openFile(path string) (db *bolt.DB, err error) {
 			db, err = nil, fmt.Errorf("corrupt state file: %v", r)
 		}
 	}()
+	// bbolt maps the file and trusts its meta page: a file cut shorter than the meta says
+	// makes the first read past the end a SIGBUS, which no recover catches.
+	if err := checkLength(path); err != nil {
+		return nil, err
+	}
 	db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
 	if errors.Is(err, bolt.ErrTimeout) {
 		return nil, errLocked
@@ -97,7 +102,7 @@ func openFile(path string) (db *bolt.DB, err error) {
 		return nil, err
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketJournal, bucketDedup, bucketSettings, bucketCursors} {
+		for _, b := range [][]byte{bucketJournal, bucketDedup, bucketSettings, bucketCursors, bucketKeys} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -121,6 +126,52 @@ func openFile(path string) (db *bolt.DB, err error) {
 		return nil, err
 	}
 	return db, nil
+}
+
+// checkLength refuses a file shorter than its own meta pages say: truncated (a copy cut
+// short, a full disk during a copy). A missing or empty file is new and fine.
+func checkLength(path string) error {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || fi.Size() == 0 {
+		return err
+	}
+	// A meta page: a 16-byte page header, then magic, version, page size (uint32 each),
+	// flags, the root bucket (16 bytes), the freelist page and the high-water page id.
+	const magic = 0xED0CDAED
+	var need int64
+	var hdr [64]byte
+	for _, at := range []int64{0, -1} {
+		if at < 0 {
+			// The second meta page sits one page in; its size is the first one's.
+			ps := int64(binary.LittleEndian.Uint32(hdr[24:]))
+			if binary.LittleEndian.Uint32(hdr[16:]) != magic || ps < 512 || ps > 1<<20 {
+				break
+			}
+			at = ps
+		}
+		if _, err := f.ReadAt(hdr[:], at); err != nil {
+			return fmt.Errorf("truncated state file (%d bytes)", fi.Size())
+		}
+		if binary.LittleEndian.Uint32(hdr[16:]) != magic {
+			continue
+		}
+		ps, hw := int64(binary.LittleEndian.Uint32(hdr[24:])), int64(binary.LittleEndian.Uint64(hdr[56:]))
+		if hw > 0 && hw < 1<<40 && ps*hw > need {
+			need = ps * hw
+		}
+	}
+	if fi.Size() < need {
+		return fmt.Errorf("truncated state file: %d bytes, its pages need %d", fi.Size(), need)
+	}
+	return nil
 }
 
 // Close closes the file.

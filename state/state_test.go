@@ -118,7 +118,10 @@ func TestSettingsAndCursorsSurviveReopen(t *testing.T) {
 func TestBrokenStateFileIsMovedAsideNotFatal(t *testing.T) {
 	for name, damage := range map[string]func(path string) error{
 		"truncated": func(p string) error { return os.Truncate(p, 100) },
-		"garbage":   func(p string) error { return os.WriteFile(p, bytes.Repeat([]byte("not a bolt file "), 2000), 0o600) },
+		// Cut past the meta pages: bbolt would map the file and fault (SIGBUS) reading it.
+		"cut to a third":         func(p string) error { fi, _ := os.Stat(p); return os.Truncate(p, fi.Size()/3) },
+		"cut after the metadata": func(p string) error { return os.Truncate(p, 2*int64(os.Getpagesize())) },
+		"garbage":                func(p string) error { return os.WriteFile(p, bytes.Repeat([]byte("not a bolt file "), 2000), 0o600) },
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -146,5 +149,45 @@ func TestBrokenStateFileIsMovedAsideNotFatal(t *testing.T) {
 				t.Fatalf("broken file not kept aside: %v", aside)
 			}
 		})
+	}
+}
+
+func TestRememberedKeysAreBoundedAndSurviveReopen(t *testing.T) {
+	dir := t.TempDir()
+	db, _ := open(t, dir, Limits{})
+	clock := time.Unix(1_700_000_000, 0)
+	db.now = func() time.Time { return clock }
+	for i := range 30 {
+		clock = clock.Add(time.Second)
+		if err := db.Remember("slack.threads", fmt.Sprint("C1:", i), 10, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var n int
+	if err := db.db.View(func(tx *bolt.Tx) error {
+		n = tx.Bucket(bucketKeys).Bucket([]byte("slack.threads")).Stats().KeyN
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n > 11 {
+		t.Fatalf("set holds %d keys; bound is 10 (+10%% slack)", n)
+	}
+	if ok, _ := db.Remembered("slack.threads", "C1:0", time.Hour); ok {
+		t.Fatal("the oldest key beyond the bound is still remembered")
+	}
+	if ok, _ := db.Remembered("other", "C1:29", time.Hour); ok {
+		t.Fatal("sets are not apart")
+	}
+	db.Close()
+	db, _ = open(t, dir, Limits{})
+	defer db.Close()
+	db.now = func() time.Time { return clock }
+	if ok, err := db.Remembered("slack.threads", "C1:29", time.Hour); err != nil || !ok {
+		t.Fatalf("the newest key after reopen = %v %v; want remembered", ok, err)
+	}
+	clock = clock.Add(2 * time.Hour)
+	if ok, _ := db.Remembered("slack.threads", "C1:29", time.Hour); ok {
+		t.Fatal("a key older than the age is still remembered")
 	}
 }

@@ -32,8 +32,6 @@ type Config struct {
 	// Language is the spoken language hint (ISO-639-1, "" = auto); a profile's language
 	// (MessageReceive.Language) wins over it.
 	Language string
-	// EchoTranscript asks the gateway to show the user what was heard.
-	EchoTranscript bool `mapstructure:"echo_transcript"`
 }
 
 // Defaults.

@@ -74,8 +74,6 @@ func New(cfg Config, opts Options) (*STT, error) {
 	return s, nil
 }
 
-// EchoTranscript tells whether the gateway should show users what was heard.
-func (s *STT) EchoTranscript() bool { return s.cfg.Enabled && s.cfg.EchoTranscript }
 
 // Register adds the message:receive handler to scope (nothing when disabled).
 func (s *STT) Register(scope *hooks.Scope) {

@@ -18,6 +18,7 @@ import (
 	"gateway/channels"
 	"gateway/hooks"
 	"gateway/internal/audio"
+	"gateway/internal/fakeserver"
 	"gateway/internal/secret"
 )
 
@@ -277,7 +278,7 @@ func TestProviderTroubleIsRejectedWithAReason(t *testing.T) {
 
 	t.Run("down", func(t *testing.T) {
 		bus := setup(t, openaiConfig(srv), stt.Options{})
-		srv.FailNext(2, 503)
+		srv.FailNext(2, fakeserver.Failure{Status: 503})
 		before := srv.Requests()
 		rej := bus.Receive(t.Context(), voiceNote(path))
 		if rej == nil || rej.Reason != "I couldn't transcribe your voice note: the speech service is not available right now; please try again later." {
@@ -289,7 +290,7 @@ func TestProviderTroubleIsRejectedWithAReason(t *testing.T) {
 	})
 	t.Run("recovers on retry", func(t *testing.T) {
 		bus := setup(t, openaiConfig(srv), stt.Options{})
-		srv.FailNext(1, 500)
+		srv.FailNext(1, fakeserver.Failure{Status: 500})
 		before := srv.Requests()
 		ev := voiceNote(path)
 		if rej := bus.Receive(t.Context(), ev); rej != nil || ev.Text != voicetest.DefaultTranscript {

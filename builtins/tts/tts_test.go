@@ -15,6 +15,7 @@ import (
 	"gateway/channels"
 	"gateway/hooks"
 	"gateway/internal/audio"
+	"gateway/internal/fakeserver"
 )
 
 type failures struct {
@@ -178,7 +179,7 @@ func TestFailureGivesNoPart(t *testing.T) {
 	needTools(t)
 	srv := voicetest.NewServer(t)
 	bus, fails := setup(t, openaiConfig(srv, tts.ModeAlways))
-	srv.FailNext(2, 500)
+	srv.FailNext(2, fakeserver.Failure{Status: 500})
 	if parts := bus.Send(t.Context(), reply("Hello there.", true)); len(parts) != 0 {
 		t.Fatalf("%d parts after a failure", len(parts))
 	}

@@ -6,13 +6,15 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
+	"path"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"gateway/internal/audio"
+	"gateway/internal/fakeserver"
 )
 
 // DefaultTranscript is what the server transcribes every upload to unless told otherwise.
@@ -48,15 +50,14 @@ const (
 // Server is a fake OpenAI-compatible audio API. Configure it with the Set methods at any
 // time; it is safe for concurrent use. It closes when the test ends.
 type Server struct {
-	srv *httptest.Server
+	fs    *fakeserver.Server
+	fails fakeserver.Failures
 
 	mu          sync.Mutex
 	transcriber func(Upload) (string, error)
 	speechFmt   string
 	speakInput  bool
 	ogg, wav    []byte // DefaultSpeech, spoken at start
-	failNext    int
-	failStatus  int
 	delay       time.Duration
 	apiKey      string
 	uploads     []Upload
@@ -85,13 +86,13 @@ func NewServer(t testing.TB) *Server {
 		mux.HandleFunc("POST "+prefix+"/audio/transcriptions", s.transcriptions)
 		mux.HandleFunc("POST "+prefix+"/audio/speech", s.speech)
 	}
-	s.srv = httptest.NewServer(mux) // listens on 127.0.0.1
-	t.Cleanup(s.srv.Close)
+	s.fs = fakeserver.New(mux)
+	t.Cleanup(s.fs.Close)
 	return s
 }
 
 // URL is the base URL to configure (ends in /v1, like the real API's).
-func (s *Server) URL() string { return s.srv.URL + "/v1" }
+func (s *Server) URL() string { return s.fs.URL + "/v1" }
 
 // SetTranscript makes every transcription return text.
 func (s *Server) SetTranscript(text string) {
@@ -120,13 +121,10 @@ func (s *Server) SetSpeakInput(on bool) {
 	s.speakInput = on
 }
 
-// FailNext makes the next n requests (of either endpoint) answer status with an
-// OpenAI-style error body.
-func (s *Server) FailNext(n, status int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.failNext, s.failStatus = n, status
-}
+// FailNext makes the next n requests f applies to answer f.Code() with an OpenAI-style
+// error body (and a Retry-After header, whole seconds rounded up, when f.RetryAfter > 0).
+// f.Method "" applies to either endpoint; "transcriptions" or "speech" names one.
+func (s *Server) FailNext(n int, f fakeserver.Failure) { s.fails.Add(n, f) }
 
 // SetDelay makes every request wait d (or until the client gives up) before answering.
 func (s *Server) SetDelay(d time.Duration) {
@@ -182,24 +180,24 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request) bool {
 	s.mu.Lock()
 	s.requests++
 	delay, key := s.delay, s.apiKey
-	fail, status := s.failNext > 0, s.failStatus
-	if fail {
-		s.failNext--
-	}
 	s.mu.Unlock()
-	if delay > 0 {
-		select {
-		case <-time.After(delay):
-		case <-r.Context().Done():
-			return false
-		}
+	fail, failed := s.fails.Take(path.Base(r.URL.Path), "", nil)
+	if !s.fs.Wait(r, delay) {
+		return false
 	}
 	if key != "" && r.Header.Get("Authorization") != "Bearer "+key {
 		apiError(w, http.StatusUnauthorized, "Incorrect API key provided.")
 		return false
 	}
-	if fail {
-		apiError(w, status, "scripted failure")
+	if failed {
+		msg := fail.Message
+		if msg == "" {
+			msg = "scripted failure"
+		}
+		if fail.RetryAfter > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(fail.Seconds()))
+		}
+		apiError(w, fail.Code(), msg)
 		return false
 	}
 	return true

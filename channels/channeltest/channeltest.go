@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"gateway/channels"
+	"gateway/internal/fakeserver"
 )
 
 // Features says what a platform supports.
@@ -81,9 +82,10 @@ type Platform interface {
 	Posted(chatID string) []Posted
 	// Typing reports how many typing signals the bot sent to chat.
 	Typing(chatID string) int
-	// FailNext makes the next n message-sending calls fail: with 429 and retryAfter when
-	// retryAfter > 0, else with a 5xx.
-	FailNext(n int, retryAfter time.Duration)
+	// FailNext makes the next n calls f applies to fail (f.Method "" is the
+	// message-sending calls), rendered in the platform's wire form: 429 with f.RetryAfter
+	// when it is set, else a 5xx unless f.Status says otherwise.
+	FailNext(n int, f fakeserver.Failure)
 	// Len measures text in the platform's limit unit (runes, UTF-16 units, ...).
 	Len(s string) int
 }
@@ -427,7 +429,7 @@ func testRateLimit(t *testing.T, h *harness) {
 	}
 	h.start(defaultAccess())
 	const wait = 2 * time.Second
-	h.p.FailNext(1, wait)
+	h.p.FailNext(1, fakeserver.Failure{RetryAfter: wait})
 	start := time.Now()
 	h.answer(channels.Target{Channel: h.ch.Name(), ChatID: "511", ChatType: channels.ChatDM},
 		channels.Frame{Type: channels.FrameDone, Text: "after the limit"})
@@ -445,7 +447,7 @@ func testServerErrorRetry(t *testing.T, h *harness) {
 		t.Skip("fake cannot fail sends")
 	}
 	h.start(defaultAccess())
-	h.p.FailNext(2, 0)
+	h.p.FailNext(2, fakeserver.Failure{})
 	h.answer(channels.Target{Channel: h.ch.Name(), ChatID: "512", ChatType: channels.ChatDM},
 		channels.Frame{Type: channels.FrameDone, Text: "despite errors"})
 	posted := h.p.Posted("512")

@@ -3,13 +3,13 @@ package discord_test
 import (
 	"sync"
 	"testing"
-	"time"
 	"unicode/utf8"
 
 	"gateway/channels"
 	"gateway/channels/channeltest"
 	"gateway/channels/discord"
 	"gateway/channels/discord/discordtest"
+	"gateway/internal/fakeserver"
 	"gateway/internal/secret"
 )
 
@@ -87,6 +87,6 @@ func (p *platform) Posted(chatID string) []channeltest.Posted {
 
 func (p *platform) Typing(chatID string) int { return p.srv.Typing(chatID) }
 
-func (p *platform) FailNext(n int, retryAfter time.Duration) { p.srv.FailNext(n, retryAfter) }
+func (p *platform) FailNext(n int, f fakeserver.Failure) { p.srv.FailNext(n, f) }
 
 func (p *platform) Len(s string) int { return utf8.RuneCountInString(s) }

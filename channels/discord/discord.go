@@ -7,6 +7,10 @@
 // loop has no way to stop, so it is switched off: a supervisor goroutine owned by the
 // Channel reopens the session (RESUME first; discordgo identifies again when the resume is
 // refused) with backoff, until Stop.
+//
+// Discord never redelivers. When a session could not be resumed (READY after a loss, not
+// RESUMED), what was posted meanwhile in the DMs and threads the bot was active in is
+// read over REST, bounded, and handled like gateway messages: see catchup.go.
 package discord
 
 import (
@@ -75,10 +79,15 @@ type Channel struct {
 	life  *channels.Lifecycle
 	s     *discordgo.Session // made by New, opened by Start; a Channel is never restarted
 	sink  channels.Sink      // set by Start before any goroutine that reads it
-	inbox chan *discordgo.Message
+	inbox chan inbound
+	lost  chan struct{}
 	// pending are deferred interactions (application commands) waiting for their answer.
 	pending interactions
-	lost    chan struct{}
+	// gap is set when the session is lost and cleared by RESUMED: a READY while it is set
+	// is a fresh session after a failed RESUME, whose missed messages Discord never sends.
+	gap     atomic.Bool
+	cursors cursors // the work goroutine's
+
 }
 
 // New checks cfg and builds a Channel; it connects nothing until Start.
@@ -109,7 +118,8 @@ func New(cfg Config, opts Options) (*Channel, error) {
 		chans:       newCache[chanInfo](4096, time.Hour),
 		roles:       newCache[[]string](1024, 10*time.Minute),
 		names:       newCache[string](4096, time.Hour),
-		inbox:       make(chan *discordgo.Message, inboxSize),
+		inbox:       make(chan inbound, inboxSize),
+		cursors:     cursors{},
 		typingEvery: typingEvery,
 		lost:        make(chan struct{}, 1),
 		life:        channels.NewLifecycle(Name),
@@ -174,10 +184,18 @@ func (c *Channel) newSession() *discordgo.Session {
 			c.botID.Store(&id)
 		}
 		c.up("ready")
+		if c.gap.Swap(false) {
+			// Queued before any message of the new session, so it is handled first.
+			c.enqueue(inbound{catchUp: true})
+		}
 	})
-	s.AddHandler(func(_ *discordgo.Session, _ *discordgo.Resumed) { c.up("resumed") })
+	s.AddHandler(func(_ *discordgo.Session, _ *discordgo.Resumed) {
+		c.gap.Store(false) // Discord replays what was missed
+		c.up("resumed")
+	})
 	s.AddHandler(func(_ *discordgo.Session, _ *discordgo.Disconnect) {
 		if c.life.Running() {
+			c.gap.Store(true)
 			select {
 			case c.lost <- struct{}{}:
 			default:
@@ -198,14 +216,19 @@ func (c *Channel) newSession() *discordgo.Session {
 			c.log.Warn("discord: an incoming message could not be read", "seq", e.Sequence, "err", err)
 			return
 		}
-		// Blocking here holds back discordgo's reader: backpressure instead of loss.
-		// Events come only after Start's Begin, so the run context is set.
-		select {
-		case c.inbox <- m:
-		case <-c.life.Context().Done():
-		}
+		c.enqueue(inbound{m: m})
 	})
 	return s
+}
+
+// enqueue hands an item to the work loop. Blocking here holds back discordgo's reader:
+// backpressure instead of loss. Events come only after Start's Begin, so the run
+// context is set.
+func (c *Channel) enqueue(in inbound) {
+	select {
+	case c.inbox <- in:
+	case <-c.life.Context().Done():
+	}
 }
 
 func (c *Channel) up(how string) {
@@ -244,6 +267,9 @@ func (c *Channel) Start(ctx context.Context, sink channels.Sink) error {
 	defer ocancel()
 	defer context.AfterFunc(run, ocancel)()
 	if err := c.open(octx); err != nil {
+		// Open may have won a race with the cancel (the socket and its heartbeat are up when
+		// the Stop lands): close whatever it opened, then end the rest.
+		c.disconnect()
 		c.fail()
 		return c.gatewayError(err)
 	}

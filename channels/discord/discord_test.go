@@ -18,6 +18,7 @@ import (
 	"gateway/channels/channeltest"
 	"gateway/channels/discord"
 	"gateway/channels/discord/discordtest"
+	"gateway/internal/fakeserver"
 	"gateway/internal/secret"
 )
 
@@ -32,6 +33,7 @@ type env struct {
 	ch    *discord.Channel
 	sink  *channeltest.Sink
 	state string
+	logs  *channeltest.LogBuffer
 }
 
 // start runs an adapter against srv; cfg's token and api_url default to srv's first bot.
@@ -54,7 +56,7 @@ func start(t *testing.T, srv *discordtest.Server, cfg discord.Config) *env {
 	})
 	sink := channeltest.NewSink()
 	channeltest.Start(t, ch, sink)
-	return &env{srv: srv, ch: ch, sink: sink, state: state}
+	return &env{srv: srv, ch: ch, sink: sink, state: state, logs: logs}
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -551,7 +553,7 @@ func TestServerErrorsAreBounded(t *testing.T) {
 	t.Parallel()
 	srv := discordtest.New(t)
 	e := start(t, srv, discord.Config{Access: defaultAccess()})
-	srv.FailNext(100, 0)
+	srv.FailNext(100, fakeserver.Failure{})
 	err := answer(t, e.ch, channels.Target{ChatID: "770", ChatType: channels.ChatDM}, channels.Frame{Type: channels.FrameDone, Text: "never"})
 	if err == nil || !strings.Contains(err.Error(), "500") || !strings.HasPrefix(err.Error(), "discord:") {
 		t.Fatalf("error %v; want a discord error naming the 500", err)
@@ -574,7 +576,7 @@ func TestRateLimitWaitsRetryAfter(t *testing.T) {
 	t.Parallel()
 	srv := discordtest.New(t)
 	e := start(t, srv, discord.Config{Access: defaultAccess()})
-	srv.FailNext(2, 1200*time.Millisecond)
+	srv.FailNext(2, fakeserver.Failure{RetryAfter: 1200 * time.Millisecond})
 	begin := time.Now()
 	if err := answer(t, e.ch, channels.Target{ChatID: "771", ChatType: channels.ChatDM}, channels.Frame{Type: channels.FrameDone, Text: "patient"}); err != nil {
 		t.Fatal(err)

@@ -32,8 +32,12 @@ func (c *Channel) work(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case m := <-c.inbox:
-			c.handle(ctx, m)
+		case in := <-c.inbox:
+			if in.catchUp {
+				c.catchUp(ctx)
+			} else {
+				c.handle(ctx, in.m)
+			}
 		}
 	}
 }
@@ -45,6 +49,7 @@ func (c *Channel) handle(ctx context.Context, dm *discordgo.Message) {
 		}
 	}()
 	bot := c.bot()
+	c.cursors.saw(dm.ChannelID, dm.ID)
 	if dm.Author == nil || dm.Author.ID == bot {
 		return
 	}
@@ -77,6 +82,9 @@ func (c *Channel) handle(ctx context.Context, dm *discordgo.Message) {
 	if isBot && !c.guard.allow(chat, time.Now()) {
 		c.log.Info("discord: ignoring bots in this chat until a human writes", "chat_id", msg.ChatID, "thread_id", msg.ThreadID, "limit", BotStreak)
 		return
+	}
+	if msg.ChatType == channels.ChatDM || msg.ThreadID != "" {
+		c.cursors.took(dm.ChannelID, dm.GuildID, dm.ID, time.Now()) // read again after a lost session
 	}
 	if msg.ReplyTo != nil && dm.ReferencedMessage != nil {
 		ro := opts

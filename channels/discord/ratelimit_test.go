@@ -10,6 +10,7 @@ import (
 	"gateway/channels"
 	"gateway/channels/channeltest"
 	"gateway/channels/discord/discordtest"
+	"gateway/internal/fakeserver"
 	"gateway/internal/secret"
 )
 
@@ -83,7 +84,7 @@ func TestRateLimitHoldsEveryLaterSendToTheChat(t *testing.T) {
 		}
 	}
 	send(channels.Frame{Type: channels.FrameStart})
-	srv.FailNext(1, wait)
+	srv.FailNext(1, fakeserver.Failure{RetryAfter: wait})
 	// Deltas skip a preview the hold would delay rather than wait for it.
 	delta := func(text string) {
 		t.Helper()
@@ -132,7 +133,7 @@ func TestTypingRateLimitHoldsTheAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv.FailNextTyping(1, wait)
+	srv.FailNext(1, fakeserver.Failure{Method: "typing", RetryAfter: wait})
 	if err := st.Send(ctx, channels.Frame{Type: channels.FrameStart}); err != nil {
 		t.Fatal(err)
 	}

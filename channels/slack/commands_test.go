@@ -15,6 +15,7 @@ import (
 
 	"gateway/channels"
 	"gateway/channels/slack/slacktest"
+	"gateway/internal/fakeserver"
 )
 
 // replyTo answers a delivered command as the gateway does: a lone done frame.
@@ -267,7 +268,7 @@ func TestCommandReplyFallsBackToAMessage(t *testing.T) {
 	if m.Text() != "/help" {
 		t.Fatalf("delivered %q", m.Text())
 	}
-	s.FailNextCall("chat.postEphemeral", 4, 0) // Slack keeps failing the private reply
+	s.FailNext(4, fakeserver.Failure{Method: "chat.postEphemeral"}) // Slack keeps failing the private reply
 	replyTo(t, st.ch, m, "Commands: /new /stop")
 	if n := len(s.Calls("chat.postEphemeral")); n != 4 {
 		t.Fatalf("%d chat.postEphemeral attempts; want the retries of one send", n)

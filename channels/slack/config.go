@@ -49,6 +49,9 @@ type Options struct {
 	Logger     *slog.Logger
 	StateDir   string       // downloaded files go under StateDir/slack/files
 	HTTPClient *http.Client // for the Web API and file transfers; default has a 60s timeout
+	// State keeps the threads the bot answered in across restarts; nil keeps them in
+	// memory only.
+	State channels.State
 }
 
 // Validate checks the config of an enabled channel; errors name the key to fix.

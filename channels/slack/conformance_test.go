@@ -3,12 +3,12 @@ package slack
 import (
 	"strings"
 	"testing"
-	"time"
 	"unicode/utf8"
 
 	"gateway/channels"
 	"gateway/channels/channeltest"
 	"gateway/channels/slack/slacktest"
+	"gateway/internal/fakeserver"
 	"gateway/internal/secret"
 )
 
@@ -82,7 +82,7 @@ func (p *platform) Posted(chatID string) []channeltest.Posted {
 
 func (p *platform) Typing(chatID string) int { return p.s.Typing(chatID) }
 
-func (p *platform) FailNext(n int, retryAfter time.Duration) { p.s.FailNext(n, retryAfter) }
+func (p *platform) FailNext(n int, f fakeserver.Failure) { p.s.FailNext(n, f) }
 
 func (p *platform) Len(s string) int { return utf8.RuneCountInString(s) }
 

@@ -9,6 +9,7 @@ import (
 
 	"gateway/channels"
 	"gateway/channels/slack/slacktest"
+	"gateway/internal/fakeserver"
 )
 
 // namesConfig lets users in and answers channel messages without a mention.
@@ -92,7 +93,7 @@ func TestSlowOrLimitedUsersInfoDoesNotHoldMessages(t *testing.T) {
 		s := slacktest.New(t)
 		s.SetUser("U1", "ally", "")
 		s.SetUser("U2", "bob", "")
-		s.FailNextCall("users.info", 1, 30*time.Second)
+		s.FailNext(1, fakeserver.Failure{Method: "users.info", RetryAfter: 30 * time.Second})
 		st := start(t, s, namesConfig("U1", "U2"))
 		s.ChannelMessage("C4", "U1", "first", true)
 		s.ChannelMessage("C4", "U2", "second", true)

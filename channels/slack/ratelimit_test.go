@@ -10,6 +10,7 @@ import (
 
 	"gateway/channels"
 	"gateway/channels/slack/slacktest"
+	"gateway/internal/fakeserver"
 )
 
 // toChat reports whether a call the fake received puts something in chat (or shows
@@ -67,7 +68,7 @@ func TestRateLimitHoldsEverySendToTheChat(t *testing.T) {
 			}
 			const textA = "Answer A, part one; part two."
 			voice := channels.Part{Type: channels.PartAudio, Voice: true, MIME: "audio/ogg", Data: randomBytes(t, 1500)}
-			s.FailNextCall("chat.postMessage", 1, wait)
+			s.FailNext(1, fakeserver.Failure{Method: "chat.postMessage", RetryAfter: wait})
 
 			var wg sync.WaitGroup
 			errs := make(chan error, 8)

@@ -56,7 +56,7 @@ type Channel struct {
 	transfer channels.Sender // file uploads (paced) and downloads (key "")
 	startup  channels.Sender // auth.test at Start (key "")
 	claims   *claims
-	threads  *boundedSet // channel:thread_ts the bot answered in: replies there need no mention
+	threads  *threadSet  // channel:thread_ts the bot answered in: replies there need no mention
 	noStatus *boundedSet // channels where assistant.threads.setStatus was refused
 	names    *names      // authors' display names
 	// lastThread is, by channel:user, the thread of the user's latest conversation with
@@ -109,7 +109,7 @@ func New(cfg Config, opts Options) (*Channel, error) {
 		log:      log,
 		dir:      filepath.Join(dir, "slack", "files"),
 		claims:   newClaims(dedupSize),
-		threads:  newBoundedSet(threadSetSize),
+		threads:  &threadSet{mem: newBoundedSet(threadSetSize), st: opts.State, log: log},
 		noStatus: newBoundedSet(1000),
 
 		lastThread: newBoundedMap[string](threadSetSize),

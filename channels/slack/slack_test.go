@@ -18,6 +18,7 @@ import (
 	"gateway/channels"
 	"gateway/channels/channeltest"
 	"gateway/channels/slack/slacktest"
+	"gateway/internal/fakeserver"
 )
 
 // recSink is a channeltest.Sink that can refuse or slow deliveries.
@@ -364,7 +365,7 @@ func TestFiles(t *testing.T) {
 func TestDownloadFailureIsRetriedThenExplained(t *testing.T) {
 	s := slacktest.New(t)
 	st := start(t, s, nil)
-	s.FailNextCall("files.download", 1, 0)
+	s.FailNext(1, fakeserver.Failure{Method: "files.download"})
 	data := randomBytes(t, 1000)
 	s.AudioClip("D9", user, data, "audio/mp4")
 	m := st.sink.Next(t)
@@ -375,7 +376,7 @@ func TestDownloadFailureIsRetriedThenExplained(t *testing.T) {
 		t.Fatalf("%d download attempts; want a retry after the 5xx", n)
 	}
 	// A download that keeps failing: the user is told, the gateway gets nothing.
-	s.FailNextCall("files.download", 10, 0)
+	s.FailNext(10, fakeserver.Failure{Method: "files.download"})
 	s.AudioClip("D10", user, data, "audio/mp4")
 	eventually(t, "the could-not-download reply", func() bool { return len(s.Posted("D10")) == 1 })
 	if p := s.Posted("D10"); !strings.Contains(p[0].Text, "could not download") {
@@ -582,7 +583,7 @@ func TestRateLimitedEditPostponesWithoutLosingText(t *testing.T) {
 		t.Fatal(err)
 	}
 	const wait = 2 * time.Second
-	s.FailNext(1, wait)
+	s.FailNext(1, fakeserver.Failure{RetryAfter: wait})
 	time.Sleep(editInterval + 100*time.Millisecond)
 	if err := stream.Send(ctx, channels.Frame{Type: channels.FrameDelta, Text: "second"}); err != nil {
 		t.Fatalf("an intermediate edit that hit the rate limit failed the frame: %v", err)

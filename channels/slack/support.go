@@ -3,6 +3,7 @@ package slack
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"net/url"
 	"sync"
@@ -108,6 +109,50 @@ func (c *claims) claim(ctx context.Context, key string) (release func(ok bool), 
 			return nil, false, ctx.Err()
 		}
 	}
+}
+
+// threadSet is the threads the bot answered in (channel:thread_ts): replies there need no
+// mention. It is remembered in memory and, with a State, durably, so that a restart does
+// not forget it: bounded by threadSetSize and threadAge there too.
+type threadSet struct {
+	mem *boundedSet
+	st  channels.State // nil: memory only
+	log *slog.Logger
+}
+
+// threadAge is how long a thread is followed after the bot last answered in it (first
+// answered since the process started: the time is refreshed once per process).
+const threadAge = 30 * 24 * time.Hour
+
+const threadStateSet = "slack.threads"
+
+func (t *threadSet) add(key string) {
+	if t.mem.has(key) {
+		return
+	}
+	t.mem.add(key)
+	if t.st != nil {
+		if err := t.st.Remember(threadStateSet, key, threadSetSize, threadAge); err != nil {
+			t.log.Warn("slack: cannot remember durably that the bot answered in a thread; after a restart replies there need a mention", "err", err)
+		}
+	}
+}
+
+func (t *threadSet) has(key string) bool {
+	if t.mem.has(key) {
+		return true
+	}
+	if t.st == nil {
+		return false
+	}
+	ok, err := t.st.Remembered(threadStateSet, key, threadAge)
+	if err != nil {
+		t.log.Warn("slack: cannot read the threads the bot answered in", "err", err)
+	}
+	if ok {
+		t.mem.add(key)
+	}
+	return ok
 }
 
 // boundedSet remembers up to size keys, forgetting the oldest first.

@@ -110,6 +110,9 @@ type Options struct {
 	StateDir   string       // required: the update offset and downloaded media live under StateDir/telegram
 	HTTPClient *http.Client // for every Bot API call and download; timeouts come from contexts
 	Pacing     Pacing
+	// State keeps the update offset durably across restarts (the state file's cursors);
+	// nil keeps it in a file under StateDir/telegram.
+	State channels.State
 
 	PollTimeout    time.Duration // long-poll wait of one getUpdates (default 30s)
 	Watchdog       time.Duration // restart polling that completed nothing for this long (default 2×PollTimeout+30s)

@@ -11,6 +11,7 @@ import (
 	"gateway/channels/channeltest"
 	"gateway/channels/telegram"
 	"gateway/channels/telegram/telegramtest"
+	"gateway/internal/fakeserver"
 	"gateway/internal/secret"
 )
 
@@ -94,6 +95,6 @@ func (p *platform) Typing(chatID string) int {
 	return p.srv.Typing(chat)
 }
 
-func (p *platform) FailNext(n int, retryAfter time.Duration) { p.srv.FailNext(n, retryAfter) }
+func (p *platform) FailNext(n int, f fakeserver.Failure) { p.srv.FailNext(n, f) }
 
 func (p *platform) Len(s string) int { return telegramtest.UTF16Len(s) }

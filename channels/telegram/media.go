@@ -48,7 +48,7 @@ func attachments(msg *models.Message) (list []attachment, notes []string) {
 	}
 	if len(msg.Photo) > 0 {
 		p := msg.Photo[len(msg.Photo)-1] // sizes come smallest first
-		list = append(list, attachment{what: "photo", typ: channels.PartImage, fileID: p.FileID, size: int64(p.FileSize), mime: "image/jpeg"})
+		list = append(list, attachment{what: "photo", typ: channels.PartImage, fileID: p.FileID, size: int64(p.FileSize), mime: "image/jpeg", name: "photo.jpg"})
 	}
 	if d := msg.Document; d != nil {
 		typ := channels.PartFile
@@ -61,6 +61,14 @@ func attachments(msg *models.Message) (list []attachment, notes []string) {
 	// Whatever else a person sent is described in words: the agent is never left with
 	// silence. (A caption, when there is one, arrives as the text.)
 	switch {
+	case msg.Sticker != nil && !msg.Sticker.IsAnimated && !msg.Sticker.IsVideo:
+		// A static sticker is a WebP picture: the model sees it.
+		st := msg.Sticker
+		list = append(list, attachment{what: "sticker", typ: channels.PartImage, fileID: st.FileID, size: int64(st.FileSize),
+			mime: "image/webp", name: "sticker.webp"})
+		if st.Emoji != "" {
+			notes = append(notes, fmt.Sprintf("[The user sent a sticker %s]", st.Emoji))
+		}
 	case msg.Sticker != nil:
 		notes = append(notes, fmt.Sprintf("[The user sent a sticker %s]", msg.Sticker.Emoji))
 	case msg.Dice != nil:
@@ -143,6 +151,15 @@ func (c *Channel) media(ctx context.Context, msg *models.Message) (parts []chann
 		parts = append(parts, channels.TextPart(n))
 	}
 	for i, a := range list {
+		if a.what == "photo" && a.size > c.cfg.MaxFileBytes {
+			// Telegram keeps several sizes of a photo: take the largest under the limit.
+			for j := len(msg.Photo) - 1; j >= 0; j-- {
+				if ps := msg.Photo[j]; int64(ps.FileSize) <= c.cfg.MaxFileBytes {
+					a.fileID, a.size = ps.FileID, int64(ps.FileSize)
+					break
+				}
+			}
+		}
 		if a.size > c.cfg.MaxFileBytes {
 			return nil, c.tooBig(a, a.size), nil
 		}

@@ -4,11 +4,13 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"gateway/channels/channeltest"
 	"gateway/channels/telegram/telegramtest"
+	"gateway/state"
 )
 
 // An offset saved by an earlier version (a shorter file, here with a stray tail) is
@@ -43,4 +45,54 @@ func TestOffsetFromAnEarlierFormatIsHonouredAndRewritten(t *testing.T) {
 		t.Fatalf("after a restart got %q; want only the newest message", m.Text())
 	}
 	sink2.ExpectNone(t, 200*time.Millisecond)
+}
+
+// With a State, an offset file left by an earlier version is moved in once (stored as the
+// cursor, the file removed), and from then on the offset lives in the state file only.
+func TestOffsetFileMovesIntoTheStateFile(t *testing.T) {
+	f := newFixture(t)
+	f.srv.HoldConfirm(true) // only the saved offset keeps old updates from coming again
+	old, _ := f.srv.Send(telegramtest.Update{ChatID: 1001, Text: "already handled"})
+	dir := filepath.Join(f.dir, "telegram")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "offset.json")
+	legacy := `{"bot_id":` + strconv.Itoa(telegramtest.BotID) + `,"offset":` + strconv.FormatInt(old+1, 10) + "}\n"
+	if err := os.WriteFile(file, []byte(legacy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	db, err := state.Open(filepath.Join(f.dir, "state"), state.Limits{}, f.logs.Logger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	opts := f.options()
+	opts.State = db
+
+	sink := channeltest.NewSink()
+	ch := f.start(f.config(), opts, sink)
+	f.srv.Send(telegramtest.Update{ChatID: 1001, Text: "new"})
+	if m := sink.Next(t); m.Text() != "new" {
+		t.Fatalf("got %q; want only the message after the migrated offset", m.Text())
+	}
+	sink.ExpectNone(t, 200*time.Millisecond)
+	stop(t, ch)
+	if _, err := os.Stat(file); !os.IsNotExist(err) {
+		t.Fatalf("the offset file is still there (%v); it should have moved into the state file", err)
+	}
+	if v, ok, _ := db.Cursor("telegram.offset"); !ok || !strings.Contains(v, `"offset":`) {
+		t.Fatalf("cursor = %q %v", v, ok)
+	}
+
+	sink2 := channeltest.NewSink()
+	f.start(f.config(), opts, sink2)
+	f.srv.Send(telegramtest.Update{ChatID: 1001, Text: "newer"})
+	if m := sink2.Next(t); m.Text() != "newer" {
+		t.Fatalf("after a restart got %q; want only the newest message", m.Text())
+	}
+	sink2.ExpectNone(t, 200*time.Millisecond)
+	if _, err := os.Stat(file); !os.IsNotExist(err) {
+		t.Fatal("an offset file was written again")
+	}
 }

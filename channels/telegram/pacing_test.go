@@ -10,6 +10,7 @@ import (
 	"gateway/channels/channeltest"
 	"gateway/channels/telegram"
 	"gateway/channels/telegram/telegramtest"
+	"gateway/internal/fakeserver"
 )
 
 // A streaming preview that finds no free send slot for the bot must not use up the chat's
@@ -89,7 +90,7 @@ func TestRetryAfterHoldsEverySendToTheChat(t *testing.T) {
 	}
 	eventually(t, "the first typing action", func() bool { return f.srv.Typing(1001) > 0 })
 	const retryAfter = 3 * time.Second
-	f.srv.FailNext(1, retryAfter)
+	f.srv.FailNext(1, fakeserver.Failure{RetryAfter: retryAfter})
 	if err := a.Send(ctx, channels.Frame{Type: channels.FrameDelta, Text: "Hello"}); err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +166,7 @@ func TestRateLimitedAnswerWaitsOutTheHold(t *testing.T) {
 	opts.TypingInterval = 100 * time.Millisecond
 	ch := f.start(f.config(), opts, channeltest.NewSink())
 	const retryAfter = 2 * time.Second
-	f.srv.RateLimit(1001, "sendMessage", retryAfter)
+	f.srv.FailNext(1, fakeserver.Failure{Method: "sendMessage", Chat: "1001", RetryAfter: retryAfter})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	target := channels.Target{Channel: telegram.Name, ChatID: "1001", ChatType: channels.ChatDM}

@@ -59,11 +59,7 @@ func (c *Channel) superviseLongPolling(ctx context.Context) {
 // pollLoop fetches updates with getUpdates and hands them over, advancing and saving the
 // offset only past updates the gateway took.
 func (c *Channel) pollLoop(ctx context.Context, progress *atomic.Int64) {
-	offset := c.loadOffset()
-	saved, err := c.openOffset()
-	if err != nil {
-		c.log.Error("telegram: cannot open the update offset file; a restart may repeat updates", "err", err)
-	}
+	offset, saved := c.openSavedOffset()
 	defer saved.close()
 	failures := 0
 	for ctx.Err() == nil {
@@ -245,6 +241,75 @@ func (c *Channel) getUpdates(ctx context.Context, offset int64) ([]*models.Updat
 	}
 	return r.Result, nil
 }
+
+// savedOffset is where the poll loop keeps the update offset: the state file's cursor when
+// the adapter has a State (Options.State), else a file under StateDir/telegram.
+type savedOffset interface {
+	save(offset int64) error
+	close()
+}
+
+// offsetCursor is the cursor's name in State.
+const offsetCursor = "telegram.offset"
+
+// openSavedOffset returns the saved offset (0 when none) and where to save the next. With a
+// State, an offset file left by an earlier version is moved in once: read, stored as the
+// cursor, then removed.
+func (c *Channel) openSavedOffset() (int64, savedOffset) {
+	st := c.opts.State
+	if st == nil {
+		offset := c.loadOffset()
+		w, err := c.openOffset()
+		if err != nil {
+			c.log.Error("telegram: cannot open the update offset file; a restart may repeat updates", "err", err)
+		}
+		return offset, w
+	}
+	cur := &cursorOffset{c: c, st: st}
+	v, ok, err := st.Cursor(offsetCursor)
+	if err != nil {
+		c.log.Warn("telegram: cannot read the saved update offset; starting from Telegram's", "err", err)
+		return 0, cur
+	}
+	if ok {
+		var f offsetFile
+		if err := json.Unmarshal([]byte(v), &f); err != nil || f.BotID != c.bot().ID {
+			c.log.Warn("telegram: ignoring a saved update offset that is damaged or of another bot")
+			return 0, cur
+		}
+		return f.Offset, cur
+	}
+	if _, err := os.Stat(c.offsetPath()); err != nil {
+		return 0, cur
+	}
+	offset := c.loadOffset()
+	if offset > 0 {
+		if err := cur.save(offset); err != nil {
+			c.log.Error("telegram: cannot move the update offset file into the state file; keeping the file", "err", err)
+			return offset, cur
+		}
+	}
+	if err := os.Remove(c.offsetPath()); err != nil {
+		c.log.Warn("telegram: cannot remove the old update offset file", "err", err)
+	} else {
+		c.log.Info("telegram: moved the update offset from its own file into the state file", "offset", offset)
+	}
+	return offset, cur
+}
+
+// cursorOffset saves the offset as a State cursor (fsynced with it). The bot id is saved
+// with it, as in the file.
+type cursorOffset struct {
+	c  *Channel
+	st channels.State
+}
+
+func (w *cursorOffset) save(offset int64) error {
+	b, _ := json.Marshal(offsetFile{BotID: w.c.bot().ID, Offset: offset})
+	return w.st.SetCursor(offsetCursor, string(b))
+}
+
+func (w *cursorOffset) close() {}
 
 // offsetFile is the saved update offset. BotID guards against a changed token: another
 // bot's offset would skip or repeat updates.

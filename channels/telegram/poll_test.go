@@ -1,12 +1,14 @@
 package telegram_test
 
 import (
+	"net/http"
 	"testing"
 	"time"
 
 	"gateway/channels"
 	"gateway/channels/channeltest"
 	"gateway/channels/telegram/telegramtest"
+	"gateway/internal/fakeserver"
 )
 
 // nextWithin waits up to d for a delivered message.
@@ -27,7 +29,7 @@ func nextWithin(t *testing.T, sink *channeltest.Sink, d time.Duration) *channels
 func TestPollingRecoversQuicklyAfterAnOutage(t *testing.T) {
 	f := newFixture(t)
 	const outage = 7
-	f.srv.FailPolls(outage)
+	f.srv.FailNext(outage, fakeserver.Failure{Method: "getUpdates", Status: http.StatusBadGateway})
 	sink := channeltest.NewSink()
 	f.start(f.config(), f.options(), sink)
 	f.srv.Send(telegramtest.Update{ChatID: 1001, Text: "sent during the outage"})

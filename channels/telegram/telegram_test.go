@@ -23,6 +23,7 @@ import (
 	"gateway/channels/channeltest"
 	"gateway/channels/telegram"
 	"gateway/channels/telegram/telegramtest"
+	"gateway/internal/fakeserver"
 	"gateway/internal/secret"
 )
 
@@ -293,7 +294,7 @@ func TestPhotoDocumentAndOtherParts(t *testing.T) {
 	}
 
 	f.srv.SendRaw(models.Update{Message: &models.Message{ID: 9001, Date: 1, Chat: models.Chat{ID: 1001, Type: models.ChatTypePrivate},
-		From: &models.User{ID: telegramtest.UserID, FirstName: "A"}, Sticker: &models.Sticker{FileID: "s", Emoji: "👍"}}})
+		From: &models.User{ID: telegramtest.UserID, FirstName: "A"}, Sticker: &models.Sticker{FileID: "s", Emoji: "👍", IsAnimated: true}}}) // a static one is an image (gateway tests)
 	if m := sink.Next(t); !strings.Contains(m.Text(), "sticker 👍") {
 		t.Errorf("a sticker arrived as %q; the agent should be told what it was", m.Text())
 	}
@@ -669,8 +670,8 @@ func TestRetriesHonourRetryAfterAndBackOff(t *testing.T) {
 	f := newFixture(t)
 	ch := f.start(f.config(), f.options(), channeltest.NewSink())
 	target := channels.Target{Channel: "telegram", ChatID: "1001", ChatType: channels.ChatDM}
-	f.srv.FailNext(1, time.Second)
-	f.srv.FailNext(2, 0)
+	f.srv.FailNext(1, fakeserver.Failure{RetryAfter: time.Second})
+	f.srv.FailNext(2, fakeserver.Failure{Status: http.StatusBadGateway})
 	answer(t, ch, target, done("eventually"))
 	calls := f.srv.Calls("sendMessage")
 	var statuses []int

@@ -29,6 +29,14 @@ type inbound struct {
 		MIME string `json:"mime"`
 		Data string `json:"data"`
 	} `json:"audio"`
+	// Files are pictures and documents picked, pasted or dropped into the page.
+	Files []inboundFile `json:"files"`
+}
+
+type inboundFile struct {
+	MIME string `json:"mime"`
+	Name string `json:"name"`
+	Data string `json:"data"` // base64
 }
 
 // wireFrame is one server-to-client frame.
@@ -309,8 +317,13 @@ func (c *Channel) handle(ctx context.Context, k *conn, data []byte) {
 			return
 		}
 	}
-	if strings.TrimSpace(in.Text) == "" && audio == nil {
-		c.errorFrame(ctx, k, reply, "The message is empty: type something or record a voice note.")
+	files, reason := c.decodeFiles(in.Files, int64(len(audio)))
+	if reason != "" {
+		c.errorFrame(ctx, k, reply, reason)
+		return
+	}
+	if strings.TrimSpace(in.Text) == "" && audio == nil && len(files) == 0 {
+		c.errorFrame(ctx, k, reply, "The message is empty: type something, attach a file or record a voice note.")
 		return
 	}
 
@@ -334,27 +347,51 @@ func (c *Channel) handle(ctx context.Context, k *conn, data []byte) {
 	if in.Text != "" {
 		msg.Parts = append(msg.Parts, channels.TextPart(in.Text))
 	}
-	var saved string
+	var saved []string // uploads written for this message, forgotten if it is not taken
 	if audio != nil {
-		path, err := c.saveUpload(audio, audioMIME)
+		path, err := c.saveUpload(audio, extFor(audioMIME))
 		if err != nil {
 			c.dedup.Forget(key)
 			c.log.Error("voice note not saved", "chat", chat, "err", c.scrub.Wrap(err))
 			c.errorFrame(ctx, k, reply, "The voice note could not be saved on the server; please try again.")
 			return
 		}
-		saved = path
+		saved = append(saved, path)
 		msg.Parts = append(msg.Parts, channels.Part{
 			Type: channels.PartAudio, MIME: audioMIME, Path: path, Size: int64(len(audio)), Voice: true,
 		})
 		msg.IsVoice = true
 	}
 
+	var shown []wirePart // what the transcript shows of the files
+	for _, f := range files {
+		path, err := c.saveUpload(f.data, f.ext)
+		if err != nil {
+			c.dedup.Forget(key)
+			for _, p := range saved {
+				c.media.forget(p)
+			}
+			c.log.Error("attachment not saved", "chat", chat, "err", err)
+			c.errorFrame(ctx, k, reply, "The attachment could not be saved on the server; please try again.")
+			return
+		}
+		saved = append(saved, path)
+		p := channels.Part{Type: f.typ, MIME: f.mime, Path: path, Name: f.name, Size: int64(len(f.data))}
+		msg.Parts = append(msg.Parts, p)
+		wp := wirePart{Type: string(p.Type), MIME: p.MIME, Name: p.Name, Size: p.Size}
+		if p.Type == channels.PartImage {
+			if pub, err := c.publish(p); err == nil {
+				wp = pub
+			}
+		}
+		shown = append(shown, wp)
+	}
+
 	// The transcript takes the message before the gateway does, so that it precedes its answer.
 	if startsOver(in.Text) {
 		c.history.clear(chat)
 	}
-	c.history.add(chat, historyEntry{Role: "user", ID: in.ID, Text: in.Text, Voice: audio != nil})
+	c.history.add(chat, historyEntry{Role: "user", ID: in.ID, Text: in.Text, Voice: audio != nil, Parts: shown})
 
 	dctx, cancel := context.WithTimeout(ctx, deliverTimeout)
 	err := c.sink.Deliver(dctx, msg)
@@ -362,8 +399,8 @@ func (c *Channel) handle(ctx context.Context, k *conn, data []byte) {
 	if err != nil {
 		c.history.remove(chat, in.ID)
 		c.dedup.Forget(key) // so that the user's retry is taken
-		if saved != "" {
-			c.media.forget(saved)
+		for _, p := range saved {
+			c.media.forget(p)
 		}
 		c.log.Warn("message not taken by the gateway", "chat", chat, "id", in.ID, "err", c.scrub.Wrap(err))
 		c.errorFrame(ctx, k, reply, deliverFailure(err, ctx))
@@ -414,12 +451,84 @@ func tooLarge(n, limit int64) string {
 		float64(n)/1e6, float64(limit)/1e6)
 }
 
-// saveUpload writes an uploaded voice note under the media directory.
-func (c *Channel) saveUpload(b []byte, mimeType string) (string, error) {
+// maxFiles bounds the attachments of one message.
+const maxFiles = 10
+
+type upload struct {
+	typ  channels.PartType
+	mime string
+	name string
+	ext  string
+	data []byte
+}
+
+// decodeFiles checks and decodes a message's attachments; with the voice note (already
+// bytes) they share one max_upload_bytes. reason is set when they are refused.
+func (c *Channel) decodeFiles(in []inboundFile, used int64) (out []upload, reason string) {
+	if len(in) > maxFiles {
+		return nil, fmt.Sprintf("That is %d files at once; the limit is %d per message.", len(in), maxFiles)
+	}
+	limit := c.cfg.MaxUploadBytes
+	for _, f := range in {
+		name := strings.TrimSpace(filepath.Base(strings.ReplaceAll(f.Name, "\\", "/")))
+		if name == "." || name == "/" || name == "" {
+			name = "file"
+		}
+		name = trunc(name, 120)
+		if used+int64(base64.StdEncoding.DecodedLen(len(f.Data))) > limit+3 {
+			return nil, filesTooLarge(name, limit)
+		}
+		b, err := base64.StdEncoding.DecodeString(f.Data)
+		if err != nil {
+			return nil, fmt.Sprintf("The file %s arrived damaged (bad base64); please attach it again.", name)
+		}
+		if len(b) == 0 {
+			return nil, fmt.Sprintf("The file %s is empty.", name)
+		}
+		used += int64(len(b))
+		if used > limit {
+			return nil, filesTooLarge(name, limit)
+		}
+		mt, _, err := mime.ParseMediaType(f.MIME)
+		if err != nil || mt == "" || len(mt) > 100 {
+			mt = mime.TypeByExtension(strings.ToLower(filepath.Ext(name)))
+			if mt, _, err = mime.ParseMediaType(mt); err != nil || mt == "" {
+				mt = "application/octet-stream"
+			}
+		}
+		typ := channels.PartFile
+		if strings.HasPrefix(mt, "image/") && mt != "image/svg+xml" {
+			typ = channels.PartImage
+		}
+		out = append(out, upload{typ: typ, mime: mt, name: name, ext: fileExt(name), data: b})
+	}
+	return out, ""
+}
+
+func filesTooLarge(name string, limit int64) string {
+	return fmt.Sprintf("The attachments are too large with %s; the limit is %.1f MB for everything sent at once.", name, float64(limit)/1e6)
+}
+
+// fileExt keeps a short alphanumeric extension of a user's file name, nothing else of it.
+func fileExt(name string) string {
+	ext := strings.ToLower(filepath.Ext(name))
+	if len(ext) < 2 || len(ext) > 10 {
+		return ".bin"
+	}
+	for _, r := range ext[1:] {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9') {
+			return ".bin"
+		}
+	}
+	return ext
+}
+
+// saveUpload writes an uploaded voice note or attachment under the media directory.
+func (c *Channel) saveUpload(b []byte, ext string) (string, error) {
 	c.mu.Lock()
 	dir := c.mediaDir
 	c.mu.Unlock()
-	path := filepath.Join(dir, "web-"+randomID(12)+extFor(mimeType))
+	path := filepath.Join(dir, "web-"+randomID(12)+ext)
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		return "", err
 	}

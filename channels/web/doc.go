@@ -34,19 +34,23 @@
 // Client to server:
 //
 //	{"type":"message","id":"<client msg id>","chat_id":"<id>","user_id":"<optional>",
-//	 "text":"hello","audio":{"mime":"audio/webm","data":"<base64>"}}
+//	 "text":"hello","audio":{"mime":"audio/webm","data":"<base64>"},
+//	 "files":[{"mime":"image/png","name":"screenshot.png","data":"<base64>"}]}
 //
 // id is chosen by the client and reused when the client resends after a reconnect; a
 // redelivered id is acknowledged again and dropped. chat_id and id are 1-128 characters of
 // [A-Za-z0-9_.:-]; the socket binds to the chat_id of its query or of its first message. A
-// message carries text, audio, or both; audio arrives at the gateway as an AudioPart with
-// Voice set and the message marked IsVoice. user_id is optional ("web" when absent): the web
+// message carries text, audio, files, or several of them; audio arrives at the gateway as an
+// AudioPart with Voice set and the message marked IsVoice; files (at most 10, picked, pasted
+// or dropped into the page, sharing max_upload_bytes with the audio) as ImageParts (image/*)
+// or FileParts, with their names. user_id is optional ("web" when absent): the web
 // chat has no accounts, so it is a label, not an identity.
 //
 // Server to client:
 //
 //	{"type":"hello","chat_id":"<id>","max_upload_bytes":20000000,   the socket is ready
-//	 "history":[{"role":"user","id":"<client msg id>","text":"hi","voice":false},
+//	 "history":[{"role":"user","id":"<client msg id>","text":"hi","voice":false,
+//	             "parts":[{"type":"image","url":"/media/<id>","name":"a.png"},{"type":"file","name":"b.pdf"}]},
 //	            {"role":"assistant","reply_to":"<client msg id>","text":"...","error":false,
 //	             "parts":[...]}]}
 //	{"type":"ack","reply_to":"<client msg id>"}                     the gateway took the message

@@ -25,7 +25,7 @@ type historyEntry struct {
 	Text    string     `json:"text,omitempty"`
 	Voice   bool       `json:"voice,omitempty"` // user: a voice note
 	Error   bool       `json:"error,omitempty"` // assistant: the answer failed; Text says why
-	Parts   []wirePart `json:"parts,omitempty"` // assistant: media of the answer, by URL
+	Parts   []wirePart `json:"parts,omitempty"` // media of the message or answer (pictures by URL)
 }
 
 func (e historyEntry) size() int {

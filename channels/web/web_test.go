@@ -21,6 +21,7 @@ import (
 	"gateway/channels/channeltest"
 	"gateway/channels/web"
 	"gateway/channels/web/webtest"
+	"gateway/internal/fakeserver"
 )
 
 func TestConformance(t *testing.T) {
@@ -104,8 +105,8 @@ func (p *platform) Typing(chatID string) int {
 	return tb.typing
 }
 
-func (p *platform) FailNext(int, time.Duration) {} // Features.RateLimit is false
-func (p *platform) Len(s string) int            { return utf8.RuneCountInString(s) }
+func (p *platform) FailNext(int, fakeserver.Failure) {} // Features.RateLimit is false
+func (p *platform) Len(s string) int                 { return utf8.RuneCountInString(s) }
 
 // tab returns the open tab of chat, opening it when needed.
 func (p *platform) tab(chat string) (*tab, error) {

@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
-	"net/http"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -14,38 +12,39 @@ import (
 	"testing"
 	"time"
 
-	"go.yaml.in/yaml/v3"
-
-	"gateway/channels/telegram"
 	"gateway/channels/telegram/telegramtest"
-	"gateway/gateway"
-	"gateway/harness"
+	"gateway/cmd/internal/gatewaycli"
 )
 
-// standInEnv makes the test binary act as `gateway run` (see standIn).
-const standInEnv = "BENCHRUN_STAND_IN"
+// asGatewayEnv makes the test binary the gateway: re-executed with it set, it runs
+// gatewaycli.Run, the whole `gateway` command line, as cmd/gateway's main does.
+const asGatewayEnv = "GATEWAY_BENCH_TEST_AS_GATEWAY"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(standInEnv) == "1" {
-		os.Exit(standIn(os.Args[1:]))
+	if os.Getenv(asGatewayEnv) == "1" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		code := gatewaycli.Run(ctx, nil, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
+		stop()
+		os.Exit(code)
 	}
 	os.Exit(m.Run())
 }
 
 func TestInProcessAnswersEveryMessageAndMeasures(t *testing.T) {
-	res, err := Run(context.Background(), Options{Messages: 60, Chats: 6, Timeout: time.Minute})
+	// Paced as in production: one send a second per chat, so few messages per chat.
+	res, err := Run(context.Background(), Options{Messages: 24, Chats: 12, Timeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Answered != 60 || res.Failed != 0 {
-		t.Fatalf("answered %d, failed %d; want all 60 answered", res.Answered, res.Failed)
+	if res.Answered != 24 || res.Failed != 0 {
+		t.Fatalf("answered %d, failed %d; want all 24 answered", res.Answered, res.Failed)
 	}
 	if res.Mode != "in-process" || res.CPUPerMsg <= 0 || res.RSSReady <= 0 || res.RSSPeak < res.RSSReady*0.5 || res.AnonReady <= 0 || res.FileReady <= 0 || res.AnonPeak <= 0 || res.HeapPeak <= 0 || res.P99 < res.P50 || res.MsgsPerSec <= 0 {
 		t.Fatalf("implausible figures: %+v", res)
 	}
 	var b strings.Builder
 	WriteTable(&b, res)
-	for _, want := range []string{"in-process", "fake Bot API server", "60 (0 failed)", "ms/msg", "RSS"} {
+	for _, want := range []string{"in-process", "gatewaycli.Run", "fake Bot API server", "24 (0 failed)", "ms/msg", "RSS", "RssAnon"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, b.String())
 		}
@@ -53,7 +52,7 @@ func TestInProcessAnswersEveryMessageAndMeasures(t *testing.T) {
 }
 
 func TestModelDelayShowsInLatencyNotInAddedLatency(t *testing.T) {
-	res, err := Run(context.Background(), Options{Messages: 8, Chats: 4, Warmup: -1, ModelDelay: 300 * time.Millisecond, Timeout: time.Minute})
+	res, err := Run(context.Background(), Options{Messages: 8, Chats: 8, Warmup: -1, Provider: ProviderOpenAI, ModelDelay: 300 * time.Millisecond, Timeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +65,7 @@ func TestModelDelayShowsInLatencyNotInAddedLatency(t *testing.T) {
 }
 
 func TestOpenLoopSendsAtTheRate(t *testing.T) {
-	res, err := Run(context.Background(), Options{Messages: 20, Chats: 5, Rate: 50, Timeout: time.Minute})
+	res, err := Run(context.Background(), Options{Messages: 20, Chats: 10, Rate: 50, Timeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +76,7 @@ func TestOpenLoopSendsAtTheRate(t *testing.T) {
 }
 
 func TestOpenAIProviderPath(t *testing.T) {
-	res, err := Run(context.Background(), Options{Messages: 10, Chats: 2, Provider: ProviderOpenAI, Timeout: time.Minute})
+	res, err := Run(context.Background(), Options{Messages: 10, Chats: 5, Provider: ProviderOpenAI, Timeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,8 +107,14 @@ func TestUnexpectedAnswersCountAsFailures(t *testing.T) {
 }
 
 func TestBadOptionsAreNamed(t *testing.T) {
-	_, err := Run(context.Background(), Options{Messages: -1, Chats: 20_000, Provider: "gpt", External: "/bin/true", ModelDelay: time.Second})
-	for _, want := range []string{"--messages", "--chats", "--provider", "--pacing on"} {
+	_, err := Run(context.Background(), Options{Messages: -1, Chats: 20_000, Provider: "gpt", External: "/bin/true", CPUProfile: io.Discard})
+	for _, want := range []string{"--messages", "--chats", "--provider", "in-process runs only"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not name %s", err, want)
+		}
+	}
+	_, err = Run(context.Background(), Options{ModelDelay: time.Second})
+	for _, want := range []string{"--model-delay", "--provider openai"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v does not name %s", err, want)
 		}
@@ -130,9 +135,9 @@ func TestProcReaders(t *testing.T) {
 	}
 }
 
-// TestExternalMeasuresTheChild runs the external mode against a stand-in for `gateway
-// run`: this test binary, wired like the in-process mode, reading the config the bench
-// writes. (Building the real binary here would take most of a minute.)
+// TestExternalMeasuresTheChild runs the external mode with the real gateway as the child:
+// this test binary re-executed as gatewaycli.Run (see TestMain), which is all that
+// cmd/gateway's main runs. (Building cmd/gateway here would take most of a minute.)
 func TestExternalMeasuresTheChild(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a child process")
@@ -142,81 +147,18 @@ func TestExternalMeasuresTheChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	script := filepath.Join(t.TempDir(), "gateway")
-	body := fmt.Sprintf("#!/bin/sh\n%s=1 exec %q \"$@\"\n", standInEnv, exe)
+	body := fmt.Sprintf("#!/bin/sh\n%s=1 exec %q \"$@\"\n", asGatewayEnv, exe)
 	if err := os.WriteFile(script, []byte(body), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	res, err := Run(context.Background(), Options{Messages: 20, Chats: 10, Pacing: true, External: script, Timeout: time.Minute})
+	res, err := Run(context.Background(), Options{Messages: 20, Chats: 10, External: script, Timeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Mode != "external" || res.Answered != 20 || res.RSSReady <= 0 || res.HeapReady <= 0 || res.GorReady <= 0 {
+	if res.Mode != "external" || res.Answered != 20 || res.Failed != 0 || res.RSSReady <= 0 || res.AnonReady <= 0 || res.HeapReady <= 0 || res.GorReady <= 0 || res.CPUPerMsg <= 0 {
 		t.Fatalf("%+v", res)
 	}
 	if !strings.Contains(res.Includes, "child process") {
 		t.Fatalf("includes: %q", res.Includes)
 	}
-}
-
-// standIn is `gateway run --config PATH` for TestExternalMeasuresTheChild: it reads the
-// keys the bench writes, serves /readyz and /metrics, and stops on SIGTERM.
-func standIn(args []string) int {
-	if len(args) != 3 || args[0] != "run" || args[1] != "--config" {
-		fmt.Fprintln(os.Stderr, "stand-in: want run --config PATH, got", args)
-		return 2
-	}
-	var cfg struct {
-		StateDir string `yaml:"state_dir"`
-		HTTP     struct {
-			Listen string `yaml:"listen"`
-		} `yaml:"http"`
-		LLM struct {
-			Provider string `yaml:"provider"`
-		} `yaml:"llm"`
-		Channels struct {
-			Telegram struct {
-				APIURL string `yaml:"api_url"`
-				Token  string `yaml:"token"`
-			} `yaml:"telegram"`
-		} `yaml:"channels"`
-	}
-	b, err := os.ReadFile(args[2])
-	if err == nil {
-		err = yaml.Unmarshal(b, &cfg)
-	}
-	if err == nil && (cfg.LLM.Provider != "fake" || cfg.Channels.Telegram.Token != telegramtest.Token) {
-		err = errors.New("the config is not the bench's")
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "stand-in:", err)
-		return 1
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-	defer stop()
-	prov, _ := harness.NewProvider(harness.Config{Provider: "fake"}, nil)
-	gw, reg, err := newGateway(wiring{dir: cfg.StateDir, apiURL: cfg.Channels.Telegram.APIURL, provider: prov, client: &http.Client{}, pacing: telegram.Pacing{}})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "stand-in:", err)
-		return 1
-	}
-	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "stand-in:", err)
-		return 1
-	}
-	srv := &http.Server{Handler: gw.Handler(gateway.HTTPOptions{Gatherer: reg}), ReadHeaderTimeout: 5 * time.Second}
-	go srv.Serve(ln)
-	if err := gw.Start(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "stand-in:", err)
-		return 1
-	}
-	<-ctx.Done()
-	sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	_ = srv.Shutdown(sctx)
-	if err := gw.Stop(sctx); err != nil {
-		fmt.Fprintln(os.Stderr, "stand-in:", err)
-		return 1
-	}
-	return 0
 }

@@ -18,7 +18,6 @@ import (
 func newBenchCmd(ctx context.Context, stdout, stderr io.Writer) *cobra.Command {
 	var (
 		o          Options
-		pacing     string
 		external   bool
 		binary     string
 		asJSON     bool
@@ -29,27 +28,21 @@ func newBenchCmd(ctx context.Context, stdout, stderr io.Writer) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "gateway-bench",
 		Short: "Measure throughput, latency, CPU and memory on the Telegram path against a fake Bot API",
-		Long: `bench drives the real Telegram adapter and gateway against a fake Telegram Bot API
-and a model that answers with the user's own text. By default one simulated user per chat
-sends a message, waits for the answer and sends the next: the most load the chats can make,
-so latency there includes queueing. --rate sends at a fixed rate instead, to see latency
-at a given load.
+		Long: `gateway-bench runs ` + "`gateway run --config FILE`" + ` against a fake Telegram Bot API and a
+model that answers with the user's own text, with a config file it writes. By default one
+simulated user per chat sends a message, waits for the answer and sends the next: the most
+load the chats can make, so latency there includes queueing. --rate sends at a fixed rate
+instead, to see latency at a given load.
 
-By default everything runs in this process, so CPU and RSS include the fake server and the
-load driver. With --external, ` + "`gateway run`" + ` runs as a child process configured against the
-fake, and its own /proc figures are reported: the gateway alone. The child always paces
-its sends to Telegram's limits, so --external needs --pacing on (its default there).`,
-		Args: cobra.NoArgs,
+By default the gateway runs in this process (the same code as the gateway binary, through
+the same constructors), so CPU and memory include the fake server and the load driver.
+With --external the gateway binary runs as a child process with the same config, and its
+own /proc figures are reported: the gateway alone. Either way the gateway paces its sends
+to Telegram's limits as in production.`,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true, // a failed run is not a usage error
+		SilenceErrors: true, // main prints the error
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			switch pacing {
-			case "on":
-				o.Pacing = true
-			case "off":
-			case "":
-				o.Pacing = external // the child cannot turn pacing off
-			default:
-				return fmt.Errorf("--pacing: %q is not on or off", pacing)
-			}
 			if o.Warmup == 0 {
 				o.Warmup = -1 // benchrun's zero means its default
 			}
@@ -103,14 +96,12 @@ its sends to Telegram's limits, so --external needs --pacing on (its default the
 	f.IntVar(&o.Messages, "messages", 1000, "messages to measure")
 	f.IntVar(&o.Chats, "chats", 100, "chats, with one user each")
 	f.IntVar(&o.Warmup, "warmup", 1, "messages per chat before measuring (0: none)")
-	f.DurationVar(&o.ModelDelay, "model-delay", 0, "time the model takes to answer")
+	f.DurationVar(&o.ModelDelay, "model-delay", 0, "time the model takes to answer (needs --provider openai)")
 	f.Float64Var(&o.Rate, "rate", 0, "messages per second in all, whatever the answers do (open loop: latency at a load); 0: each chat's user waits for the answer before sending the next (closed loop)")
-	f.StringVar(&pacing, "pacing", "", "on: Telegram's send limits as in production; off: none, to see the gateway's own overhead (default off, on with --external)")
-	f.StringVar(&o.Provider, "provider", ProviderFake, "model provider: fake (in-process scripted), openai (the real SDK against a fake OpenAI API)")
-	f.IntVar(&o.Hooks, "hooks", 0, "no-op observers to add to the hook bus (in-process only)")
+	f.StringVar(&o.Provider, "provider", ProviderFake, "model provider: fake (llm.provider: fake, answers at once), openai (the real SDK against a fake OpenAI API)")
 	f.DurationVar(&o.Timeout, "timeout", 5*time.Minute, "bound on the whole run")
 	f.BoolVar(&external, "external", false, "run 'gateway run' as a child process and measure it alone")
-	f.StringVar(&binary, "binary", "", "gateway binary for --external (default: this one)")
+	f.StringVar(&binary, "binary", "", "gateway binary for --external (default: gateway beside this binary, else on PATH)")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a pprof CPU profile of the measured part (in-process only)")
 	f.StringVar(&memProfile, "memprofile", "", "write a pprof allocation profile after the measured part (in-process only)")
@@ -130,5 +121,5 @@ func defaultBinary() (string, error) {
 	if p, err := exec.LookPath("gateway"); err == nil {
 		return p, nil
 	}
-	return "", errors.New("--external: no gateway binary beside this one or on PATH; build it (go build -o gateway ./cmd/gateway) and give --binary")
+	return "", errors.New("--external: no gateway binary beside this one or on PATH; build it (go build -o cmd/gateway/gateway ./cmd/gateway) and give --binary")
 }

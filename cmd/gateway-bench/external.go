@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,110 +16,42 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"go.yaml.in/yaml/v3"
-
-	"gateway/channels/telegram/telegramtest"
-	"gateway/harness/openaitest"
 )
 
-// runExternal runs `gateway run` as a child process against a fake Bot API (and, for
-// ProviderOpenAI, a fake OpenAI API) served by this process, and measures the child.
-func runExternal(ctx context.Context, o Options) (res Result, err error) {
-	dir, err := os.MkdirTemp("", "gateway-bench-")
-	if err != nil {
-		return Result{}, err
-	}
-	defer os.RemoveAll(dir)
+// runExternal runs `gateway run` as a child process with the fixture's config and
+// measures the child alone.
+func runExternal(ctx context.Context, o Options) (Result, error) {
+	return bench(ctx, o, "external", func(fx *fixture) (*running, error) { return startChild(o.External, fx) }, nil)
+}
 
-	tr := newTracker(o.Chats)
-	fake := telegramtest.Start(telegramtest.Options{OnSent: tr.onSent})
-	defer fake.Close()
-
-	llmCfg := map[string]any{"provider": "fake", "model": "bench"}
-	if o.Provider == ProviderOpenAI {
-		oa := openaitest.NewServer()
-		defer oa.Close()
-		delay := o.ModelDelay
-		oa.SetFunc(func(r openaitest.Request) openaitest.Reply {
-			text := ""
-			for _, m := range r.Messages {
-				if m.Role == "user" {
-					text = m.Content
-				}
-			}
-			return openaitest.Reply{Text: text, Delay: delay}
-		})
-		llmCfg = map[string]any{"provider": "openai", "model": "bench", "base_url": oa.URL(), "api_key": "sk-bench"}
-	}
-	port, err := freePort()
+// startChild starts binary (a copy of it in fx.dir) as `gateway run --config FILE`.
+func startChild(binary string, fx *fixture) (*running, error) {
+	bin, err := copyBinary(binary, fx.dir)
 	if err != nil {
-		return Result{}, err
+		return nil, err
 	}
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	cfg := map[string]any{
-		"state_dir": filepath.Join(dir, "state"),
-		"http":      map[string]any{"listen": addr},
-		"log":       map[string]any{"level": "warn", "format": "json"},
-		"llm":       llmCfg,
-		"stt":       map[string]any{"enabled": false},
-		"tts":       map[string]any{"mode": "off"},
-		"hooks":     map[string]any{"dirs": []string{}},
-		"profiles":  map[string]any{"dir": filepath.Join(dir, "profiles")},
-		"channels": map[string]any{
-			"web": map[string]any{"enabled": false},
-			"telegram": map[string]any{
-				"enabled": true, "token": telegramtest.Token, "api_url": fake.URL,
-				"dm_policy": "open", "allow_from": []string{},
-			},
-		},
-	}
-	cfgPath := filepath.Join(dir, "gateway.yaml")
-	b, err := yaml.Marshal(cfg)
-	if err != nil {
-		return Result{}, err
-	}
-	if err := os.WriteFile(cfgPath, b, 0o600); err != nil {
-		return Result{}, err
-	}
-
-	bin, err := copyBinary(o.External, dir)
-	if err != nil {
-		return Result{}, err
-	}
-	stderr := &tailBuffer{max: 16 << 10}
-	cmd := exec.Command(bin, "run", "--config", cfgPath)
-	cmd.Dir = dir
-	cmd.Env = childEnv(dir)
-	cmd.Stdout, cmd.Stderr = io.Discard, stderr
+	log := &tailBuffer{max: 16 << 10}
+	cmd := exec.Command(bin, fx.args()...)
+	cmd.Dir = fx.dir
+	cmd.Env = childEnv(fx.dir)
+	cmd.Stdout, cmd.Stderr = io.Discard, log
 	if err := cmd.Start(); err != nil {
-		return Result{}, fmt.Errorf("starting %s: %w", o.External, err)
+		return nil, fmt.Errorf("starting %s: %w", binary, err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	child := &childProc{pid: cmd.Process.Pid, metricsURL: "http://" + addr + "/metrics", client: &http.Client{Timeout: 5 * time.Second}}
-	defer func() {
-		if serr := stopChild(cmd, exited); serr != nil && err == nil {
-			err = fmt.Errorf("%w\n%s", serr, stderr.String())
-		}
+	done := make(chan struct{})
+	var waitErr error
+	go func() {
+		waitErr = cmd.Wait()
+		close(done)
 	}()
-	o.Logf("started %s (pid %d); waiting for /readyz", o.External, child.pid)
-	if err := waitReady(ctx, child.client, "http://"+addr+"/readyz", exited); err != nil {
-		return Result{}, fmt.Errorf("%w\nits log:\n%s", err, stderr.String())
-	}
-	// Let start-up work settle (the first getUpdates, the setMyCommands answer).
-	select {
-	case <-time.After(500 * time.Millisecond):
-	case <-ctx.Done():
-		return Result{}, ctx.Err()
-	}
-	res, err = measure(ctx, o, tr, fake, child, nil)
-	res.Mode = "external"
-	res.Includes = fmt.Sprintf("`gateway run` child process (pid %d) alone, read from /proc; the fakes and the load driver run in the bench process", child.pid)
-	if err != nil && stderr.Len() > 0 {
-		err = fmt.Errorf("%w\nthe child's log:\n%s", err, stderr.String())
-	}
-	return res, err
+	pid := cmd.Process.Pid
+	return &running{
+		tgt:  &childProc{pid: pid, metricsURL: fx.url("/metrics"), client: &http.Client{Timeout: 5 * time.Second}},
+		done: done,
+		stop: func() error { return stopChild(cmd, done, &waitErr) },
+		log:  log,
+		what: fmt.Sprintf("`gateway run` child process (pid %d) alone, read from /proc; the fakes and the load driver run in the bench process", pid),
+	}, nil
 }
 
 // copyBinary copies the gateway binary into dir and syncs it. The child then runs from a
@@ -133,6 +64,10 @@ func copyBinary(src, dir string) (string, error) {
 		return "", fmt.Errorf("the gateway binary: %w", err)
 	}
 	defer in.Close()
+	if st, err := in.Stat(); err == nil && st.IsDir() {
+		// At the repository's root, ./gateway is the gateway package's folder.
+		return "", fmt.Errorf("the gateway binary: %s is a directory (build it elsewhere: go build -o cmd/gateway/gateway ./cmd/gateway)", src)
+	}
 	dst := filepath.Join(dir, "gateway")
 	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o700)
 	if err != nil {
@@ -163,48 +98,19 @@ func childEnv(home string) []string {
 	return env
 }
 
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
-func waitReady(ctx context.Context, client *http.Client, url string, exited <-chan error) error {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if resp, err := client.Do(req); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case err := <-exited:
-			return fmt.Errorf("the gateway exited before it was ready: %v", err)
-		case <-ctx.Done():
-			return fmt.Errorf("the gateway was not ready within a minute: %w", ctx.Err())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
-
 // stopChild asks the child to stop (SIGTERM, as an admin would) and kills it after 30s.
-func stopChild(cmd *exec.Cmd, exited <-chan error) error {
+// done is closed when the child has exited, with *waitErr set.
+func stopChild(cmd *exec.Cmd, done <-chan struct{}, waitErr *error) error {
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case err := <-exited:
-		if err != nil {
-			return fmt.Errorf("the gateway did not stop cleanly: %w", err)
+	case <-done:
+		if *waitErr != nil {
+			return fmt.Errorf("the gateway did not stop cleanly: %w", *waitErr)
 		}
 		return nil
 	case <-time.After(30 * time.Second):
 		_ = cmd.Process.Kill()
-		<-exited
+		<-done
 		return errors.New("the gateway did not stop within 30s of SIGTERM and was killed")
 	}
 }

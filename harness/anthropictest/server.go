@@ -5,14 +5,17 @@
 package anthropictest
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"gateway/internal/fakeserver"
 )
 
 // ToolUse is a tool call in a reply or a recorded request.
@@ -38,7 +41,9 @@ type Reply struct {
 
 // Block is a decoded content block of a recorded request.
 type Block struct {
-	Type      string // text, tool_use, tool_result
+	Type      string // text, image, tool_use, tool_result
+	MIME      string // image: the base64 source's media_type
+	Data      []byte // image: the decoded bytes
 	Text      string // text, or a tool_result's content
 	ID        string // tool_use id
 	Name      string
@@ -70,36 +75,30 @@ const maxBody = 8 << 20
 
 // Server is the fake API. Safe for concurrent use.
 type Server struct {
-	srv *httptest.Server
-	mux *http.ServeMux
+	fs    *fakeserver.Server
+	mux   *http.ServeMux
+	fails fakeserver.Failures
+	reqs  fakeserver.Log[Request]
 
-	mu       sync.Mutex
-	script   []Reply
-	fn       func(Request) Reply
-	fails    []Reply
-	requests []Request
-	limit    int // LimitContext
-	closed   chan struct{}
-	once     sync.Once
+	mu     sync.Mutex
+	script []Reply
+	fn     func(Request) Reply
+	limit  int // LimitContext
 }
 
 // NewServer starts a server on 127.0.0.1.
 func NewServer() *Server {
-	s := &Server{mux: http.NewServeMux(), closed: make(chan struct{})}
+	s := &Server{mux: http.NewServeMux()}
 	s.mux.HandleFunc("POST /v1/messages", s.messages)
-	s.srv = httptest.NewServer(s.mux)
+	s.fs = fakeserver.New(s.mux)
 	return s
 }
 
 // URL is the base URL to configure (llm.base_url); the SDK appends /v1/messages.
-func (s *Server) URL() string { return s.srv.URL }
+func (s *Server) URL() string { return s.fs.URL }
 
 // Close stops the server; slow replies in progress end at once.
-func (s *Server) Close() {
-	s.once.Do(func() { close(s.closed) })
-	s.srv.CloseClientConnections()
-	s.srv.Close()
-}
+func (s *Server) Close() { s.fs.Close() }
 
 // Push appends replies to the script.
 func (s *Server) Push(r ...Reply) {
@@ -115,13 +114,25 @@ func (s *Server) SetFunc(fn func(Request) Reply) {
 	s.fn = fn
 }
 
-// FailNext makes the next n requests fail with status (and Retry-After when set).
-func (s *Server) FailNext(n, status int, retryAfter string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for range n {
-		s.fails = append(s.fails, Reply{Status: status, RetryAfter: retryAfter, Message: http.StatusText(status)})
+// FailNext makes the next n requests fail: status f.Code(), an error body with f.Message
+// (default: the status text), and a Retry-After header (whole seconds, rounded up) when
+// f.RetryAfter > 0. f.Method, if set, must be "messages".
+func (s *Server) FailNext(n int, f fakeserver.Failure) { s.fails.Add(n, f) }
+
+// failure takes a scripted failure, if any, into rep.
+func (s *Server) failure(rep *Reply) bool {
+	f, ok := s.fails.Take("messages", "", nil)
+	if !ok {
+		return false
 	}
+	*rep = Reply{Status: f.Code(), Message: f.Message}
+	if rep.Message == "" {
+		rep.Message = http.StatusText(f.Code())
+	}
+	if f.RetryAfter > 0 {
+		rep.RetryAfter = strconv.Itoa(f.Seconds())
+	}
+	return true
 }
 
 // LimitContext makes the server a model with a context window of tokens: a request
@@ -139,9 +150,7 @@ func Tokens(body []byte) int { return len(body) / 4 }
 
 // Requests returns the recorded requests, in order.
 func (s *Server) Requests() []Request {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]Request(nil), s.requests...)
+	return s.reqs.All()
 }
 
 type wireBlock struct {
@@ -153,6 +162,11 @@ type wireBlock struct {
 	ToolUseID string          `json:"tool_use_id"`
 	IsError   bool            `json:"is_error"`
 	Content   json.RawMessage `json:"content"`
+	Source    struct {
+		Type      string `json:"type"`
+		MediaType string `json:"media_type"`
+		Data      string `json:"data"`
+	} `json:"source"`
 }
 
 type wireRequest struct {
@@ -211,6 +225,10 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 			if b.Type == "tool_result" {
 				blk.Text = textOf(b.Content)
 			}
+			if b.Type == "image" && b.Source.Type == "base64" {
+				blk.MIME = b.Source.MediaType
+				blk.Data, _ = base64.StdEncoding.DecodeString(b.Source.Data)
+			}
 			msg.Blocks = append(msg.Blocks, blk)
 		}
 		req.Messages = append(req.Messages, msg)
@@ -220,16 +238,14 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	}
 
 	s.mu.Lock()
-	s.requests = append(s.requests, req)
-	n := len(s.requests)
+	s.reqs.Add(req)
+	n := s.reqs.Len()
 	limit := s.limit
 	var rep Reply
 	switch {
 	case limit > 0 && Tokens(body) > limit:
 		rep = Reply{Status: http.StatusBadRequest, Message: fmt.Sprintf("prompt is too long: %d tokens > %d maximum", Tokens(body), limit)}
-	case len(s.fails) > 0:
-		rep = s.fails[0]
-		s.fails = s.fails[1:]
+	case s.failure(&rep):
 	case len(s.script) > 0:
 		rep = s.script[0]
 		s.script = s.script[1:]
@@ -262,20 +278,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	s.stream(w, r, id, wr.Model, rep, in)
 }
 
-func (s *Server) wait(r *http.Request, d time.Duration) bool {
-	if d <= 0 {
-		return true
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-r.Context().Done():
-	case <-s.closed:
-	}
-	return false
-}
+func (s *Server) wait(r *http.Request, d time.Duration) bool { return s.fs.Wait(r, d) }
 
 func writeError(w http.ResponseWriter, status int, msg, retryAfter string) {
 	if retryAfter != "" {

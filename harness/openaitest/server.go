@@ -5,14 +5,17 @@
 package openaitest
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"gateway/internal/fakeserver"
 )
 
 // ToolCall is a tool call in a reply or a recorded request.
@@ -49,8 +52,18 @@ type Reply struct {
 type Message struct {
 	Role       string
 	Content    string
+	Images     []Image // image_url parts, in order
 	ToolCalls  []ToolCall
 	ToolCallID string
+}
+
+// Image is an image_url part of a recorded message. A data URL is decoded into MIME and
+// Data (so a test can decode the pixels the model received); any other URL is kept in URL.
+type Image struct {
+	MIME   string
+	Data   []byte
+	URL    string
+	Detail string
 }
 
 // Request is a recorded request.
@@ -70,40 +83,34 @@ const maxBody = 8 << 20
 
 // Server is the fake API. Safe for concurrent use.
 type Server struct {
-	srv *httptest.Server
-	mux *http.ServeMux
+	fs    *fakeserver.Server
+	mux   *http.ServeMux
+	fails fakeserver.Failures
+	reqs  fakeserver.Log[Request]
 
-	mu       sync.Mutex
-	script   []Reply
-	fn       func(Request) Reply
-	fails    []Reply
-	requests []Request
-	limit    int // LimitContext
-	closed   chan struct{}
-	once     sync.Once
+	mu     sync.Mutex
+	script []Reply
+	fn     func(Request) Reply
+	limit  int // LimitContext
 }
 
 // NewServer starts a server on 127.0.0.1.
 func NewServer() *Server {
-	s := &Server{mux: http.NewServeMux(), closed: make(chan struct{})}
+	s := &Server{mux: http.NewServeMux()}
 	s.mux.HandleFunc("POST /chat/completions", s.chat)
 	s.mux.HandleFunc("POST /v1/chat/completions", s.chat)
-	s.srv = httptest.NewServer(s.mux)
+	s.fs = fakeserver.New(s.mux)
 	return s
 }
 
 // URL is the base URL to configure (llm.base_url), ending in /v1.
-func (s *Server) URL() string { return s.srv.URL + "/v1" }
+func (s *Server) URL() string { return s.fs.URL + "/v1" }
 
 // Addr is the server's root URL (no /v1).
-func (s *Server) Addr() string { return s.srv.URL }
+func (s *Server) Addr() string { return s.fs.URL }
 
 // Close stops the server; slow replies in progress end at once.
-func (s *Server) Close() {
-	s.once.Do(func() { close(s.closed) })
-	s.srv.CloseClientConnections()
-	s.srv.Close()
-}
+func (s *Server) Close() { s.fs.Close() }
 
 // Push appends replies to the script.
 func (s *Server) Push(r ...Reply) {
@@ -119,13 +126,25 @@ func (s *Server) SetFunc(fn func(Request) Reply) {
 	s.fn = fn
 }
 
-// FailNext makes the next n chat requests fail with status (and Retry-After when set).
-func (s *Server) FailNext(n, status int, retryAfter string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for range n {
-		s.fails = append(s.fails, Reply{Status: status, RetryAfter: retryAfter, Message: http.StatusText(status)})
+// FailNext makes the next n requests fail: status f.Code(), an error body with f.Message
+// (default: the status text), and a Retry-After header (whole seconds, rounded up) when
+// f.RetryAfter > 0. f.Method, if set, must be "chat".
+func (s *Server) FailNext(n int, f fakeserver.Failure) { s.fails.Add(n, f) }
+
+// failure takes a scripted failure, if any, into rep.
+func (s *Server) failure(rep *Reply) bool {
+	f, ok := s.fails.Take("chat", "", nil)
+	if !ok {
+		return false
 	}
+	*rep = Reply{Status: f.Code(), Message: f.Message}
+	if rep.Message == "" {
+		rep.Message = http.StatusText(f.Code())
+	}
+	if f.RetryAfter > 0 {
+		rep.RetryAfter = strconv.Itoa(f.Seconds())
+	}
+	return true
 }
 
 // LimitContext makes the server a model with a context window of tokens: a request
@@ -143,9 +162,7 @@ func Tokens(body []byte) int { return len(body) / 4 }
 
 // Requests returns the recorded chat requests, in order.
 func (s *Server) Requests() []Request {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]Request(nil), s.requests...)
+	return s.reqs.All()
 }
 
 // wire forms of the request.
@@ -194,6 +211,36 @@ func contentText(raw json.RawMessage) string {
 	return ""
 }
 
+// contentImages reads the image_url parts of message content.
+func contentImages(raw json.RawMessage) []Image {
+	var parts []struct {
+		Type     string `json:"type"`
+		ImageURL struct {
+			URL    string `json:"url"`
+			Detail string `json:"detail"`
+		} `json:"image_url"`
+	}
+	if json.Unmarshal(raw, &parts) != nil {
+		return nil
+	}
+	var out []Image
+	for _, p := range parts {
+		if p.Type != "image_url" {
+			continue
+		}
+		im := Image{URL: p.ImageURL.URL, Detail: p.ImageURL.Detail}
+		if rest, ok := strings.CutPrefix(p.ImageURL.URL, "data:"); ok {
+			if meta, data, ok := strings.Cut(rest, ","); ok && strings.HasSuffix(meta, ";base64") {
+				if b, err := base64.StdEncoding.DecodeString(data); err == nil {
+					im.MIME, im.Data, im.URL = strings.TrimSuffix(meta, ";base64"), b, ""
+				}
+			}
+		}
+		out = append(out, im)
+	}
+	return out
+}
+
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 	if err != nil {
@@ -207,7 +254,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	req := Request{Time: time.Now(), Path: r.URL.Path, Header: r.Header.Clone(), Model: wr.Model, Stream: wr.Stream, Body: body}
 	for _, m := range wr.Messages {
-		msg := Message{Role: m.Role, Content: contentText(m.Content), ToolCallID: m.ToolCallID}
+		msg := Message{Role: m.Role, Content: contentText(m.Content), Images: contentImages(m.Content), ToolCallID: m.ToolCallID}
 		for _, tc := range m.ToolCalls {
 			msg.ToolCalls = append(msg.ToolCalls, ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
 		}
@@ -218,8 +265,8 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	}
 
 	s.mu.Lock()
-	s.requests = append(s.requests, req)
-	n := len(s.requests)
+	s.reqs.Add(req)
+	n := s.reqs.Len()
 	limit := s.limit
 	var rep Reply
 	switch {
@@ -227,9 +274,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		rep = Reply{Status: http.StatusBadRequest, code: "context_length_exceeded", Message: fmt.Sprintf(
 			"This model's maximum context length is %d tokens. However, your messages resulted in %d tokens. Please reduce the length of the messages.",
 			limit, Tokens(body))}
-	case len(s.fails) > 0:
-		rep = s.fails[0]
-		s.fails = s.fails[1:]
+	case s.failure(&rep):
 	case len(s.script) > 0:
 		rep = s.script[0]
 		s.script = s.script[1:]
@@ -261,20 +306,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	s.stream(w, r, id, wr.Model, rep)
 }
 
-func (s *Server) wait(r *http.Request, d time.Duration) bool {
-	if d <= 0 {
-		return true
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-r.Context().Done():
-	case <-s.closed:
-	}
-	return false
-}
+func (s *Server) wait(r *http.Request, d time.Duration) bool { return s.fs.Wait(r, d) }
 
 func writeError(w http.ResponseWriter, status int, msg, retryAfter, code string) {
 	if retryAfter != "" {
@@ -372,7 +404,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, id, model string
 	if rep.Hang {
 		select {
 		case <-r.Context().Done():
-		case <-s.closed:
+		case <-s.fs.Context().Done():
 		}
 		return
 	}

@@ -14,14 +14,39 @@ const (
 	RoleTool      Role = "tool"
 )
 
-// Message is one conversation entry as the model sees it.
+// Message is one conversation entry as the model sees it. Content is its text; Parts are
+// the media the user sent with it (images, documents), referenced by path, never inlined:
+// the provider reads, scales and encodes them when the message is sent.
 type Message struct {
 	Role       Role       `json:"role"`
 	Content    string     `json:"content"`
+	Parts      []Part     `json:"parts,omitempty"`
 	ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
 	ToolCallID string     `json:"tool_call_id,omitempty"` // set on RoleTool messages
 	Name       string     `json:"name,omitempty"`         // tool name on RoleTool messages
 	IsError    bool       `json:"is_error,omitempty"`     // tool result that failed
+}
+
+// PartType names what a Part carries.
+type PartType string
+
+const (
+	PartImage PartType = "image" // a photo, screenshot or image document
+	PartFile  PartType = "file"  // a document: text and PDFs reach the model as text
+)
+
+// Part is a media file of a conversation message: where it is on disk (under the gateway's
+// state_dir/media), what it is and what the user called it. A history entry whose file was
+// pruned still loads; the model is then told the file is no longer available.
+type Part struct {
+	Type PartType `json:"type"`
+	MIME string   `json:"mime,omitempty"`
+	Path string   `json:"path"`
+	Name string   `json:"name,omitempty"`
+	Size int64    `json:"size,omitempty"` // bytes, when known
+	// Data holds an image as it is about to be sent (scaled, re-encoded; MIME then names
+	// its encoding) while a request is built. It is never stored nor put on the hook wire.
+	Data []byte `json:"-"`
 }
 
 // ToolCall is the model asking to run a tool.

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"fmt"
 	"image"
 	"image/color"
 	"image/gif"
@@ -15,6 +14,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"gateway/internal/media/mediatest"
+	"time"
 )
 
 // quadrants is a w×h picture: red top-left, green top-right, blue bottom-left, white bottom-right.
@@ -183,32 +185,6 @@ func TestPrepareImageWebP(t *testing.T) {
 	near(t, img, 180, 80, color.RGBA{255, 255, 255, 255}, "webp bottom-right")
 }
 
-// minimalPDF writes a one-page PDF whose page shows text, with a correct xref table.
-func minimalPDF(text string) []byte {
-	stream := fmt.Sprintf("BT /F1 12 Tf 72 720 Td (%s) Tj ET", text)
-	objs := []string{
-		"<< /Type /Catalog /Pages 2 0 R >>",
-		"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-		"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R /Resources << /Font << /F1 5 0 R >> >> >>",
-		fmt.Sprintf("<< /Length %d >>\nstream\n%s\nendstream", len(stream), stream),
-		"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
-	}
-	var b bytes.Buffer
-	b.WriteString("%PDF-1.4\n")
-	offsets := make([]int, len(objs))
-	for i, o := range objs {
-		offsets[i] = b.Len()
-		fmt.Fprintf(&b, "%d 0 obj\n%s\nendobj\n", i+1, o)
-	}
-	xref := b.Len()
-	fmt.Fprintf(&b, "xref\n0 %d\n0000000000 65535 f \n", len(objs)+1)
-	for _, off := range offsets {
-		fmt.Fprintf(&b, "%010d 00000 n \n", off)
-	}
-	fmt.Fprintf(&b, "trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n", len(objs)+1, xref)
-	return b.Bytes()
-}
-
 func TestDocumentText(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name string, data []byte) string {
@@ -240,11 +216,60 @@ func TestDocumentText(t *testing.T) {
 		}
 		t.Skip("pdftotext not installed")
 	}
-	doc, err = DocumentText(ctx, write("invoice.pdf", minimalPDF("Invoice 4711 total 42 EUR")), "application/pdf", "invoice.pdf", 0)
+	doc, err = DocumentText(ctx, write("invoice.pdf", mediatest.PDF("Invoice 4711 total 42 EUR")), "application/pdf", "invoice.pdf", 0)
 	if err != nil || !strings.Contains(doc.Text, "Invoice 4711 total 42 EUR") || doc.Kind != "pdf" {
 		t.Fatalf("pdf: %+v %v", doc, err)
 	}
 	if _, err := DocumentText(ctx, write("broken.pdf", []byte("%PDF-1.4 garbage")), "application/pdf", "broken.pdf", 0); err == nil {
 		t.Fatal("a broken PDF read without error")
+	}
+}
+
+func TestStoreKeepsAndPrunes(t *testing.T) {
+	root := t.TempDir()
+	st, err := OpenStore(filepath.Join(root, "media"), StoreConfig{MaxAge: time.Hour, MaxBytes: 2500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(root, "download.bin")
+	write := func(p string, n int) {
+		if err := os.WriteFile(p, bytes.Repeat([]byte{'x'}, n), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(src, 1000)
+	a, err := st.Keep(src, "../../etc/My Photo.jpg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(a, st.Dir()) || !strings.HasSuffix(a, "-My_Photo.jpg") {
+		t.Fatalf("kept at %s", a)
+	}
+	if again, err := st.Keep(a, ""); err != nil || again != a {
+		t.Fatalf("a kept file kept again: %s %v", again, err)
+	}
+	os.Remove(src) // the adapter's copy goes; ours stays
+	if _, err := os.Stat(a); err != nil {
+		t.Fatal(err)
+	}
+	// Too old: pruned by age.
+	old := filepath.Join(st.Dir(), "old.bin")
+	write(old, 10)
+	past := time.Now().Add(-2 * time.Hour)
+	os.Chtimes(old, past, past)
+	// Over the byte bound: the oldest go first.
+	b := filepath.Join(st.Dir(), "b.bin")
+	c := filepath.Join(st.Dir(), "c.bin")
+	write(b, 1000)
+	write(c, 1000)
+	os.Chtimes(a, time.Now().Add(-30*time.Minute), time.Now().Add(-30*time.Minute))
+	n, freed, err := st.Prune()
+	if err != nil || n != 2 || freed != 1010 {
+		t.Fatalf("pruned %d files, %d bytes, %v", n, freed, err)
+	}
+	for p, want := range map[string]bool{old: false, a: false, b: true, c: true} {
+		if _, err := os.Stat(p); (err == nil) != want {
+			t.Errorf("%s exists=%v; want %v", p, err == nil, want)
+		}
 	}
 }

@@ -172,6 +172,13 @@ func (s *Server) record(op Op) {
 }
 
 func (s *Server) serveGateway(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	refuse := s.refuse
+	s.mu.Unlock()
+	if refuse {
+		http.Error(w, "gateway unavailable", http.StatusServiceUnavailable)
+		return
+	}
 	up := websocket.Upgrader{CheckOrigin: func(*http.Request) bool { return true }}
 	ws, err := up.Upgrade(w, r, nil)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"math"
 	"mime"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -35,9 +36,7 @@ func (s *Server) routes() http.Handler {
 			call := Call{Method: r.Method, Path: r.URL.Path, Time: time.Now()}
 			defer func() {
 				call.Status = rec.status
-				s.mu.Lock()
-				s.calls = append(s.calls, call)
-				s.mu.Unlock()
+				s.calls.Add(call)
 			}()
 			bot, ok := s.botByAuth(r.Header.Get("Authorization"))
 			if auth && !ok {
@@ -52,6 +51,7 @@ func (s *Server) routes() http.Handler {
 	api("GET /api/{v}/gateway/bot", true, s.getGateway)
 	api("GET /api/{v}/users/{id}", true, s.getUser)
 	api("GET /api/{v}/channels/{cid}", true, s.getChannel)
+	api("GET /api/{v}/channels/{cid}/messages", true, s.listMessages)
 	api("POST /api/{v}/channels/{cid}/messages", true, s.createMessage)
 	api("PATCH /api/{v}/channels/{cid}/messages/{mid}", true, s.editMessage)
 	api("DELETE /api/{v}/channels/{cid}/messages/{mid}", true, s.deleteMessage)
@@ -144,14 +144,10 @@ func (s *Server) getRoles(w http.ResponseWriter, r *http.Request, _ Bot, _ *Call
 }
 
 func (s *Server) postTyping(w http.ResponseWriter, r *http.Request, bot Bot, _ *Call) {
-	s.mu.Lock()
-	if s.typingFailN > 0 {
-		s.typingFailN--
-		after := s.typingAfter
-		s.mu.Unlock()
-		rateLimited(w, after)
+	if s.fail(w, r, "typing") {
 		return
 	}
+	s.mu.Lock()
 	s.channelLocked(r.PathValue("cid"), bot.ID)
 	s.typing[r.PathValue("cid")]++
 	s.mu.Unlock()
@@ -176,21 +172,22 @@ func (s *Server) getAttachment(w http.ResponseWriter, r *http.Request, _ Bot, _ 
 	_, _ = w.Write(f.Data)
 }
 
-// failLocked consumes one injected failure, if any, and answers it.
-func (s *Server) fail(w http.ResponseWriter) bool {
-	s.mu.Lock()
-	if s.failN <= 0 {
-		s.mu.Unlock()
+// fail consumes a scripted failure of method in the request's channel, if any, and
+// answers it.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, method string) bool {
+	f, ok := s.fails.Take(method, r.PathValue("cid"), func(m string) bool { return m == "createMessage" || m == "editMessage" })
+	if !ok {
 		return false
 	}
-	s.failN--
-	status, after := s.failStatus, s.failAfter
-	s.mu.Unlock()
-	if status == http.StatusTooManyRequests {
-		rateLimited(w, after)
+	if f.Code() == http.StatusTooManyRequests {
+		rateLimited(w, f.RetryAfter)
 		return true
 	}
-	writeErr(w, status, 0, http.StatusText(status))
+	msg := f.Message
+	if msg == "" {
+		msg = http.StatusText(f.Code())
+	}
+	writeErr(w, f.Code(), 0, msg)
 	return true
 }
 
@@ -278,7 +275,7 @@ func (s *Server) createMessage(w http.ResponseWriter, r *http.Request, bot Bot, 
 		writeErr(w, http.StatusBadRequest, 50109, "The request body contains invalid JSON.")
 		return
 	}
-	if s.fail(w) {
+	if s.fail(w, r, "createMessage") {
 		return
 	}
 	content := ""
@@ -388,7 +385,7 @@ func (s *Server) editMessage(w http.ResponseWriter, r *http.Request, bot Bot, ca
 		writeErr(w, http.StatusBadRequest, 50109, "The request body contains invalid JSON.")
 		return
 	}
-	if s.fail(w) {
+	if s.fail(w, r, "editMessage") {
 		return
 	}
 	s.mu.Lock()
@@ -444,4 +441,86 @@ func (s *Server) deleteMessage(w http.ResponseWriter, r *http.Request, bot Bot, 
 		}
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// listMessages answers GET /channels/{cid}/messages with Discord's paging: limit 1..100
+// (default 50); with after, the messages right after that id; with before (or neither),
+// the ones right before it (the newest). Discord returns them newest first, and REST
+// messages carry no guild_id.
+func (s *Server) listMessages(w http.ResponseWriter, r *http.Request, bot Bot, call *Call) {
+	q := r.URL.Query()
+	call.Query = r.URL.RawQuery
+	limit := 50
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 100 {
+			invalidForm(w, "limit", "NUMBER_TYPE_MAX", "int value should be between 1 and 100.")
+			return
+		}
+		limit = n
+	}
+	after, before := q.Get("after"), q.Get("before")
+	cid := r.PathValue("cid")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ch := s.channels[cid]
+	switch {
+	case ch == nil:
+		writeErr(w, http.StatusNotFound, 10003, "Unknown Channel")
+		return
+	case ch.typ == 1 && ch.dmBot != bot.ID:
+		writeErr(w, http.StatusForbidden, 50001, "Missing Access")
+		return
+	}
+	var in []*Message // oldest first
+	for _, id := range s.order {
+		if m := s.messages[id]; m.ChannelID == cid {
+			in = append(in, m)
+		}
+	}
+	var pick []*Message
+	switch {
+	case after != "":
+		for _, m := range in {
+			if snowLess(after, m.ID) {
+				pick = append(pick, m)
+				if len(pick) == limit {
+					break
+				}
+			}
+		}
+	default:
+		for i := len(in) - 1; i >= 0; i-- {
+			if before == "" || snowLess(in[i].ID, before) {
+				pick = append(pick, in[i])
+				if len(pick) == limit {
+					break
+				}
+			}
+		}
+	}
+	slices.SortFunc(pick, func(a, b *Message) int { // newest first
+		switch {
+		case snowLess(b.ID, a.ID):
+			return -1
+		case snowLess(a.ID, b.ID):
+			return 1
+		}
+		return 0
+	})
+	out := make([]wireMessage, 0, len(pick))
+	for _, m := range pick {
+		wm := s.wireLocked(m, bot.ID, -1, 0)
+		wm.GuildID = ""
+		out = append(out, wm)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// snowLess orders snowflakes (decimal, no leading zeros) by value.
+func snowLess(a, b string) bool {
+	if len(a) != len(b) {
+		return len(a) < len(b)
+	}
+	return a < b
 }

@@ -3,22 +3,25 @@
 //
 // It keeps channels, threads, messages and attachments in memory, dispatches
 // MESSAGE_CREATE with sequence numbers to every connected bot session, replays missed
-// events on RESUME, and can fail on demand: 429 with retry_after, 5xx, dropped sockets,
-// rejected resumes, revoked tokens. Every REST call and gateway op is recorded.
+// events on RESUME, serves channel history (GET messages with after/before/limit), and
+// can fail on demand: 429 with retry_after, 5xx, dropped sockets, rejected resumes,
+// sessions ended while messages are posted (InvalidateSessions, EndSessions with a close
+// code), a gateway that refuses connections (RefuseGateway), revoked tokens. Every REST
+// call and gateway op is recorded.
 package discordtest
 
 import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"gateway/internal/fakeserver"
 )
 
 // MaxContent is Discord's limit on message content, in characters (runes).
@@ -80,6 +83,7 @@ type Call struct {
 	Path    string
 	Status  int
 	Bot     string // the bot id the token belongs to, "" when unauthenticated
+	Query   string // the raw query string of GET channel messages
 	Payload []byte // JSON payload of message create/edit (payload_json for multipart)
 	Time    time.Time
 }
@@ -106,7 +110,9 @@ type channel struct {
 type Server struct {
 	URL string // the api_url to configure: REST under /api/v9, gateway at /ws/
 
-	srv *httptest.Server
+	fs    *fakeserver.Server
+	calls fakeserver.Log[Call]
+	fails fakeserver.Failures
 
 	// dispatchMu makes every message reach all sessions before the next one does, so a
 	// bot's answer never overtakes, at another bot, the message it answers.
@@ -122,17 +128,12 @@ type Server struct {
 	messages      map[string]*Message
 	order         []string // message ids, oldest first
 	typing        map[string]int
-	calls         []Call
 	ops           []Op
-	failN         int
-	failAfter     time.Duration
-	failStatus    int
-	typingFailN   int
-	typingAfter   time.Duration
 	rejectResumes int
 	nextID        uint64
 	heartbeat     time.Duration
 	stall         bool
+	refuse        bool
 	sessions      map[string]*session
 	appCommands   map[string][]AppCommand // bot id -> its application commands
 	interactions  map[string]*interaction // by interaction id
@@ -152,22 +153,23 @@ func New(t testing.TB) *Server {
 		heartbeat: time.Second,
 		sessions:  map[string]*session{},
 	}
-	s.srv = httptest.NewServer(s.routes())
-	s.URL = s.srv.URL
+	s.fs = fakeserver.New(s.routes())
+	s.URL = s.fs.URL
+	s.fs.OnClose(s.dropAll)
 	s.AddBot("gatewaybot")
 	t.Cleanup(s.Close)
 	return s
 }
 
 // Close drops every gateway connection and stops the server.
-func (s *Server) Close() {
+func (s *Server) Close() { s.fs.Close() }
+
+func (s *Server) dropAll() {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	for _, ss := range s.sessions {
 		ss.drop()
 	}
-	s.mu.Unlock()
-	s.srv.CloseClientConnections()
-	s.srv.Close()
 }
 
 // AddBot registers another bot account with a fresh token and returns it.
@@ -204,6 +206,37 @@ func (s *Server) StallGateway(stall bool) {
 	s.stall = stall
 }
 
+// RefuseGateway makes new gateway connections fail (503 instead of the WebSocket
+// upgrade) while refuse is true, like an outage: the client keeps retrying.
+func (s *Server) RefuseGateway(refuse bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.refuse = refuse
+}
+
+// InvalidateSessions closes every gateway socket abruptly and forgets the sessions, as
+// when Discord ends them: the next RESUME is answered with INVALID_SESSION (d: false),
+// and the events of the gap are never replayed; the messages stay readable over REST.
+func (s *Server) InvalidateSessions() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, ss := range s.sessions {
+		ss.drop()
+		delete(s.sessions, id)
+	}
+}
+
+// EndSessions closes every gateway socket with code (4009 "Session timed out", 4007
+// "Invalid seq"...) and forgets the sessions, as InvalidateSessions does.
+func (s *Server) EndSessions(code int, reason string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, ss := range s.sessions {
+		ss.closeWith(code, reason)
+		delete(s.sessions, id)
+	}
+}
+
 // SetRoles gives userID these roles in the guild (GET /guilds/{g}/members/{u}).
 func (s *Server) SetRoles(userID string, roles ...string) {
 	s.mu.Lock()
@@ -211,31 +244,11 @@ func (s *Server) SetRoles(userID string, roles ...string) {
 	s.roles[s.guildID+"/"+userID] = roles
 }
 
-// FailNext makes the next n message creates/edits fail: 429 with retry_after in the body
-// and headers when retryAfter > 0, else 500.
-func (s *Server) FailNext(n int, retryAfter time.Duration) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.failN, s.failAfter, s.failStatus = n, retryAfter, http.StatusInternalServerError
-	if retryAfter > 0 {
-		s.failStatus = http.StatusTooManyRequests
-	}
-}
-
-// FailNextTyping makes the next n typing calls answer 429 with retryAfter, as
-// FailNext does for messages.
-func (s *Server) FailNextTyping(n int, retryAfter time.Duration) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.typingFailN, s.typingAfter = n, retryAfter
-}
-
-// FailNextStatus makes the next n message creates/edits fail with the given status.
-func (s *Server) FailNextStatus(n, status int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.failN, s.failAfter, s.failStatus = n, 0, status
-}
+// FailNext makes the next n calls f applies to fail as Discord fails them: f.Code() 429
+// with retry_after in the JSON body and the rate-limit headers, any other status with
+// Discord's error JSON. f.Method "" applies to message creates and edits; "createMessage",
+// "editMessage" and "typing" name one call. f.Chat limits it to one channel id.
+func (s *Server) FailNext(n int, f fakeserver.Failure) { s.fails.Add(n, f) }
 
 // RejectNextResume answers the next RESUME with INVALID_SESSION (d: false) and forgets
 // the session, so the client must identify again.
@@ -276,9 +289,7 @@ func (s *Server) Drop() int64 {
 
 // Calls lists every REST request answered so far.
 func (s *Server) Calls() []Call {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]Call(nil), s.calls...)
+	return s.calls.All()
 }
 
 // Ops lists every gateway payload received so far (IDENTIFY, RESUME, HEARTBEAT).

@@ -2,6 +2,7 @@ package slacktest
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -110,9 +111,7 @@ func (s *Server) postCommand(trigger string, body []byte) {
 	}
 	var form url.Values
 	form, _ = url.ParseQuery(string(body))
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
+	s.fs.Go(func(context.Context) {
 		client := &http.Client{Timeout: 3 * time.Second} // Slack's own wait for a command
 		h := Sign(SigningSecret, body, time.Now())
 		h.Set("Content-Type", "application/x-www-form-urlencoded")
@@ -133,7 +132,7 @@ func (s *Server) postCommand(trigger string, body []byte) {
 		if res.Status == http.StatusOK && strings.TrimSpace(res.Body) != "" {
 			s.replyFromPayload(form.Get("channel_id"), form.Get("user_id"), "response", json.RawMessage(res.Body))
 		}
-	}()
+	})
 }
 
 // replyFromPayload records a command's immediate answer ({"text": ...}); call with mu held.

@@ -95,9 +95,7 @@ func (s *Server) deliverHTTP(eventID string, payload json.RawMessage, first int)
 	if s.ctx.Err() != nil {
 		return
 	}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
+	s.fs.Go(func(context.Context) {
 		client := &http.Client{Timeout: timeout}
 		reason := "http_timeout" // for a redelivery: Slack did not see the first answer
 		for retry := first; retry <= 3; retry++ {
@@ -135,5 +133,5 @@ func (s *Server) deliverHTTP(eventID string, payload json.RawMessage, first int)
 			case <-t.C:
 			}
 		}
-	}()
+	})
 }

@@ -11,7 +11,6 @@ import (
 	"io"
 	"math"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"path"
 	"strings"
@@ -19,6 +18,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"gateway/internal/fakeserver"
 )
 
 // The fake's fixed identities. Tests configure the adapter with these tokens; any other
@@ -69,14 +70,13 @@ type Server struct {
 	// URL is the base URL (http://127.0.0.1:port), without a trailing slash.
 	URL string
 
-	srv    *httptest.Server
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	kick   chan struct{}
+	fs    *fakeserver.Server
+	ctx   context.Context // ends at Close
+	kick  chan struct{}
+	calls fakeserver.Log[Call]
+	fails fakeserver.Failures
 
 	mu         sync.Mutex
-	calls      []Call
 	seq        int64
 	messages   map[string][]*message // channel -> messages, oldest first
 	byKey      map[string]*message   // channel:ts -> message
@@ -86,7 +86,6 @@ type Server struct {
 	uploads    map[string]*upload
 	userFiles  map[string]*File
 	sent       map[string]*injected // channel:ts -> the events a user message produced
-	fail       map[string]*failure  // method ("" = every sending method) -> pending failures
 	noStatus   bool                 // assistant.threads.setStatus is refused
 	users      map[string]userInfo  // users.info answers, by user id
 	userDelay  time.Duration        // users.info answers after this long
@@ -112,12 +111,7 @@ type upload struct {
 	done   bool
 }
 
-type failure struct {
-	n          int
-	retryAfter time.Duration
-}
-
-// sending reports whether FailNext affects method: the calls that put something in a chat.
+// sending reports whether a Failure with Method "" affects method: the calls that put something in a chat.
 func sending(method string) bool {
 	switch method {
 	case "chat.postMessage", "chat.postEphemeral", "chat.update", "chat.delete", "files.getUploadURLExternal", "files.completeUploadExternal":
@@ -128,12 +122,11 @@ func sending(method string) bool {
 
 // New starts a fake on 127.0.0.1 and closes it when the test ends.
 func New(t testing.TB) *Server {
-	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
-		ctx: ctx, cancel: cancel, kick: make(chan struct{}, 1),
+		kick:     make(chan struct{}, 1),
 		messages: map[string][]*message{}, byKey: map[string]*message{},
 		reactions: map[string]map[string]bool{}, typing: map[string]int{}, status: map[string]string{},
-		uploads: map[string]*upload{}, userFiles: map[string]*File{}, sent: map[string]*injected{}, fail: map[string]*failure{},
+		uploads: map[string]*upload{}, userFiles: map[string]*File{}, sent: map[string]*injected{},
 		users: map[string]userInfo{},
 	}
 	s.socket.setup()
@@ -148,10 +141,10 @@ func New(t testing.TB) *Server {
 	mux.HandleFunc("POST /upload/{id}", s.serveUpload)
 	mux.HandleFunc("GET /link", s.serveSocket)
 	mux.HandleFunc("POST /commands/response/{channel}/{user}", s.serveResponseURL)
-	s.srv = httptest.NewServer(mux) // binds 127.0.0.1
-	s.URL = s.srv.URL
-	s.wg.Add(1)
-	go s.dispatch()
+	s.fs = fakeserver.New(mux)
+	s.URL, s.ctx = s.fs.URL, s.fs.Context()
+	s.fs.OnClose(s.closeSockets)
+	s.fs.Go(s.dispatch)
 	t.Cleanup(s.Close)
 	return s
 }
@@ -160,24 +153,15 @@ func New(t testing.TB) *Server {
 func (s *Server) APIURL() string { return s.URL + "/api/" }
 
 // Close stops the fake and waits for its goroutines.
-func (s *Server) Close() {
-	s.cancel()
-	s.closeSockets()
-	s.srv.Close()
-	s.wg.Wait()
-}
+func (s *Server) Close() { s.fs.Close() }
 
-// FailNext makes the next n sending calls (chat.postMessage, chat.update, chat.delete and
-// the upload flow) fail: with 429 and a Retry-After header when retryAfter > 0 (rounded up
-// to whole seconds, as Slack sends it), else with a 500.
-func (s *Server) FailNext(n int, retryAfter time.Duration) { s.FailNextCall("", n, retryAfter) }
-
-// FailNextCall is FailNext for one method ("files.download" for user file downloads).
-func (s *Server) FailNextCall(method string, n int, retryAfter time.Duration) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.fail[method] = &failure{n: n, retryAfter: retryAfter}
-}
+// FailNext makes the next n calls f applies to fail as Slack fails them: f.Code() 429 with
+// a Retry-After header (f.RetryAfter rounded up to whole seconds); Status 200 with Slack's
+// {"ok":false,"error":f.Message} (default "internal_error"); any other status with an HTML
+// error page. f.Method "" applies to the sending calls (chat.postMessage,
+// chat.postEphemeral, chat.update, chat.delete and the upload flow); any Web API method
+// can be named, and "files.download" for user file downloads.
+func (s *Server) FailNext(n int, f fakeserver.Failure) { s.fails.Add(n, f) }
 
 // RefuseAssistantStatus makes assistant.threads.setStatus fail, as it does outside an
 // app's assistant threads, so the adapter must fall back to a reaction.
@@ -206,15 +190,7 @@ func (s *Server) SetUserInfoDelay(d time.Duration) {
 
 // Calls lists the Web API calls received for method ("" for all), oldest first.
 func (s *Server) Calls(method string) []Call {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []Call
-	for _, c := range s.calls {
-		if method == "" || c.Method == method {
-			out = append(out, c)
-		}
-	}
-	return out
+	return s.calls.Filter(func(c Call) bool { return method == "" || c.Method == method })
 }
 
 // Posted lists the bot's messages in channel that are still there, oldest first.
@@ -327,10 +303,8 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	res := s.api(method, tok, params)
-	s.mu.Lock()
 	code, _ := res.body["error"].(string)
-	s.calls = append(s.calls, Call{Method: method, Params: params, Status: res.status, Error: code, Time: time.Now()})
-	s.mu.Unlock()
+	s.calls.Add(Call{Method: method, Params: params, Status: res.status, Error: code, Time: time.Now()})
 	writeResult(w, res)
 }
 
@@ -347,20 +321,20 @@ func writeResult(w http.ResponseWriter, res apiResult) {
 	}
 }
 
-// injectedFailure consumes a pending failure for method; call with mu held.
+// injectedFailure consumes a scripted failure for method, if any.
 func (s *Server) injectedFailure(method string) (apiResult, bool) {
-	f := s.fail[method]
-	if f == nil && sending(method) {
-		f = s.fail[""]
-	}
-	if f == nil || f.n <= 0 {
+	f, ok := s.fails.Take(method, "", sending)
+	if !ok {
 		return apiResult{}, false
 	}
-	f.n--
-	if f.retryAfter > 0 {
-		return apiResult{status: http.StatusTooManyRequests, retryAfter: f.retryAfter}, true
+	if f.Status == http.StatusOK {
+		code := f.Message
+		if code == "" {
+			code = "internal_error"
+		}
+		return errBody(code), true
 	}
-	return apiResult{status: http.StatusInternalServerError}, true
+	return apiResult{status: f.Code(), retryAfter: f.RetryAfter}, true
 }
 
 func (s *Server) api(method, tok string, p url.Values) apiResult {
@@ -560,9 +534,7 @@ func (s *Server) completeUpload(p url.Values) apiResult {
 func (s *Server) serveUpload(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	rec := func(status int, code string) {
-		s.mu.Lock()
-		s.calls = append(s.calls, Call{Method: "files.upload", Params: url.Values{"file_id": {id}}, Status: status, Error: code, Time: time.Now()})
-		s.mu.Unlock()
+		s.calls.Add(Call{Method: "files.upload", Params: url.Values{"file_id": {id}}, Status: status, Error: code, Time: time.Now()})
 	}
 	s.mu.Lock()
 	u := s.uploads[id]
@@ -610,8 +582,8 @@ func (s *Server) serveDownload(w http.ResponseWriter, r *http.Request) {
 	case f == nil:
 		status = http.StatusNotFound
 	}
-	s.calls = append(s.calls, Call{Method: "files.download", Params: url.Values{"file": {id}}, Status: status, Time: time.Now()})
 	s.mu.Unlock()
+	s.calls.Add(Call{Method: "files.download", Params: url.Values{"file": {id}}, Status: status, Time: time.Now()})
 	switch {
 	case failed:
 		writeResult(w, res)

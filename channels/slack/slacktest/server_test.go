@@ -9,6 +9,8 @@ import (
 	"time"
 
 	slackgo "github.com/slack-go/slack"
+
+	"gateway/internal/fakeserver"
 )
 
 func client(s *Server, token string) *slackgo.Client {
@@ -35,15 +37,19 @@ func TestWebAPIRules(t *testing.T) {
 	if p := s.Posted("C1"); len(p) != 1 || p[0].Text != "short" || p[0].Edits != 1 {
 		t.Fatalf("posted %+v", p)
 	}
-	s.FailNext(1, 1500*time.Millisecond)
+	s.FailNext(1, fakeserver.Failure{RetryAfter: 1500 * time.Millisecond})
 	_, _, err = api.PostMessageContext(ctx, "C1", slackgo.MsgOptionText("x", false))
 	if rl, ok := errors.AsType[*slackgo.RateLimitedError](err); !ok || rl.RetryAfter != 2*time.Second {
 		t.Fatalf("injected 429: %v; want Retry-After rounded up to 2s", err)
 	}
-	s.FailNext(1, 0)
+	s.FailNext(1, fakeserver.Failure{})
 	_, _, err = api.PostMessageContext(ctx, "C1", slackgo.MsgOptionText("x", false))
 	if sc, ok := errors.AsType[slackgo.StatusCodeError](err); !ok || sc.Code != 500 {
 		t.Fatalf("injected 5xx: %v", err)
+	}
+	s.FailNext(1, fakeserver.Failure{Method: "chat.update", Status: 200, Message: "cant_update_message"})
+	if _, _, _, err := api.UpdateMessageContext(ctx, "C1", ts, slackgo.MsgOptionText("again", false)); err == nil || err.Error() != "cant_update_message" {
+		t.Fatalf("injected ok:false: %v", err)
 	}
 }
 

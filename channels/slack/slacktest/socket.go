@@ -1,6 +1,7 @@
 package slacktest
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"sync"
@@ -137,7 +138,6 @@ func (s *Server) Disconnect() {
 			conns = append(conns, c)
 		}
 	}
-	s.wg.Add(len(conns)) // the closers below; under mu after the ctx check, as in serveSocket
 	s.mu.Unlock()
 	msg, _ := json.Marshal(map[string]any{"type": "disconnect", "reason": "refresh_requested", "debug_info": map[string]any{"host": "fake-applink"}})
 	for _, c := range conns {
@@ -145,8 +145,7 @@ func (s *Server) Disconnect() {
 		case c.out <- msg:
 		default:
 		}
-		go func() {
-			defer s.wg.Done()
+		s.fs.Go(func(context.Context) {
 			t := time.NewTimer(time.Second)
 			defer t.Stop()
 			select {
@@ -155,7 +154,7 @@ func (s *Server) Disconnect() {
 			case <-s.ctx.Done():
 			}
 			c.close()
-		}()
+		})
 	}
 }
 
@@ -182,8 +181,6 @@ func (s *Server) serveSocket(w http.ResponseWriter, r *http.Request) {
 	s.socket.conns = append(s.socket.conns, conn)
 	ping := s.socket.pingInterval
 	n := len(s.socket.conns)
-	// Added under mu after the ctx check, so that Close cannot be waiting already.
-	s.wg.Add(2)
 	s.mu.Unlock()
 	hello, _ := json.Marshal(map[string]any{
 		"type": "hello", "num_connections": n,
@@ -191,13 +188,12 @@ func (s *Server) serveSocket(w http.ResponseWriter, r *http.Request) {
 		"debug_info":      map[string]any{"host": "fake-applink", "approximate_connection_time": 3600},
 	})
 	conn.out <- hello
-	go s.writeLoop(conn, ping)
-	go s.readLoop(conn)
+	s.fs.Go(func(context.Context) { s.writeLoop(conn, ping) })
+	s.fs.Go(func(context.Context) { s.readLoop(conn) })
 	s.poke()
 }
 
 func (s *Server) writeLoop(c *wsConn, ping time.Duration) {
-	defer s.wg.Done()
 	defer c.close()
 	t := time.NewTicker(ping)
 	defer t.Stop()
@@ -223,7 +219,6 @@ func (s *Server) writeLoop(c *wsConn, ping time.Duration) {
 // readLoop takes acks until the connection ends, then forgets the connection so that
 // its unacked envelopes go out on another.
 func (s *Server) readLoop(c *wsConn) {
-	defer s.wg.Done()
 	defer func() {
 		c.close()
 		s.mu.Lock()
@@ -281,8 +276,7 @@ func (s *Server) enqueue(eventID, typ string, payload json.RawMessage, retry int
 
 // dispatch sends pending envelopes on the newest open connection, and sends again
 // those not acked in time, until the server closes.
-func (s *Server) dispatch() {
-	defer s.wg.Done()
+func (s *Server) dispatch(context.Context) {
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
 	for {

@@ -18,7 +18,6 @@ import (
 	"io"
 	"mime"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strconv"
 	"strings"
@@ -27,6 +26,8 @@ import (
 	"time"
 
 	"github.com/go-telegram/bot/models"
+
+	"gateway/internal/fakeserver"
 )
 
 // Defaults of a new Server.
@@ -72,11 +73,10 @@ type Server struct {
 	URL   string // pass as api_url
 	Token string
 
-	srv    *httptest.Server
+	fs     *fakeserver.Server
 	client *http.Client
-	ctx    context.Context // ends at Close
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	calls  fakeserver.Log[Call]
+	fails  fakeserver.Failures
 
 	mu          sync.Mutex
 	notify      chan struct{} // closed and replaced when updates arrive or the webhook changes
@@ -88,11 +88,8 @@ type Server struct {
 	nextFile    int
 	msgs        map[int64][]*Message
 	typing      map[int64]int
-	calls       []Call
 	files       map[string]fileEntry // by file_id
 	paths       map[string]string    // file_path -> file_id
-	fails       []failure
-	limits      []chatLimit
 	slow        map[string]time.Duration
 	commands    []models.BotCommand
 	hookURL     string
@@ -102,7 +99,6 @@ type Server struct {
 	pollGen     int
 	holdConfirm bool
 	parseFails  int
-	pollFails   int
 }
 
 type fileEntry struct {
@@ -115,46 +111,15 @@ type fileEntry struct {
 	gone bool
 }
 
-type failure struct {
-	status     int
-	desc       string
-	retryAfter int
-}
-
-// chatLimit is a 429 waiting for the next call of method to chat.
-type chatLimit struct {
-	chat   int64
-	method string
-	fail   failure
-}
-
 // NewServer starts a fake on 127.0.0.1, closed when the test ends.
 func NewServer(t testing.TB) *Server {
-	ctx, cancel := context.WithCancel(context.Background())
-	s := &Server{
-		Token: Token, ctx: ctx, cancel: cancel,
-		client:     &http.Client{Timeout: 10 * time.Second},
-		notify:     make(chan struct{}),
-		sent:       map[int64]json.RawMessage{},
-		nextUpdate: 100, nextMsg: 1000,
-		msgs: map[int64][]*Message{}, typing: map[int64]int{},
-		files: map[string]fileEntry{}, paths: map[string]string{}, slow: map[string]time.Duration{},
-	}
-	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
-	s.URL = s.srv.URL
-	s.wg.Add(1)
-	go s.pushWebhook()
+	s := Start(Options{})
 	t.Cleanup(s.Close)
 	return s
 }
 
 // Close stops the fake and its webhook pusher.
-func (s *Server) Close() {
-	s.cancel()
-	s.srv.CloseClientConnections()
-	s.srv.Close()
-	s.wg.Wait()
-}
+func (s *Server) Close() { s.fs.Close() }
 
 // --- failure injection ---
 
@@ -167,37 +132,29 @@ func isSend(method string) bool {
 	return false
 }
 
-// FailNext makes the next n message-sending calls fail: with 429 and retry_after (rounded up
-// to whole seconds, as Telegram sends it) when retryAfter > 0, else with 502.
-func (s *Server) FailNext(n int, retryAfter time.Duration) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for range n {
-		if retryAfter > 0 {
-			secs := int((retryAfter + time.Second - 1) / time.Second)
-			s.fails = append(s.fails, failure{429, "Too Many Requests: retry after " + strconv.Itoa(secs), secs})
-		} else {
-			s.fails = append(s.fails, failure{502, "Bad Gateway", 0})
-		}
+// FailNext makes the next n calls f applies to fail as Telegram fails them: HTTP status
+// and error_code f.Code(), ok:false, and parameters.retry_after (f.RetryAfter rounded up
+// to whole seconds) when f.RetryAfter > 0. f.Method "" applies to the message-sending
+// calls (sendMessage, editMessageText and the media sends); any other Bot API method,
+// sendChatAction included, can be named. f.Chat (a chat_id, e.g. "1001") limits the
+// failure to one chat, as Telegram's per-chat flood limits do.
+func (s *Server) FailNext(n int, f fakeserver.Failure) { s.fails.Add(n, f) }
+
+// failure renders a scripted failure as the Bot API answers it.
+func failure(f fakeserver.Failure) (int, any) {
+	desc := f.Message
+	switch {
+	case desc != "":
+	case f.Code() == http.StatusTooManyRequests:
+		desc = "Too Many Requests: retry after " + strconv.Itoa(max(1, f.Seconds()))
+	default:
+		desc = http.StatusText(f.Code())
 	}
-}
-
-// RateLimit makes the next call of method (any Bot API method, sendChatAction included)
-// to chat answer 429 with retry_after (rounded up to whole seconds); other chats and
-// methods are not affected.
-func (s *Server) RateLimit(chat int64, method string, retryAfter time.Duration) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	secs := max(1, int((retryAfter+time.Second-1)/time.Second))
-	s.limits = append(s.limits, chatLimit{chat, method, failure{429, "Too Many Requests: retry after " + strconv.Itoa(secs), secs}})
-}
-
-// FailPolls makes the next n getUpdates calls answer 502 Bad Gateway, as Telegram's front
-// does during an outage.
-func (s *Server) FailPolls(n int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.pollFails += n
+	secs := 0
+	if f.RetryAfter > 0 {
+		secs = max(1, f.Seconds())
+	}
+	return f.Code(), apiErr(f.Code(), desc, secs)
 }
 
 // RejectHTML makes the next n messages sent with parse_mode HTML fail as Telegram does
@@ -221,15 +178,7 @@ func (s *Server) Slow(method string, d time.Duration) {
 
 // Calls lists the calls made to method ("" for all), oldest first.
 func (s *Server) Calls(method string) []Call {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []Call
-	for _, c := range s.calls {
-		if method == "" || c.Method == method {
-			out = append(out, c)
-		}
-	}
-	return out
+	return s.calls.Filter(func(c Call) bool { return method == "" || c.Method == method })
 }
 
 // Messages lists what the bot has in chat, oldest first (copies).
@@ -317,34 +266,15 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		status, body = s.handle(r.Context(), method, params, files)
 	}
 	call.Status = status
-	s.mu.Lock()
-	s.calls = append(s.calls, call)
-	s.mu.Unlock()
+	s.calls.Add(call)
 	writeJSON(w, status, body)
 }
 
 func (s *Server) handle(ctx context.Context, method string, p map[string]string, files map[string][]byte) (int, any) {
 	s.mu.Lock()
 	delay := s.slow[method]
-	var fail *failure
-	if isSend(method) && len(s.fails) > 0 {
-		fail = &s.fails[0]
-		s.fails = s.fails[1:]
-	}
-	if chat, err := chatID(p); err == nil && fail == nil {
-		for i, l := range s.limits {
-			if l.chat == chat && l.method == method {
-				fail = &l.fail
-				s.limits = append(s.limits[:i:i], s.limits[i+1:]...)
-				break
-			}
-		}
-	}
-	if method == "getUpdates" && s.pollFails > 0 {
-		s.pollFails--
-		fail = &failure{502, "Bad Gateway", 0}
-	}
 	s.mu.Unlock()
+	fail, failed := s.fails.Take(method, p["chat_id"], isSend)
 	if delay > 0 {
 		select {
 		case <-time.After(delay):
@@ -352,8 +282,8 @@ func (s *Server) handle(ctx context.Context, method string, p map[string]string,
 			return 499, apiErr(499, "client gone", 0)
 		}
 	}
-	if fail != nil {
-		return fail.status, apiErr(fail.status, fail.desc, fail.retryAfter)
+	if failed {
+		return failure(fail)
 	}
 	switch method {
 	case "getMe":
@@ -683,8 +613,8 @@ func (s *Server) getFile(id string) (int, any) {
 
 func (s *Server) serveFile(w http.ResponseWriter, r *http.Request, rest string) {
 	token, path, _ := strings.Cut(rest, "/")
+	s.calls.Add(Call{Method: "file", Time: time.Now(), Params: map[string]string{"path": path}})
 	s.mu.Lock()
-	s.calls = append(s.calls, Call{Method: "file", Time: time.Now(), Params: map[string]string{"path": path}})
 	id, found := s.paths[path]
 	f := s.files[id]
 	delay := s.slow["file"]

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"gateway/internal/fakeserver"
 )
 
 type answer struct {
@@ -71,7 +73,7 @@ func TestFakeChecksWhatTelegramChecks(t *testing.T) {
 	if !strings.Contains(a.Description, "message is not modified") {
 		t.Errorf("unchanged edit: %+v", a)
 	}
-	s.FailNext(1, 1500*time.Millisecond)
+	s.FailNext(1, fakeserver.Failure{RetryAfter: 1500 * time.Millisecond})
 	a = call(t, s, Token, "sendMessage", js(map[string]any{"chat_id": 6, "text": "x"}), "application/json")
 	if a.ErrorCode != 429 || a.Parameters.RetryAfter != 2 {
 		t.Errorf("injected 429: %+v; want retry_after 2 (whole seconds, rounded up)", a)
@@ -105,10 +107,10 @@ func TestFakeLongPollWaitsAndConfirms(t *testing.T) {
 	}
 }
 
-// RateLimit answers 429 with retry_after to the next call of one method in one chat only.
+// A failure scripted for one method in one chat hits only that chat and method.
 func TestFakeRateLimitsOneChat(t *testing.T) {
 	s := NewServer(t)
-	s.RateLimit(5, "sendChatAction", 1500*time.Millisecond)
+	s.FailNext(1, fakeserver.Failure{Method: "sendChatAction", Chat: "5", RetryAfter: 1500 * time.Millisecond})
 	send := func(chat int, method string) answer {
 		return call(t, s, Token, method, `{"chat_id":`+strconv.Itoa(chat)+`,"text":"hi","action":"typing"}`, "application/json")
 	}

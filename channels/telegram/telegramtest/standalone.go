@@ -2,11 +2,11 @@ package telegramtest
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"time"
+
+	"gateway/internal/fakeserver"
 )
 
 // Options configure a fake started with Start (outside a test).
@@ -21,9 +21,8 @@ type Options struct {
 // Start starts a fake on 127.0.0.1 for use outside tests (benchmarks, the `gateway-bench`
 // command). The caller must Close it. It is NewServer without a testing.TB.
 func Start(opts Options) *Server {
-	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
-		Token: Token, ctx: ctx, cancel: cancel,
+		Token:      Token,
 		client:     &http.Client{Timeout: 10 * time.Second},
 		notify:     make(chan struct{}),
 		sent:       map[int64]json.RawMessage{},
@@ -35,10 +34,9 @@ func Start(opts Options) *Server {
 	if opts.OnSent != nil {
 		h = s.observeSends(opts.OnSent)
 	}
-	s.srv = httptest.NewServer(h)
-	s.URL = s.srv.URL
-	s.wg.Add(1)
-	go s.pushWebhook()
+	s.fs = fakeserver.New(h)
+	s.URL = s.fs.URL
+	s.fs.Go(s.pushWebhook)
 	return s
 }
 
@@ -112,7 +110,5 @@ func (c *captureWriter) flush() {
 // ForgetCalls drops the record of calls (what Calls returns). A long benchmark calls it
 // now and then so that the fake's memory stays bounded; the messages in chats stay.
 func (s *Server) ForgetCalls() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.calls = nil
+	s.calls.Reset()
 }

@@ -268,7 +268,7 @@ func (s *Server) getUpdates(ctx context.Context, p map[string]string) (int, any)
 		case <-ch:
 		case <-deadline.C:
 			return ok([]json.RawMessage{})
-		case <-s.ctx.Done():
+		case <-s.fs.Context().Done():
 			return ok([]json.RawMessage{})
 		case <-pctx.Done():
 			if ctx.Err() != nil {
@@ -281,8 +281,7 @@ func (s *Server) getUpdates(ctx context.Context, p map[string]string) (int, any)
 
 // pushWebhook POSTs pending updates, in order, to the registered webhook while one is set,
 // retrying an update until the bot answers 2xx.
-func (s *Server) pushWebhook() {
-	defer s.wg.Done()
+func (s *Server) pushWebhook(ctx context.Context) {
 	backoff := time.Duration(0)
 	for {
 		s.mu.Lock()
@@ -298,11 +297,11 @@ func (s *Server) pushWebhook() {
 			select {
 			case <-ch:
 				continue
-			case <-s.ctx.Done():
+			case <-ctx.Done():
 				return
 			}
 		}
-		status := s.post(url, secret, raw)
+		status := s.post(ctx, url, secret, raw)
 		s.mu.Lock()
 		s.hookTries++
 		if status/100 == 2 && len(s.pendingIDs) > 0 && s.pendingIDs[0] == id {
@@ -316,14 +315,14 @@ func (s *Server) pushWebhook() {
 		backoff = min(max(2*backoff, 50*time.Millisecond), time.Second)
 		select {
 		case <-time.After(backoff):
-		case <-s.ctx.Done():
+		case <-ctx.Done():
 			return
 		}
 	}
 }
 
-func (s *Server) post(url, secret string, body []byte) int {
-	req, err := http.NewRequestWithContext(s.ctx, http.MethodPost, url, bytes.NewReader(body))
+func (s *Server) post(ctx context.Context, url, secret string, body []byte) int {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return 0
 	}

@@ -632,7 +632,7 @@ func TestReloadWithABrokenHookKeepsTheOldSet(t *testing.T) {
 
 	// `gateway hooks list` shows the admin what is wrong on disk.
 	code, out = cli(t, context.Background(), nil, "hooks", "list", "--config", g.cfgPath)
-	if code != 0 || !strings.Contains(out, "not loaded:") || !strings.Contains(out, brokenDir+": HOOK.yaml: events: unknown event") {
+	if code != 0 || !strings.Contains(out, "not loaded:") || !strings.Contains(out, brokenDir+": HOOK.yaml:1: events[0]: unknown event") {
 		t.Fatalf("`gateway hooks list` = %d:\n%s", code, out)
 	}
 
@@ -783,8 +783,8 @@ func TestAdminCommandsListHooksProfilesAndProblems(t *testing.T) {
 		{"dir:" + hooksDir + "/20-observer", "*"},
 		{"profile:alpha:hooks/tag", "message:receive", "alpha"},
 		{"dir:" + hooksDir + "/30-off", "message:receive"},
-		{filepath.Join(hooksDir, "40-typo") + ": HOOK.yaml: events: unknown event \"message:recieve\""},
-		{filepath.Join(hooksDir, "50-missing-program") + ": HOOK.yaml: command: program \"./nothing-here.sh\" not found"},
+		{filepath.Join(hooksDir, "40-typo") + ": HOOK.yaml:1: events[0]: unknown event \"message:recieve\""},
+		{filepath.Join(hooksDir, "50-missing-program") + ": HOOK.yaml:2: command: program \"./nothing-here.sh\" not found"},
 	} {
 		if !hasLine(out, want...) {
 			t.Errorf("hooks list has no line with %q:\n%s", want, out)

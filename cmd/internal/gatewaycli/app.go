@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -27,6 +28,7 @@ import (
 	"gateway/gateway"
 	"gateway/harness"
 	"gateway/hooks"
+	"gateway/internal/media"
 	"gateway/mcptools"
 	"gateway/profiles"
 	"gateway/state"
@@ -44,6 +46,7 @@ type app struct {
 	stt     *stt.STT
 	tts     *tts.TTS
 	gw      *gateway.Gateway
+	state   *state.DB // the durable state; nil in a dry run (check, hooks list)
 
 	// mcp are the MCP servers, started by run (not by check) before the gateway starts:
 	// "" is the top-level mcp:, other keys are profiles' own.
@@ -83,20 +86,31 @@ func isTerminal(w io.Writer) bool {
 }
 
 // buildApp wires every part from cfg without connecting anything: `check` runs exactly this.
-func buildApp(cfg Config, cfgPath string, log *slog.Logger, getenv func(string) string) (*app, error) {
-	a := &app{cfgPath: cfgPath, cfg: cfg, getenv: getenv, log: log, reg: prometheus.NewRegistry()}
+// With db nil (a dry run: `check`, `hooks list`) it writes nothing: state_dir is checked, not
+// created, and no store is opened. `run` passes the durable state it opened: the gateway
+// journals into it and the adapters keep their cursors and remembered keys there. Nothing it
+// builds runs until Start: no hook program is started and no event is emitted.
+func buildApp(cfg Config, cfgPath string, log *slog.Logger, getenv func(string) string, db *state.DB) (*app, error) {
+	dryRun := db == nil
+	a := &app{cfgPath: cfgPath, cfg: cfg, getenv: getenv, log: log, reg: prometheus.NewRegistry(), state: db}
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a.metrics = gateway.NewMetrics(a.reg)
 	// Every outbound call has a timeout; streaming calls get theirs from their context.
 	a.client = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
 
 	var errs []error
-	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
-		return nil, fmt.Errorf("state_dir: %w", err)
-	}
 	tmp := filepath.Join(cfg.StateDir, "tmp")
-	if err := os.MkdirAll(tmp, 0o700); err != nil {
-		return nil, fmt.Errorf("state_dir: %w", err)
+	if dryRun {
+		if err := checkStateDir(cfg.StateDir); err != nil {
+			return nil, err
+		}
+	} else {
+		if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+			return nil, fmt.Errorf("state_dir: %w", err)
+		}
+		if err := os.MkdirAll(tmp, 0o700); err != nil {
+			return nil, fmt.Errorf("state_dir: %w", err)
+		}
 	}
 	if cfg.STT.Enabled {
 		s, err := stt.New(cfg.STT, stt.Options{Logger: log.With("hook", "builtin:stt"), HTTPClient: a.client, TempDir: tmp})
@@ -127,22 +141,35 @@ func buildApp(cfg Config, cfgPath string, log *slog.Logger, getenv func(string) 
 		}
 		return nil, err
 	}
-	store, err := harness.OpenStore(filepath.Join(cfg.StateDir, "sessions"))
-	if err != nil {
-		rt.Close()
-		return nil, fmt.Errorf("state_dir: %w", err)
+	// A dry run never starts the gateway, so nothing is ever saved: a store that was never
+	// opened stands in, and no sessions directory is created.
+	store := new(harness.Store)
+	if !dryRun {
+		if store, err = harness.OpenStore(filepath.Join(cfg.StateDir, "sessions")); err != nil {
+			rt.Close()
+			return nil, fmt.Errorf("state_dir: %w", err)
+		}
 	}
-	sessions := cfg.Sessions
-	sessions.EchoTranscript = sessions.EchoTranscript || (a.stt != nil && a.stt.EchoTranscript())
-	a.gw, err = gateway.New(sessions, rt, gateway.Deps{
+	var mediaStore *media.Store // nil in a dry run: nothing is kept, no folder is made
+	if !dryRun {
+		if mediaStore, err = media.OpenStore(filepath.Join(cfg.StateDir, "media"), cfg.Media); err != nil {
+			rt.Close()
+			return nil, fmt.Errorf("state_dir: %w", err)
+		}
+	}
+	a.gw, err = gateway.New(cfg.Sessions, rt, gateway.Deps{
 		Store:       store,
 		NewProvider: func(c harness.Config) (harness.Provider, error) { return harness.NewProvider(c, a.client) },
 		Logger:      log,
 		Metrics:     a.metrics,
+		Media:       mediaStore,
 	})
 	if err != nil {
 		rt.Close()
 		return nil, err
+	}
+	if db != nil {
+		a.gw.SetDurable(db, db)
 	}
 	chans, err := a.buildChannels(cfg)
 	if err != nil {
@@ -157,12 +184,16 @@ func buildApp(cfg Config, cfgPath string, log *slog.Logger, getenv func(string) 
 
 func (a *app) buildChannels(cfg Config) ([]channels.Channel, error) {
 	var out []channels.Channel
+	var st channels.State // nil (in memory) for a dry run
+	if a.state != nil {
+		st = a.state
+	}
 	var errs []error
 	if cfg.Channels.Web.Enabled {
 		out = append(out, web.New(cfg.Channels.Web, web.Options{Logger: a.log, MediaDir: filepath.Join(cfg.StateDir, "media", "web")}))
 	}
 	if cfg.Channels.Telegram.Enabled {
-		ch, err := telegram.New(cfg.Channels.Telegram, telegram.Options{Logger: a.log, StateDir: filepath.Join(cfg.StateDir, "telegram"), HTTPClient: a.client})
+		ch, err := telegram.New(cfg.Channels.Telegram, telegram.Options{Logger: a.log, StateDir: filepath.Join(cfg.StateDir, "telegram"), HTTPClient: a.client, State: st})
 		if err != nil {
 			errs = append(errs, err)
 		} else {
@@ -178,7 +209,7 @@ func (a *app) buildChannels(cfg Config) ([]channels.Channel, error) {
 		}
 	}
 	if cfg.Channels.Slack.Enabled {
-		ch, err := slack.New(cfg.Channels.Slack, slack.Options{Logger: a.log, StateDir: filepath.Join(cfg.StateDir, "slack"), HTTPClient: a.client})
+		ch, err := slack.New(cfg.Channels.Slack, slack.Options{Logger: a.log, StateDir: filepath.Join(cfg.StateDir, "slack"), HTTPClient: a.client, State: st})
 		if err != nil {
 			errs = append(errs, err)
 		} else {
@@ -197,7 +228,7 @@ func (a *app) buildChannels(cfg Config) ([]channels.Channel, error) {
 // that is fatal: never at startup, always on reload).
 func (a *app) buildRuntime(cfg Config) (*gateway.Runtime, hookReport, error) {
 	var report hookReport
-	profs, err := profiles.Load(cfg.Profiles, cfg.Bindings)
+	profs, err := profiles.LoadWith(cfg.Profiles, cfg.Bindings, profileOptions(cfg, a.getenv))
 	if err != nil {
 		return nil, report, err
 	}
@@ -216,7 +247,7 @@ func (a *app) buildRuntime(cfg Config) (*gateway.Runtime, hookReport, error) {
 	reg := gateway.NewCommandRegistry()
 	load := func(dir string, opts hooks.DirOptions) {
 		// LoadDir logs each hook it cannot load, with its path and reason.
-		opts.Timeout, opts.HTTPClient, opts.Logger = cfg.Hooks.Timeout, a.client, a.log
+		opts.Timeout, opts.HTTPClient, opts.Logger, opts.Getenv = cfg.Hooks.Timeout, a.client, a.log, a.getenv
 		opts.Registry = reg
 		opts.APIEnv = []string{"GATEWAY_API_URL=" + adminURL(cfg.HTTP.Listen) + "/api/v1", "GATEWAY_API_TOKEN=" + cfg.Admin.Token.Reveal()}
 		d := hooks.LoadDir(bus, dir, opts)
@@ -237,7 +268,7 @@ func (a *app) buildRuntime(cfg Config) (*gateway.Runtime, hookReport, error) {
 		Profiles:     profs,
 		Commands:     reg,
 		LLM:          cfg.LLM,
-		Tools:        harness.BuiltinTools,
+		Tools:        resolveTools,
 		MCPTools:     a.mcpTools,
 		VoiceReplies: a.tts != nil,
 		Close: func() {
@@ -246,6 +277,40 @@ func (a *app) buildRuntime(cfg Config) (*gateway.Runtime, hookReport, error) {
 			}
 		},
 	}, report, nil
+}
+
+// resolveTools builds the tools a profile names. Profiles are checked against it when they
+// load (profileOptions), so a tool name it rejects is a load error, never a failed turn.
+func resolveTools(names []string) ([]harness.Tool, error) { return harness.BuiltinTools(names) }
+
+// profileOptions is what profiles are checked against: the same tool resolver sessions use
+// and the global llm section their own is merged onto.
+func profileOptions(cfg Config, getenv func(string) string) profiles.Options {
+	llm := cfg.LLM
+	return profiles.Options{Getenv: getenv, Tools: resolveTools, LLM: &llm}
+}
+
+// checkStateDir tells whether run could use dir as state_dir, creating nothing: dir is a
+// directory, or does not exist yet and its nearest existing parent is one.
+func checkStateDir(dir string) error {
+	for p := filepath.Clean(dir); ; {
+		fi, err := os.Stat(p)
+		switch {
+		case err == nil && fi.IsDir():
+			return nil
+		case err == nil && p == filepath.Clean(dir):
+			return fmt.Errorf("state_dir: %s is not a directory", dir)
+		case err == nil:
+			return fmt.Errorf("state_dir: cannot create %s: %s is not a directory", dir, p)
+		case !errors.Is(err, fs.ErrNotExist):
+			return fmt.Errorf("state_dir: %w", err)
+		}
+		parent := filepath.Dir(p)
+		if parent == p {
+			return nil
+		}
+		p = parent
+	}
 }
 
 // reload re-reads the config file's profiles, bindings and hook directories and swaps them
@@ -296,15 +361,13 @@ func runGateway(ctx context.Context, path string, reload <-chan struct{}, stderr
 		return exitCode(1)
 	}
 	log := newLogger(cfg.Log, stderr, getenv)
-	a, err := buildApp(cfg, path, log, getenv)
+	// The durable state (intake journal, dedup window, per-chat settings, platform cursors)
+	// is opened by run only, before the channels are built: a dry run writes nothing.
+	db, err := state.Open(cfg.StateDir, state.Limits{}, log)
+	var a *app
 	if err == nil {
-		// The durable state (intake journal, dedup window, per-chat settings) is opened by
-		// run only: a dry run writes nothing.
-		var db *state.DB
-		if db, err = state.Open(cfg.StateDir, state.Limits{}, log); err == nil {
-			defer db.Close()
-			a.gw.SetDurable(db, db)
-		}
+		defer db.Close()
+		a, err = buildApp(cfg, path, log, getenv, db)
 	}
 	if err != nil {
 		log.Error("cannot start", "err", err)

@@ -31,7 +31,7 @@ func checkConfig(ctx context.Context, path string, out io.Writer, getenv func(st
 	if err == nil {
 		// Build everything run builds, logging nowhere, then let it go.
 		var a *app
-		if a, err = buildApp(cfg, path, slog.New(slog.DiscardHandler), getenv); err == nil {
+		if a, err = buildApp(cfg, path, slog.New(slog.DiscardHandler), getenv, nil); err == nil {
 			// Every hook that would not load, each on its own line: run skips them silently
 			// for the user, so check is where the admin learns of all of them.
 			var herrs []error
@@ -54,7 +54,7 @@ func checkConfig(ctx context.Context, path string, out io.Writer, getenv func(st
 		source = "(no config file: built-in defaults)"
 	}
 	fmt.Fprintf(out, "# config: %s\n", source)
-	if b, merr := yaml.Marshal(toMap(cfg, true)); merr == nil {
+	if b, merr := yaml.Marshal(configMap(cfg, true)); merr == nil {
 		out.Write(b)
 	}
 	fmt.Fprint(out, mcpOut)
@@ -125,7 +125,7 @@ func newHooksCmd(path func() string, out io.Writer, getenv func(string) string) 
 				fmt.Fprintf(out, "the configuration has problems:\n%s\n", indent(err.Error()))
 				return exitCode(1)
 			}
-			a, err := buildApp(cfg, path(), slog.New(slog.DiscardHandler), getenv)
+			a, err := buildApp(cfg, path(), slog.New(slog.DiscardHandler), getenv, nil)
 			if err != nil {
 				fmt.Fprintf(out, "cannot build the gateway:\n%s\n", indent(err.Error()))
 				return exitCode(1)
@@ -199,7 +199,7 @@ func newProfilesCmd(path func() string, out io.Writer, getenv func(string) strin
 				fmt.Fprintf(out, "the configuration has problems:\n%s\n", indent(err.Error()))
 				return exitCode(1)
 			}
-			set, err := profiles.Load(cfg.Profiles, cfg.Bindings)
+			set, err := profiles.LoadWith(cfg.Profiles, cfg.Bindings, profileOptions(cfg, getenv))
 			if err != nil {
 				fmt.Fprintf(out, "the profiles have problems:\n%s\n", indent(err.Error()))
 				return exitCode(1)

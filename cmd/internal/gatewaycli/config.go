@@ -1,21 +1,20 @@
 package gatewaycli
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"maps"
 	"net"
 	"os"
 	"reflect"
-	"regexp"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/viper"
+	"go.yaml.in/yaml/v3"
 
 	"gateway/builtins/stt"
 	"gateway/builtins/tts"
@@ -26,6 +25,8 @@ import (
 	"gateway/channels/web"
 	"gateway/gateway"
 	"gateway/harness"
+	"gateway/internal/config"
+	"gateway/internal/media"
 	"gateway/internal/secret"
 	"gateway/mcptools"
 	"gateway/profiles"
@@ -43,6 +44,7 @@ type Config struct {
 	Profiles profiles.Config    `mapstructure:"profiles"`
 	Bindings []profiles.Binding `mapstructure:"bindings"`
 	Sessions gateway.Config     `mapstructure:"sessions"`
+	Media    media.StoreConfig  `mapstructure:"media"`
 	Channels ChannelsConfig     `mapstructure:"channels"`
 	Admin    AdminConfig        `mapstructure:"admin"`
 	// MCP lists MCP servers whose tools every profile's chats get (a profile may add its own).
@@ -99,6 +101,7 @@ func defaultConfig(getenv func(string) string) Config {
 		Hooks:    HooksConfig{Dirs: []string{"./data/hooks"}, Timeout: 10 * time.Second},
 		Profiles: profiles.Config{Dir: "./data/profiles", Default: "assistant"},
 		Sessions: gateway.Defaults(),
+		Media:    media.StoreConfig{MaxAge: media.DefaultMaxAge, MaxBytes: media.DefaultMaxBytes},
 		Channels: ChannelsConfig{
 			Web:      web.Config{Enabled: true},
 			Telegram: telegram.Config{APIURL: telegram.DefaultAPIURL, Mode: "polling", MaxFileBytes: telegram.DefaultMaxFileBytes, Access: access},
@@ -145,88 +148,180 @@ func (c *Config) resolveSpeech(explicit func(key string) bool, getenv func(strin
 	}
 }
 
-// loadConfig reads path (optional: "" means defaults only), then GATEWAY_* environment
-// overrides, expands ${VAR} in values and decodes strictly: unknown keys and bad values are
-// errors that name the key. It reports every problem it finds in one go; the config it
+// movedKeys are keys that moved (old path → new path). The gateway, not speech to text,
+// echoes the transcript, so the setting lives in sessions.
+var movedKeys = map[string]string{
+	"stt.echo_transcript": "sessions.echo_transcript",
+}
+
+// configMap is the config as nested maps keyed like the YAML file, without moved keys.
+func configMap(cfg Config, mask bool) map[string]any {
+	m := toMap(cfg, mask).(map[string]any)
+	for old := range movedKeys {
+		parent, leaf, _ := strings.Cut(old, ".")
+		if sec, ok := m[parent].(map[string]any); ok {
+			delete(sec, leaf)
+		}
+	}
+	return m
+}
+
+func envKey(key string) string {
+	return "GATEWAY_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
+}
+
+// loadConfig reads path (optional: "" means defaults only) and the GATEWAY_* environment
+// overrides, and decodes them onto the defaults with the shared decoder (internal/config):
+// unknown keys, bad values and unset ${VAR} are errors that name the file, line and key (or
+// the environment variable). It reports every problem it finds in one go; the config it
 // returns is as complete as they allow.
 func loadConfig(path string, getenv func(string) string) (Config, error) {
+	cfg, _, errs := load(path, getenv)
+	return cfg, errs.Err()
+}
+
+// load is loadConfig, also returning the document (for the line of a key) and the
+// problems one by one.
+func load(path string, getenv func(string) string) (Config, *yaml.Node, config.Errors) {
+	cfg := defaultConfig(getenv)
+	// viper holds the key set (every key with its default) and tells which keys the file
+	// sets; the values are decoded by the same decoder as profile.yaml and HOOK.yaml.
 	v := viper.New()
 	v.SetConfigType("yaml")
-	cfg := defaultConfig(getenv)
-	keys := flatten(toMap(cfg, false), "")
+	keys := flatten(configMap(cfg, false), "")
 	for key, val := range keys {
 		v.SetDefault(key, val)
 	}
+	var root *yaml.Node
 	if path != "" {
-		f, err := os.Open(path)
+		data, err := os.ReadFile(path)
 		if err != nil {
-			return cfg, fmt.Errorf("config file: %w", err)
+			return cfg, nil, config.Errors{{File: path, Msg: fmt.Sprintf("cannot read the config file: %v", errors.Unwrap(err))}}
 		}
-		defer f.Close()
-		if err := v.ReadConfig(f); err != nil {
-			return cfg, fmt.Errorf("config file %s: %w", path, err)
+		if root, err = config.Parse(path, data); err != nil {
+			var e *config.Error
+			errors.As(err, &e)
+			return cfg, nil, config.Errors{e}
+		}
+		if root != nil {
+			_ = v.ReadConfig(bytes.NewReader(data)) // parsed above: it cannot fail
 		}
 	}
-	envKey := func(key string) string { return "GATEWAY_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_")) }
-	// GATEWAY_<KEY_PATH> overrides any key. This is viper's AutomaticEnv, done by hand so the
-	// environment can be passed in (tests run the CLI in-process).
-	for key := range keys {
+	// GATEWAY_<KEY_PATH> overrides any key: its value is grafted into the document, so it is
+	// decoded (and its errors reported, naming the variable) like a value of the file. Done
+	// by hand rather than with viper's AutomaticEnv so the environment can be passed in
+	// (tests run the CLI in-process).
+	origin := map[*yaml.Node]string{}
+	var errs config.Errors
+	for _, key := range slices.Sorted(maps.Keys(keys)) {
 		if val := getenv(envKey(key)); val != "" {
-			v.Set(key, val)
+			_, list := keys[key].([]any)
+			root = graft(root, key, val, list, envKey(key), origin)
 		}
 	}
-	settings := v.AllSettings()
-	unset := expandEnv(settings, "", getenv)
-	var out Config
-	dec, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{
-		Result:           &out,
-		ErrorUnused:      true,
-		WeaklyTypedInput: true,
-		DecodeHook: mapstructure.ComposeDecodeHookFunc(
-			mapstructure.StringToTimeDurationHookFunc(),
-			mapstructure.StringToSliceHookFunc(","),
-		),
-	})
-	if err != nil {
-		return cfg, err
+	for _, old := range slices.Sorted(maps.Keys(movedKeys)) {
+		if getenv(envKey(old)) != "" {
+			errs = append(errs, &config.Error{File: envKey(old), Key: old, Msg: "this key moved: set " + envKey(movedKeys[old]) + " instead"})
+		}
 	}
-	var problems []string
-	if err := dec.Decode(settings); err != nil {
-		problems = append(problems, strings.Split(friendlyDecodeError(err).Error(), "\n")...)
+	var unset config.Errors
+	for _, e := range config.Decode(root, &cfg, config.Options{File: path, Getenv: getenv, Origin: origin, Moved: movedKeys}) {
+		if e.Var != "" {
+			unset = append(unset, e)
+			continue
+		}
+		errs = append(errs, e)
 	}
 	explicit := func(key string) bool { return v.InConfig(key) || getenv(envKey(key)) != "" }
-	out.resolveLLM(explicit)
-	out.resolveSpeech(explicit, getenv)
+	cfg.resolveLLM(explicit)
+	cfg.resolveSpeech(explicit, getenv)
 	// An unset variable matters only where it is used: the token of a disabled channel may
 	// stay unset.
-	for _, u := range unset {
-		if out.inUse(u.key) {
-			problems = append(problems, fmt.Sprintf("%s: environment variable %s is not set", u.key, u.name))
+	for _, e := range unset {
+		if cfg.inUse(e.Key) {
+			errs = append(errs, e)
 		}
 	}
-	if len(problems) > 0 {
-		return out, errors.New(strings.Join(problems, "\n"))
-	}
-	return out, nil
+	return cfg, root, errs
 }
 
-// loadChecked is loadConfig then validate, with every problem of both, each once.
+// graft sets key (a dotted path) to val in the document, creating the mappings on the way;
+// list values are split at commas. The new nodes are marked with their origin.
+func graft(root *yaml.Node, key, val string, list bool, from string, origin map[*yaml.Node]string) *yaml.Node {
+	if root == nil {
+		root = &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+	}
+	n := root
+	parts := strings.Split(key, ".")
+	for i, part := range parts {
+		var next *yaml.Node
+		for j := 0; j+1 < len(n.Content); j += 2 {
+			if n.Content[j].Value == part {
+				next = n.Content[j+1]
+			}
+		}
+		if i == len(parts)-1 {
+			leaf := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: val}
+			if list {
+				leaf = &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
+				for _, item := range strings.Split(val, ",") {
+					if item = strings.TrimSpace(item); item != "" {
+						c := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: item}
+						origin[c] = from
+						leaf.Content = append(leaf.Content, c)
+					}
+				}
+			}
+			origin[leaf] = from
+			replaced := false
+			for j := 0; j+1 < len(n.Content); j += 2 {
+				if n.Content[j].Value == part {
+					n.Content[j+1], replaced = leaf, true
+				}
+			}
+			if !replaced {
+				n.Content = append(n.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: part}, leaf)
+			}
+			return root
+		}
+		if next == nil || next.Kind != yaml.MappingNode {
+			if next != nil {
+				return root // the file has a value where a mapping belongs: reported there
+			}
+			next = &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+			origin[next] = from
+			n.Content = append(n.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: part}, next)
+		}
+		n = next
+	}
+	return root
+}
+
+// loadChecked is loadConfig then validate, with every problem of both, each once. A
+// validation problem names its key; when the file sets that key, its line is added.
 func loadChecked(path string, getenv func(string) string) (Config, error) {
-	cfg, err := loadConfig(path, getenv)
-	var lines []string
-	if err != nil {
-		lines = strings.Split(err.Error(), "\n")
+	cfg, root, errs := load(path, getenv)
+	lines := make([]string, 0, len(errs))
+	unsetKeys := map[string]bool{}
+	for _, e := range errs {
+		lines = append(lines, e.Error())
+		if e.Var != "" {
+			unsetKeys[e.Key] = true
+		}
 	}
 	if verr := cfg.validate(); verr != nil {
 		for _, l := range strings.Split(verr.Error(), "\n") {
+			key := problemKey(l)
 			// A key whose variable is unset is already reported; "token is required" says it again.
-			dup := false
-			for _, prev := range lines {
-				if key, _, ok := strings.Cut(prev, ": environment variable "); ok && (strings.HasPrefix(l, key+" ") || strings.HasPrefix(l, key+":")) {
-					dup = true
+			if unsetKeys[key] {
+				continue
+			}
+			if key != "" && root != nil && path != "" {
+				if at := config.At(path, root, key, "%s", l); at.Line > 0 {
+					l = fmt.Sprintf("%s:%d: %s", path, at.Line, l)
 				}
 			}
-			if !dup && !slices.Contains(lines, l) {
+			if !slices.Contains(lines, l) {
 				lines = append(lines, l)
 			}
 		}
@@ -235,6 +330,16 @@ func loadChecked(path string, getenv func(string) string) (Config, error) {
 		return cfg, errors.New(strings.Join(lines, "\n"))
 	}
 	return cfg, nil
+}
+
+// problemKey is the key path a validation message starts with ("llm.model: ..." or
+// "channels.telegram.token is required ..."), or "".
+func problemKey(line string) string {
+	i := strings.IndexAny(line, ": ")
+	if i <= 0 || strings.ContainsAny(line[:i], "\"'()") {
+		return ""
+	}
+	return line[:i]
 }
 
 // inUse reports whether the config key (a dotted path) belongs to a part that runs: a
@@ -259,80 +364,6 @@ func (c Config) inUse(key string) bool {
 		return c.TTS.Mode != tts.ModeOff
 	}
 	return true
-}
-
-var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
-
-// unsetVar is a ${VAR} whose variable is not set, and the key it is in.
-type unsetVar struct{ key, name string }
-
-// expandEnv replaces ${VAR} in every string of the settings tree in place and lists the
-// variables that are not set, each with its key path (an empty token is better reported
-// than sent, but only where it is used: the caller decides).
-func expandEnv(node any, path string, getenv func(string) string) []unsetVar {
-	var out []unsetVar
-	expand := func(s, key string) string {
-		return envRef.ReplaceAllStringFunc(s, func(ref string) string {
-			name := ref[2 : len(ref)-1]
-			val := getenv(name)
-			if val == "" {
-				out = append(out, unsetVar{key, name})
-			}
-			return val
-		})
-	}
-	switch n := node.(type) {
-	case map[string]any:
-		for _, k := range slices.Sorted(maps.Keys(n)) {
-			key := k
-			if path != "" {
-				key = path + "." + k
-			}
-			if s, ok := n[k].(string); ok {
-				n[k] = expand(s, key)
-				continue
-			}
-			out = append(out, expandEnv(n[k], key, getenv)...)
-		}
-	case []any:
-		for i := range n {
-			key := fmt.Sprintf("%s[%d]", path, i)
-			if s, ok := n[i].(string); ok {
-				n[i] = expand(s, key)
-				continue
-			}
-			out = append(out, expandEnv(n[i], key, getenv)...)
-		}
-	case []string:
-		for i := range n {
-			n[i] = expand(n[i], fmt.Sprintf("%s[%d]", path, i))
-		}
-	}
-	return out
-}
-
-// friendlyDecodeError rewrites mapstructure's messages so each line names the key.
-func friendlyDecodeError(err error) error {
-	var lines []string
-	for _, line := range strings.Split(err.Error(), "\n") {
-		line = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(line), "* "))
-		if line == "" || strings.HasPrefix(line, "decoding failed due to the following error") {
-			continue
-		}
-		if i := strings.Index(line, "has invalid keys: "); i >= 0 {
-			prefix := strings.Trim(line[:i], "' ")
-			for _, k := range strings.Split(line[i+len("has invalid keys: "):], ", ") {
-				if prefix != "" {
-					k = prefix + "." + k
-				}
-				lines = append(lines, fmt.Sprintf("unknown key %q", k))
-			}
-			continue
-		}
-		lines = append(lines, line)
-	}
-	sort.Strings(lines)
-	return errors.New(strings.Join(lines, "\n"))
 }
 
 // toMap turns a config struct into nested maps keyed like the YAML file. With mask, secrets
@@ -470,6 +501,12 @@ func (c Config) validate() error {
 	}
 	if c.Hooks.Timeout < 0 {
 		add(errors.New("hooks.timeout: must not be negative"))
+	}
+	if c.Media.MaxAge < 0 {
+		add(errors.New("media.max_age: must not be negative (0 takes the default, 720h)"))
+	}
+	if c.Media.MaxBytes < 0 {
+		add(errors.New("media.max_bytes: must not be negative (0 takes the default, 1000000000)"))
 	}
 	add(c.Sessions.Validate())
 	if c.STT.Enabled {

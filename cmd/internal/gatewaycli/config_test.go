@@ -225,3 +225,55 @@ func TestLLMSectionKeepsItsProvidersDefaults(t *testing.T) {
 		t.Errorf("anthropic without a model: exit %d:\n%s", code, out)
 	}
 }
+
+// TestCheckValidatesProfiles: a profile that would fail on every turn of its chats (a tool
+// the harness does not have, an unknown provider, a typo in a key, an unset variable) fails
+// `gateway check`, each problem with its file, line and key.
+func TestCheckValidatesProfiles(t *testing.T) {
+	root := t.TempDir()
+	profs := filepath.Join(root, "profiles")
+	writeFile(t, filepath.Join(profs, "support", "profile.yaml"), "description: help desk\ntools:\n  - web_serch\n")
+	writeFile(t, filepath.Join(profs, "other", "profile.yaml"), "llm:\n  provider: skynet\n  modle: x\n  api_key: \"${OTHER_KEY}\"\n")
+	path := filepath.Join(root, "gateway.yaml")
+	writeFile(t, path, "state_dir: "+filepath.Join(root, "data")+"\nprofiles: {dir: "+profs+"}\nhooks: {dirs: []}\n")
+	code, out := cli(t, context.Background(), nil, "check", "--config", path)
+	if code != 1 {
+		t.Fatalf("check: exit %d; want 1:\n%s", code, out)
+	}
+	for _, want := range []string{
+		filepath.Join(profs, "support", "profile.yaml") + `:3: tools[0]: unknown tool "web_serch" (builtin tools: current_time)`,
+		filepath.Join(profs, "other", "profile.yaml") + `:2: llm.provider: unknown provider "skynet"`,
+		filepath.Join(profs, "other", "profile.yaml") + `:3: llm.modle: unknown key`,
+		filepath.Join(profs, "other", "profile.yaml") + `:4: llm.api_key: environment variable OTHER_KEY is not set`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("check output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestEnvironmentOverridesAreDecodedLikeTheFile: a GATEWAY_* value goes through the same
+// decoder, and its problem names the variable and the key; lists split at commas.
+func TestEnvironmentOverridesAreDecodedLikeTheFile(t *testing.T) {
+	path := writeConfig(t, "state_dir: STATE\nsessions:\n  idle_evict: 5m\n")
+	env := map[string]string{
+		"GATEWAY_SESSIONS_IDLE_EVICT":          "soon",
+		"GATEWAY_STT_ECHO_TRANSCRIPT":          "true",
+		"GATEWAY_CHANNELS_TELEGRAM_ALLOW_FROM": "1, 2",
+	}
+	cfg, err := loadConfig(path, func(k string) string { return env[k] })
+	if err == nil {
+		t.Fatal("want errors")
+	}
+	for _, want := range []string{
+		`GATEWAY_SESSIONS_IDLE_EVICT: sessions.idle_evict: "soon" is not a duration`,
+		"GATEWAY_STT_ECHO_TRANSCRIPT: stt.echo_transcript: this key moved: set GATEWAY_SESSIONS_ECHO_TRANSCRIPT instead",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("errors lack %q:\n%v", want, err)
+		}
+	}
+	if got := strings.Join(cfg.Channels.Telegram.AllowFrom, ","); got != "1,2" {
+		t.Errorf("allow_from = %q; want 1,2", got)
+	}
+}

@@ -38,13 +38,17 @@ func TestCheckNamesEachBadKey(t *testing.T) {
 	cases := []struct {
 		name, yaml, want string
 	}{
-		{"unknown key", "state_dir: STATE\nchannels:\n  telegram:\n    tokn: abc\n", `unknown key "channels.telegram.tokn"`},
-		{"unknown top-level key", "state_dir: STATE\nllm_provider: openai\n", `unknown key "llm_provider"`},
-		{"bad duration", "state_dir: STATE\nhooks:\n  timeout: soon\n", "hooks.timeout"},
+		{"unknown key", "state_dir: STATE\nchannels:\n  telegram:\n    tokn: abc\n", `.yaml:4: channels.telegram.tokn: unknown key (known: enabled, token, api_url, mode, webhook_secret, webhook_url, max_file_bytes, allow_from, dm_policy, require_mention)`},
+		{"unknown top-level key", "state_dir: STATE\nllm_provider: openai\n", `.yaml:2: llm_provider: unknown key`},
+		{"bad duration", "state_dir: STATE\nhooks:\n  timeout: soon\n", `.yaml:3: hooks.timeout: "soon" is not a duration`},
 		{"missing token", "state_dir: STATE\nchannels:\n  telegram:\n    enabled: true\n", "channels.telegram.token"},
-		{"bad queue mode", "state_dir: STATE\nsessions:\n  queue_mode: sometimes\n", "sessions.queue_mode"},
+		{"bad queue mode", "state_dir: STATE\nsessions:\n  queue_mode: sometimes\n", ".yaml:3: sessions.queue_mode"},
 		{"bad provider", "state_dir: STATE\nllm:\n  provider: skynet\n", "llm.provider"},
+		{"negative media age", "state_dir: STATE\nmedia:\n  max_age: -1h\n", "media.max_age"},
+		{"bad media size", "state_dir: STATE\nmedia:\n  max_bytes: lots\n", "media.max_bytes"},
 		{"missing stt program", "state_dir: STATE\nstt:\n  enabled: true\n  provider: command\n  command: [no-such-stt-program, \"{input}\"]\n", "no-such-stt-program"},
+		{"moved key", "state_dir: STATE\nstt:\n  echo_transcript: true\n", ".yaml:3: stt.echo_transcript: this key moved: write it as sessions.echo_transcript"},
+		{"key twice", "state_dir: STATE\nsessions:\n  queue_size: 3\n  queue_size: 4\n", ".yaml:4: sessions.queue_size: given twice"},
 		{"missing tts program", "state_dir: STATE\ntts:\n  mode: always\n  provider: command\n  command: [no-such-tts-program, -w, \"{output}\", \"{text}\"]\n", "no-such-tts-program"},
 	}
 	for _, c := range cases {

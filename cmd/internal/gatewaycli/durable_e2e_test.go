@@ -1,0 +1,471 @@
+package gatewaycli
+
+// End-to-end tests of durable intake and state (issue 12): `gateway run` is a real child
+// process (this test binary, re-executed: see TestMain), configured by a file with relative
+// paths and no environment, against the fake Telegram, Discord, Slack and OpenAI servers over
+// real HTTP and WebSocket on 127.0.0.1. The tests kill it with SIGKILL and start it again on
+// the same state_dir.
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"gateway/channels/channeltest"
+	"gateway/channels/discord/discordtest"
+	"gateway/channels/slack/slacktest"
+	"gateway/channels/telegram/telegramtest"
+	"gateway/harness/openaitest"
+	"gateway/state"
+)
+
+// childEnv makes the test binary act as the gateway command (`gateway run ...`).
+const childEnv = "GATEWAYCLI_TEST_AS_GATEWAY"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) == "1" {
+		// What cmd/gateway's main does, with no environment passed to the config.
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		code := Run(ctx, nil, os.Args[1:], os.Stdout, os.Stderr, func(string) string { return "" })
+		stop()
+		os.Exit(code)
+	}
+	os.Exit(m.Run())
+}
+
+// slowModel is the fake OpenAI API: it answers "answer N" to the N-th call, and the calls
+// whose number is in slow only after a minute (a kill arrives first).
+type slowModel struct {
+	*openaitest.Server
+	n    atomic.Int64
+	slow map[int64]bool
+}
+
+func newSlowModel(t *testing.T, slow ...int64) *slowModel {
+	m := &slowModel{Server: openaitest.NewServer(), slow: map[int64]bool{}}
+	for _, n := range slow {
+		m.slow[n] = true
+	}
+	m.SetFunc(func(openaitest.Request) openaitest.Reply {
+		n := m.n.Add(1)
+		r := openaitest.Reply{Text: fmt.Sprintf("answer %d", n)}
+		if m.slow[n] {
+			r.Delay = time.Minute
+		}
+		return r
+	})
+	t.Cleanup(m.Close)
+	return m
+}
+
+func (m *slowModel) calls() int { return len(m.Requests()) }
+
+// child is `gateway run` as a separate process, in root, with root/gateway.yaml.
+type child struct {
+	t    *testing.T
+	root string
+	addr string
+	cmd  *exec.Cmd
+	log  *channeltest.LogBuffer
+	done chan struct{}
+}
+
+// writeChildConfig writes root/gateway.yaml: relative state_dir, JSON logs, the model at
+// oaiURL and the channels section given.
+func writeChildConfig(t *testing.T, root, addr, oaiURL, channelsYAML string) {
+	t.Helper()
+	yaml := fmt.Sprintf(`state_dir: ./data
+http:
+  listen: %s
+log:
+  level: debug
+  format: json
+llm:
+  provider: openai
+  model: test-model
+  base_url: %s
+  api_key: sk-test
+  max_retries: 0
+channels:
+%s`, addr, oaiURL, channelsYAML)
+	if err := os.WriteFile(filepath.Join(root, "gateway.yaml"), []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startChild starts the gateway and waits until /readyz answers 200.
+func startChild(t *testing.T, root, addr string) *child {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &child{t: t, root: root, addr: addr, log: &channeltest.LogBuffer{}, done: make(chan struct{})}
+	c.cmd = exec.Command(exe, "run", "--config", "gateway.yaml")
+	c.cmd.Dir = root
+	c.cmd.Env = []string{childEnv + "=1", "PATH=" + os.Getenv("PATH"), "HOME=" + root}
+	c.cmd.Stdout, c.cmd.Stderr = c.log, c.log
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = c.cmd.Wait(); close(c.done) }()
+	t.Cleanup(c.kill)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if resp, err := http.Get("http://" + addr + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return c
+			}
+		}
+		select {
+		case <-c.done:
+			t.Fatalf("the gateway exited before it was ready; log:\n%s", c.log)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the gateway was not ready within 20s; log:\n%s", c.log)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+// kill ends the process with SIGKILL: no shutdown code runs.
+func (c *child) kill() {
+	select {
+	case <-c.done:
+		return
+	default:
+	}
+	_ = c.cmd.Process.Kill()
+	<-c.done
+}
+
+// stop ends the process with SIGTERM and waits for a clean exit.
+func (c *child) stop() {
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.done:
+	case <-time.After(30 * time.Second):
+		c.t.Errorf("the gateway did not stop within 30s; log:\n%s", c.log)
+		c.kill()
+	}
+}
+
+// waitFor polls cond for up to 20s.
+func waitFor(t *testing.T, what string, cond func() bool, log fmt.Stringer) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 20s; log:\n%s", what, log)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// quiet gives a wrong second answer or model call time to show up.
+func quiet() { time.Sleep(1500 * time.Millisecond) }
+
+// platform is what a test does with one fake platform.
+type platform struct {
+	name   string
+	config func(addr string) string // the channels: section; addr is the gateway's http.listen
+	send   func(text string)        // a user's message
+	resend func()                   // the platform delivers the last message again (same ids)
+	answer func() []string          // the bot's answers so far
+	acked  func() bool              // the platform saw everything it sent acknowledged (nil: no such notion)
+	fake   func() fmt.Stringer      // for failure messages
+}
+
+const (
+	tgChat     = 4242
+	dcUser     = "91000000000000001"
+	dcChannel  = "92000000000000001"
+	slackUser  = "U0000USER"
+	slackDM    = "D0000DM01"
+	slackGroup = "C0000CHAN"
+)
+
+func telegramPlatform(t *testing.T) platform {
+	tg := telegramtest.NewServer(t)
+	var lastMsg int
+	return platform{
+		name: "telegram",
+		config: func(string) string {
+			return fmt.Sprintf("  telegram:\n    enabled: true\n    token: %q\n    api_url: %s\n    allow_from: [%q]\n",
+				telegramtest.Token, tg.URL, fmt.Sprint(telegramtest.UserID))
+		},
+		send: func(text string) { _, lastMsg = tg.Send(telegramtest.Update{ChatID: tgChat, Text: text}) },
+		// A polling bot gets an update again when its offset did not reach Telegram: the
+		// same message, as a new update (telegramtest.Redeliver's doc).
+		resend: func() { tg.Send(telegramtest.Update{ChatID: tgChat, MessageID: lastMsg, Text: "again"}) },
+		acked:  func() bool { return tg.Pending() == 0 }, // the offset moved past every update
+		answer: func() []string {
+			var out []string
+			for _, m := range tg.Messages(tgChat) {
+				out = append(out, m.Text)
+			}
+			return out
+		},
+	}
+}
+
+func discordPlatform(t *testing.T) platform {
+	dc := discordtest.New(t)
+	var last string
+	return platform{
+		name: "discord",
+		config: func(string) string {
+			return fmt.Sprintf("  discord:\n    enabled: true\n    token: %q\n    api_url: %s\n    allow_from: [%q]\n",
+				dc.Bot().Token, dc.URL, dcUser)
+		},
+		send:   func(text string) { last = dc.InjectDM(dcChannel, dcUser, text) },
+		resend: func() { dc.Inject(discordtest.Incoming{ID: last}) },
+		answer: func() []string {
+			var out []string
+			for _, m := range dc.PostedBy(dc.Bot().ID, dcChannel) {
+				out = append(out, m.Content)
+			}
+			return out
+		},
+	}
+}
+
+// telegramWebhookPlatform is Telegram in webhook mode: there a redelivery carries the same
+// update_id (Telegram posts an update again when it did not see a 2xx).
+func telegramWebhookPlatform(t *testing.T) platform {
+	tg := telegramtest.NewServer(t)
+	var lastUpdate int64
+	return platform{
+		name: "telegram-webhook",
+		config: func(addr string) string {
+			return fmt.Sprintf("  telegram:\n    enabled: true\n    mode: webhook\n    token: %q\n    api_url: %s\n    webhook_url: http://%s/telegram/webhook\n    webhook_secret: hook-secret-0123456789\n    allow_from: [%q]\n",
+				telegramtest.Token, tg.URL, addr, fmt.Sprint(telegramtest.UserID))
+		},
+		send:   func(text string) { lastUpdate, _ = tg.Send(telegramtest.Update{ChatID: tgChat, Text: text}) },
+		resend: func() { tg.Redeliver(lastUpdate) },
+		acked:  func() bool { return tg.Pending() == 0 }, // answered 200
+		answer: func() []string {
+			var out []string
+			for _, m := range tg.Messages(tgChat) {
+				out = append(out, m.Text)
+			}
+			return out
+		},
+	}
+}
+
+func slackPlatform(t *testing.T, sl *slacktest.Server) platform {
+	var last string
+	return platform{
+		name: "slack",
+		config: func(string) string {
+			return fmt.Sprintf("  slack:\n    enabled: true\n    bot_token: %q\n    app_token: %q\n    api_url: %s\n    allow_from: [%q]\n",
+				slacktest.BotToken, slacktest.AppToken, sl.APIURL(), slackUser)
+		},
+		send:   func(text string) { last = sl.DM(slackDM, slackUser, text) },
+		resend: func() { sl.Redeliver(slackDM, last) },
+		acked: func() bool {
+			for _, e := range sl.Envelopes() {
+				if !e.Acked {
+					return false
+				}
+			}
+			return true
+		},
+		answer: func() []string {
+			var out []string
+			for _, p := range sl.Posted(slackDM) {
+				out = append(out, p.Text)
+			}
+			return out
+		},
+	}
+}
+
+func platforms(t *testing.T) []func(*testing.T) platform {
+	return []func(*testing.T) platform{
+		telegramPlatform,
+		telegramWebhookPlatform,
+		discordPlatform,
+		func(t *testing.T) platform { return slackPlatform(t, slacktest.New(t)) },
+	}
+}
+
+func newRoot(t *testing.T, oai *slowModel, p platform, extra ...string) (root, addr string) {
+	root, addr = t.TempDir(), freePort(t)
+	writeChildConfig(t, root, addr, oai.URL(), p.config(addr)+strings.Join(extra, ""))
+	return root, addr
+}
+
+// A SIGKILL during a slow model call, then a restart on the same state_dir: the message is
+// answered, once, with one model call after the restart.
+func TestKillDuringModelCallIsAnsweredOnceAfterRestart(t *testing.T) {
+	for _, mk := range platforms(t) {
+		p := mk(t)
+		t.Run(p.name, func(t *testing.T) {
+			oai := newSlowModel(t, 1)
+			root, addr := newRoot(t, oai, p)
+			g := startChild(t, root, addr)
+			p.send("hello there")
+			waitFor(t, "the model is called", func() bool { return oai.calls() == 1 }, g.log)
+			g.kill()
+			if got := p.answer(); len(got) != 0 {
+				t.Fatalf("answered before the kill: %q", got)
+			}
+
+			g = startChild(t, root, addr)
+			waitFor(t, "the message is answered after the restart", func() bool { return len(p.answer()) > 0 }, g.log)
+			quiet()
+			if got := p.answer(); len(got) != 1 || !strings.Contains(got[0], "answer 2") {
+				t.Fatalf("answers after restart = %q; want one, \"answer 2\"; log:\n%s", got, g.log)
+			}
+			if n := oai.calls(); n != 2 {
+				t.Fatalf("model calls = %d; want the killed one and one after the restart", n)
+			}
+			if u := lastUser(oai.Requests()[1]); u != "hello there" {
+				t.Fatalf("after the restart the model was asked %q", u)
+			}
+			g.stop()
+		})
+	}
+}
+
+// A SIGKILL after the answer was delivered: the restarted gateway does not answer again,
+// and the platform delivering the same message again (same ids) is dropped.
+func TestAnsweredThenKilledIsNotAnsweredAgainAndRedeliveryIsDropped(t *testing.T) {
+	for _, mk := range platforms(t) {
+		p := mk(t)
+		t.Run(p.name, func(t *testing.T) {
+			oai := newSlowModel(t)
+			root, addr := newRoot(t, oai, p)
+			g := startChild(t, root, addr)
+			p.send("hello there")
+			waitFor(t, "answered", func() bool { return len(p.answer()) == 1 }, g.log)
+			// The journal lets go once done reached the platform.
+			waitFor(t, "settled", func() bool { return strings.Contains(g.log.String(), "message settled") }, g.log)
+			g.kill()
+
+			g = startChild(t, root, addr)
+			quiet()
+			if got, n := p.answer(), oai.calls(); len(got) != 1 || n != 1 {
+				t.Fatalf("after the restart: answers %q, model calls %d; want the one from before only", got, n)
+			}
+			if p.name == "discord" {
+				// Discord never redelivers; a resumed session's replay is the adapter's dedup.
+				g.stop()
+				return
+			}
+			p.resend()
+			quiet()
+			if got, n := p.answer(), oai.calls(); len(got) != 1 || n != 1 {
+				t.Fatalf("after a redelivery: answers %q, model calls %d; want it dropped; log:\n%s", got, n, g.log)
+			}
+			if !strings.Contains(g.log.String(), "dropped a message accepted before") {
+				t.Fatalf("the redelivery was not dropped by the dedup window; log:\n%s", g.log)
+			}
+			// Dropped, yet acknowledged: the platform stops sending it.
+			waitFor(t, "the redelivery is acknowledged", p.acked, g.log)
+			g.stop()
+		})
+	}
+}
+
+// A Slack thread the bot answered in is still followed without a mention after a restart.
+func TestSlackThreadFollowedAfterRestart(t *testing.T) {
+	sl := slacktest.New(t)
+	p := slackPlatform(t, sl)
+	oai := newSlowModel(t)
+	root, addr := newRoot(t, oai, p)
+	g := startChild(t, root, addr)
+	ts := sl.ChannelMessage(slackGroup, slackUser, "hello all", true)
+	waitFor(t, "answered in the thread", func() bool {
+		for _, m := range sl.Posted(slackGroup) {
+			if m.ThreadTS == ts {
+				return true
+			}
+		}
+		return false
+	}, g.log)
+	waitFor(t, "settled", func() bool { return strings.Contains(g.log.String(), "message settled") }, g.log)
+	g.kill()
+
+	g = startChild(t, root, addr)
+	sl.ThreadReply(slackGroup, ts, slackUser, "and one more thing", false)
+	waitFor(t, "the reply without a mention is answered", func() bool { return oai.calls() == 2 }, g.log)
+	if u := lastUser(oai.Requests()[1]); !strings.Contains(u, "and one more thing") {
+		t.Fatalf("the model was asked %q", u)
+	}
+	waitFor(t, "the second answer is in the thread", func() bool {
+		n := 0
+		for _, m := range sl.Posted(slackGroup) {
+			if m.ThreadTS == ts {
+				n++
+			}
+		}
+		return n == 2
+	}, g.log)
+	g.stop()
+}
+
+// /voice off is a per-chat setting: it survives a restart of the process.
+func TestVoiceOffSurvivesRestart(t *testing.T) {
+	p := telegramPlatform(t)
+	oai := newSlowModel(t)
+	// Voice replies need a speech program: one that writes nothing is enough here.
+	root, addr := newRoot(t, oai, p, "tts:\n  mode: inbound\n  provider: command\n  command: [\"true\", \"{output}\", \"{text}\"]\n")
+	g := startChild(t, root, addr)
+	p.send("/voice off")
+	waitFor(t, "the command is answered", func() bool { return len(p.answer()) == 1 }, g.log)
+	g.stop()
+
+	g = startChild(t, root, addr)
+	p.send("/voice")
+	waitFor(t, "the command is answered", func() bool { return len(p.answer()) == 2 }, g.log)
+	if got := p.answer()[1]; !strings.Contains(strings.ToLower(got), "off") {
+		t.Fatalf("/voice after the restart says %q; want off", got)
+	}
+	g.stop()
+}
+
+// A truncated state file: the gateway warns in plain words, moves it aside, starts with
+// empty state and serves.
+func TestTruncatedStateFileStartsFresh(t *testing.T) {
+	p := telegramPlatform(t)
+	oai := newSlowModel(t)
+	root, addr := newRoot(t, oai, p)
+	g := startChild(t, root, addr)
+	p.send("first")
+	waitFor(t, "answered", func() bool { return len(p.answer()) == 1 }, g.log)
+	g.stop()
+
+	path := filepath.Join(root, "data", state.FileName)
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(path, fi.Size()/3); err != nil {
+		t.Fatal(err)
+	}
+	g = startChild(t, root, addr)
+	if !strings.Contains(g.log.String(), "the state file could not be read and was moved aside") {
+		t.Fatalf("no plain warning about the state file; log:\n%s", g.log)
+	}
+	aside, _ := filepath.Glob(path + ".broken-*")
+	if len(aside) != 1 {
+		t.Fatalf("the broken file was not kept aside: %v", aside)
+	}
+	p.send("second")
+	waitFor(t, "answered on fresh state", func() bool { return len(p.answer()) == 2 }, g.log)
+	g.stop()
+}

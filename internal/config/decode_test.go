@@ -1,0 +1,79 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+type inner struct {
+	Token   string        `mapstructure:"token"`
+	Timeout time.Duration `mapstructure:"timeout"`
+}
+
+type embedded struct {
+	AllowFrom []string `yaml:"allow_from"`
+}
+
+type sample struct {
+	Name     string `yaml:"name"`
+	Count    int    `yaml:"count"`
+	On       bool   `yaml:"on"`
+	Inner    inner  `mapstructure:"inner"`
+	embedded `mapstructure:",squash"`
+	Old      bool `yaml:"old"`
+}
+
+func TestDecodeKeepsDefaultsAndExpands(t *testing.T) {
+	s := sample{Name: "default", Count: 7, Inner: inner{Timeout: time.Minute}}
+	env := map[string]string{"TOKEN": "t0k"}
+	_, errs := DecodeBytes([]byte("inner:\n  token: \"a-${TOKEN}\"\nallow_from: [1, \"2\"]\non: true\n"), &s,
+		Options{File: "f.yaml", Getenv: func(k string) string { return env[k] }})
+	if errs != nil {
+		t.Fatal(errs)
+	}
+	if s.Name != "default" || s.Count != 7 || s.Inner.Timeout != time.Minute || s.Inner.Token != "a-t0k" || !s.On ||
+		strings.Join(s.AllowFrom, ",") != "1,2" {
+		t.Fatalf("decoded %+v", s)
+	}
+}
+
+func TestDecodeErrorsCarryFileLineAndKey(t *testing.T) {
+	var s sample
+	_, errs := DecodeBytes([]byte("name: x\ninner:\n  tokn: a\n  timeout: soon\ncount: many\nallow_from: [\"${NOPE}\"]\nold: true\nname: y\n"), &s,
+		Options{File: "f.yaml", Getenv: func(string) string { return "" }, Moved: map[string]string{"old": "inner.new"}})
+	got := errs.Error()
+	for _, want := range []string{
+		"f.yaml:3: inner.tokn: unknown key (known: token, timeout)",
+		`f.yaml:4: inner.timeout: "soon" is not a duration`,
+		`f.yaml:5: count: expected a whole number, got "many"`,
+		"f.yaml:6: allow_from[0]: environment variable NOPE is not set",
+		"f.yaml:7: old: this key moved: write it as inner.new",
+		"f.yaml:8: name: given twice",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("errors lack %q:\n%s", want, got)
+		}
+	}
+	if len(errs) != 6 {
+		t.Errorf("%d errors; want 6:\n%s", len(errs), got)
+	}
+	for _, e := range errs {
+		if (e.Var != "") != strings.Contains(e.Msg, "environment variable") {
+			t.Errorf("Var %q on %q", e.Var, e)
+		}
+	}
+}
+
+func TestAtFindsTheLineOfAKey(t *testing.T) {
+	root, err := Parse("f.yaml", []byte("a:\n  b:\n    - x\n    - y\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := At("f.yaml", root, "a.b[1]", "bad"); e.Error() != "f.yaml:4: a.b[1]: bad" {
+		t.Errorf("At = %q", e)
+	}
+	if e := At("f.yaml", root, "a.c", "missing"); e.Line != 2 {
+		t.Errorf("At a key the file lacks: line %d; want 2, where its parent's value starts", e.Line)
+	}
+}
