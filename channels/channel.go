@@ -67,3 +67,9 @@ type Command struct {
 type CommandMenu interface {
 	SetCommands(ctx context.Context, cmds []Command) error
 }
+
+// ChatCommandMenu is implemented by adapters whose menu can differ per chat (Telegram's
+// command scopes): the gateway sets it for chats bound to a profile with commands of its own.
+type ChatCommandMenu interface {
+	SetChatCommands(ctx context.Context, chatID string, cmds []Command) error
+}

@@ -43,8 +43,11 @@ func NewCommandRegistry() *hooks.Registry {
 
 // menuCommands are the commands platforms offer natively: every profile's builtins and
 // hooks' commands (a profile's own hook commands still work when typed), aliases left out.
-func menuCommands(reg *hooks.Registry) []channels.Command {
-	cmds := reg.Commands("")
+func menuCommands(reg *hooks.Registry) []channels.Command { return menuCommandsFor(reg, "") }
+
+// menuCommandsFor are the commands a chat of the profile has, for its native menu.
+func menuCommandsFor(reg *hooks.Registry, profile string) []channels.Command {
+	cmds := reg.Commands(profile)
 	if reg == nil {
 		cmds = BuiltinCommands()
 	}
@@ -65,6 +68,17 @@ func menuCommands(reg *hooks.Registry) []channels.Command {
 	return out
 }
 
+// menuSignature sums up every menu a runtime offers, to tell whether a reload changed one.
+func menuSignature(rt *Runtime) string {
+	sig := fmt.Sprint(menuCommands(rt.Commands))
+	if rt.Profiles != nil {
+		for _, b := range rt.Profiles.Bindings() {
+			sig += fmt.Sprint(b.Match, menuCommandsFor(rt.Commands, b.Profile))
+		}
+	}
+	return sig
+}
+
 // pushCommands gives every adapter with a native command menu the runtime's commands. A
 // failure is logged: typed commands still work.
 func (g *Gateway) pushCommands(ctx context.Context, rt *Runtime) {
@@ -79,6 +93,26 @@ func (g *Gateway) pushCommands(ctx context.Context, rt *Runtime) {
 			g.log.Warn("cannot update the platform's command menu; typed commands still work", "channel", ch.Name(), "err", err)
 		}
 		cancel()
+		cm, ok := ch.(channels.ChatCommandMenu)
+		if !ok || rt.Profiles == nil {
+			continue
+		}
+		// A chat bound to a profile whose hooks add commands gets its own menu.
+		for _, b := range rt.Profiles.Bindings() {
+			mt := b.Match
+			if mt.Channel != ch.Name() || mt.Chat == "" || mt.Thread != "" || mt.User != "" {
+				continue
+			}
+			own := menuCommandsFor(rt.Commands, b.Profile)
+			if slices.Equal(own, cmds) {
+				continue
+			}
+			cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			if err := cm.SetChatCommands(cctx, mt.Chat, own); err != nil {
+				g.log.Warn("cannot set a chat's command menu; typed commands still work", "channel", ch.Name(), "chat", mt.Chat, "err", err)
+			}
+			cancel()
+		}
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -228,7 +227,7 @@ func (g *Gateway) Swap(rt *Runtime) {
 	g.stateMu.Lock()
 	started := g.started && !g.stopped
 	g.stateMu.Unlock()
-	if started && (old == nil || !slices.Equal(menuCommands(old.Commands), menuCommands(rt.Commands))) {
+	if started && (old == nil || menuSignature(old) != menuSignature(rt)) {
 		g.pushCommands(g.ctx, rt) // the platforms' menus follow the new command list
 	}
 }

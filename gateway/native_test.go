@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -15,7 +17,9 @@ import (
 	"gateway/channels/slack/slacktest"
 	"gateway/channels/telegram"
 	"gateway/channels/telegram/telegramtest"
+	"gateway/hooks"
 	"gateway/internal/secret"
+	"gateway/profiles"
 )
 
 // Telegram's command menu is the registry (builtins and a hook's /pop), set through the
@@ -130,5 +134,53 @@ func TestSlackSlashCommandReachesHookCommand(t *testing.T) {
 	}
 	if len(e.fake.Requests()) != 0 {
 		t.Fatal("/pop reached the model")
+	}
+}
+
+// A chat bound to a profile whose hooks add a command gets its own Telegram menu (scope
+// chat); the others keep the common one.
+func TestTelegramMenuPerBoundChat(t *testing.T) {
+	needPython(t)
+	root := t.TempDir()
+	pdir := filepath.Join(root, "profiles", "stacker")
+	if err := os.MkdirAll(pdir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.CopyFS(filepath.Join(pdir, "hooks"), os.DirFS(exampleHook(t, "pop"))); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(pdir, "profile.yaml"), []byte("description: stacks\n"), 0o644)
+	set, err := profiles.Load(profiles.Config{Dir: filepath.Join(root, "profiles")},
+		[]profiles.Binding{{Profile: "stacker", Match: profiles.Match{Channel: "telegram", Chat: "4242"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tg := telegramtest.NewServer(t)
+	ch, err := telegram.New(telegram.Config{Enabled: true, Token: secret.Secret(tg.Token), APIURL: tg.URL, Mode: telegram.ModePolling,
+		Access: channels.Access{AllowFrom: []string{"4242"}, DMPolicy: channels.DMAllowlist}}, telegram.Options{StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	newEnvWith(t, t.TempDir(), []channels.Channel{ch}, func(c *Config, rt *Runtime, d *Deps) {
+		rt.Profiles = set
+		rt.Commands = NewCommandRegistry()
+		hd := hooks.LoadDir(rt.Bus, filepath.Join(pdir, "hooks"), hooks.DirOptions{Registry: rt.Commands, Profile: "stacker"})
+		if errs := hd.Errors(); len(errs) > 0 {
+			t.Fatal(errs)
+		}
+		t.Cleanup(hd.Close)
+	})
+	names := func(cmds []models.BotCommand) string {
+		var n []string
+		for _, c := range cmds {
+			n = append(n, c.Command)
+		}
+		return strings.Join(n, ",")
+	}
+	if got := names(tg.Commands()); got != "new,stop,compact,status,voice,help" {
+		t.Fatalf("common menu %q", got)
+	}
+	if got := names(tg.ChatCommands("4242")); got != "new,stop,compact,status,voice,help,pop" {
+		t.Fatalf("chat 4242's menu %q", got)
 	}
 }

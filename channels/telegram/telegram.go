@@ -221,6 +221,15 @@ func Commands() []models.BotCommand {
 // SetCommands replaces the command menu with cmds (the gateway's registry: builtins and
 // hooks' commands).
 func (c *Channel) SetCommands(ctx context.Context, cmds []channels.Command) error {
+	return c.setCommands(ctx, nil, cmds)
+}
+
+// SetChatCommands gives one chat its own menu (scope chat).
+func (c *Channel) SetChatCommands(ctx context.Context, chatID string, cmds []channels.Command) error {
+	return c.setCommands(ctx, &models.BotCommandScopeChat{ChatID: chatID}, cmds)
+}
+
+func (c *Channel) setCommands(ctx context.Context, scope models.BotCommandScope, cmds []channels.Command) error {
 	list := make([]models.BotCommand, 0, len(cmds))
 	for _, cmd := range cmds {
 		d := strings.TrimSpace(cmd.Description)
@@ -235,7 +244,7 @@ func (c *Channel) SetCommands(ctx context.Context, cmds []channels.Command) erro
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	return c.calls.Do(ctx, "", func(ctx context.Context) error {
-		_, err := c.api.SetMyCommands(ctx, &bot.SetMyCommandsParams{Commands: list})
+		_, err := c.api.SetMyCommands(ctx, &bot.SetMyCommandsParams{Commands: list, Scope: scope})
 		return err
 	})
 }
