@@ -53,3 +53,23 @@ type HTTPChannel interface {
 
 // ErrNotAccepted is returned by Sink.Deliver when the gateway cannot take the message now.
 var ErrNotAccepted = errors.New("message not accepted")
+
+// Command is a slash command offered in a platform's native command menu.
+type Command struct {
+	Name        string // without the slash: "pop"
+	Description string
+}
+
+// CommandMenu is implemented by adapters that offer the gateway's commands natively
+// (Telegram's command menu, Discord's application commands). The gateway calls
+// SetCommands after Start and again when a reload changed the list; the commands still
+// work when typed, so a failure only leaves the menu out of date.
+type CommandMenu interface {
+	SetCommands(ctx context.Context, cmds []Command) error
+}
+
+// ChatCommandMenu is implemented by adapters whose menu can differ per chat (Telegram's
+// command scopes): the gateway sets it for chats bound to a profile with commands of its own.
+type ChatCommandMenu interface {
+	SetChatCommands(ctx context.Context, chatID string, cmds []Command) error
+}

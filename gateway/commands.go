@@ -2,10 +2,13 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"gateway/channels"
 	"gateway/harness"
@@ -13,13 +16,127 @@ import (
 	"gateway/profiles"
 )
 
-const helpText = `Commands:
-/new — start a new conversation (forget the history)
-/stop — stop the answer in progress and drop queued messages
-/compact [instructions] — summarise the older part of the conversation to make room
-/status — show this chat's profile, model, context use and queue
-/voice on|off|auto — answer with voice notes always, never, or when you speak (auto)
-/help — this list`
+// BuiltinCommands are the gateway's own commands, in /help's order. A hook command may not
+// take one of these names.
+func BuiltinCommands() []hooks.RegisteredCommand {
+	return []hooks.RegisteredCommand{
+		{Name: "new", Description: "start a new conversation (forget the history)"},
+		{Name: "stop", Description: "stop the answer in progress and drop queued messages"},
+		{Name: "compact", Description: "[instructions] summarise the older part of the conversation to make room"},
+		{Name: "status", Description: "show this chat's profile, model, context use and queue"},
+		{Name: "voice", Description: "on|off|auto answer with voice notes always, never, or when you speak (auto)"},
+		{Name: "help", Description: "this list"},
+	}
+}
+
+// reservedCommands are aliases of builtins, also refused to hooks.
+var reservedCommands = []hooks.RegisteredCommand{
+	{Name: "start", Description: "alias of /help"},
+	{Name: "reset", Description: "alias of /new"},
+}
+
+// NewCommandRegistry returns a registry holding the builtin commands (and their aliases),
+// for hook directories to declare theirs in.
+func NewCommandRegistry() *hooks.Registry {
+	return hooks.NewRegistry(append(BuiltinCommands(), reservedCommands...))
+}
+
+// menuCommands are the commands platforms offer natively: every profile's builtins and
+// hooks' commands (a profile's own hook commands still work when typed), aliases left out.
+func menuCommands(reg *hooks.Registry) []channels.Command { return menuCommandsFor(reg, "") }
+
+// menuCommandsFor are the commands a chat of the profile has, for its native menu.
+func menuCommandsFor(reg *hooks.Registry, profile string) []channels.Command {
+	cmds := reg.Commands(profile)
+	if reg == nil {
+		cmds = BuiltinCommands()
+	}
+	var out []channels.Command
+	for _, c := range cmds {
+		if c.Run == nil && slices.ContainsFunc(reservedCommands, func(r hooks.RegisteredCommand) bool { return r.Name == c.Name }) {
+			continue
+		}
+		d := c.Description
+		if args, rest, ok := strings.Cut(d, " "); ok && c.Run == nil && (strings.HasPrefix(args, "[") || strings.Contains(args, "|")) {
+			d = rest
+		}
+		if d != "" {
+			d = strings.ToUpper(d[:1]) + d[1:]
+		}
+		out = append(out, channels.Command{Name: c.Name, Description: d})
+	}
+	return out
+}
+
+// menuSignature sums up every menu a runtime offers, to tell whether a reload changed one.
+func menuSignature(rt *Runtime) string {
+	sig := fmt.Sprint(menuCommands(rt.Commands))
+	if rt.Profiles != nil {
+		for _, b := range rt.Profiles.Bindings() {
+			sig += fmt.Sprint(b.Match, menuCommandsFor(rt.Commands, b.Profile))
+		}
+	}
+	return sig
+}
+
+// pushCommands gives every adapter with a native command menu the runtime's commands. A
+// failure is logged: typed commands still work.
+func (g *Gateway) pushCommands(ctx context.Context, rt *Runtime) {
+	cmds := menuCommands(rt.Commands)
+	for _, ch := range g.channels {
+		m, ok := ch.(channels.CommandMenu)
+		if !ok {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		if err := m.SetCommands(cctx, cmds); err != nil {
+			g.log.Warn("cannot update the platform's command menu; typed commands still work", "channel", ch.Name(), "err", err)
+		}
+		cancel()
+		cm, ok := ch.(channels.ChatCommandMenu)
+		if !ok || rt.Profiles == nil {
+			continue
+		}
+		// A chat bound to a profile whose hooks add commands gets its own menu.
+		for _, b := range rt.Profiles.Bindings() {
+			mt := b.Match
+			if mt.Channel != ch.Name() || mt.Chat == "" || mt.Thread != "" || mt.User != "" {
+				continue
+			}
+			own := menuCommandsFor(rt.Commands, b.Profile)
+			if slices.Equal(own, cmds) {
+				continue
+			}
+			cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			if err := cm.SetChatCommands(cctx, mt.Chat, own); err != nil {
+				g.log.Warn("cannot set a chat's command menu; typed commands still work", "channel", ch.Name(), "chat", mt.Chat, "err", err)
+			}
+			cancel()
+		}
+	}
+}
+
+// helpText lists the commands a chat of the profile can use: builtins, then hooks'.
+func helpText(reg *hooks.Registry, profile string) string {
+	cmds := reg.Commands(profile)
+	if reg == nil {
+		cmds = BuiltinCommands()
+	}
+	var b strings.Builder
+	b.WriteString("Commands:")
+	for _, c := range cmds {
+		if slices.ContainsFunc(reservedCommands, func(r hooks.RegisteredCommand) bool { return r.Name == c.Name && c.Run == nil }) {
+			continue
+		}
+		d := c.Description
+		if args, rest, ok := strings.Cut(d, " "); ok && c.Run == nil && (strings.HasPrefix(args, "[") || strings.Contains(args, "|")) {
+			fmt.Fprintf(&b, "\n/%s %s — %s", c.Name, args, rest)
+			continue
+		}
+		fmt.Fprintf(&b, "\n/%s — %s", c.Name, d)
+	}
+	return b.String()
+}
 
 // parseCommand recognises "/cmd arg" and "/cmd@botname arg".
 func parseCommand(text string) (cmd, arg string, ok bool) {
@@ -40,7 +157,7 @@ func (s *session) command(cmd, arg string, msg *channels.Message, rt *Runtime, p
 	reply := func(text string) { g.notify(g.ctx, rt.Bus, target, text) }
 	switch cmd {
 	case "help", "start":
-		reply(helpText)
+		reply(helpText(rt.Commands, prof.Name))
 	case "stop":
 		dropped := len(s.pending)
 		s.dropPending()
@@ -133,9 +250,68 @@ func (s *session) command(cmd, arg string, msg *channels.Message, rt *Runtime, p
 		}
 		reply("Voice replies: " + voiceLabel(s.ttsMode, prof.TTSMode))
 	default:
-		return false
+		hc, ok := rt.Commands.Command(cmd, prof.Name)
+		if !ok || hc.Run == nil {
+			return false
+		}
+		// A hook command reads and may change the session's entries, and may prompt the
+		// model: it takes its place in the chat's queue, like /compact.
+		release := func() {}
+		if rt.enter() {
+			release = rt.leave
+		}
+		s.dispatch(&turnReq{prompt: arg, profile: prof, info: info, target: target, hookCmd: &hc, rt: rt, release: release}, QueueFollowup)
 	}
 	return true
+}
+
+// commandTurn runs a hook command: the hook gets the session's entries and answers with
+// text (sent without the model), entries (appended) and/or a prompt. It returns the
+// prompt for the agent, "" when the command was answered.
+func (s *session) commandTurn(ctx context.Context, d *deliverer, req *turnReq, agent *harness.Session) (prompt string) {
+	entries, err := agent.Entries()
+	if err != nil {
+		s.g.log.Warn("command: cannot read the session", "session", s.key, "err", err)
+	}
+	if entries == nil {
+		entries = []json.RawMessage{}
+	}
+	args := strings.Fields(req.prompt)
+	if args == nil {
+		args = []string{}
+	}
+	ev := &hooks.Command{Session: req.info, Name: req.hookCmd.Name, Args: args, ArgsRaw: req.prompt, Entries: entries}
+	res, err := req.hookCmd.Run(ctx, ev)
+	if err != nil {
+		s.g.log.Warn("hook command failed", "session", s.key, "command", req.hookCmd.Name, "source", req.hookCmd.Source, "err", err)
+		req.rt.Bus.Emit(d.ctx, &hooks.GatewayError{Session: req.info, Stage: "turn", Error: fmt.Sprintf("command /%s (%s): %v", req.hookCmd.Name, req.hookCmd.Source, err)})
+		defer d.settle()()
+		if ctx.Err() != nil {
+			d.finishCancelled(ctx, "")
+		} else {
+			d.fail("turn", fmt.Sprintf("The command /%s failed.", req.hookCmd.Name))
+		}
+		return ""
+	}
+	if err := agent.AppendEntries(res.Entries); err != nil {
+		s.g.log.Error("command: cannot save its entries", "session", s.key, "command", req.hookCmd.Name, "err", err)
+		defer d.settle()()
+		d.fail("turn", fmt.Sprintf("The command /%s could not save its result: %v", req.hookCmd.Name, err))
+		return ""
+	}
+	if res.Prompt != "" {
+		if res.Text != "" {
+			d.send(channels.Frame{Type: channels.FrameStatus, Text: res.Text})
+		}
+		return res.Prompt
+	}
+	text := res.Text
+	if text == "" {
+		text = "Done."
+	}
+	defer d.settle()()
+	d.send(channels.Frame{Type: channels.FrameDone, Text: text})
+	return ""
 }
 
 func voiceLabel(chat, profile string) string {

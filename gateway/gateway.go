@@ -26,6 +26,11 @@ type Runtime struct {
 	LLM      harness.Config
 	// VoiceReplies tells whether a text-to-speech hook is configured, so /voice can say so.
 	VoiceReplies bool
+	// Commands holds the builtin commands and those the hooks declare, and the hooks'
+	// tools (nil: builtins only).
+	Commands *hooks.Registry
+	// MCPTools returns the MCP servers' tools a chat of the profile gets (nil: none).
+	MCPTools func(profile string) []harness.Tool
 	// Tools builds the tools a profile enables (nil: no tools).
 	Tools func(names []string) ([]harness.Tool, error)
 	// Close releases what the runtime loaded (hook scopes); called after it is replaced
@@ -215,8 +220,15 @@ func (g *Gateway) Runtime() *Runtime { return g.rt.Load() }
 // Swap installs a new runtime (a reload). Turns already running finish with the old one,
 // whose Close runs once the last of them has ended.
 func (g *Gateway) Swap(rt *Runtime) {
-	if old := g.rt.Swap(rt); old != nil && old != rt {
+	old := g.rt.Swap(rt)
+	if old != nil && old != rt {
 		old.retire()
+	}
+	g.stateMu.Lock()
+	started := g.started && !g.stopped
+	g.stateMu.Unlock()
+	if started && (old == nil || menuSignature(old) != menuSignature(rt)) {
+		g.pushCommands(g.ctx, rt) // the platforms' menus follow the new command list
 	}
 }
 
@@ -278,6 +290,7 @@ func (g *Gateway) Start(ctx context.Context) error {
 		// Start must leave the journal as it was.
 		g.openGate(ch.Name())
 	}
+	g.pushCommands(ctx, g.Runtime())
 	g.log.Info("gateway started", "channels", names)
 	// Through the lifecycle queue, so it comes after the channels' channel:connect.
 	g.lifecycle.do(context.Background(), func(ctx context.Context) {
@@ -518,7 +531,7 @@ func (g *Gateway) removeSession(s *session) bool {
 	if s.closed {
 		return true
 	}
-	if len(s.mailbox) > 0 {
+	if len(s.mailbox) > 0 || len(s.ctl) > 0 {
 		return false
 	}
 	s.closed = true

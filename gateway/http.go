@@ -46,6 +46,7 @@ func (g *Gateway) Handler(opts HTTPOptions) http.Handler {
 			writeJSON(w, http.StatusOK, map[string]any{"status": "reloaded"})
 		}))
 	}
+	g.apiRoutes(mux, opts)
 	g.Routes(mux)
 	return mux
 }

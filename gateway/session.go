@@ -22,6 +22,7 @@ type session struct {
 	key string
 
 	mailbox chan *channels.Message // bounded: Deliver never blocks on a busy chat
+	ctl     chan func(*session)    // work of the admin API, run on the actor (bounded)
 	evict   chan struct{}          // closed by the gateway to make room (only when idle)
 	closed  bool                   // guarded by g.mu
 	idle    atomic.Bool            // nothing running or queued
@@ -34,6 +35,9 @@ type session struct {
 	agentRT      *Runtime
 	agentProfile *profiles.Profile
 	ttsMode      string // the chat's /voice choice; "" follows the profile/config
+	// nextTurn are messages injected for the next turn (deliver_as next_turn): they go
+	// before its prompt.
+	nextTurn []string
 }
 
 // turnReq is one turn to run: the prompt and where to answer.
@@ -46,7 +50,9 @@ type turnReq struct {
 	target  channels.Target
 	// rt is the runtime the message was taken with (its profile came from it): the turn
 	// runs with it. It is held until release, called once the turn ended or was dropped.
-	compact bool     // /compact: prompt holds its instructions (see compactTurn)
+	compact bool // /compact: prompt holds its instructions (see compactTurn)
+	// hookCmd is a hook's command: prompt holds its arguments (see commandTurn).
+	hookCmd *hooks.RegisteredCommand
 	seqs    []uint64 // the journaled messages it answers
 	rt      *Runtime
 	release func()
@@ -93,6 +99,7 @@ func newSession(g *Gateway, key string) *session {
 		g:        g,
 		key:      key,
 		mailbox:  make(chan *channels.Message, g.cfg.QueueSize),
+		ctl:      make(chan func(*session), 16),
 		evict:    make(chan struct{}),
 		turnDone: make(chan turnOutcome, 1),
 	}
@@ -114,8 +121,12 @@ func (s *session) loop() {
 	defer idle.Stop()
 	draining := s.g.draining // set to nil once Stop began: serve what is queued, then exit
 	for {
-		s.idle.Store(s.running == nil && len(s.pending) == 0 && len(s.mailbox) == 0)
+		s.idle.Store(s.running == nil && len(s.pending) == 0 && len(s.mailbox) == 0 && len(s.ctl) == 0)
 		select {
+		case fn := <-s.ctl:
+			s.idle.Store(false)
+			fn(s)
+			s.startNext()
 		case msg := <-s.mailbox:
 			s.idle.Store(false)
 			s.intake(msg)
@@ -137,7 +148,7 @@ func (s *session) loop() {
 		}
 		if s.running == nil && len(s.pending) == 0 {
 			idle.Reset(s.g.cfg.IdleEvict)
-			if s.g.stopping.Load() && len(s.mailbox) == 0 && s.g.removeSession(s) {
+			if s.g.stopping.Load() && len(s.mailbox) == 0 && len(s.ctl) == 0 && s.g.removeSession(s) {
 				return
 			}
 		}
@@ -284,7 +295,7 @@ func (s *session) dispatch(req *turnReq, mode string) {
 		}
 		s.pending = append(s.pending, req)
 	case QueueCollect:
-		if n := len(s.pending); n > 0 && !s.pending[n-1].compact {
+		if n := len(s.pending); n > 0 && !s.pending[n-1].compact && s.pending[n-1].hookCmd == nil {
 			last := s.pending[n-1]
 			last.prompt = strings.TrimSpace(last.prompt + "\n\n" + req.prompt)
 			last.parts = append(last.parts, req.parts...)
@@ -322,6 +333,10 @@ func (s *session) startNext() {
 	req := s.pending[0]
 	s.pending[0] = nil
 	s.pending = s.pending[1:]
+	if len(s.nextTurn) > 0 && !req.compact && req.hookCmd == nil {
+		req.prompt = strings.TrimSpace(strings.Join(s.nextTurn, "\n\n") + "\n\n" + req.prompt)
+		s.nextTurn = nil
+	}
 	ctx, cancel := context.WithCancelCause(s.g.ctx)
 	s.running = &runningTurn{cancel: cancel, seqs: req.seqs}
 	// The turn's snapshot: the agent's bus and the turn's hooks come from the runtime its
@@ -346,11 +361,9 @@ func (s *session) ensureAgent(req *turnReq, rt *Runtime) (*harness.Session, erro
 	if err != nil {
 		return nil, err
 	}
-	var tools []harness.Tool
-	if rt.Tools != nil && len(req.profile.Tools) > 0 {
-		if tools, err = rt.Tools(req.profile.Tools); err != nil {
-			return nil, err
-		}
+	tools, err := sessionTools(rt, req.profile.Name, req.profile.Tools)
+	if err != nil {
+		return nil, err
 	}
 	agent, err := harness.OpenSession(harness.SessionOptions{
 		Key: s.key, Info: req.info, Store: s.g.store, Provider: prov, Model: cfg.Model,

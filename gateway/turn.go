@@ -74,6 +74,11 @@ func (s *session) runTurn(ctx context.Context, req *turnReq, rt *Runtime, agent 
 		s.compactTurn(ctx, d, req, agent)
 		return
 	}
+	if req.hookCmd != nil {
+		if req.prompt = s.commandTurn(ctx, d, req, agent); req.prompt == "" {
+			return
+		}
+	}
 	res, err := agent.RunWith(ctx, req.prompt, req.parts, func(u harness.Update) {
 		switch u.Kind {
 		case harness.UpdateDelta:

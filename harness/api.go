@@ -81,6 +81,32 @@ type Tool interface {
 	Run(ctx context.Context, args json.RawMessage) (string, error)
 }
 
+// TimeoutTool is a Tool with its own time limit, used instead of the session's.
+type TimeoutTool interface {
+	Tool
+	Timeout() time.Duration
+}
+
+// ToolFailed is returned by a tool whose answer is an error result for the model,
+// Content as it is (other errors reach the model as "error: <text>").
+type ToolFailed struct{ Content string }
+
+func (e *ToolFailed) Error() string { return e.Content }
+
+// ToolCallInfo is what a tool's Run may learn of the call from its ctx (see CallInfo).
+type ToolCallInfo struct {
+	ID      string
+	Session hooks.Session
+}
+
+type callKey struct{}
+
+// CallInfo returns the call a tool runs for: its id and the chat's session.
+func CallInfo(ctx context.Context) (ToolCallInfo, bool) {
+	c, ok := ctx.Value(callKey{}).(ToolCallInfo)
+	return c, ok
+}
+
 // UpdateKind names a streamed step of a run.
 type UpdateKind string
 

@@ -258,6 +258,35 @@ func (s *Session) Reset(ctx context.Context) error {
 	return nil
 }
 
+// Entries returns the active branch's entries as hooks see them (the context event's
+// entries): the latest compaction, the messages after its cut and the custom entries, in
+// the history file's form. It fails while a run is in progress.
+func (s *Session) Entries() ([]json.RawMessage, error) {
+	if !s.runMu.TryLock() {
+		return nil, errors.New("a reply is still in progress")
+	}
+	defer s.runMu.Unlock()
+	return s.hist.branch(), nil
+}
+
+// AppendEntries appends custom entries (JSON objects whose "type" the history does not
+// use) to the active branch and saves them. The model does not see them; hooks do, in the
+// context event. It fails while a run is in progress.
+func (s *Session) AppendEntries(entries []json.RawMessage) error {
+	if len(entries) == 0 {
+		return nil
+	}
+	if !s.runMu.TryLock() {
+		return errors.New("a reply is still in progress")
+	}
+	defer s.runMu.Unlock()
+	if err := s.hist.addCustom(entries); err != nil {
+		return err
+	}
+	defer s.hist.release()
+	return s.hist.flush()
+}
+
 // Run appends prompt as a user message and runs the agent loop (model call, tools, model
 // call, ...) until the model answers without tool calls. Steered messages are injected at
 // the next save point. Cancelling ctx aborts: the partial answer is persisted as aborted,
@@ -509,7 +538,11 @@ func (r *run) callWithBudget(turn int, system string, defs []llm.ToolDef, fixed 
 		msgs := h.context(start)
 		full = start == 0
 		if r.cfg.bus != nil {
-			msgs = r.cfg.bus.Context(r.ctx, &hooks.Context{Session: r.cfg.info, Messages: msgs})
+			ev := &hooks.Context{Session: r.cfg.info, Messages: msgs}
+			if r.cfg.bus.Has(hooks.NameContext) {
+				ev.Entries = h.branch()
+			}
+			msgs = r.cfg.bus.Context(r.ctx, ev)
 		}
 		req := r.request(system, msgs, defs)
 		if attempt == 1 {
@@ -651,7 +684,8 @@ func (r *run) tool(tc llm.ToolCall) llm.Message {
 		if t == nil {
 			content, isErr = fmt.Sprintf("error: there is no tool named %q", tc.Name), true
 		} else {
-			content, isErr = runTool(r.ctx, t, args, r.cfg.toolTimeout)
+			ctx := context.WithValue(r.ctx, callKey{}, ToolCallInfo{ID: tc.ID, Session: info})
+			content, isErr = runTool(ctx, t, args, r.cfg.toolTimeout)
 		}
 	}
 	if bus != nil {

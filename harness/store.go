@@ -205,6 +205,12 @@ type entry struct {
 	tokens int // estimate
 }
 
+// customEntry is an entry of a type the core does not use, kept as it is in the file.
+type customEntry struct {
+	at  int
+	raw json.RawMessage
+}
+
 // compactionInfo describes the latest compaction on the active branch.
 type compactionInfo struct {
 	At           time.Time
@@ -237,6 +243,10 @@ type history struct {
 	// lastActivity is when the last entry was written (idle_reset).
 	lastActivity time.Time
 
+	// custom are the custom entries (hooks' own types) on the branch, each placed before
+	// entries[at] (at == len(entries): after the last message).
+	custom []customEntry
+
 	pending bytes.Buffer // encoded lines waiting for the next save point
 
 	f    *os.File // the history file, open during a run (see flush)
@@ -266,6 +276,7 @@ type indexNode struct {
 	off        int64
 	n          int
 	compaction bool
+	custom     bool
 	firstKept  string
 }
 
@@ -341,6 +352,15 @@ func (h *history) load() error {
 			if e.TargetID != nil {
 				leaf = *e.TargetID
 			}
+		default: // a custom entry: on the branch, seen by hooks, not by the model
+			if e.ID != "" {
+				p := ""
+				if e.ParentID != nil {
+					p = *e.ParentID
+				}
+				index[e.ID] = indexNode{parent: p, off: off, n: len(line), custom: true}
+				leaf = e.ID
+			}
 		}
 		off += int64(len(line))
 	}
@@ -367,6 +387,14 @@ func (h *history) load() error {
 				h.log.Warn("session history: leaf points to a missing entry; starting fresh", "key", h.key)
 			}
 			break
+		}
+		if n.custom {
+			if collecting {
+				need = append(need, n)
+				heldBytes += n.n
+			}
+			id = n.parent
+			continue
 		}
 		if n.compaction {
 			if comp == nil {
@@ -395,7 +423,7 @@ func (h *history) load() error {
 		h.log.Warn("session history: the branch is longer than the model could ever see; only its newest part is loaded", "key", h.key)
 	}
 	h.leaf = leaf
-	if h.total == 0 && comp == nil {
+	if h.total == 0 && comp == nil && len(need) == 0 {
 		h.leaf = ""
 	}
 	h.entries = make([]entry, 0, len(need))
@@ -405,6 +433,10 @@ func (h *history) load() error {
 		buf = growBuf(buf, n.n)
 		if _, err := f.ReadAt(buf, n.off); err != nil && !errors.Is(err, io.EOF) {
 			return err
+		}
+		if n.custom {
+			h.custom = append(h.custom, customEntry{at: len(h.entries), raw: json.RawMessage(bytes.Clone(bytes.TrimSpace(buf)))})
+			continue
 		}
 		var e messageEntry
 		if err := json.Unmarshal(bytes.TrimSpace(buf), &e); err != nil {
@@ -485,6 +517,9 @@ func (h *history) drop(n int) {
 		return
 	}
 	h.entries = append(make([]entry, 0, len(h.entries)-n+8), h.entries[n:]...)
+	for i := range h.custom {
+		h.custom[i].at = max(h.custom[i].at-n, 0)
+	}
 	h.held = 0
 	for _, e := range h.entries {
 		h.held += e.tokens
@@ -510,12 +545,85 @@ func (h *history) compact(summary string, cut, tokensBefore int, fromHook bool) 
 	return firstKept
 }
 
+// addCustom appends custom entries to the active branch (written at the next save point):
+// each gets an id, its parent and a timestamp; its other fields are kept.
+func (h *history) addCustom(entries []json.RawMessage) error {
+	type stamped struct {
+		ID        string  `json:"id"`
+		ParentID  *string `json:"parentId"`
+		Timestamp string  `json:"timestamp"`
+	}
+	var lines []json.RawMessage
+	leaf := h.leaf
+	for i, e := range entries {
+		var fields map[string]json.RawMessage
+		if err := json.Unmarshal(e, &fields); err != nil || fields == nil {
+			return fmt.Errorf("entry %d is not a JSON object", i)
+		}
+		var typ string
+		if json.Unmarshal(fields["type"], &typ) != nil || typ == "" ||
+			typ == entrySession || typ == entryMessage || typ == entryLeaf || typ == entryCompaction {
+			return fmt.Errorf("entry %d: its type must be a name the history does not use", i)
+		}
+		id := newID()
+		st, _ := json.Marshal(stamped{ID: id, ParentID: strPtr(leaf), Timestamp: nowStamp()})
+		var own map[string]json.RawMessage
+		_ = json.Unmarshal(st, &own)
+		for k, v := range own {
+			fields[k] = v
+		}
+		b, err := json.Marshal(fields)
+		if err != nil {
+			return fmt.Errorf("entry %d: %w", i, err)
+		}
+		lines = append(lines, b)
+		leaf = id
+	}
+	for _, b := range lines {
+		if h.store != nil {
+			h.pending.Write(b)
+			h.pending.WriteByte('\n')
+		}
+		h.custom = append(h.custom, customEntry{at: len(h.entries), raw: b})
+	}
+	if len(lines) > 0 {
+		h.leaf = leaf
+		h.lastActivity = time.Now()
+	}
+	return nil
+}
+
+// branch returns the entries behind what the model sees, in the file's form and in order:
+// the latest compaction (its summary), the messages after its cut and the custom entries.
+func (h *history) branch() []json.RawMessage {
+	out := make([]json.RawMessage, 0, len(h.entries)+len(h.custom)+1)
+	if h.summary != "" {
+		b, _ := json.Marshal(map[string]string{"type": entryCompaction, "summary": h.summary})
+		out = append(out, b)
+	}
+	c := 0
+	for i, e := range h.entries {
+		for ; c < len(h.custom) && h.custom[c].at <= i; c++ {
+			out = append(out, h.custom[c].raw)
+		}
+		b, err := json.Marshal(messageEntry{Type: entryMessage, ID: e.id, Message: e.msg})
+		if err == nil {
+			out = append(out, b)
+		}
+	}
+	for ; c < len(h.custom); c++ {
+		out = append(out, h.custom[c].raw)
+	}
+	return out
+}
+
 // reset starts a new root: the next message has no parent.
 func (h *history) reset() {
 	h.encode(leafEntry{Type: entryLeaf, ID: newID(), ParentID: strPtr(h.leaf), Timestamp: nowStamp(), TargetID: nil})
 	h.leaf = ""
 	h.total = 0
 	h.entries, h.held = nil, 0
+	h.custom = nil
 	h.summary, h.last = "", compactionInfo{}
 	h.reported, h.reportedAt = 0, 0
 	h.lastActivity = time.Now()

@@ -87,6 +87,9 @@ func (t currentTime) Run(ctx context.Context, args json.RawMessage) (string, err
 // result for the model; nothing a tool does can crash the run. A tool that ignores its
 // ctx is abandoned when the timeout passes (its goroutine ends when the tool returns).
 func runTool(ctx context.Context, t Tool, args json.RawMessage, timeout time.Duration) (out string, isError bool) {
+	if tt, ok := t.(TimeoutTool); ok && tt.Timeout() > 0 {
+		timeout = tt.Timeout()
+	}
 	if timeout <= 0 {
 		timeout = defaultToolTimeout
 	}
@@ -113,7 +116,10 @@ func runTool(ctx context.Context, t Tool, args json.RawMessage, timeout time.Dur
 		r.err = ctx.Err()
 	}
 	if r.err != nil {
+		var failed *ToolFailed
 		switch {
+		case errors.As(r.err, &failed):
+			return clip(failed.Content, maxToolOutput), true
 		case errors.Is(r.err, context.DeadlineExceeded):
 			return fmt.Sprintf("error: the tool did not finish within %s", timeout), true
 		case errors.Is(r.err, context.Canceled):

@@ -337,3 +337,10 @@ func asResult[T any](res any) (*T, error) {
 	}
 	return nil, fmt.Errorf("handler returned %T, want %T", res, (*T)(nil))
 }
+
+// Has tells whether any handler or observer would see the named event, so that a caller
+// can skip building an event nobody reads.
+func (b *Bus) Has(event string) bool {
+	h, o := b.snapshot(event)
+	return len(h)+len(o) > 0
+}

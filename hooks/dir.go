@@ -50,6 +50,12 @@ type DirOptions struct {
 	Logger     *slog.Logger
 	// Getenv expands ${VAR} in HOOK.yaml; nil means os.Getenv.
 	Getenv func(string) string
+	// Registry, when set, receives the commands and tools the hooks declare; a hook whose
+	// command or tool clashes with one already there does not load (a LoadError).
+	Registry *Registry
+	// APIEnv is given to the programs of hooks with api: true
+	// (GATEWAY_API_URL=..., GATEWAY_API_TOKEN=...).
+	APIEnv []string
 }
 
 // LoadedHook describes one hook found in a directory.
@@ -61,6 +67,11 @@ type LoadedHook struct {
 	Events  []string      `json:"events"`
 	Enabled bool          `json:"enabled"`
 	Timeout time.Duration `json:"timeout,omitempty"` // from HOOK.yaml; 0: the default
+	// Commands and Tools are what the hook declared under commands: and tools:.
+	Commands []CommandSpec `json:"commands,omitempty"`
+	Tools    []ToolSpec    `json:"tools,omitempty"`
+	// API gives the program GATEWAY_API_URL and GATEWAY_API_TOKEN.
+	API bool `json:"api,omitempty"`
 }
 
 // LoadError is a hook that could not be loaded, and why.
@@ -110,7 +121,13 @@ func LoadDir(bus *Bus, dir string, opts DirOptions) *Dir {
 			opts.Logger.Info("hook disabled", "source", s.Source)
 			continue
 		}
-		d.scopes = append(d.scopes, register(bus, s, opts))
+		scope, err := register(bus, s, opts)
+		if err != nil {
+			d.errs = append(d.errs, LoadError{Path: s.Dir, Err: err})
+			opts.Logger.Warn("hook not loaded", "path", s.Dir, "err", err)
+			continue
+		}
+		d.scopes = append(d.scopes, scope)
 		opts.Logger.Info("hook loaded", "source", s.Source, "kind", s.Kind, "events", s.Events)
 	}
 	return d
@@ -191,6 +208,10 @@ type hookFile struct {
 	Timeout time.Duration `yaml:"timeout"`
 	Enabled bool          `yaml:"enabled"`
 	Env     []string      `yaml:"env"`
+	// Extensions: commands and tools the program serves, and access to the admin API.
+	Commands []hookCommand `yaml:"commands"`
+	Tools    []hookTool    `yaml:"tools"`
+	API      bool          `yaml:"api"`
 }
 
 // hookHints show the wanted form next to a value of the wrong type.
@@ -241,8 +262,12 @@ func parseHook(folder string, getenv func(string) string) (hookSpec, error) {
 			return s, bad(fmt.Sprintf("env[%d]", i), "%q is not a variable name", n)
 		}
 	}
-	if len(s.Events) == 0 {
-		return s, bad("events", "missing: list the events this hook handles, or [\"*\"] to observe all")
+	s.API = hf.API
+	if err := declared(hf, &s, bad); err != nil {
+		return s, err
+	}
+	if len(s.Events) == 0 && len(s.Commands) == 0 && len(s.Tools) == 0 {
+		return s, bad("events", "missing: list the events this hook handles, or [\"*\"] to observe all (or declare commands or tools)")
 	}
 	for i, ev := range s.Events {
 		if ev == "*" {
@@ -251,8 +276,12 @@ func parseHook(folder string, getenv func(string) string) (hookSpec, error) {
 			}
 			continue
 		}
-		if _, ok := LookupEvent(ev); !ok {
+		info, ok := LookupEvent(ev)
+		if !ok {
 			return s, bad(fmt.Sprintf("events[%d]", i), "unknown event %q", ev)
+		}
+		if info.Declared {
+			return s, bad(fmt.Sprintf("events[%d]", i), "%q is not an event to subscribe to: declare the hook's %ss under %ss:", ev, ev, ev)
 		}
 		if slices.Contains(s.Events[:i], ev) {
 			return s, bad(fmt.Sprintf("events[%d]", i), "%q is listed twice", ev)
@@ -313,8 +342,7 @@ func resolveCommand(folder string, argv []string) error {
 }
 
 // register puts one hook on the bus through its own scope.
-func register(bus *Bus, s hookSpec, opts DirOptions) *Scope {
-	scope := bus.Scope(s.Source)
+func register(bus *Bus, s hookSpec, opts DirOptions) (*Scope, error) {
 	timeout := s.Timeout
 	if timeout <= 0 {
 		timeout = opts.Timeout
@@ -329,10 +357,23 @@ func register(bus *Bus, s hookSpec, opts DirOptions) *Scope {
 	h := &hookHandler{name: s.Name, dir: s.Dir, observer: slices.Contains(s.Events, "*")}
 	switch s.Kind {
 	case KindCommand:
-		h.invoke = newExecRunner(s).invoke
+		x := newExecRunner(s)
+		if s.API {
+			x.env = append(x.env, opts.APIEnv...)
+		}
+		h.invoke = x.invoke
 	case KindURL:
 		h.invoke = newURLRunner(s, timeout, opts.HTTPClient).invoke
 	}
+	if len(s.Commands)+len(s.Tools) > 0 {
+		if opts.Registry == nil {
+			return nil, errors.New("it declares commands or tools, which this gateway cannot take here")
+		}
+		if err := declare(opts.Registry, s, h, timeout, opts.Profile); err != nil {
+			return nil, err
+		}
+	}
+	scope := bus.Scope(s.Source)
 	for _, ev := range s.Events {
 		if ev == "*" {
 			scope.observe(h.handle, hopts...)
@@ -340,5 +381,5 @@ func register(bus *Bus, s hookSpec, opts DirOptions) *Scope {
 		}
 		scope.On(ev, h.handle, hopts...)
 	}
-	return scope
+	return scope, nil
 }

@@ -322,7 +322,7 @@ func TestDirLoadErrorsNameTheProblem(t *testing.T) {
 	root := t.TempDir()
 	writeHook(t, root, "good", receiveHook+"timeout: 2s\n", "cat\n")
 	cases := map[string]struct{ yaml, script, want string }{
-		"a-unknown-key":  {"events: [message:receive]\ncomand: [./run.sh]\n", "", `HOOK.yaml:2: comand: unknown key (known: name, events, command, url, timeout, enabled, env)`},
+		"a-unknown-key":  {"events: [message:receive]\ncomand: [./run.sh]\n", "", `HOOK.yaml:2: comand: unknown key (known: name, events, command, url, timeout, enabled, env, commands, tools, api)`},
 		"b-no-events":    {"command: [./run.sh]\n", "cat\n", "events: missing"},
 		"c-bad-event":    {"events: [message:recieve]\ncommand: [./run.sh]\n", "cat\n", `HOOK.yaml:1: events[0]: unknown event "message:recieve"`},
 		"d-shell-string": {"events: [message:receive]\ncommand: ./run.sh --flag\n", "cat\n", "HOOK.yaml:2: command: expected a list, got text (write a list of arguments"},

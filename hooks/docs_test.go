@@ -84,7 +84,10 @@ func docExamples() map[string]struct {
 		},
 		NameContext: {
 			ev: &Context{Session: s, Messages: []llm.Message{{Role: llm.RoleSystem, Content: "You are helpful."}, {Role: llm.RoleUser, Content: "What is in this picture?",
-				Parts: []llm.Part{{Type: llm.PartImage, MIME: "image/jpeg", Path: "/var/lib/gateway/media/2026-11-24/k3j9-photo.jpg", Name: "photo.jpg", Size: 183204}}}}},
+				Parts: []llm.Part{{Type: llm.PartImage, MIME: "image/jpeg", Path: "/var/lib/gateway/media/2026-11-24/k3j9-photo.jpg", Name: "photo.jpg", Size: 183204}}}},
+				Entries: []json.RawMessage{
+					json.RawMessage(`{"type":"message","id":"a1b2c3d4e5f60718","parentId":null,"timestamp":"2026-01-02T10:00:00Z","message":{"role":"user","content":"hello"}}`),
+					json.RawMessage(`{"type":"stack_pop","id":"b2c3d4e5f6071829","parentId":"a1b2c3d4e5f60718","timestamp":"2026-01-02T10:01:00Z","popped":["..."],"summary":"..."}`)}},
 			results: []any{&ContextResult{Messages: []llm.Message{{Role: llm.RoleSystem, Content: "You are brief."}, {Role: llm.RoleUser, Content: "hello"}}}},
 		},
 		NameBeforeAgentStart: {
@@ -107,6 +110,17 @@ func docExamples() map[string]struct {
 		NameBeforeProviderPayload: {
 			ev:      &BeforeProviderPayload{Session: s, RequestID: "req_7", Payload: json.RawMessage(`{"model":"gpt-4o-mini","messages":[]}`)},
 			results: []any{&ProviderPayloadResult{Payload: json.RawMessage(`{"model":"gpt-4o-mini","messages":[],"user":"42"}`)}},
+		},
+		NameCommand: {
+			ev: &Command{Session: s, Name: "pop", Args: []string{"2"}, ArgsRaw: "2", Entries: []json.RawMessage{
+				json.RawMessage(`{"type":"message","id":"a1b2c3d4e5f60718","parentId":null,"timestamp":"2026-01-02T10:00:00Z","message":{"role":"user","content":"hello"}}`)}},
+			results: []any{&CommandResult{Text: "Went back 2 turns."},
+				&CommandResult{Prompt: "Summarise our conversation so far."},
+				&CommandResult{Text: "Went back 2 turns.", Entries: []json.RawMessage{json.RawMessage(`{"type":"stack_pop","popped":["a1b2c3d4e5f60718"],"summary":"hello"}`)}}},
+		},
+		NameTool: {
+			ev:      &Tool{Session: s, Name: "lookup_order", ToolCallID: "call_1", Arguments: json.RawMessage(`{"id":"A-17"}`)},
+			results: []any{&ToolOutput{Content: "order A-17: shipped on 2 January"}, &ToolOutput{Content: "no order A-99", IsError: true}},
 		},
 		NameAfterProviderResponse: {ev: &AfterProviderResponse{Session: s, RequestID: "req_7", Status: 200,
 			Headers: map[string]string{"x-request-id": "abc"}}},

@@ -221,9 +221,12 @@ type ToolResultPatch struct {
 }
 
 // Context is emitted before each model call with the messages it will see. Reducer: chain.
+// Entries are the branch's entries behind them, custom ones included, in the history
+// file's form, so a hook can rebuild the messages from them.
 type Context struct {
 	Session
-	Messages []llm.Message `json:"messages"`
+	Messages []llm.Message     `json:"messages"`
+	Entries  []json.RawMessage `json:"entries"`
 }
 
 // ContextResult replaces the message list.
@@ -360,3 +363,50 @@ func (*SessionBeforeReset) EventName() string    { return NameSessionBeforeReset
 func (*BeforeProviderRequest) EventName() string { return NameBeforeProviderRequest }
 func (*BeforeProviderPayload) EventName() string { return NameBeforeProviderPayload }
 func (*AfterProviderResponse) EventName() string { return NameAfterProviderResponse }
+
+// --- extensions: commands and tools a hook directory declares ---
+
+// Name of the events a hook's program gets for the commands and tools it declared in
+// HOOK.yaml. They are not bus events: a hook cannot list them under events.
+const (
+	NameCommand = "command"
+	NameTool    = "tool"
+)
+
+// Command is sent to the hook that declared the command when a chat uses it ("/pop 2").
+// Entries are the session's entries on the current branch, custom ones included, in the
+// history file's form (see docs/hooks.md).
+type Command struct {
+	Session
+	Name    string            `json:"name"`
+	Args    []string          `json:"args"`
+	ArgsRaw string            `json:"args_raw"`
+	Entries []json.RawMessage `json:"entries"`
+}
+
+// CommandResult answers a command; its fields combine. Text is answered without the model;
+// Prompt is sent to the agent as the user's message; Entries (JSON objects with a "type"
+// the core does not use) are appended to the session.
+type CommandResult struct {
+	Text    string            `json:"text,omitempty"`
+	Prompt  string            `json:"prompt,omitempty"`
+	Entries []json.RawMessage `json:"entries,omitempty"`
+}
+
+// Tool is sent to the hook that declared the tool when the model calls it (after the
+// tool_call hooks allowed it).
+type Tool struct {
+	Session
+	Name       string          `json:"name"`
+	ToolCallID string          `json:"tool_call_id"`
+	Arguments  json.RawMessage `json:"arguments"`
+}
+
+// ToolOutput is a hook tool's result; it goes to the model (through the tool_result hooks).
+type ToolOutput struct {
+	Content string `json:"content"`
+	IsError bool   `json:"is_error"`
+}
+
+func (*Command) EventName() string { return NameCommand }
+func (*Tool) EventName() string    { return NameTool }

@@ -22,6 +22,9 @@ type EventInfo struct {
 	// NewResult returns a zero result to decode into (e.g. new(ReceiveResult)); nil when
 	// HasResult is false.
 	NewResult func() any
+	// Declared marks the events of commands and tools: only the hook that declared one in
+	// HOOK.yaml gets it, and no hook lists it under events.
+	Declared bool
 }
 
 // Catalogue lists every event the bus carries, in a stable order. It builds a fresh slice
@@ -32,6 +35,11 @@ func Catalogue() []EventInfo {
 	}
 	result := func(name, reducer string, ev func() Event, res func() any) EventInfo {
 		return EventInfo{Name: name, Reducer: reducer, HasResult: true, NewEvent: ev, NewResult: res}
+	}
+	declared := func(name, reducer string, ev func() Event, res func() any) EventInfo {
+		e := result(name, reducer, ev, res)
+		e.Declared = true
+		return e
 	}
 	return []EventInfo{
 		observe(NameGatewayStartup, func() Event { return new(GatewayStartup) }),
@@ -68,6 +76,10 @@ func Catalogue() []EventInfo {
 		result(NameBeforeProviderPayload, "chain the payload",
 			func() Event { return new(BeforeProviderPayload) }, func() any { return new(ProviderPayloadResult) }),
 		observe(NameAfterProviderResponse, func() Event { return new(AfterProviderResponse) }),
+		declared(NameCommand, "the declaring hook answers",
+			func() Event { return new(Command) }, func() any { return new(CommandResult) }),
+		declared(NameTool, "the declaring hook answers",
+			func() Event { return new(Tool) }, func() any { return new(ToolOutput) }),
 	}
 }
 
@@ -169,6 +181,35 @@ func validateResult(res any) error {
 		return validateParts(r.Parts)
 	case *SendResult:
 		return validateParts(r.Parts)
+	case *CommandResult:
+		for i, e := range r.Entries {
+			if err := ValidateEntry(e); err != nil {
+				return fmt.Errorf("entry %d: %w", i, err)
+			}
+		}
+	}
+	return nil
+}
+
+// reservedEntryTypes are the entry types the history's core writes; a custom entry uses
+// any other.
+var reservedEntryTypes = []string{"session", "message", "leaf", "compaction"}
+
+// ValidateEntry checks a custom entry: a JSON object whose "type" is a non-empty string
+// the core does not use.
+func ValidateEntry(e json.RawMessage) error {
+	var head map[string]json.RawMessage
+	if err := json.Unmarshal(e, &head); err != nil || head == nil {
+		return fmt.Errorf("want a JSON object with a \"type\", got %s", snippet(e))
+	}
+	var typ string
+	if err := json.Unmarshal(head["type"], &typ); err != nil || typ == "" {
+		return fmt.Errorf(`"type" is missing or not a string: name the entry's kind, e.g. "stack_pop"`)
+	}
+	for _, r := range reservedEntryTypes {
+		if typ == r {
+			return fmt.Errorf("type %q is the history's own; use a name of yours", typ)
+		}
 	}
 	return nil
 }

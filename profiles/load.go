@@ -15,6 +15,7 @@ import (
 	"gateway/harness"
 	"gateway/internal/config"
 	"gateway/internal/secret"
+	"gateway/mcptools"
 )
 
 // File names inside a profile directory.
@@ -80,6 +81,8 @@ type fileProfile struct {
 	STT         fileSTT       `yaml:"stt"`
 	TTS         fileTTS       `yaml:"tts"`
 	IdleReset   time.Duration `yaml:"idle_reset"`
+	// MCP lists the profile's own MCP servers (beside the top-level mcp:).
+	MCP []mcptools.ServerConfig `yaml:"mcp"`
 }
 
 type fileLLM struct {
@@ -344,6 +347,18 @@ func applyFile(p *Profile, path string, data []byte, opts Options) []error {
 				p.Tools = append(p.Tools, t)
 			}
 		}
+	}
+
+	for i, m := range f.MCP {
+		if err := m.Validate(); err != nil {
+			bad(fmt.Sprintf("mcp[%d]", i), "%s", err.Error())
+			continue
+		}
+		if slices.ContainsFunc(p.MCP, func(x mcptools.ServerConfig) bool { return x.Name == m.Name }) {
+			bad(fmt.Sprintf("mcp[%d]", i), "server %q listed twice", m.Name)
+			continue
+		}
+		p.MCP = append(p.MCP, m)
 	}
 
 	switch f.TTS.Mode {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"gateway/harness"
+	"gateway/mcptools"
 )
 
 // Config is the `profiles:` config section.
@@ -56,6 +57,8 @@ type Profile struct {
 	TTSLanguage string        // tts.language, or Language when tts.language is not set
 	IdleReset   time.Duration // a chat silent longer than this starts a fresh history (0: never)
 	HooksDir    string        // Dir/hooks when it exists
+	// MCP are the profile's own MCP servers; their tools reach only its chats.
+	MCP []mcptools.ServerConfig
 }
 
 // DefaultSystemPrompt is the built-in default profile's system prompt.

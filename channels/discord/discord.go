@@ -81,6 +81,8 @@ type Channel struct {
 	sink  channels.Sink      // set by Start before any goroutine that reads it
 	inbox chan inbound
 	lost  chan struct{}
+	// pending are deferred interactions (application commands) waiting for their answer.
+	pending interactions
 	// gap is set when the session is lost and cleared by RESUMED: a READY while it is set
 	// is a fresh session after a failed RESUME, whose missed messages Discord never sends.
 	gap     atomic.Bool
@@ -202,6 +204,10 @@ func (c *Channel) newSession() *discordgo.Session {
 	})
 	// Messages are read from the raw event, not discordgo's MessageCreate: see decodeMessage.
 	s.AddHandler(func(_ *discordgo.Session, e *discordgo.Event) {
+		if e.Type == "INTERACTION_CREATE" {
+			c.interaction(c.life.Context(), e.RawData)
+			return
+		}
 		if e.Type != "MESSAGE_CREATE" {
 			return
 		}

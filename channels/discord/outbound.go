@@ -44,6 +44,9 @@ func (c *Channel) Open(ctx context.Context, target channels.Target) (channels.St
 	if target.ThreadID != "" {
 		st.dest = target.ThreadID // a thread is a channel of its own
 	}
+	if in := c.pending.take(target.ReplyToID); in != nil && target.ReplyToID != "" {
+		return &interactionStream{stream: st, in: in}, nil // an application command's answer
+	}
 	if target.ChatType == channels.ChatGroup && target.ReplyToID != "" {
 		no := false
 		st.ref = &discordgo.MessageReference{MessageID: target.ReplyToID, ChannelID: st.dest, FailIfNotExists: &no}

@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -215,6 +216,37 @@ func Commands() []models.BotCommand {
 		{Command: "compact", Description: "Summarise the conversation so far"},
 		{Command: "help", Description: "What this bot can do"},
 	}
+}
+
+// SetCommands replaces the command menu with cmds (the gateway's registry: builtins and
+// hooks' commands).
+func (c *Channel) SetCommands(ctx context.Context, cmds []channels.Command) error {
+	return c.setCommands(ctx, nil, cmds)
+}
+
+// SetChatCommands gives one chat its own menu (scope chat).
+func (c *Channel) SetChatCommands(ctx context.Context, chatID string, cmds []channels.Command) error {
+	return c.setCommands(ctx, &models.BotCommandScopeChat{ChatID: chatID}, cmds)
+}
+
+func (c *Channel) setCommands(ctx context.Context, scope models.BotCommandScope, cmds []channels.Command) error {
+	list := make([]models.BotCommand, 0, len(cmds))
+	for _, cmd := range cmds {
+		d := strings.TrimSpace(cmd.Description)
+		if d == "" {
+			d = "/" + cmd.Name
+		}
+		if r := []rune(d); len(r) > 256 { // Telegram's limit
+			d = string(r[:255]) + "…"
+		}
+		list = append(list, models.BotCommand{Command: cmd.Name, Description: d})
+	}
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	return c.calls.Do(ctx, "", func(ctx context.Context) error {
+		_, err := c.api.SetMyCommands(ctx, &bot.SetMyCommandsParams{Commands: list, Scope: scope})
+		return err
+	})
 }
 
 func (c *Channel) registerCommands(ctx context.Context) {

@@ -198,6 +198,17 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, key string) {
 		return
 	}
 	switch v.Kind() {
+	case reflect.Interface:
+		// A free-form value (a tool's JSON Schema): taken as YAML gives it.
+		var x any
+		if err := n.Decode(&x); err != nil {
+			d.fail(n, key, "%v", err)
+			return
+		}
+		if x != nil {
+			v.Set(reflect.ValueOf(x))
+		}
+		return
 	case reflect.Pointer:
 		if v.IsNil() {
 			v.Set(reflect.New(v.Type().Elem()))

@@ -59,6 +59,9 @@ func (s *Server) routes() http.Handler {
 	api("GET /api/{v}/guilds/{gid}/members/{uid}", true, s.getMember)
 	api("GET /api/{v}/guilds/{gid}/roles", true, s.getRoles)
 	api("GET /attachments/{cid}/{mid}/{idx}/{name}", false, s.getAttachment)
+	api("PUT /api/{v}/applications/{app}/commands", true, s.putCommands)
+	api("POST /api/{v}/interactions/{iid}/{token}/callback", false, s.interactionCallback)
+	api("PATCH /api/{v}/webhooks/{app}/{token}/messages/{mid}", false, s.editOriginal)
 	api("/", false, func(w http.ResponseWriter, r *http.Request, _ Bot, _ *Call) {
 		writeErr(w, http.StatusNotFound, 0, "404: Not Found")
 	})

@@ -135,6 +135,8 @@ type Server struct {
 	stall         bool
 	refuse        bool
 	sessions      map[string]*session
+	appCommands   map[string][]AppCommand // bot id -> its application commands
+	interactions  map[string]*interaction // by interaction id
 }
 
 // New starts a fake with one bot and stops it when the test ends.

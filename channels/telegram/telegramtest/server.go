@@ -78,27 +78,29 @@ type Server struct {
 	calls  fakeserver.Log[Call]
 	fails  fakeserver.Failures
 
-	mu          sync.Mutex
-	notify      chan struct{} // closed and replaced when updates arrive or the webhook changes
-	pending     []json.RawMessage
-	pendingIDs  []int64
-	sent        map[int64]json.RawMessage // every update ever queued, for Redeliver
-	nextUpdate  int64
-	nextMsg     int
-	nextFile    int
-	msgs        map[int64][]*Message
-	typing      map[int64]int
-	files       map[string]fileEntry // by file_id
-	paths       map[string]string    // file_path -> file_id
-	slow        map[string]time.Duration
-	commands    []models.BotCommand
-	hookURL     string
-	hookSecret  string
-	hookTries   int
-	pollStop    context.CancelFunc // the getUpdates in flight
-	pollGen     int
-	holdConfirm bool
-	parseFails  int
+	mu         sync.Mutex
+	notify     chan struct{} // closed and replaced when updates arrive or the webhook changes
+	pending    []json.RawMessage
+	pendingIDs []int64
+	sent       map[int64]json.RawMessage // every update ever queued, for Redeliver
+	nextUpdate int64
+	nextMsg    int
+	nextFile   int
+	msgs       map[int64][]*Message
+	typing     map[int64]int
+	files      map[string]fileEntry // by file_id
+	paths      map[string]string    // file_path -> file_id
+	slow       map[string]time.Duration
+	commands   []models.BotCommand
+	// chatCommands are menus set for one chat (scope type chat), by chat id.
+	chatCommands map[string][]models.BotCommand
+	hookURL      string
+	hookSecret   string
+	hookTries    int
+	pollStop     context.CancelFunc // the getUpdates in flight
+	pollGen      int
+	holdConfirm  bool
+	parseFails   int
 }
 
 type fileEntry struct {
@@ -197,6 +199,13 @@ func (s *Server) Typing(chatID int64) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.typing[chatID]
+}
+
+// ChatCommands is the command list the bot registered for one chat (scope chat).
+func (s *Server) ChatCommands(chatID string) []models.BotCommand {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]models.BotCommand(nil), s.chatCommands[chatID]...)
 }
 
 // Commands is the command list the bot registered with setMyCommands.
@@ -304,9 +313,24 @@ func (s *Server) handle(ctx context.Context, method string, p map[string]string,
 		if err := json.Unmarshal([]byte(p["commands"]), &cmds); err != nil {
 			return 400, apiErr(400, "Bad Request: can't parse commands JSON", 0)
 		}
+		var scope struct {
+			Type   string          `json:"type"`
+			ChatID json.RawMessage `json:"chat_id"`
+		}
 		s.mu.Lock()
+		defer s.mu.Unlock()
+		if p["scope"] != "" && json.Unmarshal([]byte(p["scope"]), &scope) == nil && scope.Type == "chat" {
+			var id string
+			if json.Unmarshal(scope.ChatID, &id) != nil {
+				id = string(scope.ChatID)
+			}
+			if s.chatCommands == nil {
+				s.chatCommands = map[string][]models.BotCommand{}
+			}
+			s.chatCommands[id] = cmds
+			return ok(true)
+		}
 		s.commands = cmds
-		s.mu.Unlock()
 		return ok(true)
 	case "sendChatAction":
 		chat, err := chatID(p)

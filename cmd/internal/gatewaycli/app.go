@@ -29,6 +29,7 @@ import (
 	"gateway/harness"
 	"gateway/hooks"
 	"gateway/internal/media"
+	"gateway/mcptools"
 	"gateway/profiles"
 	"gateway/state"
 )
@@ -46,6 +47,10 @@ type app struct {
 	tts     *tts.TTS
 	gw      *gateway.Gateway
 	state   *state.DB // the durable state; nil in a dry run (check, hooks list)
+
+	// mcp are the MCP servers, started by run (not by check) before the gateway starts:
+	// "" is the top-level mcp:, other keys are profiles' own.
+	mcp map[string]*mcptools.Manager
 
 	reloadMu sync.Mutex         // one reload at a time; guards cfg, hooks and loadErrs after start
 	hooks    []hooks.LoadedHook // of the current runtime's hook directories, disabled ones included
@@ -239,9 +244,12 @@ func (a *app) buildRuntime(cfg Config) (*gateway.Runtime, hookReport, error) {
 		a.tts.Register(sc)
 		closers = append(closers, sc.Close)
 	}
+	reg := gateway.NewCommandRegistry()
 	load := func(dir string, opts hooks.DirOptions) {
 		// LoadDir logs each hook it cannot load, with its path and reason.
 		opts.Timeout, opts.HTTPClient, opts.Logger, opts.Getenv = cfg.Hooks.Timeout, a.client, a.log, a.getenv
+		opts.Registry = reg
+		opts.APIEnv = []string{"GATEWAY_API_URL=" + adminURL(cfg.HTTP.Listen) + "/api/v1", "GATEWAY_API_TOKEN=" + cfg.Admin.Token.Reveal()}
 		d := hooks.LoadDir(bus, dir, opts)
 		closers = append(closers, d.Close)
 		report.hooks = append(report.hooks, d.Hooks()...)
@@ -258,8 +266,10 @@ func (a *app) buildRuntime(cfg Config) (*gateway.Runtime, hookReport, error) {
 	return &gateway.Runtime{
 		Bus:          bus,
 		Profiles:     profs,
+		Commands:     reg,
 		LLM:          cfg.LLM,
 		Tools:        resolveTools,
+		MCPTools:     a.mcpTools,
 		VoiceReplies: a.tts != nil,
 		Close: func() {
 			for i := len(closers) - 1; i >= 0; i-- {
@@ -363,7 +373,44 @@ func runGateway(ctx context.Context, path string, reload <-chan struct{}, stderr
 		log.Error("cannot start", "err", err)
 		return exitCode(1)
 	}
+	a.startMCP(ctx)
+	defer a.stopMCP()
 	return a.serve(ctx, reload)
+}
+
+// startMCP starts the MCP servers of the config and of each profile, and waits a little
+// for their first connection so that the first chats see their tools. A server that is
+// down is a warning; its tools are absent until it is back.
+func (a *app) startMCP(ctx context.Context) {
+	a.mcp = map[string]*mcptools.Manager{}
+	opts := mcptools.Options{Logger: a.log, HTTPClient: a.client}
+	if len(a.cfg.MCP) > 0 {
+		a.mcp[""] = mcptools.Start(a.cfg.MCP, opts)
+	}
+	if rt := a.gw.Runtime(); rt != nil {
+		for _, name := range rt.Profiles.Names() {
+			if p := rt.Profiles.Get(name); len(p.MCP) > 0 {
+				a.mcp[name] = mcptools.Start(p.MCP, opts)
+			}
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for _, m := range a.mcp {
+		m.Wait(wctx)
+	}
+}
+
+func (a *app) stopMCP() {
+	for _, m := range a.mcp {
+		m.Close()
+	}
+}
+
+// mcpTools are the MCP tools a chat of the profile gets: the top-level servers' and the
+// profile's own (servers are started once; a reload does not change them).
+func (a *app) mcpTools(profile string) []harness.Tool {
+	return append(a.mcp[""].Tools(nil), a.mcp[profile].Tools(nil)...)
 }
 
 func (a *app) serve(ctx context.Context, reload <-chan struct{}) error {

@@ -1,13 +1,16 @@
 package gatewaycli
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -15,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
 
+	"gateway/mcptools"
 	"gateway/profiles"
 )
 
@@ -23,6 +27,7 @@ import (
 // line. Any problem → exit status 1.
 func checkConfig(ctx context.Context, path string, out io.Writer, getenv func(string) string) error {
 	cfg, err := loadChecked(path, getenv)
+	var mcpOut string
 	if err == nil {
 		// Build everything run builds, logging nowhere, then let it go.
 		var a *app
@@ -33,6 +38,11 @@ func checkConfig(ctx context.Context, path string, out io.Writer, getenv func(st
 			for _, e := range a.loadErrs {
 				herrs = append(herrs, fmt.Errorf("hook %s: %w", e.Path, e.Err))
 			}
+			// MCP servers are reached (a stdio one is started and stopped again) and their
+			// tools listed: an unreachable server is a problem here, a warning at run time.
+			var merrs []error
+			mcpOut, merrs = checkMCP(ctx, cfg, a)
+			herrs = append(herrs, merrs...)
 			err = errors.Join(herrs...)
 			stopCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			_ = a.gw.Stop(stopCtx)
@@ -47,12 +57,53 @@ func checkConfig(ctx context.Context, path string, out io.Writer, getenv func(st
 	if b, merr := yaml.Marshal(configMap(cfg, true)); merr == nil {
 		out.Write(b)
 	}
+	fmt.Fprint(out, mcpOut)
 	if err != nil {
 		fmt.Fprintf(out, "\nproblems:\n%s\n", indent(err.Error()))
 		return exitCode(1)
 	}
 	fmt.Fprintln(out, "\nconfig OK")
 	return nil
+}
+
+// checkMCP reaches every MCP server of the config and of the profiles and lists its tools.
+func checkMCP(ctx context.Context, cfg Config, a *app) (string, []error) {
+	sets := []struct {
+		where   string
+		servers []mcptools.ServerConfig
+	}{{"mcp", cfg.MCP}}
+	if rt := a.gw.Runtime(); rt != nil {
+		for _, name := range rt.Profiles.Names() {
+			if p := rt.Profiles.Get(name); len(p.MCP) > 0 {
+				sets = append(sets, struct {
+					where   string
+					servers []mcptools.ServerConfig
+				}{"profile " + name + ": mcp", p.MCP})
+			}
+		}
+	}
+	var b strings.Builder
+	var errs []error
+	for _, set := range sets {
+		if len(set.servers) == 0 {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		tools, cerrs := mcptools.Check(cctx, set.servers)
+		cancel()
+		for _, e := range cerrs {
+			errs = append(errs, fmt.Errorf("%s: %w", set.where, e))
+		}
+		for _, srv := range set.servers {
+			if names, ok := tools[srv.Name]; ok {
+				fmt.Fprintf(&b, "%s %s: %d tools: %s\n", set.where, srv.Name, len(names), strings.Join(names, ", "))
+			}
+		}
+	}
+	if b.Len() > 0 {
+		return "\n" + b.String(), errs
+	}
+	return "", errs
 }
 
 func indent(s string) string {
@@ -90,6 +141,30 @@ func newHooksCmd(path func() string, out io.Writer, getenv func(string) string) 
 				fmt.Fprintf(out, "%-50s %-22s %s\n", "SOURCE", "EVENT", "PROFILE")
 				for _, h := range list {
 					fmt.Fprintf(out, "%-50s %-22s %s\n", h.Source, h.Event, h.Profile)
+				}
+			}
+			if reg := a.gw.Runtime().Commands; reg != nil {
+				var decl []string
+				for _, c := range reg.Commands("") {
+					if c.Run != nil {
+						decl = append(decl, fmt.Sprintf("  %-48s command /%s", c.Source, c.Name))
+					}
+				}
+				for _, h := range a.hooks {
+					if !h.Enabled {
+						continue
+					}
+					for _, c := range h.Commands {
+						if line := fmt.Sprintf("  %-48s command /%s", h.Source, c.Name); !slices.Contains(decl, line) {
+							decl = append(decl, line)
+						}
+					}
+					for _, t := range h.Tools {
+						decl = append(decl, fmt.Sprintf("  %-48s tool %s", h.Source, t.Name))
+					}
+				}
+				if len(decl) > 0 {
+					fmt.Fprintf(out, "\ncommands and tools:\n%s\n", strings.Join(decl, "\n"))
 				}
 			}
 			var disabled []string
@@ -155,41 +230,78 @@ func newProfilesCmd(path func() string, out io.Writer, getenv func(string) strin
 	return cmd
 }
 
-// newReloadCmd asks a running gateway to reload through its admin endpoint, with admin.token
+// newReloadCmd asks a running gateway to reload through its admin API, with admin.token
 // when one is set.
 func newReloadCmd(ctx context.Context, path func() string, out io.Writer, getenv func(string) string) *cobra.Command {
 	return &cobra.Command{
 		Use:   "reload",
 		Short: "Ask the running gateway to re-read profiles and hook directories",
 		RunE: func(*cobra.Command, []string) error {
-			cfg, err := loadConfig(path(), getenv)
-			if err != nil {
-				fmt.Fprintf(out, "the configuration has problems:\n%s\n", indent(err.Error()))
-				return exitCode(1)
-			}
-			ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			defer cancel()
-			req, err := http.NewRequestWithContext(ctx, http.MethodPost, adminURL(cfg.HTTP.Listen)+"/admin/reload", nil)
-			if err != nil {
-				return err
-			}
-			if cfg.Admin.Token.IsSet() {
-				req.Header.Set("Authorization", "Bearer "+cfg.Admin.Token.Reveal())
-			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				fmt.Fprintf(out, "cannot reach the gateway at %s: %v\n", cfg.HTTP.Listen, err)
-				return exitCode(1)
-			}
-			defer resp.Body.Close()
-			body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-			out.Write(body)
-			if resp.StatusCode != http.StatusOK {
-				return exitCode(1)
-			}
-			return nil
+			return callAPI(ctx, path(), out, getenv, "/api/v1/reload", nil)
 		},
 	}
+}
+
+// newSendCmd delivers a message to a chat through the running gateway, without the model.
+func newSendCmd(ctx context.Context, path func() string, out io.Writer, getenv func(string) string) *cobra.Command {
+	var channel, chat, thread string
+	cmd := &cobra.Command{
+		Use:   "send --channel NAME --chat ID TEXT...",
+		Short: "Send a message to a chat through the running gateway (no model involved)",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			return callAPI(ctx, path(), out, getenv, "/api/v1/send", map[string]any{
+				"channel": channel, "chat_id": chat, "thread_id": thread, "text": strings.Join(args, " ")})
+		},
+	}
+	cmd.Flags().StringVar(&channel, "channel", "", "the channel: telegram, discord, slack or web")
+	cmd.Flags().StringVar(&chat, "chat", "", "the chat id on that channel")
+	cmd.Flags().StringVar(&thread, "thread", "", "the thread (Slack thread, Telegram topic, Discord thread), if any")
+	_ = cmd.MarkFlagRequired("channel")
+	_ = cmd.MarkFlagRequired("chat")
+	return cmd
+}
+
+// callAPI POSTs body (JSON; nil: none) to the running gateway's admin API at path and
+// prints the answer; a non-2xx answer is exit status 1.
+func callAPI(ctx context.Context, cfgPath string, out io.Writer, getenv func(string) string, path string, body any) error {
+	cfg, err := loadConfig(cfgPath, getenv)
+	if err != nil {
+		fmt.Fprintf(out, "the configuration has problems:\n%s\n", indent(err.Error()))
+		return exitCode(1)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, adminURL(cfg.HTTP.Listen)+path, rd)
+	if err != nil {
+		return err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if cfg.Admin.Token.IsSet() {
+		req.Header.Set("Authorization", "Bearer "+cfg.Admin.Token.Reveal())
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		fmt.Fprintf(out, "cannot reach the gateway at %s: %v\n", cfg.HTTP.Listen, err)
+		return exitCode(1)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	out.Write(data)
+	if resp.StatusCode/100 != 2 {
+		return exitCode(1)
+	}
+	return nil
 }
 
 // adminURL is where `gateway reload` reaches the gateway listening on listen. A wildcard

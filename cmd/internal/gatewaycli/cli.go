@@ -77,6 +77,7 @@ func newRootCmd(ctx context.Context, reload <-chan struct{}, stdout, stderr io.W
 		newHooksCmd(path, stdout, getenv),
 		newProfilesCmd(path, stdout, getenv),
 		newReloadCmd(ctx, path, stdout, getenv),
+		newSendCmd(ctx, path, stdout, getenv),
 	)
 	return root
 }

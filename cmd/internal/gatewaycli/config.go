@@ -28,6 +28,7 @@ import (
 	"gateway/internal/config"
 	"gateway/internal/media"
 	"gateway/internal/secret"
+	"gateway/mcptools"
 	"gateway/profiles"
 )
 
@@ -46,6 +47,8 @@ type Config struct {
 	Media    media.StoreConfig  `mapstructure:"media"`
 	Channels ChannelsConfig     `mapstructure:"channels"`
 	Admin    AdminConfig        `mapstructure:"admin"`
+	// MCP lists MCP servers whose tools every profile's chats get (a profile may add its own).
+	MCP []mcptools.ServerConfig `mapstructure:"mcp"`
 }
 
 // AdminConfig guards the admin endpoints. Empty token: loopback clients only.
@@ -466,6 +469,15 @@ func (c Config) validate() error {
 	}
 	if c.StateDir == "" {
 		add(errors.New("state_dir: must not be empty"))
+	}
+	seenMCP := map[string]bool{}
+	for i, m := range c.MCP {
+		if err := m.Validate(); err != nil {
+			add(fmt.Errorf("mcp.%d: %w", i, err))
+		} else if seenMCP[m.Name] {
+			add(fmt.Errorf("mcp.%d: server %q listed twice", i, m.Name))
+		}
+		seenMCP[m.Name] = true
 	}
 	add(c.validateListen())
 	switch c.Log.Level {

@@ -1,0 +1,377 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"gateway/channels"
+	"gateway/hooks"
+)
+
+// The admin API under /api/v1 (see DESIGN "Admin API"): JSON in and out, guarded like the
+// reload endpoint (bearer admin.token; loopback only without one).
+
+// How an injected message reaches the session.
+const (
+	DeliverSteer    = "steer"     // into the running turn at its next save point
+	DeliverFollowup = "followup"  // as a turn of its own after the running one
+	DeliverNextTurn = "next_turn" // kept and put before the next turn's prompt
+)
+
+const maxAPIBody = 1 << 20
+
+// SendRequest is the body of POST /api/v1/send.
+type SendRequest struct {
+	Channel  string          `json:"channel"`
+	ChatID   string          `json:"chat_id"`
+	ThreadID string          `json:"thread_id"`
+	Text     string          `json:"text"`
+	Parts    []channels.Part `json:"parts"`
+}
+
+// InjectRequest is the body of POST /api/v1/inject.
+type InjectRequest struct {
+	Channel   string `json:"channel"`
+	ChatID    string `json:"chat_id"`
+	ThreadID  string `json:"thread_id"`
+	Text      string `json:"text"`
+	DeliverAs string `json:"deliver_as"` // steer | followup | next_turn (default followup)
+	Trigger   bool   `json:"trigger"`    // an idle session starts a turn
+	Wait      string `json:"wait"`       // "" or "delivered"
+}
+
+func decodeBody(r *http.Request, v any) error {
+	dec := json.NewDecoder(io.LimitReader(r.Body, maxAPIBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("the body is not the expected JSON: %w", err)
+	}
+	return nil
+}
+
+func (g *Gateway) apiRoutes(mux *http.ServeMux, opts HTTPOptions) {
+	guard := func(h http.HandlerFunc) http.Handler { return adminOnly(opts.AdminToken, h) }
+	mux.Handle("POST /api/v1/send", guard(g.apiSend))
+	mux.Handle("POST /api/v1/inject", guard(g.apiInject))
+	mux.Handle("GET /api/v1/status", guard(g.apiStatus))
+	if opts.Reload != nil {
+		mux.Handle("POST /api/v1/reload", guard(func(w http.ResponseWriter, r *http.Request) {
+			if err := opts.Reload(); err != nil {
+				writeJSON(w, http.StatusUnprocessableEntity, map[string]any{"status": "kept the previous configuration", "error": err.Error()})
+				return
+			}
+			writeJSON(w, http.StatusOK, map[string]any{"status": "reloaded"})
+		}))
+	}
+}
+
+func (g *Gateway) apiTarget(channel, chat, thread string) (channels.Target, error) {
+	if channel == "" || chat == "" {
+		return channels.Target{}, errors.New(`"channel" and "chat_id" are required`)
+	}
+	if _, ok := g.byName[channel]; !ok {
+		names := make([]string, 0, len(g.byName))
+		for n := range g.byName {
+			names = append(names, n)
+		}
+		slices.Sort(names)
+		return channels.Target{}, fmt.Errorf("no channel %q (running: %s)", channel, strings.Join(names, ", "))
+	}
+	return channels.Target{Channel: channel, ChatID: chat, ThreadID: thread}, nil
+}
+
+// apiSend delivers a message to a chat without the model, paced like any answer.
+func (g *Gateway) apiSend(w http.ResponseWriter, r *http.Request) {
+	var req SendRequest
+	if err := decodeBody(r, &req); err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]any{"error": err.Error()})
+		return
+	}
+	target, err := g.apiTarget(req.Channel, req.ChatID, req.ThreadID)
+	if err == nil && req.Text == "" && len(req.Parts) == 0 {
+		err = errors.New(`"text" or "parts" is required`)
+	}
+	if err == nil {
+		for i, p := range req.Parts {
+			if p.Type != channels.PartText && p.Path == "" {
+				err = fmt.Errorf("part %d: media travel by \"path\" (a file the gateway can read)", i)
+			}
+		}
+	}
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]any{"error": err.Error()})
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Minute)
+	defer cancel()
+	st, err := g.byName[target.Channel].Open(ctx, target)
+	if err == nil && len(req.Parts) > 0 {
+		err = st.Send(ctx, channels.Frame{Type: channels.FrameParts, Parts: req.Parts})
+	}
+	if err == nil {
+		err = st.Send(ctx, channels.Frame{Type: channels.FrameDone, Text: req.Text})
+	}
+	if err != nil {
+		g.deliveryFailed(g.Runtime().Bus, sessionOf(target), err)
+		writeJSON(w, http.StatusBadGateway, map[string]any{"error": "delivery failed: " + err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"status": "sent"})
+}
+
+// injection is an API message on its way into a session's actor.
+type injection struct {
+	req    InjectRequest
+	target channels.Target
+	// armed, when set, is told which runtime's bus the message will travel on, so the
+	// delivery watch can listen there before anything runs; nil when nobody waits.
+	armed func(bus *hooks.Bus)
+	res   chan error // the actor's answer: taken (nil) or why not
+}
+
+// apiInject puts a message into a chat's session (the seed's sendMessage).
+func (g *Gateway) apiInject(w http.ResponseWriter, r *http.Request) {
+	var req InjectRequest
+	if err := decodeBody(r, &req); err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]any{"error": err.Error()})
+		return
+	}
+	target, err := g.apiTarget(req.Channel, req.ChatID, req.ThreadID)
+	if req.DeliverAs == "" {
+		req.DeliverAs = DeliverFollowup
+	}
+	switch {
+	case err != nil:
+	case strings.TrimSpace(req.Text) == "":
+		err = errors.New(`"text" is required`)
+	case req.DeliverAs != DeliverSteer && req.DeliverAs != DeliverFollowup && req.DeliverAs != DeliverNextTurn:
+		err = fmt.Errorf(`"deliver_as" %q: use steer, followup or next_turn`, req.DeliverAs)
+	case req.Wait != "" && req.Wait != "delivered":
+		err = fmt.Errorf(`"wait" %q: use "delivered" or leave it out`, req.Wait)
+	}
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]any{"error": err.Error()})
+		return
+	}
+	in := &injection{req: req, target: target, res: make(chan error, 1)}
+	var watch *deliveryWatch
+	if req.Wait == "delivered" {
+		watch = &deliveryWatch{key: SessionKey(target.Channel, target.ChatID, target.ThreadID), text: req.Text, done: make(chan string, 1)}
+		in.armed = watch.arm
+		defer watch.stop()
+	}
+	key := SessionKey(target.Channel, target.ChatID, target.ThreadID)
+	if err := g.control(key, func(s *session) { in.res <- s.inject(in) }); err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": err.Error()})
+		return
+	}
+	select {
+	case err = <-in.res:
+	case <-time.After(30 * time.Second): // the actor went away (evicted, shutting down)
+		err = errors.New("the chat's session did not take the message")
+	case <-r.Context().Done():
+		return
+	}
+	if err != nil {
+		writeJSON(w, http.StatusConflict, map[string]any{"error": err.Error()})
+		return
+	}
+	if watch == nil {
+		writeJSON(w, http.StatusAccepted, map[string]any{"status": "queued", "deliver_as": req.DeliverAs})
+		return
+	}
+	wait := time.NewTimer(g.cfg.TurnTimeout)
+	defer wait.Stop()
+	select {
+	case id := <-watch.done:
+		writeJSON(w, http.StatusOK, map[string]any{"status": "delivered", "request_id": id})
+	case <-wait.C:
+		writeJSON(w, http.StatusGatewayTimeout, map[string]any{"status": "queued", "error": "no model request carried the message within turn_timeout"})
+	case <-r.Context().Done():
+	}
+}
+
+// deliveryWatch learns which provider request carried an injected message: a context event
+// of the session whose messages hold the text arms it; the next before_provider_request of
+// that session names the request; its after_provider_response completes the watch. A
+// session's events of one run come in this order, on one goroutine.
+type deliveryWatch struct {
+	key, text string
+	done      chan string
+
+	mu     sync.Mutex
+	armed  bool
+	id     string
+	unsubs []func()
+}
+
+func (w *deliveryWatch) arm(bus *hooks.Bus) {
+	const src = "api:inject"
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.unsubs = append(w.unsubs,
+		bus.On(hooks.NameContext, src, func(ctx context.Context, ev hooks.Event) (any, error) {
+			c := ev.(*hooks.Context)
+			if c.SessionKey != w.key {
+				return nil, nil
+			}
+			for _, m := range c.Messages {
+				if strings.Contains(m.Content, w.text) {
+					w.mu.Lock()
+					w.armed = w.id == ""
+					w.mu.Unlock()
+					break
+				}
+			}
+			return nil, nil
+		}),
+		bus.On(hooks.NameBeforeProviderRequest, src, func(ctx context.Context, ev hooks.Event) (any, error) {
+			b := ev.(*hooks.BeforeProviderRequest)
+			w.mu.Lock()
+			if b.SessionKey == w.key && w.armed {
+				w.id, w.armed = b.RequestID, false
+			}
+			w.mu.Unlock()
+			return nil, nil
+		}),
+		bus.On(hooks.NameAfterProviderResponse, src, func(ctx context.Context, ev hooks.Event) (any, error) {
+			a := ev.(*hooks.AfterProviderResponse)
+			w.mu.Lock()
+			match := a.SessionKey == w.key && a.RequestID == w.id && w.id != ""
+			w.mu.Unlock()
+			if match {
+				select {
+				case w.done <- a.RequestID:
+				default:
+				}
+			}
+			return nil, nil
+		}),
+	)
+}
+
+func (w *deliveryWatch) stop() {
+	w.mu.Lock()
+	unsubs := w.unsubs
+	w.unsubs = nil
+	w.mu.Unlock()
+	for _, u := range unsubs {
+		u()
+	}
+}
+
+// control runs fn on the session actor of key (created when needed).
+func (g *Gateway) control(key string, fn func(*session)) error {
+	if g.stopping.Load() {
+		return errors.New("the gateway is shutting down")
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s, ok := g.sessions[key]
+	if !ok {
+		if len(g.sessions) >= g.cfg.MaxSessions && !g.evictOneLocked() {
+			return errTooManyChats
+		}
+		s = newSession(g, key)
+		g.sessions[key] = s
+		if g.metrics != nil {
+			g.metrics.ActiveSessions.Set(float64(len(g.sessions)))
+		}
+		g.actors.Add(1)
+		go s.loop()
+	}
+	select {
+	case s.ctl <- fn:
+		return nil
+	default:
+		return errors.New("the chat's queue is full")
+	}
+}
+
+// inject runs on the actor: it puts an API message into the session per deliver_as.
+func (s *session) inject(in *injection) error {
+	g := s.g
+	rt, release := g.acquire()
+	kept := false
+	defer func() {
+		if !kept {
+			release()
+		}
+	}()
+	t := in.target
+	prof := rt.Profiles.Resolve(t.Channel, t.ChatID, t.ThreadID, "")
+	info := hooks.Session{SessionKey: s.key, Channel: t.Channel, ChatID: t.ChatID, ThreadID: t.ThreadID, Profile: prof.Name}
+	text := in.req.Text
+	arm := func(bus *hooks.Bus) {
+		if in.armed != nil {
+			in.armed(bus)
+		}
+	}
+	if in.req.DeliverAs == DeliverSteer && s.running != nil && s.agent != nil {
+		arm(s.agentRT.Bus)
+		if s.agent.Steer(text) {
+			return nil
+		}
+	}
+	if in.req.DeliverAs == DeliverNextTurn || (s.running == nil && !in.req.Trigger) {
+		if in.req.Trigger {
+			// next_turn with trigger: it is the next turn.
+			s.nextTurn = append(s.nextTurn, text)
+			text = ""
+		} else {
+			if len(s.nextTurn) >= maxNextTurn {
+				return errors.New("too many messages wait for this chat's next turn")
+			}
+			s.nextTurn = append(s.nextTurn, text)
+			arm(rt.Bus)
+			return nil
+		}
+	}
+	arm(rt.Bus)
+	kept = true
+	s.dispatch(&turnReq{prompt: text, profile: prof, info: info, target: t, rt: rt, release: release}, QueueFollowup)
+	return nil
+}
+
+// maxNextTurn bounds the messages kept for a chat's next turn.
+const maxNextTurn = 32
+
+// apiStatus reports channels, sessions with their queues, and the loaded hooks and commands.
+func (g *Gateway) apiStatus(w http.ResponseWriter, r *http.Request) {
+	type sessionStatus struct {
+		Key     string `json:"key"`
+		Mailbox int    `json:"mailbox"`
+	}
+	g.mu.Lock()
+	sessions := make([]sessionStatus, 0, len(g.sessions))
+	for k, s := range g.sessions {
+		sessions = append(sessions, sessionStatus{Key: k, Mailbox: len(s.mailbox) + len(s.ctl)})
+	}
+	g.mu.Unlock()
+	slices.SortFunc(sessions, func(a, b sessionStatus) int { return strings.Compare(a.Key, b.Key) })
+	rt := g.Runtime()
+	var cmds []map[string]string
+	for _, c := range rt.Commands.Commands("") {
+		cmds = append(cmds, map[string]string{"name": c.Name, "source": c.Source})
+	}
+	var tools []map[string]string
+	for _, t := range rt.Commands.Tools("") {
+		tools = append(tools, map[string]string{"name": t.Name, "source": t.Source})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"ready":    g.Ready(),
+		"channels": g.connState(),
+		"sessions": sessions,
+		"hooks":    rt.Bus.Handlers(),
+		"commands": cmds,
+		"tools":    tools,
+	})
+}

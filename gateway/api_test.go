@@ -1,0 +1,203 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"gateway/harness"
+	"gateway/harness/openaitest"
+	"gateway/hooks"
+)
+
+func apiPost(t *testing.T, url, token string, body any) (int, map[string]any) {
+	t.Helper()
+	b, _ := json.Marshal(body)
+	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(b))
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	var out map[string]any
+	json.Unmarshal(data, &out)
+	return resp.StatusCode, out
+}
+
+// lastPrompt is the last user message of the fake's last request.
+func lastPrompt(f *harness.Fake) string {
+	reqs := f.Requests()
+	if len(reqs) == 0 {
+		return ""
+	}
+	msgs := reqs[len(reqs)-1].Messages
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role == "user" {
+			return msgs[i].Content
+		}
+	}
+	return ""
+}
+
+func TestAPISendAndToken(t *testing.T) {
+	e := newEnv(t)
+	code, body := apiPost(t, e.url+"/api/v1/send", "", map[string]any{"channel": "mem", "chat_id": "s1", "text": "Reminder: stand up"})
+	if code != http.StatusOK {
+		t.Fatalf("send: %d %v", code, body)
+	}
+	if got := e.mem.finals("s1"); !slices.Equal(got, []string{"done:Reminder: stand up"}) {
+		t.Fatalf("chat got %v", got)
+	}
+	if len(e.fake.Requests()) != 0 {
+		t.Fatal("send reached the model")
+	}
+	if code, _ := apiPost(t, e.url+"/api/v1/send", "", map[string]any{"channel": "nope", "chat_id": "s1", "text": "x"}); code != http.StatusBadRequest {
+		t.Fatalf("unknown channel: %d", code)
+	}
+
+	srv := httptest.NewServer(e.g.Handler(HTTPOptions{AdminToken: "s3cret", Reload: func() error { return nil }}))
+	defer srv.Close()
+	for _, path := range []string{"/api/v1/send", "/api/v1/inject", "/api/v1/reload"} {
+		if code, _ := apiPost(t, srv.URL+path, "", map[string]any{}); code != http.StatusUnauthorized {
+			t.Errorf("%s without the token: %d, want 401", path, code)
+		}
+		if code, _ := apiPost(t, srv.URL+path, "wrong", map[string]any{}); code != http.StatusUnauthorized {
+			t.Errorf("%s with a wrong token: %d, want 401", path, code)
+		}
+	}
+	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/api/v1/status", nil)
+	resp, _ := http.DefaultClient.Do(req)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("status without the token: %d", resp.StatusCode)
+	}
+	if code, body := apiPost(t, srv.URL+"/api/v1/send", "s3cret", map[string]any{"channel": "mem", "chat_id": "s2", "text": "ok"}); code != http.StatusOK {
+		t.Fatalf("with the token: %d %v", code, body)
+	}
+	if code, body := apiPost(t, srv.URL+"/api/v1/reload", "s3cret", nil); code != http.StatusOK || body["status"] != "reloaded" {
+		t.Fatalf("reload: %d %v", code, body)
+	}
+	req, _ = http.NewRequest(http.MethodGet, srv.URL+"/api/v1/status", nil)
+	req.Header.Set("Authorization", "Bearer s3cret")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st map[string]any
+	json.NewDecoder(resp.Body).Decode(&st)
+	resp.Body.Close()
+	if st["channels"] == nil || st["sessions"] == nil {
+		t.Fatalf("status %v", st)
+	}
+}
+
+// Each deliver_as: followup with trigger starts a turn in an idle chat; next_turn waits for
+// the next turn and goes before its prompt; steer joins the running turn.
+func TestAPIInjectDeliverAs(t *testing.T) {
+	e := newEnv(t)
+	inject := func(body map[string]any) {
+		t.Helper()
+		body["channel"], body["chat_id"] = "mem", "i1"
+		if code, out := apiPost(t, e.url+"/api/v1/inject", "", body); code != http.StatusAccepted {
+			t.Fatalf("inject %v: %d %v", body, code, out)
+		}
+	}
+	// followup + trigger: an idle session runs it now.
+	inject(map[string]any{"text": "the build finished", "deliver_as": "followup", "trigger": true})
+	e.mem.waitDone(t, 1)
+	if p := lastPrompt(e.fake); p != "the build finished" {
+		t.Fatalf("followup prompt %q", p)
+	}
+	// next_turn without trigger: nothing runs until the user writes.
+	n := len(e.fake.Requests())
+	inject(map[string]any{"text": "(the user's calendar: free at 3pm)", "deliver_as": "next_turn"})
+	time.Sleep(100 * time.Millisecond)
+	if len(e.fake.Requests()) != n {
+		t.Fatal("next_turn started a turn")
+	}
+	e.mem.inject(t, "i1", "u1", "when am I free?")
+	e.mem.waitDone(t, 1)
+	if p := lastPrompt(e.fake); p != "(the user's calendar: free at 3pm)\n\nwhen am I free?" {
+		t.Fatalf("next_turn prompt %q", p)
+	}
+	// steer: into the running turn, which makes another model call with it.
+	started := make(chan struct{}, 1)
+	e.fake.Push(harness.FakeReply{Text: "working", Delay: 300 * time.Millisecond})
+	e.fake.SetFunc(func(req *harness.Request) harness.FakeReply { return harness.FakeReply{Text: "ok"} })
+	bus := e.g.Runtime().Bus
+	unsub := bus.On(hooks.NameTurnStart, "test", func(ctx context.Context, ev hooks.Event) (any, error) {
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+		return nil, nil
+	})
+	defer unsub()
+	n = len(e.fake.Requests())
+	e.mem.inject(t, "i1", "u2", "long task")
+	<-started
+	inject(map[string]any{"text": "also check the logs", "deliver_as": "steer"})
+	e.mem.waitDone(t, 1)
+	reqs := e.fake.Requests()[n:]
+	if len(reqs) != 2 || lastPrompt(e.fake) != "also check the logs" {
+		t.Fatalf("steer: %d requests, last prompt %q", len(reqs), lastPrompt(e.fake))
+	}
+	if f := e.mem.finals("i1"); len(f) != 3 {
+		t.Fatalf("answers %v", f)
+	}
+	if code, _ := apiPost(t, e.url+"/api/v1/inject", "", map[string]any{"channel": "mem", "chat_id": "i1", "text": "x", "deliver_as": "sideways"}); code != http.StatusBadRequest {
+		t.Fatalf("bad deliver_as: %d", code)
+	}
+}
+
+// wait: delivered returns the request_id that a hook saw on before_provider_request and on
+// after_provider_response, through the real OpenAI SDK.
+func TestAPIInjectWaitDelivered(t *testing.T) {
+	srv := openaitest.NewServer()
+	t.Cleanup(srv.Close)
+	srv.SetFunc(func(r openaitest.Request) openaitest.Reply { return openaitest.Reply{Text: "noted"} })
+	var mu sync.Mutex
+	seen := map[string][]string{}
+	record := func(ctx context.Context, ev hooks.Event) (any, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch e := ev.(type) {
+		case *hooks.BeforeProviderRequest:
+			seen[e.EventName()] = append(seen[e.EventName()], e.RequestID)
+		case *hooks.AfterProviderResponse:
+			seen[e.EventName()] = append(seen[e.EventName()], e.RequestID)
+		}
+		return nil, nil
+	}
+	e := newEnv(t, withProvider(srv), func(c *Config, rt *Runtime, d *Deps) {
+		rt.Bus.On(hooks.NameBeforeProviderRequest, "test:req", record)
+		rt.Bus.On(hooks.NameAfterProviderResponse, "test:resp", record)
+	})
+	code, out := apiPost(t, e.url+"/api/v1/inject", "", map[string]any{"channel": "mem", "chat_id": "w1",
+		"text": "Background job 17 finished: 3 files changed.", "deliver_as": "followup", "trigger": true, "wait": "delivered"})
+	if code != http.StatusOK || out["status"] != "delivered" {
+		t.Fatalf("inject: %d %v", code, out)
+	}
+	id, _ := out["request_id"].(string)
+	mu.Lock()
+	defer mu.Unlock()
+	if id == "" || !slices.Contains(seen[hooks.NameBeforeProviderRequest], id) || !slices.Contains(seen[hooks.NameAfterProviderResponse], id) {
+		t.Fatalf("request_id %q; hooks saw %v", id, seen)
+	}
+	reqs := srv.Requests()
+	if len(reqs) == 0 || !strings.Contains(reqs[len(reqs)-1].Messages[len(reqs[len(reqs)-1].Messages)-1].Content, "Background job 17") {
+		t.Fatalf("the model did not get the message: %+v", reqs)
+	}
+}

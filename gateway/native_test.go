@@ -1,0 +1,186 @@
+package gateway
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-telegram/bot/models"
+
+	"gateway/channels"
+	"gateway/channels/discord"
+	"gateway/channels/discord/discordtest"
+	"gateway/channels/slack"
+	"gateway/channels/slack/slacktest"
+	"gateway/channels/telegram"
+	"gateway/channels/telegram/telegramtest"
+	"gateway/hooks"
+	"gateway/internal/secret"
+	"gateway/profiles"
+)
+
+// Telegram's command menu is the registry (builtins and a hook's /pop), set through the
+// real go-telegram client; the menu's /pop reaches the hook command.
+func TestTelegramMenuOffersHookCommands(t *testing.T) {
+	needPython(t)
+	tg := telegramtest.NewServer(t)
+	ch, err := telegram.New(telegram.Config{Enabled: true, Token: secret.Secret(tg.Token), APIURL: tg.URL, Mode: telegram.ModePolling,
+		Access: channels.Access{AllowFrom: []string{"4242"}, DMPolicy: channels.DMAllowlist}}, telegram.Options{StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnvWith(t, t.TempDir(), []channels.Channel{ch}, withHookDirs(t, exampleHook(t, "pop")))
+	var names []string
+	for _, c := range tg.Commands() {
+		names = append(names, c.Command)
+	}
+	if got := strings.Join(names, ","); got != "new,stop,compact,status,voice,help,pop" {
+		t.Fatalf("telegram menu %q", got)
+	}
+	tg.Send(telegramtest.Update{ChatID: 4242, From: &models.User{ID: 4242, FirstName: "Ann"}, Text: "/pop"})
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var texts []string
+		for _, m := range tg.Messages(4242) {
+			texts = append(texts, m.Text)
+		}
+		if strings.Contains(strings.Join(texts, "|"), "There is nothing to pop yet.") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("bot posted %q", texts)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(e.fake.Requests()) != 0 {
+		t.Fatal("/pop reached the model")
+	}
+}
+
+// Discord: the registry becomes application commands; an INTERACTION_CREATE for /pop is
+// deferred at once and answered by editing the interaction's response.
+func TestDiscordApplicationCommandsReachHookCommands(t *testing.T) {
+	needPython(t)
+	dc := discordtest.New(t)
+	ch, err := discord.New(discord.Config{Enabled: true, Token: secret.Secret(dc.Bot().Token), APIURL: dc.URL,
+		Access: channels.Access{AllowFrom: []string{"4242"}, DMPolicy: channels.DMAllowlist}}, discord.Options{StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnvWith(t, t.TempDir(), []channels.Channel{ch}, withHookDirs(t, exampleHook(t, "pop")))
+	var names []string
+	for _, c := range dc.AppCommands(dc.Bot().ID) {
+		names = append(names, c.Name)
+	}
+	if got := strings.Join(names, ","); got != "new,stop,compact,status,voice,help,pop" {
+		t.Fatalf("application commands %q", got)
+	}
+	id := dc.InjectCommand("900", "4242", "pop", "3", false)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		r := dc.Interaction(id)
+		if r.Type == 5 && len(r.Edits) == 1 && r.Edits[0] == "There is nothing to pop yet." {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("interaction reply %+v", r)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Someone not on allow_from is told so through the interaction, and nothing runs.
+	id = dc.InjectCommand("901", "666", "status", "", false)
+	for {
+		if r := dc.Interaction(id); r.Type == 4 && strings.Contains(r.Text, "666") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("refused interaction %+v", dc.Interaction(id))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(e.fake.Requests()) != 0 {
+		t.Fatal("a command reached the model")
+	}
+}
+
+// Slack: a slash command (over Socket Mode, through the real slack-go client) reaches the
+// hook's command like any typed one.
+func TestSlackSlashCommandReachesHookCommand(t *testing.T) {
+	needPython(t)
+	sl := slacktest.New(t)
+	ch, err := slack.New(slack.Config{Enabled: true, BotToken: secret.Secret(slacktest.BotToken), AppToken: secret.Secret(slacktest.AppToken),
+		APIURL: sl.APIURL(), Access: channels.Access{AllowFrom: []string{"U4242"}, DMPolicy: channels.DMAllowlist}}, slack.Options{StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnvWith(t, t.TempDir(), []channels.Channel{ch}, withHookDirs(t, exampleHook(t, "pop")))
+	sl.SlashCommand(slacktest.Command{Channel: "D77", User: "U4242", Command: "/pop", Text: "2"})
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var texts []string
+		for _, p := range sl.Posted("D77") {
+			texts = append(texts, p.Text)
+		}
+		if slices.Contains(texts, "There is nothing to pop yet.") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("posted %q", texts)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(e.fake.Requests()) != 0 {
+		t.Fatal("/pop reached the model")
+	}
+}
+
+// A chat bound to a profile whose hooks add a command gets its own Telegram menu (scope
+// chat); the others keep the common one.
+func TestTelegramMenuPerBoundChat(t *testing.T) {
+	needPython(t)
+	root := t.TempDir()
+	pdir := filepath.Join(root, "profiles", "stacker")
+	if err := os.MkdirAll(pdir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.CopyFS(filepath.Join(pdir, "hooks"), os.DirFS(exampleHook(t, "pop"))); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(pdir, "profile.yaml"), []byte("description: stacks\n"), 0o644)
+	set, err := profiles.Load(profiles.Config{Dir: filepath.Join(root, "profiles")},
+		[]profiles.Binding{{Profile: "stacker", Match: profiles.Match{Channel: "telegram", Chat: "4242"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tg := telegramtest.NewServer(t)
+	ch, err := telegram.New(telegram.Config{Enabled: true, Token: secret.Secret(tg.Token), APIURL: tg.URL, Mode: telegram.ModePolling,
+		Access: channels.Access{AllowFrom: []string{"4242"}, DMPolicy: channels.DMAllowlist}}, telegram.Options{StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	newEnvWith(t, t.TempDir(), []channels.Channel{ch}, func(c *Config, rt *Runtime, d *Deps) {
+		rt.Profiles = set
+		rt.Commands = NewCommandRegistry()
+		hd := hooks.LoadDir(rt.Bus, filepath.Join(pdir, "hooks"), hooks.DirOptions{Registry: rt.Commands, Profile: "stacker"})
+		if errs := hd.Errors(); len(errs) > 0 {
+			t.Fatal(errs)
+		}
+		t.Cleanup(hd.Close)
+	})
+	names := func(cmds []models.BotCommand) string {
+		var n []string
+		for _, c := range cmds {
+			n = append(n, c.Command)
+		}
+		return strings.Join(n, ",")
+	}
+	if got := names(tg.Commands()); got != "new,stop,compact,status,voice,help" {
+		t.Fatalf("common menu %q", got)
+	}
+	if got := names(tg.ChatCommands("4242")); got != "new,stop,compact,status,voice,help,pop" {
+		t.Fatalf("chat 4242's menu %q", got)
+	}
+}

@@ -1,0 +1,236 @@
+package hooks
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// CommandSpec is a command a hook declares under commands: in HOOK.yaml.
+type CommandSpec struct {
+	Name        string `json:"name" yaml:"name"`
+	Description string `json:"description" yaml:"description"`
+}
+
+// ToolSpec is a tool a hook declares under tools: in HOOK.yaml. Parameters is a JSON
+// Schema object; Timeout bounds one call (0: the hook's timeout).
+type ToolSpec struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	Parameters  json.RawMessage `json:"parameters"`
+	Timeout     time.Duration   `json:"timeout,omitempty"`
+}
+
+var (
+	commandName = regexp.MustCompile(`^[a-z0-9_]{1,32}$`)     // what every platform's menu accepts
+	toolName    = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`) // what providers accept
+)
+
+// hookCommand and hookTool are the HOOK.yaml forms of a declared command and tool.
+type hookCommand struct {
+	Name        string `yaml:"name"`
+	Description string `yaml:"description"`
+}
+
+type hookTool struct {
+	Name        string         `yaml:"name"`
+	Description string         `yaml:"description"`
+	Parameters  map[string]any `yaml:"parameters"`
+	Timeout     time.Duration  `yaml:"timeout"`
+}
+
+// declared validates the commands and tools of a HOOK.yaml into s. bad names the key.
+func declared(hf hookFile, s *hookSpec, bad func(key, format string, args ...any) error) error {
+	for i, c := range hf.Commands {
+		key := fmt.Sprintf("commands[%d]", i)
+		switch {
+		case !commandName.MatchString(c.Name):
+			return bad(key+".name", "%q: use 1 to 32 lowercase letters, digits or _ (no leading /)", c.Name)
+		case strings.TrimSpace(c.Description) == "":
+			return bad(key+".description", "missing: it is shown in /help and the platforms' menus")
+		case slices.ContainsFunc(s.Commands, func(x CommandSpec) bool { return x.Name == c.Name }):
+			return bad(key+".name", "command %q is declared twice", c.Name)
+		}
+		s.Commands = append(s.Commands, CommandSpec(c))
+	}
+	for i, t := range hf.Tools {
+		key := fmt.Sprintf("tools[%d]", i)
+		switch {
+		case !toolName.MatchString(t.Name):
+			return bad(key+".name", "%q: use 1 to 64 letters, digits, _ or -", t.Name)
+		case strings.TrimSpace(t.Description) == "":
+			return bad(key+".description", "missing: the model reads it to know when to call the tool")
+		case t.Timeout < 0:
+			return bad(key+".timeout", "must be a positive duration (write e.g. 5s)")
+		case slices.ContainsFunc(s.Tools, func(x ToolSpec) bool { return x.Name == t.Name }):
+			return bad(key+".name", "tool %q is declared twice", t.Name)
+		}
+		if t.Parameters == nil {
+			t.Parameters = map[string]any{"type": "object", "properties": map[string]any{}}
+		}
+		p, err := json.Marshal(t.Parameters)
+		if err != nil {
+			return bad(key+".parameters", "%v", err)
+		}
+		s.Tools = append(s.Tools, ToolSpec{Name: t.Name, Description: t.Description, Parameters: p, Timeout: t.Timeout})
+	}
+	return nil
+}
+
+// RegisteredCommand is a command of the registry: a builtin (Run nil) or a hook's.
+type RegisteredCommand struct {
+	Name        string
+	Description string
+	Source      string // "builtin" or the hook's source
+	Profile     string // set: only sessions bound to this profile have it
+	// Run asks the hook that declared the command; nil for a builtin.
+	Run func(ctx context.Context, ev *Command) (*CommandResult, error) `json:"-"`
+}
+
+// RegisteredTool is a tool a hook declared.
+type RegisteredTool struct {
+	ToolSpec
+	Source  string
+	Profile string
+	Run     func(ctx context.Context, ev *Tool) (*ToolOutput, error) `json:"-"`
+}
+
+// Registry holds the commands (builtin and declared) and the declared tools of one
+// runtime. A name is unique among what one session can see: a clash is a load error.
+type Registry struct {
+	mu       sync.Mutex
+	commands []RegisteredCommand
+	tools    []RegisteredTool
+}
+
+// NewRegistry returns a registry holding the builtin commands.
+func NewRegistry(builtins []RegisteredCommand) *Registry {
+	r := &Registry{}
+	for _, c := range builtins {
+		if c.Source == "" {
+			c.Source = "builtin"
+		}
+		r.commands = append(r.commands, c)
+	}
+	return r
+}
+
+// overlaps tells whether sessions of profile a and of profile b can be the same ("" is every profile).
+func overlaps(a, b string) bool { return a == "" || b == "" || a == b }
+
+// add registers a hook's commands and tools, all or none.
+func (r *Registry) add(cmds []RegisteredCommand, tools []RegisteredTool) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range cmds {
+		for _, x := range r.commands {
+			if x.Name == c.Name && overlaps(x.Profile, c.Profile) {
+				return fmt.Errorf("command /%s clashes: declared by %s and by %s", c.Name, x.Source, c.Source)
+			}
+		}
+	}
+	for _, t := range tools {
+		for _, x := range r.tools {
+			if x.Name == t.Name && overlaps(x.Profile, t.Profile) {
+				return fmt.Errorf("tool %s clashes: declared by %s and by %s", t.Name, x.Source, t.Source)
+			}
+		}
+	}
+	r.commands = append(r.commands, cmds...)
+	r.tools = append(r.tools, tools...)
+	return nil
+}
+
+// Command finds the named command as a session of profile sees it.
+func (r *Registry) Command(name, profile string) (RegisteredCommand, bool) {
+	if r == nil {
+		return RegisteredCommand{}, false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range r.commands {
+		if c.Name == name && (c.Profile == "" || c.Profile == profile) {
+			return c, true
+		}
+	}
+	return RegisteredCommand{}, false
+}
+
+// Commands lists the commands a session of profile sees, builtins first, in load order.
+// An empty profile lists the commands every profile has.
+func (r *Registry) Commands(profile string) []RegisteredCommand {
+	if r == nil {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []RegisteredCommand
+	for _, c := range r.commands {
+		if c.Profile == "" || c.Profile == profile {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Tools lists the declared tools a session of profile sees.
+func (r *Registry) Tools(profile string) []RegisteredTool {
+	if r == nil {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []RegisteredTool
+	for _, t := range r.tools {
+		if t.Profile == "" || t.Profile == profile {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// declare registers a loaded hook's commands and tools, served by h.
+func declare(reg *Registry, s hookSpec, h *hookHandler, timeout time.Duration, profile string) error {
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	call := func(ctx context.Context, ev Event, d time.Duration) (any, error) {
+		ctx, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		return h.handle(ctx, ev)
+	}
+	var cmds []RegisteredCommand
+	for _, c := range s.Commands {
+		cmds = append(cmds, RegisteredCommand{Name: c.Name, Description: c.Description, Source: s.Source, Profile: profile,
+			Run: func(ctx context.Context, ev *Command) (*CommandResult, error) {
+				res, err := call(ctx, ev, timeout)
+				r, _ := res.(*CommandResult)
+				if r == nil {
+					r = &CommandResult{}
+				}
+				return r, err
+			}})
+	}
+	var tools []RegisteredTool
+	for _, t := range s.Tools {
+		d := t.Timeout
+		if d <= 0 {
+			d = timeout
+		}
+		tools = append(tools, RegisteredTool{ToolSpec: t, Source: s.Source, Profile: profile,
+			Run: func(ctx context.Context, ev *Tool) (*ToolOutput, error) {
+				res, err := call(ctx, ev, d)
+				r, _ := res.(*ToolOutput)
+				if r == nil {
+					r = &ToolOutput{}
+				}
+				return r, err
+			}})
+	}
+	return reg.add(cmds, tools)
+}

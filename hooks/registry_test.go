@@ -1,0 +1,105 @@
+package hooks
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A command or tool name taken twice is a load error naming both sources; the hook that
+// clashed does not load at all.
+func TestRegistryClashNamesBothSources(t *testing.T) {
+	root := t.TempDir()
+	writeHook(t, root, "a-first", "commands: [{name: pop, description: go back}]\ncommand: [./run.sh]\n", "exit 0\n")
+	writeHook(t, root, "b-second", "events: [message:receive]\ncommands: [{name: pop, description: also}]\ncommand: [./run.sh]\n", "exit 0\n")
+	writeHook(t, root, "c-builtin", "commands: [{name: status, description: mine}]\ncommand: [./run.sh]\n", "exit 0\n")
+	b := newTestBus(t, 5*time.Second)
+	reg := NewRegistry([]RegisteredCommand{{Name: "status", Description: "builtin"}})
+	d := LoadDir(b.Bus, root, DirOptions{Source: "dir:x", Registry: reg})
+	t.Cleanup(d.Close)
+	errs := d.Errors()
+	if len(errs) != 2 {
+		t.Fatalf("errors %v", errs)
+	}
+	if msg := errs[0].Error(); !strings.Contains(msg, "dir:x/a-first") || !strings.Contains(msg, "dir:x/b-second") || !strings.Contains(msg, "/pop") {
+		t.Errorf("clash error %q", msg)
+	}
+	if msg := errs[1].Error(); !strings.Contains(msg, "builtin") || !strings.Contains(msg, "dir:x/c-builtin") {
+		t.Errorf("builtin clash error %q", msg)
+	}
+	if len(b.Handlers()) != 0 {
+		t.Errorf("the clashing hook registered handlers: %+v", b.Handlers())
+	}
+	if c, ok := reg.Command("pop", ""); !ok || c.Source != "dir:x/a-first" {
+		t.Errorf("pop = %+v, %v", c, ok)
+	}
+}
+
+// A declared command runs the program with the command event; its result decodes.
+func TestDeclaredCommandAndTool(t *testing.T) {
+	root := t.TempDir()
+	writeHook(t, root, "x", `commands: [{name: hi, description: say hi}]
+tools:
+  - name: echo_args
+    description: echoes
+    parameters: {type: object, properties: {q: {type: string}}}
+    timeout: 2s
+command: [./run.sh]
+`, `read ev
+case "$ev" in
+*'"type":"command"'*) echo '{"text":"hi there","entries":[{"type":"mark","n":1}]}' ;;
+*'"type":"tool"'*) echo '{"content":"got it","is_error":false}' ;;
+esac
+`)
+	b := newTestBus(t, 5*time.Second)
+	reg := NewRegistry(nil)
+	loadOne(t, b, root, DirOptions{Registry: reg, Profile: "p1"})
+	if _, ok := reg.Command("hi", "other"); ok {
+		t.Error("a profile's command is seen by another profile")
+	}
+	c, ok := reg.Command("hi", "p1")
+	if !ok {
+		t.Fatal("no command hi")
+	}
+	res, err := c.Run(ctxT(t), &Command{Name: "hi", Args: []string{}, Entries: []json.RawMessage{}})
+	if err != nil || res.Text != "hi there" || len(res.Entries) != 1 {
+		t.Fatalf("command: %+v, %v", res, err)
+	}
+	tools := reg.Tools("p1")
+	if len(tools) != 1 || tools[0].Timeout != 2*time.Second || !strings.Contains(string(tools[0].Parameters), `"q"`) {
+		t.Fatalf("tools %+v", tools)
+	}
+	out, err := tools[0].Run(ctxT(t), &Tool{Name: "echo_args", ToolCallID: "c1", Arguments: json.RawMessage(`{"q":"x"}`)})
+	if err != nil || out.Content != "got it" {
+		t.Fatalf("tool: %+v, %v", out, err)
+	}
+}
+
+func TestCommandResultEntriesValidated(t *testing.T) {
+	for _, bad := range []string{`{"entries":[{"type":"message"}]}`, `{"entries":[{"x":1}]}`, `{"entries":[3]}`} {
+		if _, err := DecodeResult(NameCommand, []byte(bad)); err == nil {
+			t.Errorf("%s decoded", bad)
+		}
+	}
+	if _, err := DecodeResult(NameCommand, []byte(`{"entries":[{"type":"stack_pop"}]}`)); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestHookYAMLDeclarationErrors(t *testing.T) {
+	for yaml, want := range map[string]string{
+		"commands: [{name: Pop, description: x}]\ncommand: [./run.sh]\n":           "lowercase",
+		"commands: [{name: pop}]\ncommand: [./run.sh]\n":                           "commands[0].description: missing",
+		"commands: [{name: pop, description: x, extra: 1}]\ncommand: [./run.sh]\n": "commands[0].extra: unknown key",
+		"tools: [{name: t, description: x, timeout: soon}]\ncommand: [./run.sh]\n": `"soon" is not a duration`,
+		"events: [command]\ncommand: [./run.sh]\n":                                 "declare the hook's commands under commands:",
+	} {
+		root := t.TempDir()
+		writeHook(t, root, "h", yaml, "exit 0\n")
+		_, errs := scanDir(root, "dir:x", nil)
+		if len(errs) != 1 || !strings.Contains(errs[0].Error(), want) {
+			t.Errorf("%q: errors %v, want %q", yaml, errs, want)
+		}
+	}
+}

@@ -1,0 +1,349 @@
+// Package mcptools gives the agent the tools of MCP servers (github.com/modelcontextprotocol/go-sdk):
+// stdio servers are started once and supervised (restarted with backoff, stopped with the
+// gateway); streamable HTTP servers are connected and reconnected the same way. A server's
+// tools reach the model as "<server>__<tool>"; a server that is down has no tools, so turns
+// go on without them.
+package mcptools
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"gateway/harness"
+	"gateway/internal/llm"
+	"gateway/internal/secret"
+)
+
+// ServerConfig is one entry of `mcp:` (top level or a profile's): a stdio server
+// ({name, command, env}) or a streamable HTTP one ({name, url, headers}).
+type ServerConfig struct {
+	Name    string                   `mapstructure:"name" yaml:"name" json:"name"`
+	Command []string                 `mapstructure:"command" yaml:"command" json:"command,omitempty"`
+	Env     map[string]secret.Secret `mapstructure:"env" yaml:"env" json:"-"` // may hold keys: masked when shown
+	URL     string                   `mapstructure:"url" yaml:"url" json:"url,omitempty"`
+	Headers map[string]secret.Secret `mapstructure:"headers" yaml:"headers" json:"-"`
+}
+
+var serverName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,32}$`)
+
+// Validate names what is wrong with the server's entry.
+func (c ServerConfig) Validate() error {
+	switch {
+	case !serverName.MatchString(c.Name):
+		return fmt.Errorf("mcp: name %q: use 1 to 32 letters, digits, _ or - (tools are named <name>__<tool>)", c.Name)
+	case len(c.Command) > 0 && c.URL != "":
+		return fmt.Errorf("mcp %s: give either command (stdio) or url (streamable HTTP), not both", c.Name)
+	case len(c.Command) == 0 && c.URL == "":
+		return fmt.Errorf("mcp %s: command (stdio) or url (streamable HTTP) is missing", c.Name)
+	case c.URL != "" && !strings.HasPrefix(c.URL, "http://") && !strings.HasPrefix(c.URL, "https://"):
+		return fmt.Errorf("mcp %s: url: want an http:// or https:// URL", c.Name)
+	}
+	return nil
+}
+
+// Options tune the supervision.
+type Options struct {
+	Logger *slog.Logger
+	// CallTimeout bounds one tool call (default 60s; the harness's tool timeout may end it first).
+	CallTimeout time.Duration
+	// MinBackoff and MaxBackoff bound the wait before a restart (default 1s and 1m).
+	MinBackoff, MaxBackoff time.Duration
+	HTTPClient             *http.Client
+}
+
+// Manager holds the connections to a set of MCP servers.
+type Manager struct {
+	opts    Options
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	servers []*server
+}
+
+type server struct {
+	cfg  ServerConfig
+	opts *Options
+
+	mu      sync.Mutex
+	session *mcp.ClientSession
+	tools   []*mcp.Tool
+	ready   chan struct{} // closed after the first attempt to connect
+}
+
+// Start connects to every server in the background and keeps them up until Close. It
+// returns at once; Wait waits for the first attempt of each.
+func Start(servers []ServerConfig, opts Options) *Manager {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.CallTimeout <= 0 {
+		opts.CallTimeout = 60 * time.Second
+	}
+	if opts.MinBackoff <= 0 {
+		opts.MinBackoff = time.Second
+	}
+	if opts.MaxBackoff <= 0 {
+		opts.MaxBackoff = time.Minute
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	m := &Manager{opts: opts, cancel: cancel}
+	for _, c := range servers {
+		s := &server{cfg: c, opts: &m.opts, ready: make(chan struct{})}
+		m.servers = append(m.servers, s)
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			s.supervise(ctx)
+		}()
+	}
+	return m
+}
+
+// Wait returns when every server had its first attempt to connect, or ctx ends.
+func (m *Manager) Wait(ctx context.Context) {
+	for _, s := range m.servers {
+		select {
+		case <-s.ready:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// Close stops every server (a stdio server's process ends) and waits for the supervisors.
+func (m *Manager) Close() {
+	if m == nil {
+		return
+	}
+	m.cancel()
+	m.wg.Wait()
+}
+
+func (s *server) supervise(ctx context.Context) {
+	log := s.opts.Logger.With("mcp", s.cfg.Name)
+	backoff := s.opts.MinBackoff
+	first := true
+	for ctx.Err() == nil {
+		started := time.Now()
+		cs, tools, err := connect(ctx, s.cfg, s.opts.HTTPClient)
+		if err == nil {
+			s.mu.Lock()
+			s.session, s.tools = cs, tools
+			s.mu.Unlock()
+			log.Info("mcp server connected", "tools", len(tools))
+		} else if ctx.Err() == nil {
+			log.Warn("mcp server unreachable; its tools are absent until it is back", "err", err, "retry_in", backoff)
+		}
+		if first {
+			close(s.ready)
+			first = false
+		}
+		if err == nil {
+			done := make(chan struct{})
+			go func() {
+				select {
+				case <-ctx.Done():
+					cs.Close()
+				case <-done:
+				}
+			}()
+			werr := cs.Wait()
+			close(done)
+			s.mu.Lock()
+			s.session, s.tools = nil, nil
+			s.mu.Unlock()
+			if ctx.Err() != nil {
+				return
+			}
+			log.Warn("mcp server went away; restarting it", "err", werr, "retry_in", backoff)
+			if time.Since(started) > 2*s.opts.MaxBackoff {
+				backoff = s.opts.MinBackoff // it ran well for a while: start over
+			}
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(2*backoff, s.opts.MaxBackoff)
+	}
+}
+
+// connect opens one session and lists its tools.
+func connect(ctx context.Context, c ServerConfig, hc *http.Client) (*mcp.ClientSession, []*mcp.Tool, error) {
+	client := mcp.NewClient(&mcp.Implementation{Name: "gateway", Version: "1"}, nil)
+	var transport mcp.Transport
+	if len(c.Command) > 0 {
+		cmd := exec.Command(c.Command[0], c.Command[1:]...)
+		cmd.Env = os.Environ()
+		for k, v := range c.Env {
+			cmd.Env = append(cmd.Env, k+"="+v.Reveal())
+		}
+		transport = &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}
+	} else {
+		if hc == nil {
+			hc = &http.Client{}
+		}
+		if len(c.Headers) > 0 {
+			base := hc.Transport
+			if base == nil {
+				base = http.DefaultTransport
+			}
+			cp := *hc
+			cp.Transport = headerTransport{base: base, headers: c.Headers}
+			hc = &cp
+		}
+		transport = &mcp.StreamableClientTransport{Endpoint: c.URL, HTTPClient: hc, MaxRetries: -1}
+	}
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	cs, err := client.Connect(cctx, transport, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	var tools []*mcp.Tool
+	var cursor string
+	for range 100 {
+		res, err := cs.ListTools(cctx, &mcp.ListToolsParams{Cursor: cursor})
+		if err != nil {
+			cs.Close()
+			return nil, nil, fmt.Errorf("listing its tools: %w", err)
+		}
+		tools = append(tools, res.Tools...)
+		if cursor = res.NextCursor; cursor == "" {
+			break
+		}
+	}
+	return cs, tools, nil
+}
+
+type headerTransport struct {
+	base    http.RoundTripper
+	headers map[string]secret.Secret
+}
+
+func (h headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	for k, v := range h.headers {
+		r.Header.Set(k, v.Reveal())
+	}
+	return h.base.RoundTrip(r)
+}
+
+// Check connects to each server once, lists its tools and disconnects (for `gateway
+// check`): per server, the tool names or the error.
+func Check(ctx context.Context, servers []ServerConfig) (tools map[string][]string, errs []error) {
+	tools = map[string][]string{}
+	for _, c := range servers {
+		if err := c.Validate(); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		cs, ts, err := connect(ctx, c, nil)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("mcp %s: unreachable: %w", c.Name, err))
+			continue
+		}
+		cs.Close()
+		var names []string
+		for _, t := range ts {
+			names = append(names, t.Name)
+		}
+		sort.Strings(names)
+		tools[c.Name] = names
+	}
+	return tools, errs
+}
+
+// Tools returns the tools of the named servers that are connected now, as harness tools
+// named "<server>__<tool>" (all servers when names is nil).
+func (m *Manager) Tools(names []string) []harness.Tool {
+	if m == nil {
+		return nil
+	}
+	var out []harness.Tool
+	for _, s := range m.servers {
+		if names != nil && !slices.Contains(names, s.cfg.Name) {
+			continue
+		}
+		s.mu.Lock()
+		for _, t := range s.tools {
+			out = append(out, &tool{s: s, name: t.Name, def: toolDef(s.cfg.Name, t)})
+		}
+		s.mu.Unlock()
+	}
+	return out
+}
+
+func toolDef(server string, t *mcp.Tool) llm.ToolDef {
+	params, err := json.Marshal(t.InputSchema)
+	if err != nil || string(params) == "null" {
+		params = json.RawMessage(`{"type":"object","properties":{}}`)
+	}
+	return llm.ToolDef{Name: server + "__" + t.Name, Description: t.Description, Parameters: params}
+}
+
+type tool struct {
+	s    *server
+	name string
+	def  llm.ToolDef
+}
+
+func (t *tool) Def() llm.ToolDef { return t.def }
+
+func (t *tool) Run(ctx context.Context, args json.RawMessage) (string, error) {
+	t.s.mu.Lock()
+	cs := t.s.session
+	t.s.mu.Unlock()
+	if cs == nil {
+		return "", fmt.Errorf("the MCP server %s is not available right now", t.s.cfg.Name)
+	}
+	ctx, cancel := context.WithTimeout(ctx, t.s.opts.CallTimeout)
+	defer cancel()
+	if len(args) == 0 {
+		args = json.RawMessage(`{}`)
+	}
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: t.name, Arguments: args})
+	if err != nil {
+		return "", fmt.Errorf("MCP server %s: %w", t.s.cfg.Name, err)
+	}
+	var b strings.Builder
+	for _, c := range res.Content {
+		if b.Len() > 0 {
+			b.WriteByte('\n')
+		}
+		switch c := c.(type) {
+		case *mcp.TextContent:
+			b.WriteString(c.Text)
+		case *mcp.ImageContent:
+			fmt.Fprintf(&b, "[image %s]", c.MIMEType)
+		case *mcp.AudioContent:
+			fmt.Fprintf(&b, "[audio %s]", c.MIMEType)
+		default:
+			data, _ := json.Marshal(c)
+			b.Write(data)
+		}
+	}
+	if b.Len() == 0 && res.StructuredContent != nil {
+		data, _ := json.Marshal(res.StructuredContent)
+		b.Write(data)
+	}
+	if res.IsError {
+		return "", &harness.ToolFailed{Content: b.String()}
+	}
+	return b.String(), nil
+}

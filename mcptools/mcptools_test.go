@@ -1,0 +1,162 @@
+package mcptools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.uber.org/goleak"
+
+	"gateway/harness"
+	"gateway/internal/secret"
+)
+
+// The test binary is also the stdio MCP server: run with GATEWAY_TEST_MCP=stdio it serves
+// the test tools on stdin/stdout.
+func TestMain(m *testing.M) {
+	if os.Getenv("GATEWAY_TEST_MCP") == "stdio" {
+		if err := testServer().Run(context.Background(), &mcp.StdioTransport{}); err != nil {
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	goleak.VerifyTestMain(m)
+}
+
+type addIn struct {
+	A int `json:"a" jsonschema:"the first number"`
+	B int `json:"b" jsonschema:"the second number"`
+}
+
+// testServer is an MCP server written in Go: add (a sum), fail (an error result) and
+// exit (ends the process, to test the supervisor).
+func testServer() *mcp.Server {
+	s := mcp.NewServer(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+	mcp.AddTool(s, &mcp.Tool{Name: "add", Description: "adds two numbers"}, func(ctx context.Context, r *mcp.CallToolRequest, in addIn) (*mcp.CallToolResult, any, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprint(in.A + in.B)}}}, nil, nil
+	})
+	mcp.AddTool(s, &mcp.Tool{Name: "fail", Description: "always fails"}, func(ctx context.Context, r *mcp.CallToolRequest, in struct{}) (*mcp.CallToolResult, any, error) {
+		return nil, nil, errors.New("it failed on purpose")
+	})
+	mcp.AddTool(s, &mcp.Tool{Name: "exit", Description: "ends the server process"}, func(ctx context.Context, r *mcp.CallToolRequest, in struct{}) (*mcp.CallToolResult, any, error) {
+		if os.Getenv("GATEWAY_TEST_MCP") == "stdio" {
+			os.Exit(3)
+		}
+		return nil, nil, nil
+	})
+	return s
+}
+
+// HTTPServer serves the test tools over streamable HTTP.
+func httpServer(t *testing.T) string {
+	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return testServer() }, nil))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+func stdioConfig(t *testing.T, name string) ServerConfig {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ServerConfig{Name: name, Command: []string{exe, "-test.run=^$"}, Env: map[string]secret.Secret{"GATEWAY_TEST_MCP": "stdio"}}
+}
+
+func toolNames(ts []harness.Tool) string {
+	var n []string
+	for _, t := range ts {
+		n = append(n, t.Def().Name)
+	}
+	return strings.Join(n, ",")
+}
+
+func waitTools(t *testing.T, m *Manager, server string, want string) []harness.Tool {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ts := m.Tools([]string{server})
+		if toolNames(ts) == want {
+			return ts
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("tools of %s: %q, want %q", server, toolNames(ts), want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func call(t *testing.T, ts []harness.Tool, name, args string) (string, error) {
+	t.Helper()
+	for _, x := range ts {
+		if x.Def().Name == name {
+			return x.Run(context.Background(), json.RawMessage(args))
+		}
+	}
+	t.Fatalf("no tool %s", name)
+	return "", nil
+}
+
+func TestStdioAndHTTPServers(t *testing.T) {
+	m := Start([]ServerConfig{stdioConfig(t, "local"), {Name: "remote", URL: httpServer(t)}, {Name: "down", URL: "http://127.0.0.1:1/mcp"}},
+		Options{MinBackoff: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
+	defer m.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	m.Wait(ctx)
+	for _, srv := range []string{"local", "remote"} {
+		ts := waitTools(t, m, srv, srv+"__add,"+srv+"__exit,"+srv+"__fail")
+		if !strings.Contains(string(ts[0].Def().Parameters), `"a"`) {
+			t.Errorf("%s: schema %s", srv, ts[0].Def().Parameters)
+		}
+		if out, err := call(t, ts, srv+"__add", `{"a":2,"b":40}`); err != nil || out != "42" {
+			t.Errorf("%s add: %q %v", srv, out, err)
+		}
+		_, err := call(t, ts, srv+"__fail", `{}`)
+		var failed *harness.ToolFailed
+		if !errors.As(err, &failed) || !strings.Contains(failed.Content, "on purpose") {
+			t.Errorf("%s fail: %v", srv, err)
+		}
+	}
+	if ts := m.Tools([]string{"down"}); len(ts) != 0 {
+		t.Errorf("an unreachable server has tools %q", toolNames(ts))
+	}
+	// The stdio server dies: its tools go, then come back after the restart.
+	ts := m.Tools([]string{"local"})
+	call(t, ts, "local__exit", `{}`)
+	if _, err := call(t, ts, "local__add", `{"a":1,"b":1}`); err == nil {
+		t.Error("a call to the dead server succeeded")
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ts := m.Tools([]string{"local"})
+		if len(ts) > 0 {
+			if out, err := call(t, ts, "local__add", `{"a":1,"b":1}`); err == nil && out == "2" {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the stdio server was not restarted")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestCheckListsToolsAndNamesUnreachable(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	tools, errs := Check(ctx, []ServerConfig{stdioConfig(t, "local"), {Name: "down", URL: "http://127.0.0.1:1/mcp"}, {Name: "bad name!"}})
+	if strings.Join(tools["local"], ",") != "add,exit,fail" {
+		t.Errorf("tools %v", tools)
+	}
+	if len(errs) != 2 || !strings.Contains(errs[0].Error(), "mcp down: unreachable") || !strings.Contains(errs[1].Error(), "bad name!") {
+		t.Errorf("errors %v", errs)
+	}
+}
