@@ -15,7 +15,7 @@ import (
 	"gateway/harness"
 	"gateway/harness/openaitest"
 	"gateway/internal/secret"
-	"gateway/mcptools"
+	"gateway/harness/mcptools"
 )
 
 type wordsIn struct {

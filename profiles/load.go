@@ -15,7 +15,7 @@ import (
 	"gateway/harness"
 	"gateway/internal/config"
 	"gateway/internal/secret"
-	"gateway/mcptools"
+	"gateway/harness/mcptools"
 )
 
 // File names inside a profile directory.

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"gateway/harness"
-	"gateway/mcptools"
+	"gateway/harness/mcptools"
 )
 
 // Config is the `profiles:` config section.

@@ -29,7 +29,7 @@ import (
 	"gateway/harness"
 	"gateway/hooks"
 	"gateway/internal/media"
-	"gateway/mcptools"
+	"gateway/harness/mcptools"
 	"gateway/profiles"
 	"gateway/state"
 )

@@ -18,7 +18,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
 
-	"gateway/mcptools"
+	"gateway/harness/mcptools"
 	"gateway/profiles"
 )
 

@@ -28,7 +28,7 @@ import (
 	"gateway/internal/config"
 	"gateway/internal/media"
 	"gateway/internal/secret"
-	"gateway/mcptools"
+	"gateway/harness/mcptools"
 	"gateway/profiles"
 )
 
