@@ -231,6 +231,27 @@ var shared struct {
 	n    atomic.Int64
 }
 
+// New starts a server of t's own (for a package without Main), stopped when t ends; the
+// database "postgres" is there to use. Skip and fail as Database.
+func New(t testing.TB) *Server {
+	t.Helper()
+	if _, err := BinDir(); err != nil && os.Getenv("CI") != "true" {
+		t.Skip(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s, err := Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	return s
+}
+
 // Database returns the URL of a new, empty database on the shared server; it is dropped
 // when t ends. No Postgres installed: t is skipped, or fails under CI=true.
 func Database(t testing.TB) string {

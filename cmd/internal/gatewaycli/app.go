@@ -25,6 +25,7 @@ import (
 	"gateway/channels/slack"
 	"gateway/channels/telegram"
 	"gateway/channels/web"
+	"gateway/cluster"
 	"gateway/gateway"
 	"gateway/harness"
 	"gateway/hooks"
@@ -45,6 +46,7 @@ type app struct {
 	stt     *stt.STT
 	tts     *tts.TTS
 	gw      *gateway.Gateway
+	pg      *cluster.Postgres // cluster mode: sessions and gateway state; nil on a single node
 
 	reloadMu sync.Mutex         // one reload at a time; guards cfg, hooks and loadErrs after start
 	hooks    []hooks.LoadedHook // of the current runtime's hook directories, disabled ones included
@@ -83,8 +85,13 @@ func isTerminal(w io.Writer) bool {
 // With dryRun (`check`, `hooks list`) it writes nothing: state_dir is checked, not created,
 // and the history store is never opened. Nothing it builds runs until Start: no hook program
 // is started and no event is emitted.
-func buildApp(cfg Config, cfgPath string, log *slog.Logger, getenv func(string) string, dryRun bool) (*app, error) {
+func buildApp(cfg Config, cfgPath string, log *slog.Logger, getenv func(string) string, dryRun bool) (_ *app, retErr error) {
 	a := &app{cfgPath: cfgPath, cfg: cfg, getenv: getenv, log: log, reg: prometheus.NewRegistry()}
+	defer func() {
+		if retErr != nil && a.pg != nil {
+			a.pg.Close()
+		}
+	}()
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a.metrics = gateway.NewMetrics(a.reg)
 	// Every outbound call has a timeout; streaming calls get theirs from their context.
@@ -135,8 +142,15 @@ func buildApp(cfg Config, cfgPath string, log *slog.Logger, getenv func(string) 
 	}
 	// A dry run never starts the gateway, so nothing is ever saved: a store that was never
 	// opened stands in, and no sessions directory is created.
-	store := new(harness.Store)
-	if !dryRun {
+	var store harness.SessionStore = new(harness.Store)
+	if !dryRun && cfg.Cluster.Enabled() {
+		// Cluster mode: sessions (and, in run, the gateway state) live in Postgres.
+		if a.pg, err = cluster.OpenPostgres(context.Background(), cfg.Cluster.PostgresURL.Reveal(), state.Limits{}); err != nil {
+			rt.Close()
+			return nil, err
+		}
+		store = a.pg.Sessions()
+	} else if !dryRun {
 		if store, err = harness.OpenStore(filepath.Join(cfg.StateDir, "sessions")); err != nil {
 			rt.Close()
 			return nil, fmt.Errorf("state_dir: %w", err)
@@ -345,10 +359,16 @@ func runGateway(ctx context.Context, path string, reload <-chan struct{}, stderr
 	if err == nil {
 		// The durable state (intake journal, dedup window, per-chat settings) is opened by
 		// run only: a dry run writes nothing.
-		var db *state.DB
-		if db, err = state.Open(cfg.StateDir, state.Limits{}, log); err == nil {
-			defer db.Close()
-			a.gw.SetDurable(db, db)
+		if a.pg != nil {
+			defer a.pg.Close()
+			a.gw.SetDurable(a.pg, a.pg)
+			log.Warn("cluster mode: sessions and gateway state are in Postgres; intake is not shared through NATS yet, so run one gateway process per database")
+		} else {
+			var db *state.DB
+			if db, err = state.Open(cfg.StateDir, state.Limits{}, log); err == nil {
+				defer db.Close()
+				a.gw.SetDurable(db, db)
+			}
 		}
 	}
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
 
+	"gateway/cluster"
 	"gateway/profiles"
 )
 
@@ -32,6 +33,12 @@ func checkConfig(ctx context.Context, path string, out io.Writer, getenv func(st
 			var herrs []error
 			for _, e := range a.loadErrs {
 				herrs = append(herrs, fmt.Errorf("hook %s: %w", e.Path, e.Err))
+			}
+			if cfg.Cluster.Enabled() {
+				// check connects to nothing else, but a cluster's database it must reach.
+				pgCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				herrs = append(herrs, cluster.Check(pgCtx, cfg.Cluster.PostgresURL.Reveal()))
+				cancel()
 			}
 			err = errors.Join(herrs...)
 			stopCtx, cancel := context.WithTimeout(ctx, 5*time.Second)

@@ -23,6 +23,7 @@ import (
 	"gateway/channels/slack"
 	"gateway/channels/telegram"
 	"gateway/channels/web"
+	"gateway/cluster"
 	"gateway/gateway"
 	"gateway/harness"
 	"gateway/internal/config"
@@ -46,6 +47,7 @@ type Config struct {
 	Media    media.StoreConfig  `mapstructure:"media"`
 	Channels ChannelsConfig     `mapstructure:"channels"`
 	Admin    AdminConfig        `mapstructure:"admin"`
+	Cluster  cluster.Config     `mapstructure:"cluster"`
 }
 
 // AdminConfig guards the admin endpoints. Empty token: loopback clients only.
@@ -467,6 +469,7 @@ func (c Config) validate() error {
 	if c.StateDir == "" {
 		add(errors.New("state_dir: must not be empty"))
 	}
+	add(c.Cluster.Validate())
 	add(c.validateListen())
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
