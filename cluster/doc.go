@@ -15,9 +15,16 @@
 //     redelivery atomically across processes. Every call is bounded by DefaultTimeout.
 //   - Check (`gateway check`) and OpenPostgres say what is wrong in plain words; no error
 //     carries the URL's password (Redact, scrub).
+//   - JetStream (github.com/nats-io/nats.go/jetstream), the parts intake will stand on:
+//     Intake.Publish stores a message in the work-queue stream GATEWAY_INTAKE under the
+//     subject of its partition (Partition: fnv32a of the session key) and returns once
+//     JetStream acknowledged it, a platform redelivery (same Nats-Msg-Id) stored once;
+//     Leases (a KV bucket whose entries expire TTL after their last write) give a name to
+//     one holder at a time and move it to a survivor TTL after the holder stops renewing.
+//     Neither is wired into the gateway yet.
 //   - Tests: the same behaviour suites as the single node (state/statetest,
 //     harness/storetest) against a throwaway Postgres (cluster/pgtest: initdb in a temp dir,
-//     a free loopback port, run as nobody under root).
+//     a free loopback port, run as nobody under root); NATS embedded (cluster/natstest).
 //
 // # Not built yet: the design to follow
 //
