@@ -21,7 +21,13 @@
 //     JetStream acknowledged it, a platform redelivery (same Nats-Msg-Id) stored once;
 //     Leases (a KV bucket whose entries expire TTL after their last write) give a name to
 //     one holder at a time and move it to a survivor TTL after the holder stops renewing.
-//     Neither is wired into the gateway yet.
+//     Consumer holds a fair share of the partitions (ceil(partitions / live members),
+//     members being "member.<holder>" leases) through "intake.<p>" leases renewed every
+//     TTL/4, hands over a partition above its share only after its delivered messages were
+//     acked, and on taking a partition recreates its durable consumer from the oldest
+//     unacked message (the stream is a work queue: acked messages are gone), so what a dead
+//     holder was handed and never acked is delivered to the new holder, first, in order.
+//     None of this is wired into the gateway yet.
 //   - Tests: the same behaviour suites as the single node (state/statetest,
 //     harness/storetest) against a throwaway Postgres (cluster/pgtest: initdb in a temp dir,
 //     a free loopback port, run as nobody under root); NATS embedded (cluster/natstest).

@@ -91,7 +91,7 @@ func TestLeaseMovesToASurvivorWhenItsHolderStopsRenewing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	js := jetStream(t)
-	const ttl = time.Second
+	const ttl = 2 * time.Second
 	leases, err := cluster.OpenLeases(ctx, js, "GATEWAY_LEASES", ttl)
 	if err != nil {
 		t.Fatal(err)

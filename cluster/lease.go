@@ -98,3 +98,19 @@ func (h *Lease) Release(ctx context.Context) error {
 
 // Name is the lease's name.
 func (h *Lease) Name() string { return h.name }
+
+// Count is the number of live leases whose names start with prefix (e.g. "member.").
+func (l *Leases) Count(ctx context.Context, prefix string) (int, error) {
+	kl, err := l.kv.ListKeysFiltered(ctx, prefix+">")
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("cluster: nats: %w", err)
+	}
+	n := 0
+	for range kl.Keys() {
+		n++
+	}
+	return n, nil
+}
