@@ -38,42 +38,44 @@
 // database and each replays all of it at start, so `gateway run` warns: one process per
 // database. The steps, in order:
 //
-// Intake on JetStream (github.com/nats-io/nats.go, jetstream package). One stream
-// GATEWAY_INTAKE, subjects gateway.intake.<p> for partitions p in [0, P) (P fixed in
-// config, default 64; changing it needs a drained stream), p = fnv32a(session key) mod P —
-// the session key the router computes, so one chat is one partition. Deliver replaces
-// journal.Accept by a publish with Nats-Msg-Id = the dedup key (JetStream's duplicate
-// window drops redeliveries; the Postgres dedup table stays for windows longer than the
-// stream's), and returns to the adapter only after the PubAck: the platform is acknowledged
-// only for what JetStream has. Settle replaces journal.Done by msg.Ack(); Pending/replay go
-// away (the consumer redelivers what was not acked). A gateway.Intake interface with the
-// two implementations (local journal, JetStream) is the seam in gateway/intake.go.
+// Wire intake (gateway/intake.go is the seam; keep the edit there small). In cluster mode
+// Deliver publishes instead of journaling: Intake.Publish(session key, dedup key, the
+// journaled JSON) and the adapter is acknowledged only after it returns (a failure is the
+// same refusal as a journal failure today). The session key must be the router's
+// (gateway.sessionKey for the message's channel/chat/thread), so one chat is one partition.
+// A Consumer per process (holder: hostname + pid + start time) hands each Delivery to the
+// gateway's queue as replay does today (decode journaled, set Seq); settle acks it
+// (Delivery.Ack) instead of journal.Done — so gateway.Message needs a way back to its
+// Delivery (a map seq → Delivery in the cluster adapter, keyed by the stream sequence).
+// The JetStream duplicate window (IntakeConfig.Duplicates) is short; keep the Postgres
+// dedup (Postgres.Accept with a nil body, or a dedup-only method) for the long window.
+// Replay of the Postgres journal then goes away in cluster mode; Pending stays for a single
+// node. Make cluster.nats_url required again only once this is wired (Config.Validate
+// already requires it).
 //
-// One active consumer per partition: a durable pull consumer per partition
-// ("intake-<p>", AckExplicit, MaxAckPending large, AckWait 30 s with msg.InProgress()
-// every 10 s while a turn runs). Ownership by a lease in a JetStream KV bucket
-// GATEWAY_OWNERS (key p, value = process id, bucket TTL 15 s): a process Creates the key to
-// take a free partition, Updates it with the revision every 5 s to keep it, and stops
-// fetching the moment an update fails. Partitions are balanced by each process taking at
-// most ceil(P / live processes) (live processes: a second KV bucket of heartbeats). When a
-// process dies its keys expire, another Creates them and fetches: the unacked messages
-// are redelivered in stream order, so the killed turn's message is answered there, once
-// (the dead process never acked it; the dedup key keeps a platform redelivery out).
-// Per-chat order holds because one process fetches a partition at a time and the gateway's
-// per-session actor keeps order within it.
+// Connections that exist once per token (Telegram long polling, a Discord shard): a lease
+// "conn.telegram.<bot id>" on the same Leases bucket; only the holder starts the adapter's
+// receive loop, the others retry Acquire every TTL/4 and start it when they get it (TTL
+// 15 s meets "moves within 15 s" with room: take 10 s). Telegram webhooks and Slack HTTP
+// events are served by any process: they only publish. Sending is done by whichever
+// process answers (the partition's holder); adapters must be able to send without
+// holding the receive lease.
 //
-// Connections that exist once per token (Telegram long polling, a Discord shard) take the
-// same kind of lease (key "conn.telegram.<bot id>"): only the holder starts the adapter's
-// receive loop; a survivor's watcher starts it when the key expires (within the 15 s
-// TTL). Telegram webhooks and Slack HTTP events are served by any process: they only
-// publish. Sending is from whichever process owns the chat's partition.
+// Telegram's per-bot send budget across processes: a token bucket shared through Postgres
+// (one row per bot, SELECT … FOR UPDATE, refill by elapsed time) or a KV entry updated
+// with compare-and-set; taken before each send in the adapter's pacer.
 //
-// Telegram's per-bot send budget across processes: a token bucket in the same KV (or a
-// Postgres row updated with SELECT … FOR UPDATE), taken before each send.
+// Operability: /readyz false while NATS (nc.Status() != CONNECTED) or Postgres (pool Ping,
+// cached for a second) is unreachable; /api/v1/status and metrics list Consumer.Held() and
+// each held consumer's NumPending (lag); `gateway check` reaches NATS too
+// (nats.Connect + JetStream AccountInfo, password scrubbed like Postgres). README:
+// "Running more than one" with a compose example (NATS with -js, Postgres, three gateways).
 //
-// Operability: /readyz false while NATS or Postgres is unreachable (a pgxpool Ping and
-// nc.Status()); /api/v1/status and metrics list owned partitions and their consumer's
-// NumPending (lag). Tests: NATS from github.com/nats-io/nats-server/v2 embedded on
-// loopback (server.NewServer with JetStream and a temp StoreDir), three `gateway run`
-// processes against it and pgtest, with the fake platforms and the fake model.
+// Tests still to write: three `gateway run` processes (in-process, like
+// gatewaycli.startGateway) against natstest and pgtest with the fake Telegram (both modes),
+// fake Slack and the fake model; 200 chats × 5 messages answered once, in order; one
+// process killed mid-turn (close its NATS connection and cancel it without Stop);
+// Postgres and NATS restarted during load (pgtest needs Restart: stop and start postgres on
+// the same data dir and port; natstest the same with the same StoreDir); figures for 1 vs 3
+// processes with the fake model at 200 ms.
 package cluster
