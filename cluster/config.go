@@ -12,12 +12,12 @@ import (
 // Config is the `cluster:` section. Both empty (the default): a single node, and nothing
 // here is touched.
 type Config struct {
-	NATSURL     string        `mapstructure:"nats_url"`     // JetStream: intake, per-chat order, ownership
+	NATSURL     secret.Secret `mapstructure:"nats_url"`     // JetStream: intake, per-chat order, ownership (may hold a password)
 	PostgresURL secret.Secret `mapstructure:"postgres_url"` // sessions and gateway state
 }
 
 // Enabled reports whether cluster mode is configured.
-func (c Config) Enabled() bool { return c.NATSURL != "" || c.PostgresURL.IsSet() }
+func (c Config) Enabled() bool { return c.NATSURL.IsSet() || c.PostgresURL.IsSet() }
 
 // Validate checks the section without connecting; every problem names its key.
 func (c Config) Validate() error {
@@ -30,10 +30,10 @@ func (c Config) Validate() error {
 	} else if u, err := url.Parse(c.PostgresURL.Reveal()); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") || u.Host == "" {
 		errs = append(errs, fmt.Errorf("cluster.postgres_url: %s is not a postgres://user@host:port/database URL", Redact(c.PostgresURL.Reveal())))
 	}
-	if c.NATSURL == "" {
+	if !c.NATSURL.IsSet() {
 		errs = append(errs, errors.New("cluster.nats_url: must be set in cluster mode (intake runs on NATS JetStream)"))
-	} else if u, err := url.Parse(c.NATSURL); err != nil || (u.Scheme != "nats" && u.Scheme != "tls") || u.Host == "" {
-		errs = append(errs, fmt.Errorf("cluster.nats_url: %s is not a nats://host:port URL", Redact(c.NATSURL)))
+	} else if u, err := url.Parse(c.NATSURL.Reveal()); err != nil || (u.Scheme != "nats" && u.Scheme != "tls") || u.Host == "" {
+		errs = append(errs, fmt.Errorf("cluster.nats_url: %s is not a nats://host:port URL", Redact(c.NATSURL.Reveal())))
 	}
 	return errors.Join(errs...)
 }

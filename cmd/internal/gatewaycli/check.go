@@ -35,10 +35,15 @@ func checkConfig(ctx context.Context, path string, out io.Writer, getenv func(st
 				herrs = append(herrs, fmt.Errorf("hook %s: %w", e.Path, e.Err))
 			}
 			if cfg.Cluster.Enabled() {
-				// check connects to nothing else, but a cluster's database it must reach.
+				// check connects to nothing else, but a cluster's engines it must reach.
 				pgCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 				herrs = append(herrs, cluster.Check(pgCtx, cfg.Cluster.PostgresURL.Reveal()))
 				cancel()
+				if cfg.Cluster.NATSURL.IsSet() {
+					natsCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+					herrs = append(herrs, cluster.CheckNATS(natsCtx, cfg.Cluster.NATSURL.Reveal()))
+					cancel()
+				}
 			}
 			err = errors.Join(herrs...)
 			stopCtx, cancel := context.WithTimeout(ctx, 5*time.Second)

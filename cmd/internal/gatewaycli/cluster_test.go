@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"gateway/cluster/natstest"
 	"gateway/cluster/pgtest"
 )
 
@@ -17,6 +18,7 @@ func TestClusterSectionIsCheckedInPlainWords(t *testing.T) {
 		{"postgres url missing", "cluster:\n  nats_url: nats://127.0.0.1:4222\n", "cluster.postgres_url: must be set"},
 		{"not a postgres url", "cluster:\n  nats_url: nats://127.0.0.1:4222\n  postgres_url: mysql://u:hunter2@db/x\n", "cluster.postgres_url: mysql://u:xxxxx@db/x is not a postgres://"},
 		{"nothing listening", "cluster:\n  nats_url: nats://127.0.0.1:4222\n  postgres_url: postgres://gw:hunter2@127.0.0.1:1/gateway\n", "nothing accepts connections at postgres://gw:xxxxx@127.0.0.1:1/gateway"},
+		{"no nats", "cluster:\n  nats_url: nats://gw:hunter2@127.0.0.1:1\n  postgres_url: postgres://gw:hunter2@127.0.0.1:1/gateway\n", "cluster.nats_url: nothing accepts connections at nats://gw:xxxxx@127.0.0.1:1"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -46,7 +48,7 @@ func TestSingleNodeTouchesNoPostgres(t *testing.T) {
 func TestClusterModeKeepsSessionsAndStateInPostgres(t *testing.T) {
 	srv := pgtest.New(t)
 	url := srv.URL("postgres")
-	section := fmt.Sprintf("cluster:\n  nats_url: nats://127.0.0.1:4222\n  postgres_url: %s\n", url)
+	section := fmt.Sprintf("cluster:\n  nats_url: %s\n  postgres_url: %s\n", natstest.Start(t), url)
 	if code, out := cli(t, context.Background(), nil, "check", "--config", writeConfig(t, "state_dir: STATE\n"+section)); code != 0 {
 		t.Fatalf("check exit %d:\n%s", code, out)
 	}
