@@ -59,3 +59,36 @@ func TestPostgresSessionStoreBehaviour(t *testing.T) {
 		return open(t)
 	}, open)
 }
+
+// A Postgres restart under a running gateway: calls fail while it is down (within the
+// timeout, not hanging), and work again once it is back, on the same Postgres value.
+func TestPostgresRestartIsSurvived(t *testing.T) {
+	srv := pgtest.New(t)
+	p := openPG(t, srv.URL("postgres"), state.Limits{})
+	defer p.Close()
+	if err := p.SetSetting("telegram:1", "voice", "on"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := srv.Restart(ctx, 200*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		v, ok, err := p.Setting("telegram:1", "voice")
+		if err == nil {
+			if !ok || v != "on" {
+				t.Fatalf("after the restart: %q %v", v, ok)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still failing 15s after Postgres came back: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if _, err := p.Accept("telegram|1|9", []byte("x")); err != nil {
+		t.Fatalf("accept after the restart: %v", err)
+	}
+}

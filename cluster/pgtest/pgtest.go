@@ -134,6 +134,10 @@ func (s *Server) start(ctx context.Context, data string) error {
 	if err != nil {
 		return err
 	}
+	return s.startOn(ctx, data, port)
+}
+
+func (s *Server) startOn(ctx context.Context, data string, port int) error {
 	s.Port = port
 	s.log.Reset()
 	// Not CommandContext: the server outlives ctx (it lives until Stop).
@@ -184,6 +188,11 @@ func (s *Server) URL(db string) string {
 // Stop shuts Postgres down (fast shutdown: clients are disconnected) and removes its
 // directory.
 func (s *Server) Stop() error {
+	s.halt()
+	return os.RemoveAll(s.dir)
+}
+
+func (s *Server) halt() {
 	if s.cmd != nil && s.cmd.Process != nil {
 		_ = s.cmd.Process.Signal(syscall.SIGINT)
 		select {
@@ -194,7 +203,14 @@ func (s *Server) Stop() error {
 		}
 		s.cmd = nil
 	}
-	return os.RemoveAll(s.dir)
+}
+
+// Restart stops Postgres (clients are disconnected), waits down, then starts it again on
+// the same data and port: a database restart under a running gateway.
+func (s *Server) Restart(ctx context.Context, down time.Duration) error {
+	s.halt()
+	time.Sleep(down)
+	return s.startOn(ctx, filepath.Join(s.dir, "data"), s.Port)
 }
 
 // Log is what Postgres printed.
