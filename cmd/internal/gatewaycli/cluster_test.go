@@ -92,3 +92,11 @@ func TestClusterModeKeepsSessionsAndStateInPostgres(t *testing.T) {
 	}
 	t.Logf("dedup ids in Postgres: %d", dedup)
 }
+
+func TestClusterSectionFromTheEnvironment(t *testing.T) {
+	env := map[string]string{"GATEWAY_CLUSTER_POSTGRES_URL": "postgres://gw:hunter2@127.0.0.1:1/gateway"}
+	code, out := cli(t, context.Background(), env, "check", "--config", writeConfig(t, "state_dir: STATE\n"))
+	if code != 1 || !strings.Contains(out, "cluster.nats_url: must be set") || strings.Contains(out, "hunter2") {
+		t.Fatalf("exit %d, output:\n%s", code, out)
+	}
+}
