@@ -72,8 +72,9 @@ func (c *Consumer) Held() []int {
 }
 
 // Run balances and consumes until ctx ends, then stops delivering and gives its
-// partitions up (what was delivered and not acked goes to the next holder). It returns
-// early with an error only when it cannot join at all.
+// partitions up: what was delivered and not acked goes to the next holder, so end Run
+// after the gateway has finished (or abandoned) the turns it was handed. It returns early
+// with an error only when it cannot join at all.
 func (c *Consumer) Run(ctx context.Context) error {
 	member, err := c.leases.Acquire(ctx, "member."+c.holder, c.holder)
 	if err != nil {
@@ -134,16 +135,30 @@ func (c *Consumer) balance(ctx context.Context) {
 	}
 	parts := c.in.cfg.Partitions
 	share := (parts + members - 1) / members
+	// Hand over what is above the share: stop taking its messages now, and release it at a
+	// later turn, once every message it was handed has been acked (answered), so that the
+	// next holder is not handed a message that is still being answered here. Meanwhile the
+	// lease is renewed like the others.
+	active := 0
 	for p, w := range held {
-		if len(held) <= share {
+		if w.stopped.Load() {
+			if w.outstanding.Load() == 0 {
+				_ = w.lease.Release(ctx)
+				c.drop(p)
+				delete(held, p)
+			}
+			continue
+		}
+		active++
+	}
+	for _, w := range held {
+		if active <= share {
 			break
 		}
-		// Hand over: stop taking, let the answers in flight be acked, then release.
-		w.stop()
-		w.drain(c.leases.TTL())
-		_ = w.lease.Release(ctx)
-		c.drop(p)
-		delete(held, p)
+		if !w.stopped.Load() {
+			w.stop()
+			active--
+		}
 	}
 	for p := 0; p < parts && len(held) < share; p++ {
 		if held[p] != nil {
@@ -176,7 +191,8 @@ type partitionWorker struct {
 	lease       *Lease
 	iter        jetstream.MessagesContext
 	wg          sync.WaitGroup
-	outstanding atomic.Int64
+	outstanding atomic.Int64 // handed to the handler, not acked yet
+	stopped     atomic.Bool  // handed over: no more deliveries
 	once        sync.Once
 }
 
@@ -230,14 +246,6 @@ func (c *Consumer) start(ctx context.Context, p int, lease *Lease) (*partitionWo
 
 // stop ends delivery; the handler is not called again for this partition.
 func (w *partitionWorker) stop() {
-	w.once.Do(func() { w.iter.Stop() })
+	w.once.Do(func() { w.stopped.Store(true); w.iter.Stop() })
 	w.wg.Wait()
-}
-
-// drain waits (at most limit) until every delivered message was acked.
-func (w *partitionWorker) drain(limit time.Duration) {
-	deadline := time.Now().Add(limit)
-	for w.outstanding.Load() > 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
 }
