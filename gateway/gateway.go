@@ -80,7 +80,7 @@ func (rt *Runtime) retire() {
 
 // Deps are what the gateway is built from.
 type Deps struct {
-	Store *harness.Store
+	Store harness.SessionStore
 	// NewProvider builds a provider for an effective llm config (global merged with the profile's).
 	NewProvider func(harness.Config) (harness.Provider, error)
 	Logger      *slog.Logger
@@ -98,7 +98,7 @@ type Deps struct {
 type Gateway struct {
 	cfg     Config
 	log     *slog.Logger
-	store   *harness.Store
+	store   harness.SessionStore
 	metrics *Metrics
 	newProv func(harness.Config) (harness.Provider, error)
 	media   *media.Store

@@ -13,9 +13,9 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"gateway/harness"
+	"gateway/harness/mcptools"
 	"gateway/harness/openaitest"
 	"gateway/internal/secret"
-	"gateway/harness/mcptools"
 )
 
 type wordsIn struct {

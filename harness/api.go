@@ -136,7 +136,7 @@ type Result struct {
 type SessionOptions struct {
 	Key      string        // session key, e.g. "telegram:123:7"; names the history file
 	Info     hooks.Session // carried on every harness event
-	Store    *Store
+	Store    SessionStore  // nil: memory only
 	Provider Provider
 	Model    string
 	System   string

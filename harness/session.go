@@ -149,7 +149,7 @@ func OpenSession(opts SessionOptions) (*Session, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	cfg := configFrom(opts)
-	h, err := opts.Store.open(opts.Key, 2*cfg.budget.window, log)
+	h, err := openHistory(opts.Store, opts.Key, 2*cfg.budget.window, log)
 	if err != nil {
 		return nil, err
 	}

@@ -46,6 +46,23 @@ const (
 	maxPending = 16 << 20
 )
 
+// SessionStore keeps the sessions' histories: per session key, an append-only log of
+// entries, one JSON object per line (the format above). *Store, JSONL files under
+// state_dir, is the default; cluster mode keeps the logs in Postgres. A Session reads its
+// key's log once when it opens and then only appends; at most one Session per key is open
+// at a time. Implementations are safe for concurrent use across keys.
+type SessionStore interface {
+	// ReadLog returns key's log as written, oldest line first; nil when there is none.
+	ReadLog(key string) ([]byte, error)
+	// AppendLog appends lines (each ending in '\n') to key's log, durably and all or
+	// nothing, before it returns. After Close it fails.
+	AppendLog(key string, lines []byte) error
+	// Close ends the store; every append is already durable, so there is nothing to flush.
+	Close() error
+}
+
+var _ SessionStore = (*Store)(nil)
+
 // Store keeps one JSONL history file per session key under a directory. Files are opened
 // for each save point and closed again, so the store holds no descriptors between turns.
 // At most one Session per key may be open at a time.
@@ -93,6 +110,32 @@ func (s *Store) Path(key string) (string, error) {
 		return "", err
 	}
 	return filepath.Join(s.dir, name), nil
+}
+
+// ReadLog reads key's history file (nil when there is none). Sessions of a *Store read
+// the file directly; this serves tools and tests that want the raw log.
+func (s *Store) ReadLog(key string) ([]byte, error) {
+	p, err := s.Path(key)
+	if err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(p)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	return b, err
+}
+
+// AppendLog appends lines to key's history file and fsyncs it.
+func (s *Store) AppendLog(key string, lines []byte) error {
+	if s.isClosed() {
+		return errors.New("the history store is closed")
+	}
+	p, err := s.Path(key)
+	if err != nil {
+		return err
+	}
+	return appendDurable(p, lines)
 }
 
 func (s *Store) isClosed() bool {
@@ -222,7 +265,8 @@ type compactionInfo struct {
 // latest compaction's summary and the messages after its cut) in memory, and the entries
 // not yet written. It is used by one goroutine at a time (the session's runner).
 type history struct {
-	store *Store // nil: memory only
+	store SessionStore // nil: memory only
+	files *Store       // store, when it is the JSONL directory: the file is read and appended directly
 	key   string
 	path  string
 	log   *slog.Logger
@@ -256,15 +300,28 @@ type history struct {
 // open loads the active branch of key's history, repairing a torn last line. maxTokens
 // bounds what is held in memory.
 func (s *Store) open(key string, maxTokens int, log *slog.Logger) (*history, error) {
-	h := &history{store: s, key: key, log: log, maxTokens: max(maxTokens, 4096)}
-	if s == nil {
+	return openHistory(s, key, maxTokens, log)
+}
+
+// openHistory is open for any SessionStore; a nil store (or nil *Store) keeps the history
+// in memory only.
+func openHistory(s SessionStore, key string, maxTokens int, log *slog.Logger) (*history, error) {
+	h := &history{key: key, log: log, maxTokens: max(maxTokens, 4096)}
+	if fs, ok := s.(*Store); ok {
+		if fs == nil {
+			return h, nil
+		}
+		p, err := fs.Path(key)
+		if err != nil {
+			return nil, err
+		}
+		h.files, h.path = fs, p
+	} else if s == nil {
 		return h, nil
+	} else if key == "" {
+		return nil, errors.New("session key is empty")
 	}
-	p, err := s.Path(key)
-	if err != nil {
-		return nil, err
-	}
-	h.path = p
+	h.store = s
 	if err := h.load(); err != nil {
 		return nil, fmt.Errorf("history of %s: %w", key, err)
 	}
@@ -280,15 +337,36 @@ type indexNode struct {
 	firstKept  string
 }
 
+// logReader is what load reads: the history file, or a log store's bytes.
+type logReader interface {
+	io.Reader
+	io.ReaderAt
+}
+
 func (h *history) load() error {
-	f, err := os.Open(h.path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
+	var f logReader
+	closeF := func() {}
+	if h.files != nil {
+		file, err := os.Open(h.path)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		defer file.Close()
+		f, closeF = file, func() { file.Close() }
+	} else {
+		data, err := h.store.ReadLog(h.key)
+		if err != nil {
+			return err
+		}
+		if len(data) == 0 {
+			return nil
+		}
+		h.size = int64(len(data))
+		f = bytes.NewReader(data)
 	}
-	if err != nil {
-		return err
-	}
-	defer f.Close()
 
 	index := map[string]indexNode{}
 	var (
@@ -457,9 +535,18 @@ func (h *history) load() error {
 		h.last = compactionInfo{TokensBefore: c.TokensBefore, FromHook: c.FromHook}
 		h.last.At, _ = time.Parse(time.RFC3339Nano, c.Timestamp)
 	}
-	f.Close()
+	closeF()
 
 	switch {
+	case h.files == nil && truncateAt >= 0:
+		// A log store appends all or nothing, so this is not a crash mid-write; the line
+		// stays in the log and is skipped on every load.
+		h.log.Warn("session history: the last entry is unreadable; skipped it", "key", h.key)
+	case h.files == nil && addNewline:
+		h.size++
+		if err := h.store.AppendLog(h.key, []byte("\n")); err != nil {
+			return fmt.Errorf("repairing the last line: %w", err)
+		}
 	case truncateAt >= 0:
 		fi, _ := os.Stat(h.path)
 		var size int64
@@ -693,7 +780,7 @@ func (h *history) flush() error {
 	if h.store == nil || h.pending.Len() == 0 {
 		return nil
 	}
-	if h.store.isClosed() {
+	if h.files != nil && h.files.isClosed() {
 		return errors.New("the history store is closed")
 	}
 	if err := h.appendPending(); err != nil {
@@ -709,6 +796,17 @@ func (h *history) flush() error {
 }
 
 func (h *history) appendPending() error {
+	if h.files == nil {
+		data := h.pending.Bytes()
+		if h.size == 0 {
+			data = append(h.header(), data...)
+		}
+		if err := h.store.AppendLog(h.key, data); err != nil {
+			return err
+		}
+		h.size += int64(len(data))
+		return nil
+	}
 	if h.f == nil {
 		f, err := os.OpenFile(h.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 		if err != nil {
@@ -723,8 +821,7 @@ func (h *history) appendPending() error {
 	}
 	data := h.pending.Bytes()
 	if h.size == 0 {
-		b, _ := json.Marshal(headerEntry{Type: entrySession, Version: storeVersion, ID: newID() + newID(), Timestamp: nowStamp(), Key: h.key})
-		data = append(append(b, '\n'), data...)
+		data = append(h.header(), data...)
 	}
 	_, err := h.f.Write(data)
 	if err == nil {
@@ -741,6 +838,12 @@ func (h *history) appendPending() error {
 	}
 	h.size += int64(len(data))
 	return nil
+}
+
+// header is the log's first line.
+func (h *history) header() []byte {
+	b, _ := json.Marshal(headerEntry{Type: entrySession, Version: storeVersion, ID: newID() + newID(), Timestamp: nowStamp(), Key: h.key})
+	return append(b, '\n')
 }
 
 // release closes the history file between runs: the store holds no descriptors then.

@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"gateway/harness"
+	"gateway/harness/mcptools"
 	"gateway/internal/config"
 	"gateway/internal/secret"
-	"gateway/harness/mcptools"
 )
 
 // File names inside a profile directory.

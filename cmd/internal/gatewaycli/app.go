@@ -25,11 +25,12 @@ import (
 	"gateway/channels/slack"
 	"gateway/channels/telegram"
 	"gateway/channels/web"
+	"gateway/cluster"
 	"gateway/gateway"
 	"gateway/harness"
+	"gateway/harness/mcptools"
 	"gateway/hooks"
 	"gateway/internal/media"
-	"gateway/harness/mcptools"
 	"gateway/profiles"
 	"gateway/state"
 )
@@ -51,6 +52,7 @@ type app struct {
 	// mcp are the MCP servers, started by run (not by check) before the gateway starts:
 	// "" is the top-level mcp:, other keys are profiles' own.
 	mcp map[string]*mcptools.Manager
+	pg  *cluster.Postgres // cluster mode: sessions and gateway state; nil on a single node
 
 	reloadMu sync.Mutex         // one reload at a time; guards cfg, hooks and loadErrs after start
 	hooks    []hooks.LoadedHook // of the current runtime's hook directories, disabled ones included
@@ -86,13 +88,18 @@ func isTerminal(w io.Writer) bool {
 }
 
 // buildApp wires every part from cfg without connecting anything: `check` runs exactly this.
-// With db nil (a dry run: `check`, `hooks list`) it writes nothing: state_dir is checked, not
-// created, and no store is opened. `run` passes the durable state it opened: the gateway
-// journals into it and the adapters keep their cursors and remembered keys there. Nothing it
-// builds runs until Start: no hook program is started and no event is emitted.
-func buildApp(cfg Config, cfgPath string, log *slog.Logger, getenv func(string) string, db *state.DB) (*app, error) {
-	dryRun := db == nil
+// With dryRun (`check`, `hooks list`) it writes nothing: state_dir is checked, not created,
+// and no store is opened. `run` passes the durable state it opened (nil in cluster mode,
+// where the gateway state is in Postgres): the gateway journals into it and the adapters keep
+// their cursors and remembered keys there. Nothing it builds runs until Start: no hook
+// program is started and no event is emitted.
+func buildApp(cfg Config, cfgPath string, log *slog.Logger, getenv func(string) string, db *state.DB, dryRun bool) (_ *app, retErr error) {
 	a := &app{cfgPath: cfgPath, cfg: cfg, getenv: getenv, log: log, reg: prometheus.NewRegistry(), state: db}
+	defer func() {
+		if retErr != nil && a.pg != nil {
+			a.pg.Close()
+		}
+	}()
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a.metrics = gateway.NewMetrics(a.reg)
 	// Every outbound call has a timeout; streaming calls get theirs from their context.
@@ -143,8 +150,15 @@ func buildApp(cfg Config, cfgPath string, log *slog.Logger, getenv func(string) 
 	}
 	// A dry run never starts the gateway, so nothing is ever saved: a store that was never
 	// opened stands in, and no sessions directory is created.
-	store := new(harness.Store)
-	if !dryRun {
+	var store harness.SessionStore = new(harness.Store)
+	if !dryRun && cfg.Cluster.Enabled() {
+		// Cluster mode: sessions (and, in run, the gateway state) live in Postgres.
+		if a.pg, err = cluster.OpenPostgres(context.Background(), cfg.Cluster.PostgresURL.Reveal(), state.Limits{}); err != nil {
+			rt.Close()
+			return nil, err
+		}
+		store = a.pg.Sessions()
+	} else if !dryRun {
 		if store, err = harness.OpenStore(filepath.Join(cfg.StateDir, "sessions")); err != nil {
 			rt.Close()
 			return nil, fmt.Errorf("state_dir: %w", err)
@@ -362,12 +376,21 @@ func runGateway(ctx context.Context, path string, reload <-chan struct{}, stderr
 	}
 	log := newLogger(cfg.Log, stderr, getenv)
 	// The durable state (intake journal, dedup window, per-chat settings, platform cursors)
-	// is opened by run only, before the channels are built: a dry run writes nothing.
-	db, err := state.Open(cfg.StateDir, state.Limits{}, log)
+	// is opened by run only, before the channels are built: a dry run writes nothing. In
+	// cluster mode it is in Postgres, which buildApp opens.
 	var a *app
-	if err == nil {
-		defer db.Close()
-		a, err = buildApp(cfg, path, log, getenv, db)
+	if cfg.Cluster.Enabled() {
+		if a, err = buildApp(cfg, path, log, getenv, nil, false); err == nil {
+			defer a.pg.Close()
+			a.gw.SetDurable(a.pg, a.pg)
+			log.Warn("cluster mode: sessions and gateway state are in Postgres; intake is not shared through NATS yet, so run one gateway process per database")
+		}
+	} else {
+		var db *state.DB
+		if db, err = state.Open(cfg.StateDir, state.Limits{}, log); err == nil {
+			defer db.Close()
+			a, err = buildApp(cfg, path, log, getenv, db, false)
+		}
 	}
 	if err != nil {
 		log.Error("cannot start", "err", err)

@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
 
+	"gateway/cluster"
 	"gateway/harness/mcptools"
 	"gateway/profiles"
 )
@@ -31,7 +32,7 @@ func checkConfig(ctx context.Context, path string, out io.Writer, getenv func(st
 	if err == nil {
 		// Build everything run builds, logging nowhere, then let it go.
 		var a *app
-		if a, err = buildApp(cfg, path, slog.New(slog.DiscardHandler), getenv, nil); err == nil {
+		if a, err = buildApp(cfg, path, slog.New(slog.DiscardHandler), getenv, nil, true); err == nil {
 			// Every hook that would not load, each on its own line: run skips them silently
 			// for the user, so check is where the admin learns of all of them.
 			var herrs []error
@@ -43,6 +44,17 @@ func checkConfig(ctx context.Context, path string, out io.Writer, getenv func(st
 			var merrs []error
 			mcpOut, merrs = checkMCP(ctx, cfg, a)
 			herrs = append(herrs, merrs...)
+			if cfg.Cluster.Enabled() {
+				// check connects to nothing else, but a cluster's engines it must reach.
+				pgCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				herrs = append(herrs, cluster.Check(pgCtx, cfg.Cluster.PostgresURL.Reveal()))
+				cancel()
+				if cfg.Cluster.NATSURL.IsSet() {
+					natsCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+					herrs = append(herrs, cluster.CheckNATS(natsCtx, cfg.Cluster.NATSURL.Reveal()))
+					cancel()
+				}
+			}
 			err = errors.Join(herrs...)
 			stopCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			_ = a.gw.Stop(stopCtx)
@@ -125,7 +137,7 @@ func newHooksCmd(path func() string, out io.Writer, getenv func(string) string) 
 				fmt.Fprintf(out, "the configuration has problems:\n%s\n", indent(err.Error()))
 				return exitCode(1)
 			}
-			a, err := buildApp(cfg, path(), slog.New(slog.DiscardHandler), getenv, nil)
+			a, err := buildApp(cfg, path(), slog.New(slog.DiscardHandler), getenv, nil, true)
 			if err != nil {
 				fmt.Fprintf(out, "cannot build the gateway:\n%s\n", indent(err.Error()))
 				return exitCode(1)

@@ -23,12 +23,13 @@ import (
 	"gateway/channels/slack"
 	"gateway/channels/telegram"
 	"gateway/channels/web"
+	"gateway/cluster"
 	"gateway/gateway"
 	"gateway/harness"
+	"gateway/harness/mcptools"
 	"gateway/internal/config"
 	"gateway/internal/media"
 	"gateway/internal/secret"
-	"gateway/harness/mcptools"
 	"gateway/profiles"
 )
 
@@ -48,7 +49,8 @@ type Config struct {
 	Channels ChannelsConfig     `mapstructure:"channels"`
 	Admin    AdminConfig        `mapstructure:"admin"`
 	// MCP lists MCP servers whose tools every profile's chats get (a profile may add its own).
-	MCP []mcptools.ServerConfig `mapstructure:"mcp"`
+	MCP     []mcptools.ServerConfig `mapstructure:"mcp"`
+	Cluster cluster.Config          `mapstructure:"cluster"`
 }
 
 // AdminConfig guards the admin endpoints. Empty token: loopback clients only.
@@ -479,6 +481,7 @@ func (c Config) validate() error {
 		}
 		seenMCP[m.Name] = true
 	}
+	add(c.Cluster.Validate())
 	add(c.validateListen())
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":

@@ -83,7 +83,7 @@ func TestDryRunsRunNoHookProgram(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := buildApp(cfg, path, slog.New(slog.DiscardHandler), func(string) string { return "" }, nil)
+	a, err := buildApp(cfg, path, slog.New(slog.DiscardHandler), func(string) string { return "" }, nil, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestStoppingANeverStartedGatewayEmitsNothing(t *testing.T) {
 	}
 	cfg.StateDir = filepath.Join(root, "data")
 	cfg.Hooks.Dirs, cfg.Profiles.Dir = nil, ""
-	a, err := buildApp(cfg, "", slog.New(slog.DiscardHandler), func(string) string { return "" }, nil)
+	a, err := buildApp(cfg, "", slog.New(slog.DiscardHandler), func(string) string { return "" }, nil, true)
 	if err != nil {
 		t.Fatal(err)
 	}

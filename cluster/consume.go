@@ -1,0 +1,251 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Delivery is one message of a partition, handed to the handler in stream order. Ack it
+// once it was answered: it then leaves the stream. An unacked message is delivered again
+// to whichever process holds the partition next.
+type Delivery struct {
+	Partition int
+	Seq       uint64
+	Body      []byte
+	msg       jetstream.Msg
+	done      func()
+}
+
+// Ack marks the message answered.
+func (d Delivery) Ack(ctx context.Context) error {
+	err := d.msg.DoubleAck(ctx)
+	if err == nil && d.done != nil {
+		d.done()
+	}
+	return err
+}
+
+// Consumer holds a fair share of the intake's partitions through leases and delivers each
+// held partition's messages to a handler, in order. A process that stops renewing (it
+// died, or lost NATS) loses its partitions TTL later to the others, which deliver what it
+// had not acked, from the oldest.
+type Consumer struct {
+	in     *Intake
+	leases *Leases
+	holder string
+	handle func(Delivery)
+	log    *slog.Logger
+
+	mu   sync.Mutex
+	held map[int]*partitionWorker
+}
+
+// NewConsumer prepares a consumer for holder (unique per process start). handle is called
+// from one goroutine per partition and must not block long: it hands the message over.
+func NewConsumer(in *Intake, leases *Leases, holder string, handle func(Delivery), log *slog.Logger) *Consumer {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Consumer{in: in, leases: leases, holder: holder, handle: handle, log: log, held: map[int]*partitionWorker{}}
+}
+
+// Held lists the partitions held now.
+func (c *Consumer) Held() []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]int, 0, len(c.held))
+	for p := range c.in.cfg.Partitions {
+		if c.held[p] != nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Run balances and consumes until ctx ends, then stops delivering and gives its
+// partitions up: what was delivered and not acked goes to the next holder, so end Run
+// after the gateway has finished (or abandoned) the turns it was handed. It returns early
+// with an error only when it cannot join at all.
+func (c *Consumer) Run(ctx context.Context) error {
+	member, err := c.leases.Acquire(ctx, "member."+c.holder, c.holder)
+	if err != nil {
+		return fmt.Errorf("cluster: cannot join the intake as %s: %w", c.holder, err)
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		c.mu.Lock()
+		held := c.held
+		c.held = map[int]*partitionWorker{}
+		c.mu.Unlock()
+		for _, w := range held {
+			w.stop()
+			_ = w.lease.Release(rctx)
+		}
+		_ = member.Release(rctx)
+	}()
+	tick := time.NewTicker(c.leases.TTL() / 4)
+	defer tick.Stop()
+	for {
+		if err := member.Renew(ctx); errors.Is(err, ErrLeaseLost) {
+			if member, err = c.leases.Acquire(ctx, "member."+c.holder, c.holder); err != nil {
+				c.log.Warn("intake: cannot rejoin", "err", err)
+			}
+		}
+		c.balance(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// balance renews what is held, drops what was lost, gives up what is above the fair share
+// (after its delivered messages were acked) and takes free partitions up to it.
+func (c *Consumer) balance(ctx context.Context) {
+	c.mu.Lock()
+	held := make(map[int]*partitionWorker, len(c.held))
+	for p, w := range c.held {
+		held[p] = w
+	}
+	c.mu.Unlock()
+	for p, w := range held {
+		if err := w.lease.Renew(ctx); err != nil {
+			if errors.Is(err, ErrLeaseLost) {
+				c.log.Warn("intake: lost a partition", "partition", p)
+				w.stop()
+				c.drop(p)
+				delete(held, p)
+			}
+		}
+	}
+	members, err := c.leases.Count(ctx, "member.")
+	if err != nil || members == 0 {
+		return
+	}
+	parts := c.in.cfg.Partitions
+	share := (parts + members - 1) / members
+	// Hand over what is above the share: stop taking its messages now, and release it at a
+	// later turn, once every message it was handed has been acked (answered), so that the
+	// next holder is not handed a message that is still being answered here. Meanwhile the
+	// lease is renewed like the others.
+	active := 0
+	for p, w := range held {
+		if w.stopped.Load() {
+			if w.outstanding.Load() == 0 {
+				_ = w.lease.Release(ctx)
+				c.drop(p)
+				delete(held, p)
+			}
+			continue
+		}
+		active++
+	}
+	for _, w := range held {
+		if active <= share {
+			break
+		}
+		if !w.stopped.Load() {
+			w.stop()
+			active--
+		}
+	}
+	for p := 0; p < parts && len(held) < share; p++ {
+		if held[p] != nil {
+			continue
+		}
+		lease, err := c.leases.Acquire(ctx, "intake."+strconv.Itoa(p), c.holder)
+		if err != nil {
+			continue
+		}
+		w, err := c.start(ctx, p, lease)
+		if err != nil {
+			c.log.Error("intake: cannot consume a partition", "partition", p, "err", err)
+			_ = lease.Release(ctx)
+			continue
+		}
+		held[p] = w
+		c.mu.Lock()
+		c.held[p] = w
+		c.mu.Unlock()
+	}
+}
+
+func (c *Consumer) drop(p int) {
+	c.mu.Lock()
+	delete(c.held, p)
+	c.mu.Unlock()
+}
+
+type partitionWorker struct {
+	lease       *Lease
+	iter        jetstream.MessagesContext
+	wg          sync.WaitGroup
+	outstanding atomic.Int64 // handed to the handler, not acked yet
+	stopped     atomic.Bool  // handed over: no more deliveries
+	once        sync.Once
+}
+
+// start consumes partition p from its oldest unacked message: the consumer is made anew,
+// so what a previous holder was given and did not ack comes first, in stream order (the
+// stream is a work queue: acked messages are gone).
+func (c *Consumer) start(ctx context.Context, p int, lease *Lease) (*partitionWorker, error) {
+	js, name := c.in.js, "intake-"+strconv.Itoa(p)
+	if err := js.DeleteConsumer(ctx, c.in.cfg.Stream, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil, err
+	}
+	cons, err := js.CreateConsumer(ctx, c.in.cfg.Stream, jetstream.ConsumerConfig{
+		Durable:       name,
+		FilterSubject: c.in.Subject(p),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		// Not redelivered while this holder lives: a long turn is not a lost message.
+		AckWait:    24 * time.Hour,
+		MaxDeliver: -1,
+	})
+	if err != nil {
+		return nil, err
+	}
+	iter, err := cons.Messages()
+	if err != nil {
+		return nil, err
+	}
+	w := &partitionWorker{lease: lease, iter: iter}
+	w.wg.Go(func() {
+		for {
+			m, err := iter.Next()
+			if err != nil {
+				if errors.Is(err, jetstream.ErrMsgIteratorClosed) || errors.Is(err, nats.ErrConnectionClosed) {
+					return
+				}
+				time.Sleep(100 * time.Millisecond) // a dropped connection: the client reconnects
+				continue
+			}
+			meta, _ := m.Metadata()
+			var seq uint64
+			if meta != nil {
+				seq = meta.Sequence.Stream
+			}
+			w.outstanding.Add(1)
+			var acked sync.Once
+			c.handle(Delivery{Partition: p, Seq: seq, Body: m.Data(), msg: m, done: func() { acked.Do(func() { w.outstanding.Add(-1) }) }})
+		}
+	})
+	return w, nil
+}
+
+// stop ends delivery; the handler is not called again for this partition.
+func (w *partitionWorker) stop() {
+	w.once.Do(func() { w.stopped.Store(true); w.iter.Stop() })
+	w.wg.Wait()
+}

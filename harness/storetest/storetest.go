@@ -1,0 +1,214 @@
+// Package storetest is the behaviour every harness.SessionStore must show: the JSONL store,
+// the Postgres store of cluster mode and the in-memory Memory store all run Run.
+package storetest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"gateway/harness"
+)
+
+// Run checks a store from open, which returns a fresh, empty store each call; reopen, when
+// set, opens the same store again after Close (a restart); nil skips the restart cases.
+func Run(t *testing.T, open func(t *testing.T) harness.SessionStore, reopen func(t *testing.T) harness.SessionStore) {
+	t.Run("EmptyLogIsNil", func(t *testing.T) {
+		st := open(t)
+		defer st.Close()
+		b, err := st.ReadLog("telegram:1")
+		if err != nil || len(b) != 0 {
+			t.Fatalf("ReadLog of a new key = %q, %v", b, err)
+		}
+	})
+	t.Run("AppendsReadBackInOrderPerKey", func(t *testing.T) {
+		st := open(t)
+		defer st.Close()
+		for i := range 5 {
+			for _, k := range []string{"a:1", "b:2"} {
+				if err := st.AppendLog(k, fmt.Appendf(nil, "{\"n\":%d,\"k\":%q}\n", i, k)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		for _, k := range []string{"a:1", "b:2"} {
+			b, err := st.ReadLog(k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want bytes.Buffer
+			for i := range 5 {
+				fmt.Fprintf(&want, "{\"n\":%d,\"k\":%q}\n", i, k)
+			}
+			if string(b) != want.String() {
+				t.Fatalf("log of %s = %q; want %q", k, b, want.String())
+			}
+		}
+	})
+	t.Run("ConcurrentKeys", func(t *testing.T) {
+		st := open(t)
+		defer st.Close()
+		var wg sync.WaitGroup
+		errs := make(chan error, 8)
+		for g := range 8 {
+			wg.Go(func() {
+				for i := range 10 {
+					if err := st.AppendLog(fmt.Sprint("k:", g), fmt.Appendf(nil, "%d\n", i)); err != nil {
+						errs <- err
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		for g := range 8 {
+			b, _ := st.ReadLog(fmt.Sprint("k:", g))
+			if string(b) != "0\n1\n2\n3\n4\n5\n6\n7\n8\n9\n" {
+				t.Fatalf("k:%d = %q", g, b)
+			}
+		}
+	})
+	t.Run("AppendAfterCloseFails", func(t *testing.T) {
+		st := open(t)
+		if err := st.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.AppendLog("a:1", []byte("{}\n")); err == nil {
+			t.Fatal("append after Close succeeded")
+		}
+	})
+	t.Run("SessionContinuesHistory", func(t *testing.T) {
+		st := open(t)
+		defer st.Close()
+		fake := harness.NewFake(harness.FakeReply{Text: "Hi Bob"}, harness.FakeReply{Text: "You are Bob"})
+		opts := harness.SessionOptions{Key: "discord:7:99", Store: st, Provider: fake}
+		run(t, opts, "I am Bob")
+		run(t, opts, "who am I?") // a new Session: the history is read back from the store
+		sent(t, fake, "I am Bob", "Hi Bob", "who am I?")
+		log, err := st.ReadLog("discord:7:99")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(string(log), `{"type":"session"`) || strings.Count(string(log), `"type":"session"`) != 1 {
+			t.Fatalf("the log does not start with exactly one header:\n%s", log)
+		}
+	})
+	t.Run("ResetIsKept", func(t *testing.T) {
+		st := open(t)
+		defer st.Close()
+		fake := harness.NewFake()
+		opts := harness.SessionOptions{Key: "slack:C1:T1", Store: st, Provider: fake}
+		s := session(t, opts)
+		if _, err := s.Run(context.Background(), "old topic", nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Reset(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		run(t, opts, "new topic")
+		sent(t, fake, "new topic")
+	})
+	if reopen == nil {
+		return
+	}
+	t.Run("HistorySurvivesRestart", func(t *testing.T) {
+		st := open(t)
+		fake := harness.NewFake(harness.FakeReply{Text: "noted"}, harness.FakeReply{Text: "blue"})
+		opts := harness.SessionOptions{Key: "telegram:42", Store: st, Provider: fake}
+		run(t, opts, "my colour is blue")
+		if err := st.Close(); err != nil {
+			t.Fatal(err)
+		}
+		st = reopen(t)
+		defer st.Close()
+		opts.Store = st
+		run(t, opts, "what is my colour?")
+		sent(t, fake, "my colour is blue", "noted", "what is my colour?")
+	})
+}
+
+func session(t *testing.T, opts harness.SessionOptions) *harness.Session {
+	t.Helper()
+	s, err := harness.OpenSession(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func run(t *testing.T, opts harness.SessionOptions, text string) {
+	t.Helper()
+	if _, err := session(t, opts).Run(context.Background(), text, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sent checks the messages of the fake's last request.
+func sent(t *testing.T, fake *harness.Fake, want ...string) {
+	t.Helper()
+	reqs := fake.Requests()
+	if len(reqs) == 0 {
+		t.Fatal("no request")
+	}
+	m := reqs[len(reqs)-1].Messages
+	var got []string
+	for _, x := range m {
+		got = append(got, x.Content)
+	}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("the model was sent %q; want %q", got, want)
+	}
+}
+
+// Memory is a SessionStore in memory: what a store that is not a directory of files looks
+// like to the harness (it reads and appends whole logs).
+type Memory struct {
+	mu     sync.Mutex
+	logs   map[string][]byte
+	closed bool
+}
+
+// NewMemory returns an empty Memory store.
+func NewMemory() *Memory { return &Memory{logs: map[string][]byte{}} }
+
+// ReadLog implements harness.SessionStore.
+func (m *Memory) ReadLog(key string) ([]byte, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return bytes.Clone(m.logs[key]), nil
+}
+
+// AppendLog implements harness.SessionStore.
+func (m *Memory) AppendLog(key string, lines []byte) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return errors.New("the history store is closed")
+	}
+	m.logs[key] = append(m.logs[key], lines...)
+	return nil
+}
+
+// Close implements harness.SessionStore.
+func (m *Memory) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.closed = true
+	return nil
+}
+
+// Reopen is the same store after a restart: what was appended is there, appends work again.
+func (m *Memory) Reopen() *Memory {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.closed = false
+	return m
+}
