@@ -254,3 +254,33 @@ func TestJournalFailureKeepsTheTelegramUpdate(t *testing.T) {
 		t.Fatalf("%d updates still unconfirmed after the answer", n)
 	}
 }
+
+// A chat's /voice choice outlives its session's eviction when idle.
+func TestVoiceChoiceSurvivesEviction(t *testing.T) {
+	dir := t.TempDir()
+	db := openState(t, dir)
+	defer db.Close()
+	e := newEnvIn(t, filepath.Join(dir, "sessions"), withDurable(db), func(c *Config, rt *Runtime, _ *Deps) {
+		c.IdleEvict = 50 * time.Millisecond
+		rt.VoiceReplies = true
+	})
+	if got := e.say(t, "c1", "m1", "/voice off"); !strings.Contains(got, "Voice replies: off") {
+		t.Fatalf("/voice off answered %q", got)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		e.g.mu.Lock()
+		_, live := e.g.sessions["mem:c1"]
+		e.g.mu.Unlock()
+		if !live {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the idle session was never evicted")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := e.say(t, "c1", "m2", "/voice"); !strings.Contains(got, "Voice replies: off") {
+		t.Fatalf("after eviction /voice answered %q; want the saved choice (off)", got)
+	}
+}
