@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -218,4 +219,54 @@ func TestAlbumIsOneMessage(t *testing.T) {
 		}
 		sink.ExpectNone(t, 1500*time.Millisecond)
 	}
+}
+
+// An album's updates are confirmed to Telegram only once the album was delivered: when the
+// gateway does not take it, every item comes again and the album is delivered once, whole,
+// with its photos as references.
+func TestAlbumIsConfirmedOnlyOnceDelivered(t *testing.T) {
+	f := newFixture(t)
+	base := channeltest.NewSink()
+	var refusals atomic.Int32
+	refusals.Store(1)
+	refusing := funcSink{Sink: base, deliver: func(ctx context.Context, m *channels.Message) error {
+		if refusals.Add(-1) >= 0 {
+			return channels.ErrNotAccepted
+		}
+		return base.Deliver(ctx, m)
+	}}
+	f.start(f.config(), f.options(), refusing)
+	var last int64
+	for i := range 3 {
+		u := telegramtest.Update{ChatID: 1001, MediaGroupID: "album-a", Photo: bytes.Repeat([]byte{0xff, 0xd8, byte(i)}, 10)}
+		if i == 0 {
+			u.Caption = "three"
+		}
+		last, _ = f.srv.Send(u)
+		if off := lastOffset(f); off > last {
+			t.Fatalf("item %d was confirmed (offset %d) before the album was delivered", i, off)
+		}
+	}
+	m := base.Next(t)
+	refs := 0
+	for _, p := range m.Parts {
+		if p.Type == channels.PartImage && p.Ref != "" {
+			refs++
+		}
+	}
+	if refs != 3 || m.Text() != "three" {
+		t.Fatalf("delivered %q with %d photo references; want the whole album once", m.Text(), refs)
+	}
+	eventually(t, "the album's updates to be confirmed", func() bool { return lastOffset(f) > last && f.srv.Pending() == 0 })
+	base.ExpectNone(t, 1500*time.Millisecond)
+}
+
+// lastOffset is the offset of the latest getUpdates call.
+func lastOffset(f *fixture) int64 {
+	calls := f.srv.Calls("getUpdates")
+	if len(calls) == 0 {
+		return 0
+	}
+	off, _ := strconv.ParseInt(calls[len(calls)-1].Params["offset"], 10, 64)
+	return off
 }
