@@ -45,6 +45,19 @@ type Sink interface {
 	Connected(channel string, up bool, err error)
 }
 
+// Fetcher is implemented by adapters that deliver media as references (Part.Ref) so that
+// their intake never waits on a download: the message is journaled by Deliver, and so
+// acknowledged to the platform, at once. Fetch downloads msg's referenced parts, replacing
+// each Ref with Path, Size and MIME (it may also add text parts, e.g. a note that some
+// items of an album could not be fetched). The gateway calls it on the chat's own session
+// goroutine, in the chat's order, before message:receive hooks, with a bounded ctx; it may
+// run again for the same message after a restart. A failure's error text is what the user
+// is told, in plain words ("That voice note is 30 MB; the limit is 20 MB."), and the
+// message is then answered by that.
+type Fetcher interface {
+	Fetch(ctx context.Context, msg *Message) error
+}
+
 // HTTPChannel is implemented by adapters that serve routes on the gateway's HTTP
 // listener (web chat, webhooks). Routes is called once before Start.
 type HTTPChannel interface {

@@ -18,7 +18,10 @@ const (
 )
 
 // Part is one piece of a message: text, or a media file the adapter downloaded.
-// Media lives on disk (Path) or, when small and generated in-process, in Data.
+// Media lives on disk (Path) or, when small and generated in-process, in Data. A part not
+// yet downloaded carries a platform reference instead (Ref, with Type, MIME, Name and the
+// announced Size): the gateway journals it so and has the adapter's Fetcher download it on
+// the chat's session before any hook sees the message.
 type Part struct {
 	Type     PartType `json:"type"`
 	Text     string   `json:"text,omitempty"`
@@ -29,6 +32,10 @@ type Part struct {
 	Size     int64    `json:"size,omitempty"`     // bytes
 	Duration float64  `json:"duration,omitempty"` // seconds, for audio when known
 	Voice    bool     `json:"voice,omitempty"`    // audio recorded as a voice note (not a music file)
+	// Ref is the adapter's own reference to media still on the platform (opaque to the
+	// gateway). It is not part of the hook wire: hooks only ever see fetched parts; the
+	// gateway's intake journal keeps it beside the message.
+	Ref string `json:"-"`
 }
 
 // TextPart is shorthand for a text part.
@@ -67,6 +74,16 @@ type Message struct {
 	// Seq is the message's place in the gateway's intake journal (0: not journaled). It is
 	// set by the gateway and never part of the wire.
 	Seq uint64 `json:"-"`
+}
+
+// HasRefs reports parts still to be fetched (see Fetcher).
+func (m *Message) HasRefs() bool {
+	for _, p := range m.Parts {
+		if p.Ref != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // Text joins the message's text parts with newlines.

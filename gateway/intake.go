@@ -37,6 +37,9 @@ func (g *Gateway) SetDurable(j Journal, s Settings) {
 // journaled is a message as the journal keeps it.
 type journaled struct {
 	Message *channels.Message `json:"message"`
+	// Refs are the parts' platform references (Part.Ref, not on the hook wire), by part
+	// index; absent when no part has one.
+	Refs []string `json:"refs,omitempty"`
 }
 
 // accept journals msg; dup reports a redelivery of a message already accepted.
@@ -44,7 +47,14 @@ func (g *Gateway) accept(msg *channels.Message) (dup bool, err error) {
 	if g.journal == nil {
 		return false, nil
 	}
-	body, err := json.Marshal(journaled{Message: msg})
+	j := journaled{Message: msg}
+	if msg.HasRefs() {
+		j.Refs = make([]string, len(msg.Parts))
+		for i, p := range msg.Parts {
+			j.Refs[i] = p.Ref
+		}
+	}
+	body, err := json.Marshal(j)
 	if err != nil {
 		return false, err
 	}
@@ -114,6 +124,11 @@ func (g *Gateway) loadReplay() {
 		}
 		m := j.Message
 		m.Seq = e.Seq
+		for i, ref := range j.Refs {
+			if i < len(m.Parts) {
+				m.Parts[i].Ref = ref
+			}
+		}
 		if _, ok := g.replay.gates[m.Channel]; !ok {
 			g.log.Warn("an unanswered message is for a channel that is not enabled now; dropping it", "channel", m.Channel, "chat", m.ChatID)
 			g.settle(e.Seq)

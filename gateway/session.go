@@ -215,6 +215,9 @@ func (s *session) intake(msg *channels.Message) {
 	prof := rt.Profiles.Resolve(msg.Channel, msg.ChatID, msg.ThreadID, msg.UserID)
 	info := hooks.Session{SessionKey: s.key, Channel: msg.Channel, ChatID: msg.ChatID, ThreadID: msg.ThreadID, UserID: msg.UserID, Profile: prof.Name}
 
+	if !s.fetch(msg, rt) {
+		return // told why; answered so
+	}
 	ev := &hooks.MessageReceive{
 		Session: info, MessageID: msg.ID, ChatType: msg.ChatType, Mentioned: msg.Mentioned,
 		ReplyTo: msg.ReplyTo, Parts: msg.Parts, IsVoice: msg.IsVoice, Language: prof.Language,
@@ -270,6 +273,51 @@ func (s *session) intake(msg *channels.Message) {
 		target: channels.TargetOf(msg), rt: rt, release: release, seqs: []uint64{msg.Seq}}
 	kept = true
 	s.dispatch(req, queueMode(g.cfg.QueueMode, prof))
+}
+
+// fetch downloads the message's referenced media through its channel's Fetcher, here on
+// the chat's own goroutine, so that the adapter's intake never waits on a download and the
+// message was journaled before the platform was acknowledged. It reports false when the
+// message is done with: the fetch failed (the user is told the error's words) or shutdown
+// cut it (it stays journaled and is fetched again after the restart).
+func (s *session) fetch(msg *channels.Message, rt *Runtime) bool {
+	g := s.g
+	if !msg.HasRefs() {
+		return true
+	}
+	f := g.fetcher(msg.Channel)
+	if f == nil {
+		// Nobody can download it: the agent is told what arrived instead of a reference.
+		for i, p := range msg.Parts {
+			if p.Ref != "" {
+				msg.Parts[i] = channels.TextPart(fmt.Sprintf("[The user sent a %s that could not be fetched]", p.Type))
+			}
+		}
+		return true
+	}
+	ctx, cancel := context.WithTimeout(g.ctx, g.cfg.TurnTimeout)
+	err := f.Fetch(ctx, msg)
+	cancel()
+	if err == nil {
+		return true
+	}
+	if g.ctx.Err() != nil {
+		return false // shutting down: still journaled, fetched after the restart
+	}
+	g.log.Warn("a message's media could not be fetched; the user is told", "session", s.key, "err", err)
+	g.reject(msg, rt.Bus, "fetch", err.Error())
+	return false
+}
+
+// fetcher is the named channel's Fetcher, nil when it has none.
+func (g *Gateway) fetcher(name string) channels.Fetcher {
+	for _, ch := range g.channels {
+		if ch.Name() == name {
+			f, _ := ch.(channels.Fetcher)
+			return f
+		}
+	}
+	return nil
 }
 
 func queueMode(def string, p *profiles.Profile) string {

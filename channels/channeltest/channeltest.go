@@ -494,6 +494,9 @@ func testBadToken(t *testing.T, h *harness) {
 // When the test ends ch is stopped, and a Stop that fails or takes over 10s fails the test.
 func Start(t testing.TB, ch channels.Channel, sink channels.Sink) {
 	t.Helper()
+	if s, ok := sink.(*Sink); ok {
+		s.FetchWith(t, ch)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := ch.Start(ctx, sink); err != nil {
@@ -508,11 +511,79 @@ func Start(t testing.TB, ch channels.Channel, sink channels.Sink) {
 	})
 }
 
-// Sink records what an adapter delivers and every connection it reports.
+// Sink records what an adapter delivers and every connection it reports. With FetchWith
+// (Start calls it) it fetches referenced media as the gateway does: per chat, in order, off
+// the adapter's intake, answering a failure in the chat with the error's words.
 type Sink struct {
 	mu    sync.Mutex
 	msgs  chan *channels.Message
 	conns []Connection
+
+	ch      channels.Channel
+	fetcher channels.Fetcher
+	ctx     context.Context
+	chats   map[string][]*channels.Message // messages waiting on an earlier fetch, by chat
+	workers sync.WaitGroup
+}
+
+// FetchWith makes the sink fetch the media references of what ch delivers, when ch is a
+// channels.Fetcher, until the test ends. Call it before ch starts.
+func (s *Sink) FetchWith(t testing.TB, ch channels.Channel) {
+	f, ok := ch.(channels.Fetcher)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.mu.Lock()
+	s.ch, s.fetcher, s.ctx, s.chats = ch, f, ctx, map[string][]*channels.Message{}
+	s.mu.Unlock()
+	t.Cleanup(func() {
+		cancel()
+		s.workers.Wait()
+	})
+}
+
+// work fetches and hands on chat's waiting messages in order until none is left.
+func (s *Sink) work(chat string) {
+	defer s.workers.Done()
+	for {
+		s.mu.Lock()
+		q := s.chats[chat]
+		if len(q) == 0 {
+			delete(s.chats, chat)
+			s.mu.Unlock()
+			return
+		}
+		m := q[0]
+		s.chats[chat] = q[1:]
+		s.mu.Unlock()
+		if m.HasRefs() {
+			ctx, cancel := context.WithTimeout(s.ctx, time.Minute)
+			err := s.fetcher.Fetch(ctx, m)
+			cancel()
+			if err != nil {
+				if s.ctx.Err() == nil {
+					s.tell(channels.TargetOf(m), err.Error())
+				}
+				continue
+			}
+		}
+		select {
+		case s.msgs <- m:
+		case <-s.ctx.Done():
+			return
+		}
+	}
+}
+
+// tell answers target with a lone done frame, as the gateway tells a failed fetch.
+func (s *Sink) tell(target channels.Target, text string) {
+	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+	defer cancel()
+	st, err := s.ch.Open(ctx, target)
+	if err == nil {
+		_ = st.Send(ctx, channels.Frame{Type: channels.FrameDone, Text: text})
+	}
 }
 
 // Connection is one report an adapter made through Sink.Connected.
@@ -528,6 +599,20 @@ func NewSink() *Sink {
 }
 
 func (s *Sink) Deliver(ctx context.Context, m *channels.Message) error {
+	s.mu.Lock()
+	if s.fetcher != nil {
+		q, busy := s.chats[m.ChatID]
+		if busy || m.HasRefs() {
+			s.chats[m.ChatID] = append(q, m)
+			if !busy {
+				s.workers.Add(1)
+				go s.work(m.ChatID)
+			}
+			s.mu.Unlock()
+			return nil
+		}
+	}
+	s.mu.Unlock()
 	select {
 	case s.msgs <- m:
 		return nil

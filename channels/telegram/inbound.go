@@ -3,7 +3,6 @@ package telegram
 import (
 	"context"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -15,24 +14,95 @@ import (
 	"gateway/channels"
 )
 
-// safeTake is take that survives a panic on a malformed update: the update is logged and
+// safeHandle is take that survives a panic on a malformed update: the update is logged and
 // dropped (repeating it would only panic again), and the process lives on.
-func (c *Channel) safeTake(ctx context.Context, u *models.Update, jpath string) (err error) {
+func (c *Channel) safeHandle(ctx context.Context, u *models.Update) (a *album, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			c.log.Error("telegram: dropped an update that could not be handled", "update", u.ID, "panic", fmt.Sprint(r))
-			if jpath != "" {
-				_ = os.Remove(jpath)
-			}
-			err = nil
+			a, err = nil, nil
 		}
 	}()
-	return c.take(ctx, u, jpath)
+	return c.take(ctx, u)
 }
 
-// safeHandle takes one fresh update from the poll loop or the webhook; see take.
-func (c *Channel) safeHandle(ctx context.Context, u *models.Update) error {
-	return c.safeTake(ctx, u, "")
+// take hands one update over: filters it, normalises it, applies the access policy and
+// delivers it, its media as references for the gateway to Fetch. A nil error and album
+// means the update is done with (delivered or deliberately dropped) and may be
+// acknowledged; an album means it may be acknowledged once that album was delivered (see
+// album.go); an error means it must come again.
+func (c *Channel) take(ctx context.Context, u *models.Update) (*album, error) {
+	msg := u.Message
+	if msg == nil || msg.From == nil || msg.From.IsBot || msg.Chat.Type == models.ChatTypeChannel {
+		return nil, nil // edits, channel posts, our own and other bots' messages
+	}
+	if a := c.holding(msg.Chat.ID, msg.ID); a != nil {
+		return a, nil // polled again while its album is gathered
+	}
+	m, forUs := c.normalise(msg)
+	if !forUs {
+		return nil, nil
+	}
+	key := m.ChatID + ":" + m.ID
+	if c.dedup.Seen(key) {
+		c.log.Debug("dropped a redelivered message", "chat", m.ChatID, "message", m.ID)
+		return nil, nil
+	}
+	probe := *m
+	if msg.MediaGroupID != "" {
+		// The mention is in the caption of one item: the gate applies to the whole album
+		// once it is gathered.
+		probe.Mentioned = true
+	}
+	switch c.cfg.Access.Check(&probe) {
+	case channels.NotAllowed:
+		c.log.Info("message from a user not on allow_from", "user", m.UserID, "chat", m.ChatID)
+		if m.ChatType == channels.ChatDM && c.strangers.Allow(m.UserID, time.Now()) {
+			c.notifyLater(msg, channels.NotAllowedText(m.UserID))
+		}
+		return nil, nil
+	case channels.NotMentioned:
+		return nil, nil
+	}
+	if msg.MediaGroupID != "" {
+		a, err := c.joinAlbum(ctx, &item{msg: msg, m: m, key: key}, msg.MediaGroupID)
+		if err != nil {
+			c.dedup.Forget(key)
+		}
+		return a, err
+	}
+	// The chat's album still being gathered goes first: the chat's order holds.
+	if err := c.flushChat(ctx, msg.Chat.ID); err != nil {
+		c.dedup.Forget(key)
+		return nil, err
+	}
+	c.addMedia(m, msg)
+	if !fillEmpty(m, msg) {
+		return nil, nil // a service message
+	}
+	if err := c.deliver(ctx, m); err != nil {
+		c.dedup.Forget(key)
+		return nil, err
+	}
+	return nil, nil
+}
+
+// fillEmpty makes sure a message a person sent reaches the agent as something: when
+// nothing of it could be shown, it says so. It reports false for service messages
+// (members joining, pins, topic changes), which nobody addressed to the bot.
+func fillEmpty(m *channels.Message, msg *models.Message) bool {
+	if len(m.Parts) > 0 {
+		return true
+	}
+	if isService(msg) {
+		return false
+	}
+	if msg.Text != "" || msg.Caption != "" {
+		m.Parts = append(m.Parts, channels.TextPart("[The user addressed the bot without any other text]"))
+	} else {
+		m.Parts = append(m.Parts, channels.TextPart("[The user sent a kind of Telegram message this bot cannot show]"))
+	}
+	return true
 }
 
 func (c *Channel) deliver(ctx context.Context, m *channels.Message) error {

@@ -2,12 +2,16 @@ package telegram
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -142,34 +146,123 @@ func orDefault(s, def string) string {
 	return s
 }
 
-// media downloads msg's files into parts. refusal, when set, is what to tell the user
-// instead of delivering: a file over max_file_bytes, or one that could not be fetched
-// (gone, expired, or Telegram failing past the retries). err is set only when ctx ended.
-func (c *Channel) media(ctx context.Context, msg *models.Message) (parts []channels.Part, refusal string, err error) {
+// fileRef is what a media part's Ref holds: enough to download it later, in Fetch.
+type fileRef struct {
+	What    string      `json:"what"` // how a user would name it: "voice note", "photo", ...
+	FileID  string      `json:"file_id"`
+	Chat    int64       `json:"chat"`
+	Msg     int         `json:"msg"`
+	Idx     int         `json:"idx"`
+	Smaller []photoSize `json:"smaller,omitempty"` // a photo's other sizes, largest first
+}
+
+type photoSize struct {
+	FileID string `json:"file_id"`
+	Size   int64  `json:"size"`
+}
+
+// addMedia adds to m what msg carries besides its text: descriptions of what cannot be
+// passed on, and its files as references (Part.Ref), downloaded later by Fetch.
+func (c *Channel) addMedia(m *channels.Message, msg *models.Message) {
 	list, notes := attachments(msg)
 	for _, n := range notes {
-		parts = append(parts, channels.TextPart(n))
+		m.Parts = append(m.Parts, channels.TextPart(n))
 	}
 	for i, a := range list {
-		if a.what == "photo" && a.size > c.cfg.MaxFileBytes {
-			// Telegram keeps several sizes of a photo: take the largest under the limit.
-			for j := len(msg.Photo) - 1; j >= 0; j-- {
-				if ps := msg.Photo[j]; int64(ps.FileSize) <= c.cfg.MaxFileBytes {
-					a.fileID, a.size = ps.FileID, int64(ps.FileSize)
-					break
-				}
+		r := fileRef{What: a.what, FileID: a.fileID, Chat: msg.Chat.ID, Msg: msg.ID, Idx: i}
+		if a.what == "photo" {
+			for j := len(msg.Photo) - 2; j >= 0; j-- {
+				r.Smaller = append(r.Smaller, photoSize{FileID: msg.Photo[j].FileID, Size: int64(msg.Photo[j].FileSize)})
 			}
 		}
-		if a.size > c.cfg.MaxFileBytes {
-			return nil, c.tooBig(a, a.size), nil
+		ref, _ := json.Marshal(r)
+		m.Parts = append(m.Parts, channels.Part{Type: a.typ, MIME: a.mime, Name: a.name, Size: a.size,
+			Duration: a.duration, Voice: a.voice, Ref: string(ref)})
+		if a.typ == channels.PartAudio && a.voice {
+			m.IsVoice = true
 		}
-		p, refusal, err := c.download(ctx, msg, i, a)
-		if err != nil || refusal != "" {
-			return nil, refusal, err
-		}
-		parts = append(parts, p)
 	}
-	return parts, "", nil
+}
+
+// Fetch downloads msg's referenced files (see channels.Fetcher) under the media directory,
+// with getFile and the file URL, within max_file_bytes. A file over the limit, or one that
+// could not be fetched (gone, expired, Telegram failing past the retries), fails the
+// message with what to tell the user; in an album the user is told about the items that
+// failed and the rest goes on, with a note for the agent.
+func (c *Channel) Fetch(ctx context.Context, msg *channels.Message) error {
+	var out []channels.Part
+	var refusals []string
+	failed, total := 0, 0
+	for _, p := range msg.Parts {
+		if p.Ref == "" {
+			out = append(out, p)
+			continue
+		}
+		total++
+		got, refusal := c.fetchPart(ctx, p)
+		if refusal != "" {
+			failed++
+			if !slices.Contains(refusals, refusal) {
+				refusals = append(refusals, refusal)
+			}
+			continue
+		}
+		out = append(out, got)
+	}
+	switch {
+	case failed == 0:
+		msg.Parts = out
+		return nil
+	case failed == total:
+		return errors.New(strings.Join(refusals, "\n"))
+	}
+	c.notify(ctx, notifyTarget(msg), strings.Join(refusals, "\n"))
+	msg.Parts = append(out, channels.TextPart(fmt.Sprintf("[%d of the %d items of this album could not be downloaded]", failed, total)))
+	return nil
+}
+
+// fetchPart downloads one referenced part; refusal, when set, is what to tell the user.
+func (c *Channel) fetchPart(ctx context.Context, p channels.Part) (channels.Part, string) {
+	var r fileRef
+	if err := json.Unmarshal([]byte(p.Ref), &r); err != nil || r.FileID == "" {
+		c.log.Warn("telegram: a media reference could not be read; the user is told", "err", err)
+		return channels.Part{}, fmt.Sprintf("I couldn't download that %s from Telegram, so I haven't seen it. Please send it again.", p.Type)
+	}
+	a := attachment{what: r.What, typ: p.Type, fileID: r.FileID, size: p.Size, mime: p.MIME, name: p.Name, voice: p.Voice, duration: p.Duration}
+	if a.what == "photo" && a.size > c.cfg.MaxFileBytes {
+		// Telegram keeps several sizes of a photo: take the largest under the limit.
+		for _, ps := range r.Smaller {
+			if ps.Size <= c.cfg.MaxFileBytes {
+				a.fileID, a.size = ps.FileID, ps.Size
+				break
+			}
+		}
+	}
+	if a.size > c.cfg.MaxFileBytes {
+		return channels.Part{}, c.tooBig(a, a.size)
+	}
+	got, refusal, err := c.download(ctx, r.Chat, r.Msg, r.Idx, a)
+	if err != nil {
+		// Out of time (or stopping): told in plain words; when the gateway is shutting
+		// down it tells nobody and fetches again after the restart.
+		return channels.Part{}, notFetched(a)
+	}
+	return got, refusal
+}
+
+// notifyTarget is msg as notify needs it: its chat, topic and id.
+func notifyTarget(msg *channels.Message) *models.Message {
+	chat, _ := strconv.ParseInt(msg.ChatID, 10, 64)
+	id, _ := strconv.Atoi(msg.ID)
+	m := &models.Message{ID: id, Chat: models.Chat{ID: chat, Type: models.ChatTypeSupergroup}}
+	if msg.ChatType == channels.ChatDM {
+		m.Chat.Type = models.ChatTypePrivate
+	}
+	if msg.ThreadID != "" {
+		m.IsTopicMessage = true
+		m.MessageThreadID, _ = strconv.Atoi(msg.ThreadID)
+	}
+	return m
 }
 
 func (c *Channel) tooBig(a attachment, size int64) string {
@@ -187,7 +280,7 @@ func notFetched(a attachment) string {
 // download fetches one attachment with getFile and the file URL, writes it under the
 // media directory and returns its part. A failure is final (a refusal for the user);
 // only the end of ctx returns an error.
-func (c *Channel) download(ctx context.Context, msg *models.Message, idx int, a attachment) (channels.Part, string, error) {
+func (c *Channel) download(ctx context.Context, chat int64, msgID int, idx int, a attachment) (channels.Part, string, error) {
 	var f *models.File
 	err := c.calls.Do(ctx, "", func(ctx context.Context) (err error) {
 		f, err = c.api.GetFile(ctx, &bot.GetFileParams{FileID: a.fileID})
@@ -199,7 +292,7 @@ func (c *Channel) download(ctx context.Context, msg *models.Message, idx int, a 
 	case err != nil && strings.Contains(err.Error(), "file is too big"):
 		return channels.Part{}, c.tooBig(a, a.size), nil
 	case err != nil:
-		c.log.Warn("telegram: getFile failed; the user is told", "what", a.what, "chat", msg.Chat.ID, "err", err)
+		c.log.Warn("telegram: getFile failed; the user is told", "what", a.what, "chat", chat, "err", err)
 		return channels.Part{}, notFetched(a), nil
 	}
 	if f.FileSize > c.cfg.MaxFileBytes {
@@ -209,7 +302,7 @@ func (c *Channel) download(ctx context.Context, msg *models.Message, idx int, a 
 	if len(ext) > 8 || strings.ContainsAny(ext, `/\`) {
 		ext = ""
 	}
-	dest := filepath.Join(c.mediaDir, fmt.Sprintf("%d_%d_%d%s", msg.Chat.ID, msg.ID, idx, ext))
+	dest := filepath.Join(c.mediaDir, fmt.Sprintf("%d_%d_%d%s", chat, msgID, idx, ext))
 	var size int64
 	err = c.downloads.Do(ctx, "", func(ctx context.Context) (err error) {
 		size, err = c.fetch(ctx, f.FilePath, dest)
@@ -221,7 +314,7 @@ func (c *Channel) download(ctx context.Context, msg *models.Message, idx int, a 
 	case err != nil && ctx.Err() != nil:
 		return channels.Part{}, "", ctx.Err()
 	case err != nil:
-		c.log.Warn("telegram: a file download failed; the user is told", "what", a.what, "chat", msg.Chat.ID, "err", err)
+		c.log.Warn("telegram: a file download failed; the user is told", "what", a.what, "chat", chat, "err", err)
 		return channels.Part{}, notFetched(a), nil
 	}
 	return channels.Part{Type: a.typ, MIME: a.mime, Path: dest, Name: a.name, Size: size, Duration: a.duration, Voice: a.voice}, "", nil

@@ -2,9 +2,11 @@ package telegram_test
 
 import (
 	"bytes"
+	"context"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -74,25 +76,57 @@ func TestFailedDownloadIsToldAndHoldsUpNobody(t *testing.T) {
 	sink.ExpectNone(t, 200*time.Millisecond)
 }
 
-// A message whose media was still downloading when the channel stopped is not lost: Telegram
-// had it confirmed, and the next start delivers it from the inbox journal, once.
+// rawSink is a channeltest.Sink that does not fetch: the test sees what the gateway journals.
+type rawSink struct{ *channeltest.Sink }
+
+// A message with media is handed to the gateway (which journals it) as a reference before
+// its update is confirmed to Telegram; its download happens later, on the gateway's side.
+// A download still under way when the channel stopped is not lost: after the restart the
+// gateway fetches the journaled message again, and Telegram does not send it again.
 func TestMediaInFlightAtStopIsDeliveredAfterRestart(t *testing.T) {
 	f := newFixture(t)
 	f.srv.Slow("file", time.Minute)
-	ch := f.start(f.config(), f.options(), channeltest.NewSink())
-	f.srv.Send(telegramtest.Update{ChatID: 1001, Voice: []byte("OggS hello")})
+	first := channeltest.NewSink()
+	ch := f.start(f.config(), f.options(), rawSink{first})
+	voiceUpdate, _ := f.srv.Send(telegramtest.Update{ChatID: 1001, Voice: []byte("OggS hello")})
+	m := first.Next(t)
+	if !m.HasRefs() || len(m.Parts) != 1 || m.Parts[0].Type != channels.PartAudio || m.Parts[0].Path != "" || !m.IsVoice {
+		t.Fatalf("delivered %+v; want the voice note as a reference, not yet downloaded", m.Parts)
+	}
+	if n := len(f.srv.Calls("file")); n != 0 {
+		t.Fatalf("the intake downloaded the file (%d calls) before handing the message over", n)
+	}
+	eventually(t, "the update to be confirmed", func() bool {
+		calls := f.srv.Calls("getUpdates")
+		off, _ := strconv.ParseInt(calls[len(calls)-1].Params["offset"], 10, 64)
+		return off > voiceUpdate && f.srv.Pending() == 0
+	})
+	// The gateway's fetch is under way when the channel stops.
+	ctx, cancel := context.WithCancel(context.Background())
+	fetched := make(chan error, 1)
+	inFlight := *m
+	inFlight.Parts = slices.Clone(m.Parts)
+	go func() { fetched <- ch.Fetch(ctx, &inFlight) }()
 	eventually(t, "the download to start", func() bool { return len(f.srv.Calls("file")) > 0 })
-	eventually(t, "the update to be confirmed", func() bool { return f.srv.Pending() == 0 && len(f.srv.Calls("getUpdates")) >= 2 })
 	stop(t, ch)
+	cancel()
+	if err := <-fetched; err == nil {
+		t.Fatal("the download cut by the stop succeeded")
+	}
 
 	f.srv.Slow("file", 0)
-	sink := channeltest.NewSink()
-	f.start(f.config(), f.options(), sink)
-	m := sink.Next(t)
-	if len(m.Parts) != 1 || m.Parts[0].Type != channels.PartAudio || !bytes.Equal(channeltest.PartBytes(t, m.Parts[0]), []byte("OggS hello")) {
-		t.Fatalf("after the restart delivered %+v; want the voice note", m.Parts)
+	second := channeltest.NewSink()
+	ch = f.start(f.config(), f.options(), rawSink{second})
+	// The gateway replays its journal: the same message, fetched again.
+	fctx, fcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer fcancel()
+	if err := ch.Fetch(fctx, m); err != nil {
+		t.Fatalf("fetching the journaled message after the restart: %v", err)
 	}
-	sink.ExpectNone(t, 300*time.Millisecond)
+	if len(m.Parts) != 1 || m.Parts[0].Ref != "" || !bytes.Equal(channeltest.PartBytes(t, m.Parts[0]), []byte("OggS hello")) {
+		t.Fatalf("after the restart fetched %+v; want the voice note", m.Parts)
+	}
+	second.ExpectNone(t, 300*time.Millisecond)
 }
 
 // Whatever a person sends the bot reaches the agent, as text or as a short description;
@@ -185,4 +219,54 @@ func TestAlbumIsOneMessage(t *testing.T) {
 		}
 		sink.ExpectNone(t, 1500*time.Millisecond)
 	}
+}
+
+// An album's updates are confirmed to Telegram only once the album was delivered: when the
+// gateway does not take it, every item comes again and the album is delivered once, whole,
+// with its photos as references.
+func TestAlbumIsConfirmedOnlyOnceDelivered(t *testing.T) {
+	f := newFixture(t)
+	base := channeltest.NewSink()
+	var refusals atomic.Int32
+	refusals.Store(1)
+	refusing := funcSink{Sink: base, deliver: func(ctx context.Context, m *channels.Message) error {
+		if refusals.Add(-1) >= 0 {
+			return channels.ErrNotAccepted
+		}
+		return base.Deliver(ctx, m)
+	}}
+	f.start(f.config(), f.options(), refusing)
+	var last int64
+	for i := range 3 {
+		u := telegramtest.Update{ChatID: 1001, MediaGroupID: "album-a", Photo: bytes.Repeat([]byte{0xff, 0xd8, byte(i)}, 10)}
+		if i == 0 {
+			u.Caption = "three"
+		}
+		last, _ = f.srv.Send(u)
+		if off := lastOffset(f); off > last {
+			t.Fatalf("item %d was confirmed (offset %d) before the album was delivered", i, off)
+		}
+	}
+	m := base.Next(t)
+	refs := 0
+	for _, p := range m.Parts {
+		if p.Type == channels.PartImage && p.Ref != "" {
+			refs++
+		}
+	}
+	if refs != 3 || m.Text() != "three" {
+		t.Fatalf("delivered %q with %d photo references; want the whole album once", m.Text(), refs)
+	}
+	eventually(t, "the album's updates to be confirmed", func() bool { return lastOffset(f) > last && f.srv.Pending() == 0 })
+	base.ExpectNone(t, 1500*time.Millisecond)
+}
+
+// lastOffset is the offset of the latest getUpdates call.
+func lastOffset(f *fixture) int64 {
+	calls := f.srv.Calls("getUpdates")
+	if len(calls) == 0 {
+		return 0
+	}
+	off, _ := strconv.ParseInt(calls[len(calls)-1].Params["offset"], 10, 64)
+	return off
 }

@@ -96,7 +96,7 @@ func (c *Channel) pollLoop(ctx context.Context, progress *atomic.Int64) {
 		}
 		failures = 0
 		progress.Store(time.Now().UnixNano())
-		next := c.handleBatch(ctx, updates, offset, func() { progress.Store(time.Now().UnixNano()) })
+		next, refused := c.handleBatch(ctx, updates, offset, func() { progress.Store(time.Now().UnixNano()) })
 		if next != offset {
 			offset = next
 			if err := saved.save(offset); err != nil {
@@ -104,8 +104,13 @@ func (c *Channel) pollLoop(ctx context.Context, progress *atomic.Int64) {
 			}
 		}
 		if len(updates) > 0 && next <= updates[len(updates)-1].ID {
-			// The gateway refused one: give it a moment before asking again.
-			if !channels.Sleep(ctx, time.Second) {
+			// The gateway refused one: give it a moment before asking again. An album
+			// being gathered holds the offset too, but its next items must come soon.
+			wait := 100 * time.Millisecond
+			if refused {
+				wait = time.Second
+			}
+			if !channels.Sleep(ctx, wait) {
 				return
 			}
 		}
@@ -129,14 +134,16 @@ func pollBackoff(n int) time.Duration {
 
 // handleBatch hands a batch over: one goroutine per chat (at most 8 at once) keeps each
 // chat's order while chats proceed in parallel; a chat stops at its first update that
-// failed. Nothing here waits on a download: media go to the chat's lane (lanes.go). It returns the new offset: past every update when all were handled, else at
-// the first failed one, so that it comes again (those after it that were delivered are
-// then dropped as redeliveries).
+// failed. Nothing here waits on a download: media go as references (Fetch downloads them
+// on the gateway's side). It returns the new offset: past every update when all were
+// handled, else at the first failed one or the first item of an album still gathered, so
+// that it comes again (those after it that were delivered are then dropped as
+// redeliveries); refused reports a failed one.
 // tick is called after each update handed over: a slow batch that still progresses is not
 // a hung one.
-func (c *Channel) handleBatch(ctx context.Context, updates []*models.Update, offset int64, tick func()) int64 {
+func (c *Channel) handleBatch(ctx context.Context, updates []*models.Update, offset int64, tick func()) (next int64, refused bool) {
 	if len(updates) == 0 {
-		return offset
+		return offset, false
 	}
 	byChat := map[int64][]*models.Update{}
 	var order []int64
@@ -161,7 +168,19 @@ func (c *Channel) handleBatch(ctx context.Context, updates []*models.Update, off
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			for i, u := range list {
-				err := c.safeHandle(ctx, u)
+				a, err := c.safeHandle(ctx, u)
+				if err == nil && a != nil {
+					if done, aerr := a.settled(); !done {
+						// An album being gathered: acknowledged once it is delivered.
+						mu.Lock()
+						failed[u.ID] = true
+						mu.Unlock()
+						tick()
+						continue
+					} else {
+						err = aerr
+					}
+				}
 				if err == nil {
 					tick()
 					continue
@@ -173,6 +192,7 @@ func (c *Channel) handleBatch(ctx context.Context, updates []*models.Update, off
 				for _, v := range list[i:] {
 					failed[v.ID] = true
 				}
+				refused = true
 				mu.Unlock()
 				return
 			}
@@ -186,10 +206,10 @@ func (c *Channel) handleBatch(ctx context.Context, updates []*models.Update, off
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	for _, id := range ids {
 		if failed[id] {
-			return max(id, offset)
+			return max(id, offset), refused
 		}
 	}
-	return max(ids[len(ids)-1]+1, offset)
+	return max(ids[len(ids)-1]+1, offset), refused
 }
 
 // getUpdates makes one long-poll call. The SDK has no exported getUpdates, and its own

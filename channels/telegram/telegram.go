@@ -2,9 +2,9 @@
 //
 // Updates arrive by long polling (a getUpdates loop of our own: per-chat order, retry_after
 // honoured, a backoff capped at a few seconds, the offset saved under state_dir only after
-// the gateway took the update) or by webhook on the gateway's HTTP listener. Messages with
-// media are fetched off the intake, in per-chat lanes backed by an inbox journal (lanes.go);
-// an album is one message. Answers stream by editing one message, rendered from Markdown to
+// the gateway took the update) or by webhook on the gateway's HTTP listener. Media are
+// delivered as references and downloaded by Fetch, which the gateway calls on the chat's own
+// session, so the intake never waits on a download; an album is one message (album.go). Answers stream by editing one message, rendered from Markdown to
 // Telegram HTML, split at 4096 UTF-16 units. Every Bot API call goes through a
 // channels.Sender, whose per-chat holds make every send path wait out a 429's retry_after.
 package telegram
@@ -36,7 +36,8 @@ const Name = "telegram"
 // MaxText is Telegram's limit for one message, in UTF-16 units after entity parsing.
 const MaxText = 4096
 
-// Channel is the Telegram adapter. It implements channels.Channel and channels.HTTPChannel.
+// Channel is the Telegram adapter. It implements channels.Channel, channels.HTTPChannel
+// and channels.Fetcher.
 type Channel struct {
 	cfg   Config
 	opts  Options
@@ -58,9 +59,9 @@ type Channel struct {
 	dir      string // StateDir/telegram
 	mediaDir string
 
-	laneMu  sync.Mutex
-	lanes   map[int64]*lane // chats with media being fetched; see lanes.go
-	notices atomic.Int64    // access notices in flight
+	albumMu sync.Mutex
+	albums  map[int64]*album // albums being gathered, by chat; see album.go
+	notices atomic.Int64     // access notices in flight
 
 	life *channels.Lifecycle // new → running → stopped; owns the goroutines
 
@@ -85,7 +86,7 @@ func New(cfg Config, opts Options) (*Channel, error) {
 		scrub:     newScrubber(cfg.Token.Reveal(), cfg.WebhookSecret.Reveal()),
 		life:      channels.NewLifecycle(Name),
 		dedup:     channels.NewDedup(4096),
-		lanes:     map[int64]*lane{},
+		albums:    map[int64]*album{},
 		strangers: newNoticeLimiter(1024, time.Hour),
 		dir:       filepath.Join(opts.StateDir, Name),
 	}
@@ -146,14 +147,12 @@ func (c *Channel) start(ctx context.Context, life context.Context) error {
 		}
 		return err
 	}
-	for _, d := range []string{c.mediaDir, c.inboxDir()} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			return fmt.Errorf("telegram: cannot create a state directory: %w", err)
-		}
+	if err := os.MkdirAll(c.mediaDir, 0o700); err != nil {
+		return fmt.Errorf("telegram: cannot create a state directory: %w", err)
 	}
 	c.registerCommands(ctx)
 	c.life.Go(c.janitor)
-	c.replayInbox(life)
+	c.migrateInbox(life)
 	if c.cfg.Mode == ModePolling {
 		c.life.Go(c.superviseLongPolling)
 	}

@@ -61,6 +61,22 @@ func (c *Channel) serveWebhook(w http.ResponseWriter, r *http.Request) {
 	defer stop()
 
 	// Telegram may POST several updates at once; one chat's are handled in order.
+	a, err := c.handleInOrder(ctx, &u)
+	if err == nil && a != nil {
+		// An album's item is answered once the whole album was delivered; the chat's
+		// next items are taken meanwhile.
+		err = a.wait(ctx)
+	}
+	if err != nil {
+		c.log.Warn("telegram: webhook update not handed over; Telegram will send it again", "update", u.ID, "err", err)
+		http.Error(w, "not taken; send again", http.StatusServiceUnavailable)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+// handleInOrder takes u while holding its chat's stripe.
+func (c *Channel) handleInOrder(ctx context.Context, u *models.Update) (*album, error) {
 	if u.Message != nil {
 		h := fnv.New32a()
 		h.Write([]byte(strconv.FormatInt(u.Message.Chat.ID, 10)))
@@ -68,10 +84,5 @@ func (c *Channel) serveWebhook(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		defer mu.Unlock()
 	}
-	if err := c.safeHandle(ctx, &u); err != nil {
-		c.log.Warn("telegram: webhook update not handed over; Telegram will send it again", "update", u.ID, "err", err)
-		http.Error(w, "not taken; send again", http.StatusServiceUnavailable)
-		return
-	}
-	w.WriteHeader(http.StatusOK)
+	return c.safeHandle(ctx, u)
 }
