@@ -12,10 +12,12 @@ type Dedup struct {
 	next int
 }
 
-// NewDedup remembers up to size keys (at least 1).
+// NewDedup remembers up to size keys (at least 1). Its memory grows with the keys it holds,
+// up to size: a gateway holds several (10,000 keys for the gateway, thousands per channel),
+// and sized up front they were over a megabyte of private memory at start.
 func NewDedup(size int) *Dedup {
 	size = max(size, 1)
-	return &Dedup{size: size, seen: make(map[string]struct{}, size), ring: make([]string, size)}
+	return &Dedup{size: size, seen: map[string]struct{}{}}
 }
 
 // Seen records key and reports whether it had been recorded before.
@@ -25,11 +27,15 @@ func (d *Dedup) Seen(key string) bool {
 	if _, ok := d.seen[key]; ok {
 		return true
 	}
-	if old := d.ring[d.next]; old != "" {
-		delete(d.seen, old)
+	if len(d.ring) < d.size {
+		d.ring = append(d.ring, key) // not full yet: nothing to forget
+	} else {
+		if old := d.ring[d.next]; old != "" {
+			delete(d.seen, old)
+		}
+		d.ring[d.next] = key
+		d.next = (d.next + 1) % d.size
 	}
-	d.ring[d.next] = key
-	d.next = (d.next + 1) % d.size
 	d.seen[key] = struct{}{}
 	return false
 }

@@ -3,6 +3,7 @@ package markdown
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -120,4 +121,25 @@ func TestSplitSurrogatesAndLongWords(t *testing.T) {
 	if n := len(SplitTelegramHTML("  \n ", 4096)); n != 0 {
 		t.Errorf("blank text gave %d chunks", n)
 	}
+}
+
+// The parser is shared: renderers run concurrently (one per streaming answer).
+func TestParserSharedConcurrently(t *testing.T) {
+	const md = "**bold** _it_ ~~gone~~ `code`\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n- [x] done\n"
+	want := TelegramHTML(md)
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; j < 50; j++ {
+				if got := TelegramHTML(md); got != want {
+					t.Errorf("concurrent render differs: %q, want %q", got, want)
+					return
+				}
+				_ = Mrkdwn(md)
+			}
+		}()
+	}
+	wg.Wait()
 }

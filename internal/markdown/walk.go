@@ -15,12 +15,17 @@ import (
 // Markdown the same way, and the parts of walking its tree that do not depend on the
 // platform's format.
 
+// parser is built once: building one (goldmark.New and its block and inline parsers) cost
+// more than parsing a short answer, and a streaming answer is rendered at every preview.
+// goldmark's parser keeps no per-parse state (each Parse has its own context; its lazy
+// set-up is a sync.Once), so one is shared by all goroutines, as goldmark's own Convert does.
+var parser = goldmark.New(goldmark.WithExtensions(extension.Strikethrough, extension.Table, extension.TaskList)).Parser()
+
 // parse parses md with the extensions every renderer handles (strikethrough, tables,
 // task lists).
 func parse(md string) (ast.Node, []byte) {
 	src := []byte(md)
-	p := goldmark.New(goldmark.WithExtensions(extension.Strikethrough, extension.Table, extension.TaskList)).Parser()
-	return p.Parse(text.NewReader(src)), src
+	return parser.Parse(text.NewReader(src)), src
 }
 
 // escapeAmpLtGt escapes &, < and >: what both Telegram's HTML and Slack's mrkdwn require.

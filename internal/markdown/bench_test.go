@@ -1,0 +1,12 @@
+package markdown
+
+import "testing"
+
+// BenchmarkTelegramHTML is one render of a short streamed answer, as each preview does.
+func BenchmarkTelegramHTML(b *testing.B) {
+	const md = "Sure — here is **the answer** with `code` and a [link](https://example.com).\n\n- one\n- two\n"
+	b.ReportAllocs()
+	for b.Loop() {
+		TelegramHTML(md)
+	}
+}
