@@ -81,8 +81,7 @@ type Server struct {
 	reqs  fakeserver.Log[Request]
 
 	mu     sync.Mutex
-	script []Reply
-	fn     func(Request) Reply
+	script fakeserver.Script[Request, Reply]
 	limit  int // LimitContext
 }
 
@@ -101,18 +100,10 @@ func (s *Server) URL() string { return s.fs.URL }
 func (s *Server) Close() { s.fs.Close() }
 
 // Push appends replies to the script.
-func (s *Server) Push(r ...Reply) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.script = append(s.script, r...)
-}
+func (s *Server) Push(r ...Reply) { s.script.Push(r...) }
 
 // SetFunc sets the func that answers when the script is empty (default: "ok").
-func (s *Server) SetFunc(fn func(Request) Reply) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.fn = fn
-}
+func (s *Server) SetFunc(fn func(Request) Reply) { s.script.SetFunc(fn) }
 
 // FailNext makes the next n requests fail: status f.Code(), an error body with f.Message
 // (default: the status text), and a Retry-After header (whole seconds, rounded up) when
@@ -125,10 +116,7 @@ func (s *Server) failure(rep *Reply) bool {
 	if !ok {
 		return false
 	}
-	*rep = Reply{Status: f.Code(), Message: f.Message}
-	if rep.Message == "" {
-		rep.Message = http.StatusText(f.Code())
-	}
+	*rep = Reply{Status: f.Code(), Message: f.Text()}
 	if f.RetryAfter > 0 {
 		rep.RetryAfter = strconv.Itoa(f.Seconds())
 	}
@@ -246,15 +234,17 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	case limit > 0 && Tokens(body) > limit:
 		rep = Reply{Status: http.StatusBadRequest, Message: fmt.Sprintf("prompt is too long: %d tokens > %d maximum", Tokens(body), limit)}
 	case s.failure(&rep):
-	case len(s.script) > 0:
-		rep = s.script[0]
-		s.script = s.script[1:]
-	case s.fn != nil:
-		fn := s.fn
-		s.mu.Unlock()
-		rep = fn(req)
-		s.mu.Lock()
 	default:
+		var scripted bool
+		if rep, scripted = s.script.Pop(); scripted {
+			break
+		}
+		if fn := s.script.Func(); fn != nil {
+			s.mu.Unlock()
+			rep = fn(req)
+			s.mu.Lock()
+			break
+		}
 		rep = Reply{Text: "ok"}
 	}
 	s.mu.Unlock()

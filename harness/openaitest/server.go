@@ -89,8 +89,7 @@ type Server struct {
 	reqs  fakeserver.Log[Request]
 
 	mu     sync.Mutex
-	script []Reply
-	fn     func(Request) Reply
+	script fakeserver.Script[Request, Reply]
 	limit  int // LimitContext
 }
 
@@ -113,18 +112,10 @@ func (s *Server) Addr() string { return s.fs.URL }
 func (s *Server) Close() { s.fs.Close() }
 
 // Push appends replies to the script.
-func (s *Server) Push(r ...Reply) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.script = append(s.script, r...)
-}
+func (s *Server) Push(r ...Reply) { s.script.Push(r...) }
 
 // SetFunc sets the func that answers when the script is empty (default: "ok").
-func (s *Server) SetFunc(fn func(Request) Reply) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.fn = fn
-}
+func (s *Server) SetFunc(fn func(Request) Reply) { s.script.SetFunc(fn) }
 
 // FailNext makes the next n requests fail: status f.Code(), an error body with f.Message
 // (default: the status text), and a Retry-After header (whole seconds, rounded up) when
@@ -137,10 +128,7 @@ func (s *Server) failure(rep *Reply) bool {
 	if !ok {
 		return false
 	}
-	*rep = Reply{Status: f.Code(), Message: f.Message}
-	if rep.Message == "" {
-		rep.Message = http.StatusText(f.Code())
-	}
+	*rep = Reply{Status: f.Code(), Message: f.Text()}
 	if f.RetryAfter > 0 {
 		rep.RetryAfter = strconv.Itoa(f.Seconds())
 	}
@@ -275,15 +263,17 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 			"This model's maximum context length is %d tokens. However, your messages resulted in %d tokens. Please reduce the length of the messages.",
 			limit, Tokens(body))}
 	case s.failure(&rep):
-	case len(s.script) > 0:
-		rep = s.script[0]
-		s.script = s.script[1:]
-	case s.fn != nil:
-		fn := s.fn
-		s.mu.Unlock()
-		rep = fn(req)
-		s.mu.Lock()
 	default:
+		var scripted bool
+		if rep, scripted = s.script.Pop(); scripted {
+			break
+		}
+		if fn := s.script.Func(); fn != nil {
+			s.mu.Unlock()
+			rep = fn(req)
+			s.mu.Lock()
+			break
+		}
 		rep = Reply{Text: "ok"}
 	}
 	s.mu.Unlock()

@@ -224,3 +224,54 @@ func (s *Failures) Len() int {
 	defer s.mu.Unlock()
 	return len(s.q)
 }
+
+// Text is the error text to answer: Message, or the status's usual text.
+func (f Failure) Text() string {
+	if f.Message != "" {
+		return f.Message
+	}
+	return http.StatusText(f.Code())
+}
+
+// Script is a fake model's script of replies R to requests Q, safe for concurrent use:
+// pushed replies answer first, in order (Pop), then the func set with SetFunc (Func).
+type Script[Q, R any] struct {
+	mu      sync.Mutex
+	replies []R
+	fn      func(Q) R
+}
+
+// Push appends replies to the script.
+func (s *Script[Q, R]) Push(r ...R) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.replies = append(s.replies, r...)
+}
+
+// SetFunc sets the func that answers when no pushed reply is left.
+func (s *Script[Q, R]) SetFunc(fn func(Q) R) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fn = fn
+}
+
+// Pop takes the oldest pushed reply; false when none is left.
+func (s *Script[Q, R]) Pop() (R, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.replies) == 0 {
+		var zero R
+		return zero, false
+	}
+	r := s.replies[0]
+	s.replies = s.replies[1:]
+	return r, true
+}
+
+// Func is the func set with SetFunc (nil when none). A fake calls it without holding its
+// own locks: it may call back into the fake.
+func (s *Script[Q, R]) Func() func(Q) R {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.fn
+}

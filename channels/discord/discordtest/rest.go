@@ -183,11 +183,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, method string) boo
 		rateLimited(w, f.RetryAfter)
 		return true
 	}
-	msg := f.Message
-	if msg == "" {
-		msg = http.StatusText(f.Code())
-	}
-	writeErr(w, f.Code(), 0, msg)
+	writeErr(w, f.Code(), 0, f.Text())
 	return true
 }
 
