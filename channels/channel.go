@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 )
 
 // Channel is one chat platform adapter. Implementations are safe for concurrent use.
@@ -71,6 +72,19 @@ var ErrNotAccepted = errors.New("message not accepted")
 type Command struct {
 	Name        string // without the slash: "pop"
 	Description string
+}
+
+// Summary is the description as a platform's menu shows it: "/name" when there is none,
+// cut to at most max characters.
+func (c Command) Summary(max int) string {
+	d := strings.TrimSpace(c.Description)
+	if d == "" {
+		d = "/" + c.Name
+	}
+	if r := []rune(d); len(r) > max {
+		d = string(r[:max-1]) + "…"
+	}
+	return d
 }
 
 // CommandMenu is implemented by adapters that offer the gateway's commands natively

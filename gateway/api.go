@@ -275,18 +275,9 @@ func (g *Gateway) control(key string, fn func(*session)) error {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	s, ok := g.sessions[key]
-	if !ok {
-		if len(g.sessions) >= g.cfg.MaxSessions && !g.evictOneLocked() {
-			return errTooManyChats
-		}
-		s = newSession(g, key)
-		g.sessions[key] = s
-		if g.metrics != nil {
-			g.metrics.ActiveSessions.Set(float64(len(g.sessions)))
-		}
-		g.actors.Add(1)
-		go s.loop()
+	s, err := g.sessionLocked(key)
+	if err != nil {
+		return err
 	}
 	select {
 	case s.ctl <- fn:

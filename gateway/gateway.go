@@ -489,18 +489,9 @@ var errTooManyChats = fmt.Errorf("%w: too many active chats", channels.ErrNotAcc
 func (g *Gateway) enqueue(key string, msg *channels.Message) (queued bool, err error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	s, ok := g.sessions[key]
-	if !ok {
-		if len(g.sessions) >= g.cfg.MaxSessions && !g.evictOneLocked() {
-			return false, errTooManyChats
-		}
-		s = newSession(g, key)
-		g.sessions[key] = s
-		if g.metrics != nil {
-			g.metrics.ActiveSessions.Set(float64(len(g.sessions)))
-		}
-		g.actors.Add(1)
-		go s.loop()
+	s, err := g.sessionLocked(key)
+	if err != nil {
+		return false, err
 	}
 	select {
 	case s.mailbox <- msg:
@@ -508,6 +499,25 @@ func (g *Gateway) enqueue(key string, msg *channels.Message) (queued bool, err e
 	default:
 		return false, nil
 	}
+}
+
+// sessionLocked finds key's session actor, starting one when needed (making room by
+// evicting an idle one); g.mu is held.
+func (g *Gateway) sessionLocked(key string) (*session, error) {
+	if s, ok := g.sessions[key]; ok {
+		return s, nil
+	}
+	if len(g.sessions) >= g.cfg.MaxSessions && !g.evictOneLocked() {
+		return nil, errTooManyChats
+	}
+	s := newSession(g, key)
+	g.sessions[key] = s
+	if g.metrics != nil {
+		g.metrics.ActiveSessions.Set(float64(len(g.sessions)))
+	}
+	g.actors.Add(1)
+	go s.loop()
+	return s, nil
 }
 
 // evictOneLocked asks one idle session to go; it reports whether room was made.

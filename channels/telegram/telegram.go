@@ -17,7 +17,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -231,14 +230,7 @@ func (c *Channel) SetChatCommands(ctx context.Context, chatID string, cmds []cha
 func (c *Channel) setCommands(ctx context.Context, scope models.BotCommandScope, cmds []channels.Command) error {
 	list := make([]models.BotCommand, 0, len(cmds))
 	for _, cmd := range cmds {
-		d := strings.TrimSpace(cmd.Description)
-		if d == "" {
-			d = "/" + cmd.Name
-		}
-		if r := []rune(d); len(r) > 256 { // Telegram's limit
-			d = string(r[:255]) + "…"
-		}
-		list = append(list, models.BotCommand{Command: cmd.Name, Description: d})
+		list = append(list, models.BotCommand{Command: cmd.Name, Description: cmd.Summary(256)}) // Telegram's limit
 	}
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
