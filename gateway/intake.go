@@ -27,13 +27,6 @@ type Settings interface {
 	DeleteSetting(scope, name string) error
 }
 
-// SetDurable gives the gateway its journal and settings store (see Deps) when they are
-// opened after New: `gateway run` opens the state file, a dry run (`check`) does not. Call
-// it before Start.
-func (g *Gateway) SetDurable(j Journal, s Settings) {
-	g.journal, g.settings = j, s
-}
-
 // journaled is a message as the journal keeps it.
 type journaled struct {
 	Message *channels.Message `json:"message"`

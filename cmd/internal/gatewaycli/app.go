@@ -171,19 +171,23 @@ func buildApp(cfg Config, cfgPath string, log *slog.Logger, getenv func(string) 
 			return nil, fmt.Errorf("state_dir: %w", err)
 		}
 	}
-	a.gw, err = gateway.New(cfg.Sessions, rt, gateway.Deps{
+	deps := gateway.Deps{
 		Store:       store,
 		NewProvider: func(c harness.Config) (harness.Provider, error) { return harness.NewProvider(c, a.client) },
 		Logger:      log,
 		Metrics:     a.metrics,
 		Media:       mediaStore,
-	})
+	}
+	switch { // the durable intake and per-chat settings: none in a dry run
+	case a.pg != nil:
+		deps.Journal, deps.Settings = a.pg, a.pg
+	case db != nil:
+		deps.Journal, deps.Settings = db, db
+	}
+	a.gw, err = gateway.New(cfg.Sessions, rt, deps)
 	if err != nil {
 		rt.Close()
 		return nil, err
-	}
-	if db != nil {
-		a.gw.SetDurable(db, db)
 	}
 	chans, err := a.buildChannels(cfg)
 	if err != nil {
@@ -382,7 +386,6 @@ func runGateway(ctx context.Context, path string, reload <-chan struct{}, stderr
 	if cfg.Cluster.Enabled() {
 		if a, err = buildApp(cfg, path, log, getenv, nil, false); err == nil {
 			defer a.pg.Close()
-			a.gw.SetDurable(a.pg, a.pg)
 			log.Warn("cluster mode: sessions and gateway state are in Postgres; intake is not shared through NATS yet, so run one gateway process per database")
 		}
 	} else {
