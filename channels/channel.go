@@ -100,3 +100,16 @@ type CommandMenu interface {
 type ChatCommandMenu interface {
 	SetChatCommands(ctx context.Context, chatID string, cmds []Command) error
 }
+
+// Pinned is implemented by a channel whose chats only the process they connected to can
+// answer (the web chat's WebSockets). In cluster mode its messages are answered where they
+// arrived instead of going through the shared intake.
+type Pinned interface {
+	Pinned() bool
+}
+
+// IsPinned reports whether ch is a pinned channel.
+func IsPinned(ch Channel) bool {
+	p, ok := ch.(Pinned)
+	return ok && p.Pinned()
+}

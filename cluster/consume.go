@@ -43,19 +43,38 @@ type Consumer struct {
 	leases *Leases
 	holder string
 	handle func(Delivery)
+	opts   ConsumerOptions
 	log    *slog.Logger
+	paused atomic.Bool
 
 	mu   sync.Mutex
 	held map[int]*partitionWorker
 }
 
+// ConsumerOptions are a Consumer's optional parts.
+type ConsumerOptions struct {
+	// OnTake is called when a partition is taken, before its first message is handed
+	// over: what this process remembers of its chats may be stale (another answered them).
+	OnTake func(partition int)
+	// Wait, when set, is called before each message is handed over and blocks while what
+	// the answer needs is down (Postgres); it returns an error only when ctx ended.
+	Wait func(ctx context.Context) error
+	Log  *slog.Logger
+}
+
 // NewConsumer prepares a consumer for holder (unique per process start). handle is called
 // from one goroutine per partition and must not block long: it hands the message over.
 func NewConsumer(in *Intake, leases *Leases, holder string, handle func(Delivery), log *slog.Logger) *Consumer {
+	return NewConsumerWith(in, leases, holder, handle, ConsumerOptions{Log: log})
+}
+
+// NewConsumerWith is NewConsumer with options.
+func NewConsumerWith(in *Intake, leases *Leases, holder string, handle func(Delivery), opts ConsumerOptions) *Consumer {
+	log := opts.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Consumer{in: in, leases: leases, holder: holder, handle: handle, log: log, held: map[int]*partitionWorker{}}
+	return &Consumer{in: in, leases: leases, holder: holder, handle: handle, opts: opts, log: log, held: map[int]*partitionWorker{}}
 }
 
 // Held lists the partitions held now.
@@ -69,6 +88,42 @@ func (c *Consumer) Held() []int {
 		}
 	}
 	return out
+}
+
+// PartitionStatus is one held partition, for status pages and metrics.
+type PartitionStatus struct {
+	Partition int   `json:"partition"`
+	Lag       int64 `json:"lag"`       // stored and not yet handed over here
+	InFlight  int64 `json:"in_flight"` // handed over, not answered yet
+}
+
+// Status lists the held partitions with their lag (as of the last balance, every TTL/4).
+func (c *Consumer) Status() []PartitionStatus {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]PartitionStatus, 0, len(c.held))
+	for p := range c.in.cfg.Partitions {
+		if w := c.held[p]; w != nil && !w.stopped.Load() {
+			out = append(out, PartitionStatus{Partition: p, Lag: w.lag.Load(), InFlight: w.outstanding.Load()})
+		}
+	}
+	return out
+}
+
+// Pause stops handing over messages and taking partitions; the leases are kept (renewed)
+// until Run ends, so that what was handed over can still be answered and acked here before
+// another process takes the partitions. Call it first when shutting down.
+func (c *Consumer) Pause() {
+	c.paused.Store(true)
+	c.mu.Lock()
+	held := make([]*partitionWorker, 0, len(c.held))
+	for _, w := range c.held {
+		held = append(held, w)
+	}
+	c.mu.Unlock()
+	for _, w := range held {
+		w.stop()
+	}
 }
 
 // Run balances and consumes until ctx ends, then stops delivering and gives its
@@ -122,10 +177,22 @@ func (c *Consumer) balance(ctx context.Context) {
 	for p, w := range held {
 		if err := w.lease.Renew(ctx); err != nil {
 			if errors.Is(err, ErrLeaseLost) {
+				// Expired without anyone taking it (NATS was away longer than TTL): take it
+				// again at once, before another process does, so its messages stay here.
+				if lease, aerr := c.leases.Acquire(ctx, w.lease.Name(), c.holder); aerr == nil {
+					w.lease = lease
+					continue
+				}
 				c.log.Warn("intake: lost a partition", "partition", p)
 				w.stop()
 				c.drop(p)
 				delete(held, p)
+			}
+			continue
+		}
+		if !w.stopped.Load() {
+			if info, err := w.cons.Info(ctx); err == nil {
+				w.lag.Store(int64(info.NumPending))
 			}
 		}
 	}
@@ -160,6 +227,9 @@ func (c *Consumer) balance(ctx context.Context) {
 			active--
 		}
 	}
+	if c.paused.Load() {
+		return
+	}
 	for p := 0; p < parts && len(held) < share; p++ {
 		if held[p] != nil {
 			continue
@@ -167,6 +237,9 @@ func (c *Consumer) balance(ctx context.Context) {
 		lease, err := c.leases.Acquire(ctx, "intake."+strconv.Itoa(p), c.holder)
 		if err != nil {
 			continue
+		}
+		if c.opts.OnTake != nil {
+			c.opts.OnTake(p)
 		}
 		w, err := c.start(ctx, p, lease)
 		if err != nil {
@@ -189,11 +262,14 @@ func (c *Consumer) drop(p int) {
 
 type partitionWorker struct {
 	lease       *Lease
+	cons        jetstream.Consumer
 	iter        jetstream.MessagesContext
+	lag         atomic.Int64 // the consumer's pending count at the last balance
 	wg          sync.WaitGroup
 	outstanding atomic.Int64 // handed to the handler, not acked yet
 	stopped     atomic.Bool  // handed over: no more deliveries
 	once        sync.Once
+	cancel      context.CancelFunc // ends a Wait and the reconnect pause
 }
 
 // start consumes partition p from its oldest unacked message: the consumer is made anew,
@@ -220,7 +296,9 @@ func (c *Consumer) start(ctx context.Context, p int, lease *Lease) (*partitionWo
 	if err != nil {
 		return nil, err
 	}
-	w := &partitionWorker{lease: lease, iter: iter}
+	w := &partitionWorker{lease: lease, cons: cons, iter: iter}
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	w.cancel = cancel
 	w.wg.Go(func() {
 		for {
 			m, err := iter.Next()
@@ -228,8 +306,15 @@ func (c *Consumer) start(ctx context.Context, p int, lease *Lease) (*partitionWo
 				if errors.Is(err, jetstream.ErrMsgIteratorClosed) || errors.Is(err, nats.ErrConnectionClosed) {
 					return
 				}
-				time.Sleep(100 * time.Millisecond) // a dropped connection: the client reconnects
+				select { // a dropped connection: the client reconnects
+				case <-wctx.Done():
+					return
+				case <-time.After(100 * time.Millisecond):
+				}
 				continue
+			}
+			if c.opts.Wait != nil && c.opts.Wait(wctx) != nil {
+				return // stopped while waiting: the message goes to the next holder, unacked
 			}
 			meta, _ := m.Metadata()
 			var seq uint64
@@ -246,6 +331,6 @@ func (c *Consumer) start(ctx context.Context, p int, lease *Lease) (*partitionWo
 
 // stop ends delivery; the handler is not called again for this partition.
 func (w *partitionWorker) stop() {
-	w.once.Do(func() { w.stopped.Store(true); w.iter.Stop() })
+	w.once.Do(func() { w.stopped.Store(true); w.cancel(); w.iter.Stop() })
 	w.wg.Wait()
 }

@@ -357,12 +357,16 @@ func (g *Gateway) apiStatus(w http.ResponseWriter, r *http.Request) {
 	for _, t := range rt.Commands.Tools("") {
 		tools = append(tools, map[string]string{"name": t.Name, "source": t.Source})
 	}
-	writeJSON(w, http.StatusOK, map[string]any{
-		"ready":    g.Ready(),
+	out := map[string]any{
+		"ready":    g.notReady(r.Context()) == "",
 		"channels": g.connState(),
 		"sessions": sessions,
 		"hooks":    rt.Bus.Handlers(),
 		"commands": cmds,
 		"tools":    tools,
-	})
+	}
+	if g.cluster != nil {
+		out["cluster"] = g.cluster(r.Context())
+	}
+	writeJSON(w, http.StatusOK, out)
 }

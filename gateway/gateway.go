@@ -89,6 +89,14 @@ type Deps struct {
 	// choices across restarts. Both are state.DB in a single-node gateway.
 	Journal  Journal
 	Settings Settings
+	// Intake, when set (cluster mode), takes the Journal's place: messages are published to
+	// it and come back through Take on the process that holds their chat (see SharedIntake).
+	Intake SharedIntake
+	// Health, when set, tells why an engine the gateway needs is down (cluster mode: NATS
+	// or Postgres); the gateway is not ready meanwhile. Cluster, when set, is shown under
+	// "cluster" in /api/v1/status (partition ownership and lag).
+	Health  func(ctx context.Context) error
+	Cluster func(ctx context.Context) any
 	// Media keeps the images and documents users send under state_dir/media, where the
 	// histories reference them. Nil: they are referenced where the adapter put them.
 	Media *media.Store
@@ -104,6 +112,9 @@ type Gateway struct {
 	media   *media.Store
 
 	journal  Journal
+	intake   SharedIntake
+	health   func(ctx context.Context) error
+	cluster  func(ctx context.Context) any
 	settings Settings
 	replay   *replay // set by Start
 
@@ -179,6 +190,9 @@ func New(cfg Config, rt *Runtime, deps Deps) (*Gateway, error) {
 		metrics:     deps.Metrics,
 		newProv:     deps.NewProvider,
 		journal:     deps.Journal,
+		intake:      deps.Intake,
+		health:      deps.Health,
+		cluster:     deps.Cluster,
 		settings:    deps.Settings,
 		media:       deps.Media,
 		byName:      map[string]channels.Channel{},
@@ -301,17 +315,32 @@ func (g *Gateway) Start(ctx context.Context) error {
 
 // Ready reports whether every channel is connected and the gateway takes messages.
 func (g *Gateway) Ready() bool {
-	if !g.ready.Load() || g.stopping.Load() {
-		return false
+	return g.notReady(context.Background()) == ""
+}
+
+// notReady says why the gateway is not ready; "" when it is.
+func (g *Gateway) notReady(ctx context.Context) string {
+	switch {
+	case g.stopping.Load():
+		return "shutting down"
+	case !g.ready.Load():
+		return "starting"
+	}
+	if g.health != nil {
+		ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		if err := g.health(ctx); err != nil {
+			return err.Error()
+		}
 	}
 	g.connMu.Lock()
 	defer g.connMu.Unlock()
 	for _, ch := range g.channels {
 		if up, seen := g.conn[ch.Name()]; seen && !up {
-			return false
+			return "channel " + ch.Name() + " is disconnected"
 		}
 	}
-	return true
+	return ""
 }
 
 // Stop shuts down: intake stops, queued and running turns get until ctx's deadline (at
@@ -420,7 +449,8 @@ func SessionKey(channel, chat, thread string) string {
 
 // Deliver implements channels.Sink: it journals msg (when a journal is configured: the
 // message then survives a crash, so the adapter may acknowledge it) and queues it on its
-// chat's session. A full chat queue is answered with a plain notice rather than dropped
+// chat's session. In cluster mode it publishes msg to the shared intake instead, and the
+// process holding the chat queues it (Take); a pinned channel's messages stay here. A full chat queue is answered with a plain notice rather than dropped
 // silently; the notice is sent off the caller's goroutine (see refuse), so Deliver never
 // waits on hooks or on the platform. An error means the message was not taken: the adapter
 // must not acknowledge it, so the platform delivers it again.
@@ -442,7 +472,14 @@ func (g *Gateway) Deliver(ctx context.Context, msg *channels.Message) error {
 	if msg.Time.IsZero() {
 		msg.Time = time.Now()
 	}
-	dup, err := g.accept(msg)
+	var dup bool
+	var err error
+	shared := g.intake != nil && !channels.IsPinned(g.byName[msg.Channel])
+	if shared {
+		dup, err = g.publish(ctx, msg, dedupKey)
+	} else {
+		dup, err = g.accept(msg, dedupKey)
+	}
 	if err != nil {
 		if dedupKey != "" {
 			g.dedup.Forget(dedupKey)
@@ -458,6 +495,9 @@ func (g *Gateway) Deliver(ctx context.Context, msg *channels.Message) error {
 	if dup {
 		g.log.Debug("dropped a message accepted before", "channel", msg.Channel, "chat", msg.ChatID, "id", msg.ID)
 		return nil
+	}
+	if shared {
+		return nil // queued when it comes back through Take, on whichever process holds the chat
 	}
 	if g.metrics != nil {
 		g.metrics.MessagesIn.WithLabelValues(msg.Channel).Inc()

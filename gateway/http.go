@@ -28,8 +28,8 @@ func (g *Gateway) Handler(opts HTTPOptions) http.Handler {
 		writeJSON(w, http.StatusOK, map[string]any{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		if !g.Ready() {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "not ready", "channels": g.connState()})
+		if why := g.notReady(r.Context()); why != "" {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "not ready", "reason": why, "channels": g.connState()})
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "channels": g.connState()})

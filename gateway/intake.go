@@ -27,6 +27,18 @@ type Settings interface {
 	DeleteSetting(scope, name string) error
 }
 
+// SharedIntake is cluster mode's intake, which replaces the Journal: Deliver publishes a
+// message to its chat's partition (acknowledging the platform only once it is stored), and
+// the message comes back through Take on whichever process holds that partition, which
+// answers it and then marks it Done there. cluster.Node implements it.
+type SharedIntake interface {
+	// Publish stores body durably for the chat sessionKey; dup reports a platform
+	// redelivery of a message already stored (dedupKey seen), which is not stored again.
+	Publish(ctx context.Context, sessionKey, dedupKey string, body []byte) (dup bool, err error)
+	// Done marks a message handed over by Take answered: it is not handed out again.
+	Done(seq uint64) error
+}
+
 // journaled is a message as the journal keeps it.
 type journaled struct {
 	Message *channels.Message `json:"message"`
@@ -35,11 +47,11 @@ type journaled struct {
 	Refs []string `json:"refs,omitempty"`
 }
 
-// accept journals msg; dup reports a redelivery of a message already accepted.
-func (g *Gateway) accept(msg *channels.Message) (dup bool, err error) {
-	if g.journal == nil {
-		return false, nil
-	}
+// durable reports whether an accepted message survives a crash of this process.
+func (g *Gateway) durable() bool { return g.journal != nil || g.intake != nil }
+
+// encode is msg as the journal and the shared intake keep it.
+func encode(msg *channels.Message) ([]byte, error) {
 	j := journaled{Message: msg}
 	if msg.HasRefs() {
 		j.Refs = make([]string, len(msg.Parts))
@@ -47,15 +59,38 @@ func (g *Gateway) accept(msg *channels.Message) (dup bool, err error) {
 			j.Refs[i] = p.Ref
 		}
 	}
-	body, err := json.Marshal(j)
+	return json.Marshal(j)
+}
+
+// decode reads what encode wrote; seq becomes the message's Seq.
+func decode(seq uint64, body []byte) (*channels.Message, error) {
+	var j journaled
+	if err := json.Unmarshal(body, &j); err != nil {
+		return nil, err
+	}
+	if j.Message == nil {
+		return nil, errors.New("no message in the entry")
+	}
+	m := j.Message
+	m.Seq = seq
+	for i, ref := range j.Refs {
+		if i < len(m.Parts) {
+			m.Parts[i].Ref = ref
+		}
+	}
+	return m, nil
+}
+
+// accept journals msg; dup reports a redelivery of a message already accepted.
+func (g *Gateway) accept(msg *channels.Message, dedupKey string) (dup bool, err error) {
+	if g.journal == nil {
+		return false, nil
+	}
+	body, err := encode(msg)
 	if err != nil {
 		return false, err
 	}
-	key := ""
-	if msg.ID != "" {
-		key = msg.Channel + "|" + msg.ChatID + "|" + msg.ID
-	}
-	seq, err := g.journal.Accept(key, body)
+	seq, err := g.journal.Accept(dedupKey, body)
 	if errors.Is(err, state.ErrDuplicate) {
 		return true, nil
 	}
@@ -66,17 +101,81 @@ func (g *Gateway) accept(msg *channels.Message) (dup bool, err error) {
 	return false, nil
 }
 
-// settle removes answered messages from the journal. A failure is logged: the message
-// would be answered again after a restart, which is the lesser harm.
+// publish stores msg in the shared intake (cluster mode); it is queued when it comes back
+// through Take, here or on another process.
+func (g *Gateway) publish(ctx context.Context, msg *channels.Message, dedupKey string) (dup bool, err error) {
+	body, err := encode(msg)
+	if err != nil {
+		return false, err
+	}
+	return g.intake.Publish(ctx, SessionKey(msg.Channel, msg.ChatID, msg.ThreadID), dedupKey, body)
+}
+
+// Take queues a message of the shared intake (cluster mode: this process holds its chat's
+// partition). seq is the intake's sequence, passed back to SharedIntake.Done once the
+// message is answered. An error means it was not taken (the gateway is stopping or not
+// started): it must stay in the intake for whichever process holds the partition next.
+func (g *Gateway) Take(seq uint64, body []byte) error {
+	g.stateMu.Lock()
+	running := g.started && !g.stopped
+	g.stateMu.Unlock()
+	if !running || g.stopping.Load() {
+		return channels.ErrNotAccepted
+	}
+	msg, err := decode(seq, body)
+	if err != nil {
+		g.log.Error("dropping an unreadable message of the shared intake", "seq", seq, "err", err)
+		g.settle(seq)
+		return nil
+	}
+	if _, ok := g.byName[msg.Channel]; !ok {
+		g.log.Warn("a message is for a channel that is not enabled here; dropping it", "channel", msg.Channel, "chat", msg.ChatID)
+		g.settle(seq)
+		return nil
+	}
+	if g.metrics != nil {
+		g.metrics.MessagesIn.WithLabelValues(msg.Channel).Inc()
+	}
+	g.queue(msg)
+	return nil
+}
+
+// Forget lets go of the idle chat sessions whose key matches: in cluster mode, the chats of
+// a partition another process answered meanwhile, whose history and settings this process
+// must read afresh. A session that is busy is left alone.
+func (g *Gateway) Forget(match func(sessionKey string) bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for key, s := range g.sessions {
+		if match(key) && s.idle.Load() {
+			s.closed = true
+			close(s.evict)
+			delete(g.sessions, key)
+		}
+	}
+	if g.metrics != nil {
+		g.metrics.ActiveSessions.Set(float64(len(g.sessions)))
+	}
+}
+
+// settle marks answered messages done: out of the journal, or of the shared intake. A
+// failure is logged: the message would be answered again after a restart, which is the
+// lesser harm.
 func (g *Gateway) settle(seqs ...uint64) {
-	if g.journal == nil {
+	if g.journal == nil && g.intake == nil {
 		return
 	}
 	for _, seq := range seqs {
 		if seq == 0 {
 			continue
 		}
-		if err := g.journal.Done(seq); err != nil {
+		var err error
+		if g.intake != nil {
+			err = g.intake.Done(seq)
+		} else {
+			err = g.journal.Done(seq)
+		}
+		if err != nil {
 			g.log.Error("cannot mark a message answered in the intake journal", "seq", seq, "err", err)
 			continue
 		}
@@ -109,18 +208,11 @@ func (g *Gateway) loadReplay() {
 		return
 	}
 	for _, e := range entries {
-		var j journaled
-		if err := json.Unmarshal(e.Body, &j); err != nil || j.Message == nil {
+		m, err := decode(e.Seq, e.Body)
+		if err != nil {
 			g.log.Error("dropping an unreadable intake journal entry", "seq", e.Seq, "err", err)
 			g.settle(e.Seq)
 			continue
-		}
-		m := j.Message
-		m.Seq = e.Seq
-		for i, ref := range j.Refs {
-			if i < len(m.Parts) {
-				m.Parts[i].Ref = ref
-			}
 		}
 		if _, ok := g.replay.gates[m.Channel]; !ok {
 			g.log.Warn("an unanswered message is for a channel that is not enabled now; dropping it", "channel", m.Channel, "chat", m.ChatID)

@@ -189,7 +189,7 @@ func (s *session) abortAll() {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.g.ctx), 3*time.Second)
 	defer cancel()
 	text := "Sorry, I'm restarting and couldn't get to your waiting messages. Please send them again in a minute."
-	if s.g.journal != nil {
+	if s.g.durable() {
 		text = "I'm restarting; I'll answer your waiting messages when I'm back in a moment."
 	}
 	s.g.notify(ctx, bus, *first, text)

@@ -115,6 +115,9 @@ func New(cfg Config, opts Options) *Channel {
 // Name returns "web".
 func (c *Channel) Name() string { return Name }
 
+// Pinned reports true: a chat is a WebSocket to this process, so only this process answers it.
+func (c *Channel) Pinned() bool { return true }
+
 // Routes registers the page, the WebSocket and the media route.
 func (c *Channel) Routes(mux *http.ServeMux) {
 	mux.Handle("GET /{$}", c.hostGuard(http.HandlerFunc(c.servePage)))

@@ -52,7 +52,8 @@ type app struct {
 	// mcp are the MCP servers, started by run (not by check) before the gateway starts:
 	// "" is the top-level mcp:, other keys are profiles' own.
 	mcp map[string]*mcptools.Manager
-	pg  *cluster.Postgres // cluster mode: sessions and gateway state; nil on a single node
+	pg   *cluster.Postgres // cluster mode: sessions and gateway state; nil on a single node
+	node *cluster.Node     // cluster mode: the shared intake on NATS; nil on a single node
 
 	reloadMu sync.Mutex         // one reload at a time; guards cfg, hooks and loadErrs after start
 	hooks    []hooks.LoadedHook // of the current runtime's hook directories, disabled ones included
@@ -96,6 +97,9 @@ func isTerminal(w io.Writer) bool {
 func buildApp(cfg Config, cfgPath string, log *slog.Logger, getenv func(string) string, db *state.DB, dryRun bool) (_ *app, retErr error) {
 	a := &app{cfgPath: cfgPath, cfg: cfg, getenv: getenv, log: log, reg: prometheus.NewRegistry(), state: db}
 	defer func() {
+		if retErr != nil && a.node != nil {
+			a.node.Close()
+		}
 		if retErr != nil && a.pg != nil {
 			a.pg.Close()
 		}
@@ -158,6 +162,11 @@ func buildApp(cfg Config, cfgPath string, log *slog.Logger, getenv func(string) 
 			return nil, err
 		}
 		store = a.pg.Sessions()
+		if a.node, err = cluster.OpenNode(context.Background(), cfg.Cluster, a.pg, cluster.NodeOptions{Log: log}); err != nil {
+			rt.Close()
+			return nil, err
+		}
+		a.reg.MustRegister(a.node.Collector())
 	} else if !dryRun {
 		if store, err = harness.OpenStore(filepath.Join(cfg.StateDir, "sessions")); err != nil {
 			rt.Close()
@@ -179,8 +188,12 @@ func buildApp(cfg Config, cfgPath string, log *slog.Logger, getenv func(string) 
 		Media:       mediaStore,
 	}
 	switch { // the durable intake and per-chat settings: none in a dry run
-	case a.pg != nil:
-		deps.Journal, deps.Settings = a.pg, a.pg
+	case a.node != nil:
+		// Cluster mode: messages go through the shared intake and come back to the process
+		// that holds their chat (see serve); nothing is journaled here.
+		deps.Intake, deps.Settings = a.node, a.pg
+		deps.Health = a.node.Healthy
+		deps.Cluster = func(ctx context.Context) any { return a.node.Status(ctx) }
 	case db != nil:
 		deps.Journal, deps.Settings = db, db
 	}
@@ -386,7 +399,8 @@ func runGateway(ctx context.Context, path string, reload <-chan struct{}, stderr
 	if cfg.Cluster.Enabled() {
 		if a, err = buildApp(cfg, path, log, getenv, nil, false); err == nil {
 			defer a.pg.Close()
-			log.Warn("cluster mode: sessions and gateway state are in Postgres; intake is not shared through NATS yet, so run one gateway process per database")
+			defer a.node.Close()
+			log.Info("cluster mode: intake on NATS, sessions and gateway state in Postgres", "holder", a.node.Holder())
 		}
 	} else {
 		var db *state.DB
@@ -464,6 +478,7 @@ func (a *app) serve(ctx context.Context, reload <-chan struct{}) error {
 		_ = a.gw.Stop(context.Background())
 		return exitCode(1)
 	}
+	stopNode := a.runNode()
 	var runErr error
 loop:
 	for {
@@ -481,11 +496,38 @@ loop:
 	}
 	stopCtx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
 	defer cancel()
+	if a.node != nil {
+		a.node.Pause() // nothing new is handed over; what was is answered before Stop returns
+	}
 	if err := a.gw.Stop(stopCtx); err != nil {
 		a.log.Error("shutdown", "err", err)
 	}
+	stopNode() // gives the partitions up: what is still unanswered goes to the others
 	shutdownHTTP(srv)
 	return runErr
+}
+
+// runNode starts consuming this process's partitions of the shared intake (cluster mode)
+// and returns the function that stops it; without a cluster both do nothing.
+func (a *app) runNode() (stop func()) {
+	if a.node == nil {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		forget := func(p int) {
+			a.gw.Forget(func(key string) bool { return a.node.Partition(key) == p })
+		}
+		if err := a.node.Run(ctx, a.gw.Take, forget); err != nil {
+			a.log.Error("cluster: cannot consume the intake; this process answers nothing", "err", err)
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
 }
 
 func shutdownHTTP(srv *http.Server) {
