@@ -53,13 +53,13 @@ func (b *Budget) Take(ctx context.Context) error {
 		}
 		wait, err := b.try(ctx)
 		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return nil
+			return ctx.Err() // nil: the send goes (see above)
 		}
 		if wait == 0 {
 			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
 		}
 		// Jitter, so that processes waiting for the same token do not all ask at once.
 		wait = min(wait, budgetMaxWait)
@@ -70,9 +70,11 @@ func (b *Budget) Take(ctx context.Context) error {
 	}
 }
 
-// try takes a token (0) or says how long until the next one.
+// try takes a token (0) or says how long until the next one. The round trip is not cut
+// short by ctx (an optional send asks with a deadline of milliseconds): a query cancelled
+// mid-flight costs the pool its connection, and a token taken is a send that may go.
 func (b *Budget) try(ctx context.Context) (time.Duration, error) {
-	ctx, cancel := context.WithTimeout(ctx, budgetCall)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budgetCall)
 	defer cancel()
 	var left float64
 	err := b.p.pool.QueryRow(ctx, `UPDATE gateway_send_budget SET tokens = `+refill+` - 1, updated_at = clock_timestamp()

@@ -82,3 +82,21 @@ func TestBudgetWaitsWhenSpent(t *testing.T) {
 		}
 	}
 }
+
+// A budget Postgres cannot answer for lets the send go rather than lose the answer: each
+// process still keeps its own pace, and Telegram's retry_after still holds.
+func TestBudgetLetsTheSendGoWhenPostgresIsAway(t *testing.T) {
+	p := openPG(t, pgtest.Database(t), state.Limits{})
+	b := p.Budget("away", 0.01, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := b.Take(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	for range 3 {
+		if err := b.Take(ctx); err != nil {
+			t.Fatalf("Take with Postgres away = %v; want the send to go", err)
+		}
+	}
+}

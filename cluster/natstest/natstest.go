@@ -63,7 +63,8 @@ func (s *Server) URL() string {
 }
 
 // Restart shuts the server down (clients are disconnected), waits down, and starts it
-// again on the same port and store: streams, their messages and KV buckets are kept.
+// again on the same port and store: streams, their messages and KV buckets are kept. Call
+// it from the test's goroutine (it fails the test when the server does not come back).
 func (s *Server) Restart(down time.Duration) {
 	s.t.Helper()
 	s.mu.Lock()
