@@ -37,15 +37,17 @@ func NewHolder(l *Leases, holder string, log *slog.Logger) *Holder {
 func (h *Holder) Hold(ctx context.Context, name string) (context.Context, func(), error) {
 	every := h.l.TTL() / 4
 	var lease *Lease
+	failing := false // NATS away: told once, not every TTL/4
 	for {
 		var err error
 		lease, err = h.acquire(ctx, name)
 		if err == nil {
 			break
 		}
-		if !errors.Is(err, ErrLeaseHeld) {
+		if !errors.Is(err, ErrLeaseHeld) && ctx.Err() == nil && !failing {
 			h.log.Warn("cluster: cannot take a lease; retrying", "lease", name, "err", err)
 		}
+		failing = !errors.Is(err, ErrLeaseHeld)
 		if !channels.Sleep(ctx, every) {
 			return nil, func() {}, ctx.Err()
 		}
