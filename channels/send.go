@@ -19,7 +19,11 @@ type Sender struct {
 	Pacer *pace.Pacer // nil: no pacing and no holds
 	// Global, when set, is the bot's slot, shared by Senders whose chats are paced apart
 	// (Telegram's private chats and groups): a send to a chat waits for it after the chat's.
-	Global   *pace.Pacer
+	Global *pace.Pacer
+	// Shared, when set, is the bot's rate across processes (cluster mode): a send to a chat
+	// takes it after the bot's slot in this process, so that the local pacer, not the shared
+	// one, absorbs this process's own bursts.
+	Shared   Budget
 	Policy   pace.Policy   // retry bounds
 	Timeout  time.Duration // one attempt; 0 means 30s
 	Classify func(error) error
@@ -42,6 +46,11 @@ func (s *Sender) Do(ctx context.Context, key string, fn func(ctx context.Context
 				return err
 			}
 		}
+		if key != "" && s.Shared != nil {
+			if err := s.Shared.Take(ctx); err != nil {
+				return err
+			}
+		}
 		return s.attempt(ctx, key, fn)
 	})
 	return s.Scrub.Wrap(err)
@@ -53,9 +62,9 @@ var ErrSkipped = errors.New("optional send skipped: the chat is held or has no f
 // Try is Do for an optional send — a streaming preview, a typing action — that skips its
 // turn rather than wait: it returns ErrSkipped at once while key is held or when no send
 // slot is free now, and otherwise makes one attempt, a rate limit holding key as in Do.
-// The bot's slot (Global) is taken before the chat's, so that a skip for want of the bot's
-// leaves the chat's slot to the send that matters. With chatSlot false only the bot's is
-// taken: the send does not count against the chat's rate.
+// The bot's slots (Global, then Shared) are taken before the chat's, so that a skip for want
+// of the bot's leaves the chat's slot to the send that matters. With chatSlot false only the
+// bot's are taken: the send does not count against the chat's rate.
 func (s *Sender) Try(ctx context.Context, key string, chatSlot bool, fn func(ctx context.Context) error) error {
 	if key != "" && s.Held(key) {
 		return ErrSkipped
@@ -77,6 +86,9 @@ func (s *Sender) free(ctx context.Context, key string, chatSlot bool) bool {
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer cancel()
 	if s.Global != nil && s.Global.Wait(ctx, "") != nil {
+		return false
+	}
+	if s.Shared != nil && s.Shared.Take(ctx) != nil {
 		return false
 	}
 	return !chatSlot || s.Pacer == nil || s.Pacer.Wait(ctx, key) == nil

@@ -117,3 +117,71 @@ func TestSenderGlobalSlotIsShared(t *testing.T) {
 		t.Fatalf("Do after a skipped Try = %v; the chat's slot was used up", err)
 	}
 }
+
+// budget is a shared budget of n sends that then blocks until ctx ends, as a Budget whose
+// other processes spent the bot's rate does.
+type budget struct {
+	left  atomic.Int32
+	takes atomic.Int32
+}
+
+func (b *budget) Take(ctx context.Context) error {
+	b.takes.Add(1)
+	if b.left.Add(-1) >= 0 {
+		return nil
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// In cluster mode the bot's rate is shared: a send to a chat takes the shared budget (each
+// attempt, a retry too), and waits for it when it is spent; calls not to a chat do not.
+func TestSenderTakesTheSharedBudgetForChatSends(t *testing.T) {
+	b := &budget{}
+	b.left.Store(2)
+	s := &Sender{Pacer: pace.New(pace.Limits{}), Shared: b, Policy: pace.Policy{Attempts: 3, Base: time.Millisecond},
+		Classify: func(err error) error { return pace.Transient(err) }}
+	var calls atomic.Int32
+	err := s.Do(context.Background(), "chat1", func(context.Context) error {
+		if calls.Add(1) == 1 {
+			return errors.New("flaky")
+		}
+		return nil
+	})
+	if err != nil || calls.Load() != 2 || b.takes.Load() != 2 {
+		t.Fatalf("Do = %v after %d attempts, %d takes; want success on the second, each taking the budget", err, calls.Load(), b.takes.Load())
+	}
+	if err := s.Do(context.Background(), "", func(context.Context) error { return nil }); err != nil || b.takes.Load() != 2 {
+		t.Fatalf("a call not to a chat: %v, takes %d; want no take", err, b.takes.Load())
+	}
+	// Spent: the next chat send waits for the budget, until its context ends.
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	sent := false
+	err = s.Do(ctx, "chat2", func(context.Context) error { sent = true; return nil })
+	if err == nil || sent {
+		t.Fatalf("with the shared budget spent: Do = %v, sent %v; want it to wait and not send", err, sent)
+	}
+}
+
+// An optional send skips its turn rather than wait for a spent shared budget.
+func TestSenderTrySkipsWhenTheSharedBudgetIsSpent(t *testing.T) {
+	b := &budget{}
+	b.left.Store(1)
+	s := &Sender{Pacer: pace.New(pace.Limits{}), Shared: b, Policy: pace.Policy{Attempts: 1}}
+	var sent atomic.Int32
+	send := func(context.Context) error { sent.Add(1); return nil }
+	if err := s.Try(context.Background(), "chat1", true, send); err != nil {
+		t.Fatalf("first optional send: %v", err)
+	}
+	start := time.Now()
+	if err := s.Try(context.Background(), "chat1", false, send); !errors.Is(err, ErrSkipped) {
+		t.Fatalf("optional send with the budget spent = %v; want ErrSkipped", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("the skip took %v; it must not wait for the budget", d)
+	}
+	if sent.Load() != 1 || b.takes.Load() != 2 {
+		t.Fatalf("sent %d, takes %d; want 1 sent and 2 takes", sent.Load(), b.takes.Load())
+	}
+}

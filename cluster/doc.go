@@ -28,9 +28,30 @@
 //     unacked message (the stream is a work queue: acked messages are gone), so what a dead
 //     holder was handed and never acked is delivered to the new holder, first, in order.
 //     None of this is wired into the gateway yet.
+//   - Holder (NewHolder) is channels.Holder on the Leases bucket, for connections a
+//     platform allows once per token: Hold retries Acquire every TTL/4 until it gets the
+//     lease or its context ends; the hold's own goroutine renews every TTL/4 and ends held
+//     on ErrLeaseLost or once TTL passed since the last renewal that succeeded (counted from
+//     before it was sent, so held ends no later than the lease can expire); release stops it
+//     and deletes the lease. The Telegram adapter takes it through Options.Holder: in
+//     polling mode only the holder of "conn.telegram.<bot id>" runs getUpdates, the others
+//     wait in Hold and still send; webhook mode ignores it.
+//   - Postgres.Budget(name, perSecond, burst) is channels.Budget, the bot's send rate shared
+//     by every process: a token bucket row in gateway_send_budget, refilled and taken by one
+//     UPDATE on the database's clock (clock_timestamp()), so processes' clocks need not
+//     agree; without a token it waits until the next (at most 1 s, jittered) and asks again.
+//     When Postgres cannot answer (2 s per call) the send goes: each process keeps its own
+//     pace and Telegram's retry_after still holds. channels.Sender.Shared takes it for chat
+//     sends, after the process's own Global pacer; telegram.Options.Budget sets it.
+//   - Postgres also implements channels.State (the adapters' cursors and remembered keys):
+//     Remember/Remembered on gateway_remembered, each set bounded softly (pruned every
+//     max/10 remembers per process, oldest first) and aged out. Both tables are schema
+//     version 2.
 //   - Tests: the same behaviour suites as the single node (state/statetest,
 //     harness/storetest) against a throwaway Postgres (cluster/pgtest: initdb in a temp dir,
-//     a free loopback port, run as nobody under root); NATS embedded (cluster/natstest).
+//     a free loopback port, run as nobody under root, Restart on the same data and port);
+//     NATS embedded (cluster/natstest: New returns a Server that Restart stops and starts
+//     again on the same port and store, JetStream's streams and buckets kept).
 //
 // # Not built yet: the design to follow
 //

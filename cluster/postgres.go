@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"gateway/channels"
 	"gateway/harness"
 	"gateway/state"
 )
@@ -22,18 +23,20 @@ import (
 // per-chat settings and platform cursors (the same interfaces as state.DB), and the session
 // store (Sessions). Safe for concurrent use, by any number of processes on one database.
 type Postgres struct {
-	pool    *pgxpool.Pool
-	url     string
-	limits  state.Limits
-	timeout time.Duration
-	now     func() time.Time
-	accepts atomic.Int64
+	pool      *pgxpool.Pool
+	url       string
+	limits    state.Limits
+	timeout   time.Duration
+	now       func() time.Time
+	accepts   atomic.Int64
+	remembers atomic.Int64
 }
 
 var (
 	_ state.Journal        = (*Postgres)(nil)
 	_ state.Settings       = (*Postgres)(nil)
 	_ state.Cursors        = (*Postgres)(nil)
+	_ channels.State       = (*Postgres)(nil)
 	_ harness.SessionStore = (*Sessions)(nil)
 )
 
@@ -255,6 +258,52 @@ func (p *Postgres) Cursor(name string) (string, bool, error) {
 func (p *Postgres) SetCursor(name, value string) error {
 	return p.exec("cannot store a cursor", `INSERT INTO gateway_cursors (name, value) VALUES ($1, $2)
 		ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value`, name, value)
+}
+
+// Remember adds key to set (or refreshes its time), as state.DB.Remember: the set keeps at
+// most `most` keys (a soft bound: each process prunes every most/10 of its own remembers, so
+// the set may hold a little more between prunes), each for at most age, the oldest
+// forgotten first.
+func (p *Postgres) Remember(set, key string, most int, age time.Duration) error {
+	if set == "" || key == "" || most <= 0 || age <= 0 {
+		return errors.New("cluster: postgres: remember: a set, a key and positive bounds are required")
+	}
+	ctx, cancel := p.ctx()
+	defer cancel()
+	now := p.now()
+	if _, err := p.pool.Exec(ctx, `INSERT INTO gateway_remembered ("set", key, at) VALUES ($1, $2, $3)
+		ON CONFLICT ("set", key) DO UPDATE SET at = greatest(gateway_remembered.at, EXCLUDED.at)`, set, key, now.UnixNano()); err != nil {
+		return p.wrap("cannot remember a key", err)
+	}
+	if p.remembers.Add(1)%int64(max(1, most/10)) == 0 {
+		if err := p.pruneRemembered(ctx, set, most, now.Add(-age)); err != nil {
+			return p.wrap("cannot forget the oldest remembered keys", err)
+		}
+	}
+	return nil
+}
+
+// pruneRemembered drops set's keys older than before, then the oldest beyond max.
+func (p *Postgres) pruneRemembered(ctx context.Context, set string, most int, before time.Time) error {
+	if _, err := p.pool.Exec(ctx, `DELETE FROM gateway_remembered WHERE "set" = $1 AND at <= $2`, set, before.UnixNano()); err != nil {
+		return err
+	}
+	_, err := p.pool.Exec(ctx, `DELETE FROM gateway_remembered WHERE "set" = $1 AND key IN
+		(SELECT key FROM gateway_remembered WHERE "set" = $1 ORDER BY at DESC, key OFFSET $2)`, set, most)
+	return err
+}
+
+// Remembered reports whether key was remembered in set less than age ago.
+func (p *Postgres) Remembered(set, key string, age time.Duration) (bool, error) {
+	ctx, cancel := p.ctx()
+	defer cancel()
+	var ok bool
+	err := p.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM gateway_remembered WHERE "set" = $1 AND key = $2 AND at > $3)`,
+		set, key, p.now().Add(-age).UnixNano()).Scan(&ok)
+	if err != nil {
+		return false, p.wrap("cannot read a remembered key", err)
+	}
+	return ok, nil
 }
 
 func (p *Postgres) get(q string, args ...any) (string, bool, error) {

@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -90,5 +91,43 @@ func TestPostgresRestartIsSurvived(t *testing.T) {
 	}
 	if _, err := p.Accept("telegram|1|9", []byte("x")); err != nil {
 		t.Fatalf("accept after the restart: %v", err)
+	}
+}
+
+// Postgres is the adapters' channels.State in cluster mode: remembered keys are bounded
+// (the oldest forgotten first), kept apart by set, survive a reopen and age out.
+func TestPostgresRememberedKeysAreBoundedAndSurviveReopen(t *testing.T) {
+	url := pgtest.Database(t)
+	db := openPG(t, url, state.Limits{})
+	clock := time.Unix(1_700_000_000, 0)
+	cluster.SetClock(db, func() time.Time { return clock })
+	for i := range 30 {
+		clock = clock.Add(time.Second)
+		if err := db.Remember("slack.threads", fmt.Sprint("C1:", i), 10, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := cluster.RememberedCount(db, "slack.threads"); n > 11 {
+		t.Fatalf("set holds %d keys; bound is 10 (+10%% slack)", n)
+	}
+	if ok, _ := db.Remembered("slack.threads", "C1:0", time.Hour); ok {
+		t.Fatal("the oldest key beyond the bound is still remembered")
+	}
+	if ok, _ := db.Remembered("other", "C1:29", time.Hour); ok {
+		t.Fatal("sets are not apart")
+	}
+	if err := db.Remember("slack.threads", "", 10, time.Hour); err == nil {
+		t.Fatal("an empty key was accepted")
+	}
+	db.Close()
+	db = openPG(t, url, state.Limits{})
+	defer db.Close()
+	cluster.SetClock(db, func() time.Time { return clock })
+	if ok, err := db.Remembered("slack.threads", "C1:29", time.Hour); err != nil || !ok {
+		t.Fatalf("the newest key after reopen = %v %v; want remembered", ok, err)
+	}
+	clock = clock.Add(2 * time.Hour)
+	if ok, _ := db.Remembered("slack.threads", "C1:29", time.Hour); ok {
+		t.Fatal("a key older than the age is still remembered")
 	}
 }

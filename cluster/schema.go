@@ -39,6 +39,19 @@ CREATE TABLE gateway_session_log (
 	lines bytea NOT NULL,
 	PRIMARY KEY (key, n)
 );`,
+	2: `
+CREATE TABLE gateway_send_budget (
+	name       text PRIMARY KEY,
+	tokens     double precision NOT NULL,
+	updated_at timestamptz NOT NULL
+);
+CREATE TABLE gateway_remembered (
+	"set" text NOT NULL,
+	key   text NOT NULL,
+	at    bigint NOT NULL, -- unix nanoseconds, from the remembering process's clock
+	PRIMARY KEY ("set", key)
+);
+CREATE INDEX gateway_remembered_at ON gateway_remembered ("set", at);`,
 }
 
 // migrateLock is the advisory lock that serialises migrations across processes.

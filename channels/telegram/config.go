@@ -113,6 +113,13 @@ type Options struct {
 	// State keeps the update offset durably across restarts (the state file's cursors);
 	// nil keeps it in a file under StateDir/telegram.
 	State channels.State
+	// Budget, when set, is the bot's send rate shared with other gateway processes (cluster
+	// mode): every send to a chat takes it, after this process's own pace (Pacing).
+	Budget channels.Budget
+	// Holder, when set, lets one gateway process at a time poll (cluster mode): polling runs
+	// only while this process holds "conn.telegram.<bot id>", and the others keep asking.
+	// Every process sends. Webhook mode ignores it: any process takes Telegram's POSTs.
+	Holder channels.Holder
 
 	PollTimeout    time.Duration // long-poll wait of one getUpdates (default 30s)
 	Watchdog       time.Duration // restart polling that completed nothing for this long (default 2×PollTimeout+30s)

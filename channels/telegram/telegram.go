@@ -68,6 +68,9 @@ type Channel struct {
 	sink      channels.Sink
 	me        models.User
 	connected bool
+
+	pollMu  sync.Mutex   // orders the polling log lines as the changes they tell
+	polling pollingState // with a Holder: where polling runs, for the log
 }
 
 // New checks cfg and opts and returns an adapter that is not yet connected.
@@ -153,7 +156,7 @@ func (c *Channel) start(ctx context.Context, life context.Context) error {
 	c.life.Go(c.janitor)
 	c.migrateInbox(life)
 	if c.cfg.Mode == ModePolling {
-		c.life.Go(c.superviseLongPolling)
+		c.life.Go(c.pollWhileHeld)
 	}
 	if life.Err() != nil {
 		return fmt.Errorf("telegram: stopped while starting: %w", channels.ErrStopped)
@@ -302,6 +305,7 @@ func (c *Channel) newSenders() {
 		return channels.Sender{
 			Pacer:    pace.New(l),
 			Global:   global,
+			Shared:   c.opts.Budget,
 			Policy:   pace.Policy{Attempts: 5, Base: 500 * time.Millisecond, Max: 2 * time.Minute},
 			Timeout:  30 * time.Second,
 			Classify: c.scrub.classify,

@@ -3,30 +3,101 @@
 package natstest
 
 import (
+	"fmt"
+	"net"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 )
 
+// Server is an embedded NATS server that can be restarted on the same port and store, as
+// an operator restarting NATS under a running gateway.
+type Server struct {
+	t    testing.TB
+	mu   sync.Mutex
+	opts server.Options
+	srv  *server.Server // nil while stopped
+	url  string
+}
+
+// New starts a server for t, stopped when t ends.
+func New(t testing.TB) *Server {
+	t.Helper()
+	s := &Server{t: t, opts: server.Options{
+		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
+		NoLog: true, NoSigs: true,
+	}}
+	if err := s.start(); err != nil {
+		t.Fatal(err)
+	}
+	// The port the first start chose is kept: a restart comes back on it, so that clients
+	// reconnect to the same URL.
+	s.opts.Port = s.srv.Addr().(*net.TCPAddr).Port
+	t.Cleanup(s.Stop)
+	return s
+}
+
+func (s *Server) start() error {
+	opts := s.opts
+	srv, err := server.NewServer(&opts)
+	if err != nil {
+		return fmt.Errorf("natstest: %w", err)
+	}
+	srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+		return fmt.Errorf("natstest: the NATS server did not start within 10s")
+	}
+	s.srv, s.url = srv, srv.ClientURL()
+	return nil
+}
+
+// URL is the client URL; the same after a restart.
+func (s *Server) URL() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.url
+}
+
+// Restart shuts the server down (clients are disconnected), waits down, and starts it
+// again on the same port and store: streams, their messages and KV buckets are kept. Call
+// it from the test's goroutine (it fails the test when the server does not come back).
+func (s *Server) Restart(down time.Duration) {
+	s.t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.halt()
+	time.Sleep(down)
+	var err error
+	for range 3 { // the port may linger a moment after the shutdown
+		if err = s.start(); err == nil {
+			return
+		}
+		time.Sleep(time.Second)
+	}
+	s.t.Fatal(err)
+}
+
+// Stop shuts the server down; idempotent.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.halt()
+}
+
+func (s *Server) halt() {
+	if s.srv != nil {
+		s.srv.Shutdown()
+		s.srv.WaitForShutdown()
+		s.srv = nil
+	}
+}
+
 // Start starts a server for t, shut down when t ends, and returns its client URL.
 func Start(t testing.TB) string {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
-		NoLog: true, NoSigs: true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		s.Shutdown()
-		t.Fatal("natstest: the NATS server did not start within 10s")
-	}
-	t.Cleanup(func() {
-		s.Shutdown()
-		s.WaitForShutdown()
-	})
-	return s.ClientURL()
+	return New(t).URL()
 }
