@@ -95,6 +95,9 @@ type PartitionStatus struct {
 	Partition int   `json:"partition"`
 	Lag       int64 `json:"lag"`       // stored and not yet handed over here
 	InFlight  int64 `json:"in_flight"` // handed over, not answered yet
+	// HandingOver: this process takes no more of its messages and gives it up once those
+	// it was handed are answered (another process joined).
+	HandingOver bool `json:"handing_over,omitempty"`
 }
 
 // Status lists the held partitions with their lag (as of the last balance, every TTL/4).
@@ -103,8 +106,8 @@ func (c *Consumer) Status() []PartitionStatus {
 	defer c.mu.Unlock()
 	out := make([]PartitionStatus, 0, len(c.held))
 	for p := range c.in.cfg.Partitions {
-		if w := c.held[p]; w != nil && !w.stopped.Load() {
-			out = append(out, PartitionStatus{Partition: p, Lag: w.lag.Load(), InFlight: w.outstanding.Load()})
+		if w := c.held[p]; w != nil {
+			out = append(out, PartitionStatus{Partition: p, Lag: w.lag.Load(), InFlight: w.outstanding.Load(), HandingOver: w.stopped.Load()})
 		}
 	}
 	return out

@@ -340,27 +340,35 @@ type Sessions struct {
 // Sessions returns the session store (harness.SessionStore) on p's database.
 func (p *Postgres) Sessions() *Sessions { return &Sessions{p: p} }
 
-// ReadLog returns key's log; nil when there is none.
+// ReadLog returns key's log; nil when there is none. While Postgres is unreachable (a
+// restart) it waits for it, up to outage.
 func (s *Sessions) ReadLog(key string) ([]byte, error) {
-	ctx, cancel := s.p.ctx()
-	defer cancel()
-	rows, err := s.p.pool.Query(ctx, `SELECT lines FROM gateway_session_log WHERE key = $1 ORDER BY n`, key)
+	var out []byte
+	err := s.p.waitOut(func() error {
+		ctx, cancel := s.p.ctx()
+		defer cancel()
+		rows, err := s.p.pool.Query(ctx, `SELECT lines FROM gateway_session_log WHERE key = $1 ORDER BY n`, key)
+		if err != nil {
+			return err
+		}
+		var buf bytes.Buffer
+		var chunk []byte
+		if _, err = pgx.ForEachRow(rows, []any{&chunk}, func() error { buf.Write(chunk); return nil }); err != nil {
+			return err
+		}
+		if buf.Len() > 0 {
+			out = buf.Bytes()
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, s.p.wrap("cannot read the history of "+key, err)
 	}
-	var buf bytes.Buffer
-	var chunk []byte
-	_, err = pgx.ForEachRow(rows, []any{&chunk}, func() error { buf.Write(chunk); return nil })
-	if err != nil {
-		return nil, s.p.wrap("cannot read the history of "+key, err)
-	}
-	if buf.Len() == 0 {
-		return nil, nil
-	}
-	return buf.Bytes(), nil
+	return out, nil
 }
 
-// AppendLog appends lines to key's log in one statement (all or nothing).
+// AppendLog appends lines to key's log in one statement (all or nothing). While Postgres
+// is unreachable it waits for it, up to outage.
 func (s *Sessions) AppendLog(key string, lines []byte) error {
 	s.mu.Lock()
 	closed := s.closed
@@ -368,7 +376,38 @@ func (s *Sessions) AppendLog(key string, lines []byte) error {
 	if closed {
 		return errors.New("the history store is closed")
 	}
-	return s.p.exec("cannot save the history of "+key, `INSERT INTO gateway_session_log (key, lines) VALUES ($1, $2)`, key, lines)
+	err := s.p.waitOut(func() error {
+		ctx, cancel := s.p.ctx()
+		defer cancel()
+		_, err := s.p.pool.Exec(ctx, `INSERT INTO gateway_session_log (key, lines) VALUES ($1, $2)`, key, lines)
+		return err
+	})
+	if err != nil {
+		return s.p.wrap("cannot save the history of "+key, err)
+	}
+	return nil
+}
+
+// outage is how long a history read or write waits for an unreachable Postgres (a
+// restart, a failover) before the turn fails with its error.
+const outage = 60 * time.Second
+
+// waitOut runs fn, again while it fails for want of a connection (not for an error in
+// the statement), for up to outage.
+func (p *Postgres) waitOut(fn func() error) error {
+	deadline := time.Now().Add(outage)
+	wait := 250 * time.Millisecond
+	for {
+		err := fn()
+		var pe *pgconn.PgError
+		// Classes 08 (connection) and 57 (the server shutting down) are an outage too.
+		reported := errors.As(err, &pe) && !strings.HasPrefix(pe.Code, "08") && !strings.HasPrefix(pe.Code, "57")
+		if err == nil || reported || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(wait)
+		wait = min(2*wait, 2*time.Second)
+	}
 }
 
 // Close ends the store: later appends fail.

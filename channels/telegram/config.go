@@ -1,12 +1,15 @@
 package telegram
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"gateway/channels"
@@ -170,4 +173,14 @@ func (o Options) withDefaults() Options {
 		o.Pacing.GroupInterval = 3 * time.Second
 	}
 	return o
+}
+
+// BotID is the bot's numeric id, the part of its token before the colon: it names the bot
+// (in shared state) without revealing the token.
+func BotID(token string) string {
+	if id, _, ok := strings.Cut(token, ":"); ok {
+		return id
+	}
+	sum := sha256.Sum256([]byte(token)) // not a Bot API token: name it without showing it
+	return hex.EncodeToString(sum[:6])
 }

@@ -51,7 +51,7 @@ type app struct {
 
 	// mcp are the MCP servers, started by run (not by check) before the gateway starts:
 	// "" is the top-level mcp:, other keys are profiles' own.
-	mcp map[string]*mcptools.Manager
+	mcp  map[string]*mcptools.Manager
 	pg   *cluster.Postgres // cluster mode: sessions and gateway state; nil on a single node
 	node *cluster.Node     // cluster mode: the shared intake on NATS; nil on a single node
 
@@ -216,7 +216,10 @@ func buildApp(cfg Config, cfgPath string, log *slog.Logger, getenv func(string) 
 func (a *app) buildChannels(cfg Config) ([]channels.Channel, error) {
 	var out []channels.Channel
 	var st channels.State // nil (in memory) for a dry run
-	if a.state != nil {
+	switch {
+	case a.pg != nil:
+		st = a.pg // cluster mode: cursors and remembered keys are shared
+	case a.state != nil:
 		st = a.state
 	}
 	var errs []error
@@ -224,7 +227,13 @@ func (a *app) buildChannels(cfg Config) ([]channels.Channel, error) {
 		out = append(out, web.New(cfg.Channels.Web, web.Options{Logger: a.log, MediaDir: filepath.Join(cfg.StateDir, "media", "web")}))
 	}
 	if cfg.Channels.Telegram.Enabled {
-		ch, err := telegram.New(cfg.Channels.Telegram, telegram.Options{Logger: a.log, StateDir: filepath.Join(cfg.StateDir, "telegram"), HTTPClient: a.client, State: st})
+		opts := telegram.Options{Logger: a.log, StateDir: filepath.Join(cfg.StateDir, "telegram"), HTTPClient: a.client, State: st}
+		if a.node != nil {
+			// One process polls at a time; every process sends, within one budget for the bot.
+			opts.Holder = cluster.NewHolder(a.node.Leases(), a.node.Holder(), a.log)
+			opts.Budget = a.pg.Budget("telegram."+telegram.BotID(cfg.Channels.Telegram.Token.Reveal()), 30, 30)
+		}
+		ch, err := telegram.New(cfg.Channels.Telegram, opts)
 		if err != nil {
 			errs = append(errs, err)
 		} else {

@@ -75,7 +75,7 @@ type clusterRig struct {
 	t     *testing.T
 	pg    *pgtest.Server
 	pgURL string
-	nats  string
+	nats  *natstest.Server
 	oai   *openaitest.Server
 	delay atomic.Int64 // the model's delay before answering, in ns
 	slow  sync.Map     // prompt → remaining slow answers (a minute each)
@@ -90,7 +90,7 @@ func newClusterRig(t *testing.T, mode string) *clusterRig {
 	r := &clusterRig{t: t, mode: mode}
 	r.pg = pgtest.New(t)
 	r.pgURL = r.pg.URL("postgres")
-	r.nats = natstest.Start(t)
+	r.nats = natstest.New(t)
 	r.oai = openaitest.NewServer()
 	t.Cleanup(r.oai.Close)
 	r.oai.SetFunc(func(req openaitest.Request) openaitest.Reply {
@@ -119,7 +119,7 @@ func (r *clusterRig) start(n int) {
 		}
 		sl := fmt.Sprintf("  slack:\n    enabled: true\n    mode: events\n    bot_token: %q\n    signing_secret: %q\n    api_url: %s\n    allow_from: [%q]\n",
 			slacktest.BotToken, slacktest.SigningSecret, r.sl.APIURL(), slackUser)
-		writeChildConfig(r.t, root, addr, r.oai.URL(), tg+sl+fmt.Sprintf("cluster:\n  nats_url: %s\n  postgres_url: %s\n", r.nats, r.pgURL))
+		writeChildConfig(r.t, root, addr, r.oai.URL(), tg+sl+fmt.Sprintf("cluster:\n  nats_url: %s\n  postgres_url: %s\n", r.nats.URL(), r.pgURL))
 		r.procs = append(r.procs, startChild(r.t, root, addr))
 		r.balance()
 	}
@@ -206,15 +206,16 @@ func (r *clusterRig) slackAnswers(chat string) []string {
 	return out
 }
 
-// answered reports how many of the load's chats have all their answers.
-func (r *clusterRig) answered(l chatLoad, prefix []string) (done, total int) {
+// answered reports how many of the load's chats have all their answers (after those
+// they had before).
+func (r *clusterRig) answered(l chatLoad, before map[string][]string) (done, total int) {
 	for _, c := range l.tgChats {
-		if len(r.telegramAnswers(c)) >= len(prefix)+l.n {
+		if len(r.telegramAnswers(c)) >= len(before[fmt.Sprint(c)])+l.n {
 			done++
 		}
 	}
 	for _, c := range l.slChats {
-		if len(r.slackAnswers(c)) >= len(prefix)+l.n {
+		if len(r.slackAnswers(c)) >= len(before[c])+l.n {
 			done++
 		}
 	}
@@ -227,7 +228,7 @@ func (r *clusterRig) waitAnswered(l chatLoad, within time.Duration, before map[s
 	r.t.Helper()
 	deadline := time.Now().Add(within)
 	for {
-		done, total := r.answered(l, nil)
+		done, total := r.answered(l, before)
 		if done == total {
 			break
 		}
@@ -284,31 +285,40 @@ func (c *child) clusterStatus(t *testing.T) cluster.NodeStatus {
 	return st.Cluster
 }
 
-// Three processes, 200 Telegram chats (webhook, through the balancer) and 200 Slack chats
-// (Events API) × 5 messages sent as fast as the platforms deliver: every message answered
+// Three processes, 200 Telegram chats (webhook, through the balancer) and 30 Slack chats
+// (Events API; Slack's pace of 10 calls a second makes more slow to test) × 5 messages sent as fast as the platforms deliver: every message answered
 // exactly once, each chat's answers in order; the partitions are shared by the three.
 func TestClusterThreeProcessesAnswerEveryMessageOnceInOrder(t *testing.T) {
 	r := newClusterRig(t, "webhook")
 	r.start(3)
-	l := chatLoad{tgChats: tgChats(1000, 200), slChats: slChats(1, 200), n: 5, tag: "w"}
+	l := chatLoad{tgChats: tgChats(1000, 200), slChats: slChats(1, 30), n: 5, tag: "w"}
 	for i := 1; i <= l.n; i++ {
 		r.send(l, i)
 	}
 	r.waitAnswered(l, 4*time.Minute, nil)
-	total := 0
-	for i, p := range r.procs {
-		st := p.clusterStatus(t)
-		if len(st.Held) == 0 || !st.Healthy {
-			t.Errorf("process %d holds no partition or is unhealthy: %+v", i, st)
+	// The partitions end up shared: each process holds some, all are held, none twice.
+	waitFor(t, "the partitions are shared by the three", func() bool {
+		held := map[int]int{}
+		for _, p := range r.procs {
+			st := p.clusterStatus(t)
+			if len(st.Held) == 0 || !st.Healthy {
+				return false
+			}
+			for _, h := range st.Held {
+				if !h.HandingOver {
+					held[h.Partition]++
+				}
+			}
 		}
-		total += len(st.Held)
-	}
-	if total != 64 {
-		t.Errorf("the three processes hold %d partitions together; want all 64", total)
-		r.dumpLeases()
-	}
-	if n := len(r.oai.Requests()); n != 2000 {
-		t.Errorf("model calls = %d; want one per message, 2000", n)
+		for p := range 64 {
+			if held[p] != 1 {
+				return false
+			}
+		}
+		return true
+	}, stringer("see the leases above"))
+	if n, want := len(r.oai.Requests()), 5*230; n != want {
+		t.Errorf("model calls = %d; want one per message, %d", n, want)
 	}
 	// A platform's redelivery of an answered message is not answered again, whichever
 	// process it reaches.
@@ -326,31 +336,206 @@ func TestClusterThreeProcessesAnswerEveryMessageOnceInOrder(t *testing.T) {
 	}
 }
 
-
-// dumpLeases logs who holds each lease, for a failure.
-func (r *clusterRig) dumpLeases() {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+// leaseHolder is who holds a lease now ("" when nobody does).
+func (r *clusterRig) leaseHolder(name string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	nc, err := nats.Connect(r.nats)
+	nc, err := nats.Connect(r.nats.URL())
 	if err != nil {
-		r.t.Log(err)
-		return
+		return ""
 	}
 	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return ""
+	}
 	kv, err := js.KeyValue(ctx, "GATEWAY_LEASES")
 	if err != nil {
-		r.t.Log(err)
-		return
+		return ""
 	}
-	keys, _ := kv.Keys(ctx)
-	for _, k := range keys {
-		e, err := kv.Get(ctx, k)
-		if err == nil {
-			r.t.Logf("lease %s: %s", k, e.Value())
+	e, err := kv.Get(ctx, name)
+	if err != nil {
+		return ""
+	}
+	return string(e.Value())
+}
+
+// modelAsked counts the model calls whose prompt was text.
+func (r *clusterRig) modelAsked(text string) int {
+	n := 0
+	for _, req := range r.oai.Requests() {
+		if lastUser(req) == text {
+			n++
 		}
 	}
-	for i, p := range r.procs {
-		r.t.Logf("process %d: %+v", i, p.clusterStatus(r.t))
+	return n
+}
+
+// SIGKILL of the process that polls Telegram, in the middle of a turn of a chat it holds:
+// the polling lease moves to a survivor within 15 s, the killed turn's message is answered
+// exactly once (by the survivor that takes the partition), and every chat goes on being
+// answered, in order, by the two left.
+func TestClusterSurvivesTheKillOfAProcessMidTurn(t *testing.T) {
+	r := newClusterRig(t, "polling")
+	r.start(3)
+	before := chatLoad{tgChats: tgChats(2000, 60), n: 2, tag: "a"}
+	for i := 1; i <= before.n; i++ {
+		r.send(before, i)
+	}
+	r.waitAnswered(before, 2*time.Minute, nil)
+
+	pollLease := "conn.telegram." + strings.Split(telegramtest.Token, ":")[0]
+	var victim *child
+	var victimName string
+	waitFor(t, "one process polls", func() bool {
+		holder := r.leaseHolder(pollLease)
+		for _, p := range r.procs {
+			if st := p.clusterStatus(t); st.Holder == holder {
+				victim, victimName = p, holder
+				return true
+			}
+		}
+		return false
+	}, r.logs())
+	// A chat of a partition the poller holds (and is not handing over).
+	held := map[int]bool{}
+	for _, h := range victim.clusterStatus(t).Held {
+		held[h.Partition] = !h.HandingOver
+	}
+	chat := int64(0)
+	for c := int64(9000); chat == 0; c++ {
+		if held[cluster.Partition(fmt.Sprintf("telegram:%d", c), 64)] {
+			chat = c
+		}
+	}
+	var slowOnce atomic.Int64
+	slowOnce.Store(1)
+	r.slow.Store("mid-turn", &slowOnce)
+	r.tg.Send(telegramtest.Update{ChatID: chat, Text: "mid-turn"})
+	waitFor(t, "the model is asked by the poller", func() bool { return r.modelAsked("mid-turn") == 1 }, r.logs())
+	victim.kill()
+	killed := time.Now()
+	r.balance()
+
+	// The survivors go on: new messages, in old chats and new, keep being answered.
+	after := chatLoad{tgChats: tgChats(2000, 60), n: 2, tag: "b"}
+	for i := 1; i <= after.n; i++ {
+		r.send(after, i)
+	}
+	waitFor(t, "a survivor polls", func() bool {
+		h := r.leaseHolder(pollLease)
+		return h != "" && h != victimName
+	}, r.logs())
+	if moved := time.Since(killed); moved > 15*time.Second {
+		t.Errorf("the polling lease moved %s after the kill; want within 15s", moved.Round(time.Second))
+	}
+	prev := map[string][]string{}
+	for _, c := range before.tgChats {
+		prev[fmt.Sprint(c)] = r.want(before, fmt.Sprint(c))
+	}
+	r.waitAnswered(after, 2*time.Minute, prev)
+	waitFor(t, "the killed turn's message is answered", func() bool { return len(r.telegramAnswers(chat)) > 0 }, r.logs())
+	quiet()
+	if got := r.telegramAnswers(chat); len(got) != 1 || got[0] != "re: mid-turn" {
+		t.Fatalf("the message of the killed turn: answers %q; want exactly one", got)
+	}
+	if n := r.modelAsked("mid-turn"); n != 2 {
+		t.Errorf("model calls for the killed turn's message = %d; want the killed one and one more", n)
+	}
+	for _, p := range r.procs {
+		if p != victim {
+			p.stop()
+		}
+	}
+}
+
+// readyWatch polls every process's /readyz and records the reasons it was not ready.
+type readyWatch struct {
+	mu      sync.Mutex
+	reasons map[string]bool
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+func (r *clusterRig) watchReady() *readyWatch {
+	w := &readyWatch{reasons: map[string]bool{}, stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		client := &http.Client{Timeout: 5 * time.Second}
+		for {
+			for _, p := range r.procs {
+				resp, err := client.Get("http://" + p.addr + "/readyz")
+				if err != nil {
+					continue
+				}
+				var body struct {
+					Reason string `json:"reason"`
+				}
+				_ = json.NewDecoder(resp.Body).Decode(&body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					w.mu.Lock()
+					w.reasons[body.Reason] = true
+					w.mu.Unlock()
+				}
+			}
+			select {
+			case <-w.stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	return w
+}
+
+// saw reports whether a not-ready reason contained what.
+func (w *readyWatch) saw(what string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for r := range w.reasons {
+		if strings.Contains(r, what) {
+			return true
+		}
+	}
+	return false
+}
+
+func (w *readyWatch) end() {
+	close(w.stop)
+	<-w.done
+}
+
+// Postgres, then NATS, restarted while messages keep coming: the processes report
+// not-ready meanwhile, wait, and resume; every message is answered once, in order.
+func TestClusterRidesOutARestartOfPostgresAndNATS(t *testing.T) {
+	r := newClusterRig(t, "webhook")
+	r.delay.Store(int64(200 * time.Millisecond))
+	r.start(3)
+	watch := r.watchReady()
+	l := chatLoad{tgChats: tgChats(3000, 60), n: 6, tag: "r"}
+	ctx := context.Background()
+	for i := 1; i <= l.n; i++ {
+		r.send(l, i)
+		switch i {
+		case 2:
+			if err := r.pg.Restart(ctx, 3*time.Second); err != nil {
+				t.Fatal(err)
+			}
+		case 4:
+			r.nats.Restart(3 * time.Second)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	r.waitAnswered(l, 3*time.Minute, nil)
+	watch.end()
+	if !watch.saw("Postgres") {
+		t.Errorf("no process reported not-ready while Postgres was down (reasons seen: %v)", watch.reasons)
+	}
+	if !watch.saw("NATS") {
+		t.Errorf("no process reported not-ready while NATS was down (reasons seen: %v)", watch.reasons)
+	}
+	for _, p := range r.procs {
+		p.stop()
 	}
 }
