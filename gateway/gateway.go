@@ -484,6 +484,13 @@ func (g *Gateway) Deliver(ctx context.Context, msg *channels.Message) error {
 		if dedupKey != "" {
 			g.dedup.Forget(dedupKey)
 		}
+		if shared {
+			// NATS restarting or out of reach: the platform offers the message again in a
+			// few seconds, and it is taken once the intake is back. Nothing to tell the user
+			// yet; /readyz tells the admin.
+			g.log.Warn("the shared intake did not take a message; the platform will offer it again", "channel", msg.Channel, "chat", msg.ChatID, "err", err)
+			return fmt.Errorf("%w: %w", channels.ErrNotAccepted, err)
+		}
 		// Not acknowledged, so the platform offers it again; the user learns why it waits.
 		g.log.Error("cannot journal a message; it is not acknowledged to the platform", "channel", msg.Channel, "chat", msg.ChatID, "err", err)
 		if dedupKey == "" || !g.journalTold.Seen(dedupKey) {
