@@ -27,7 +27,7 @@
 //     acked, and on taking a partition recreates its durable consumer from the oldest
 //     unacked message (the stream is a work queue: acked messages are gone), so what a dead
 //     holder was handed and never acked is delivered to the new holder, first, in order.
-//     None of this is wired into the gateway yet.
+//     Node (below) wires it into the gateway.
 //   - Holder (NewHolder) is channels.Holder on the Leases bucket, for connections a
 //     platform allows once per token: Hold retries Acquire every TTL/4 until it gets the
 //     lease or its context ends; the hold's own goroutine renews every TTL/4 and ends held
@@ -53,50 +53,28 @@
 //     NATS embedded (cluster/natstest: New returns a Server that Restart stops and starts
 //     again on the same port and store, JetStream's streams and buckets kept).
 //
-// # Not built yet: the design to follow
+// # Wired (Node)
 //
-// Until intake moves to JetStream, the Postgres journal is shared by every process on the
-// database and each replays all of it at start, so `gateway run` warns: one process per
-// database. The steps, in order:
+// Node is this process's part: cmd/internal/gatewaycli opens it when `cluster:` is set and
+// hands it to the gateway as its SharedIntake (gateway/intake.go). Deliver publishes to the
+// chat's partition (the partition of gateway.SessionKey), checking the Postgres dedup window
+// before and recording the id after, and the adapter acknowledges only then; a pinned
+// channel (the web chat) is answered where it arrived. Node.Run consumes the partitions the
+// Consumer holds and hands each message to Gateway.Take; settle acks it (Node.Done, retried
+// while NATS is away). A message handed over again after its partition was lost and taken
+// back is not handed twice. OnTake makes the gateway Forget the partition's idle sessions,
+// whose history another process may have extended. Consumer.Wait holds deliveries while
+// Postgres or NATS is unreachable (Node.Healthy, also /readyz); history reads and writes
+// wait out an outage of up to a minute. Shutdown: Pause (nothing new is handed over), the
+// gateway's Stop (what was handed over is answered and acked), then Run ends and the
+// partitions are released. Telegram polls under the "conn.telegram.<bot id>" lease and
+// sends within Postgres.Budget("telegram.<bot id>", 30, 30).
 //
-// Wire intake (gateway/intake.go is the seam; keep the edit there small). In cluster mode
-// Deliver publishes instead of journaling: Intake.Publish(session key, dedup key, the
-// journaled JSON) and the adapter is acknowledged only after it returns (a failure is the
-// same refusal as a journal failure today). The session key must be the router's
-// (gateway.sessionKey for the message's channel/chat/thread), so one chat is one partition.
-// A Consumer per process (holder: hostname + pid + start time) hands each Delivery to the
-// gateway's queue as replay does today (decode journaled, set Seq); settle acks it
-// (Delivery.Ack) instead of journal.Done — so gateway.Message needs a way back to its
-// Delivery (a map seq → Delivery in the cluster adapter, keyed by the stream sequence).
-// The JetStream duplicate window (IntakeConfig.Duplicates) is short; keep the Postgres
-// dedup (Postgres.Accept with a nil body, or a dedup-only method) for the long window.
-// Replay of the Postgres journal then goes away in cluster mode; Pending stays for a single
-// node. Make cluster.nats_url required again only once this is wired (Config.Validate
-// already requires it).
+// # Not built
 //
-// Connections that exist once per token (Telegram long polling, a Discord shard): a lease
-// "conn.telegram.<bot id>" on the same Leases bucket; only the holder starts the adapter's
-// receive loop, the others retry Acquire every TTL/4 and start it when they get it (TTL
-// 15 s meets "moves within 15 s" with room: take 10 s). Telegram webhooks and Slack HTTP
-// events are served by any process: they only publish. Sending is done by whichever
-// process answers (the partition's holder); adapters must be able to send without
-// holding the receive lease.
-//
-// Telegram's per-bot send budget across processes: a token bucket shared through Postgres
-// (one row per bot, SELECT … FOR UPDATE, refill by elapsed time) or a KV entry updated
-// with compare-and-set; taken before each send in the adapter's pacer.
-//
-// Operability: /readyz false while NATS (nc.Status() != CONNECTED) or Postgres (pool Ping,
-// cached for a second) is unreachable; /api/v1/status and metrics list Consumer.Held() and
-// each held consumer's NumPending (lag); `gateway check` reaches NATS too
-// (nats.Connect + JetStream AccountInfo, password scrubbed like Postgres). README:
-// "Running more than one" with a compose example (NATS with -js, Postgres, three gateways).
-//
-// Tests still to write: three `gateway run` processes (in-process, like
-// gatewaycli.startGateway) against natstest and pgtest with the fake Telegram (both modes),
-// fake Slack and the fake model; 200 chats × 5 messages answered once, in order; one
-// process killed mid-turn (close its NATS connection and cancel it without Stop);
-// Postgres and NATS restarted during load (pgtest needs Restart: stop and start postgres on
-// the same data dir and port; natstest the same with the same StoreDir); figures for 1 vs 3
-// processes with the fake model at 200 ms.
+//   - Discord's gateway connection is not under a lease: run Discord in one process, or
+//     expect each process to receive its events (the dedup window drops the copies).
+//   - The admin API's inject acts on the process it reaches; in cluster mode that need not
+//     be the one answering the chat.
+//   - Media users send are kept under the answering process's state_dir.
 package cluster
