@@ -15,6 +15,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -41,7 +42,7 @@ type balancer struct {
 	next int
 }
 
-func newBalancer(t *testing.T) *balancer {
+func newBalancer(t testing.TB) *balancer {
 	b := &balancer{}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -72,7 +73,7 @@ func (b *balancer) set(addrs ...string) {
 
 // clusterRig is a cluster under test: its engines, fakes and processes.
 type clusterRig struct {
-	t     *testing.T
+	t     testing.TB
 	pg    *pgtest.Server
 	pgURL string
 	nats  *natstest.Server
@@ -86,7 +87,7 @@ type clusterRig struct {
 	procs []*child
 }
 
-func newClusterRig(t *testing.T, mode string) *clusterRig {
+func newClusterRig(t testing.TB, mode string) *clusterRig {
 	r := &clusterRig{t: t, mode: mode}
 	r.pg = pgtest.New(t)
 	r.pgURL = r.pg.URL("postgres")
@@ -269,7 +270,7 @@ func slChats(from, n int) []string {
 }
 
 // status is a process's /api/v1/status cluster part.
-func (c *child) clusterStatus(t *testing.T) cluster.NodeStatus {
+func (c *child) clusterStatus(t testing.TB) cluster.NodeStatus {
 	resp, err := http.Get("http://" + c.addr + "/api/v1/status")
 	if err != nil {
 		t.Fatal(err)
@@ -537,5 +538,67 @@ func TestClusterRidesOutARestartOfPostgresAndNATS(t *testing.T) {
 	}
 	for _, p := range r.procs {
 		p.stop()
+	}
+}
+
+// BenchmarkClusterWebhook measures 1 against 3 processes: Telegram webhook through the
+// balancer, the fake model answering after 200 ms, 200 chats sending 5 messages each, one
+// a second per chat. It reports messages answered per second and the latency from a
+// message's send to its answer's final text (p50, p99). Run it alone:
+//
+//	go test -run '^$' -bench ClusterWebhook -benchtime 1x ./cmd/internal/gatewaycli/
+func BenchmarkClusterWebhook(b *testing.B) {
+	for _, procs := range []int{1, 3} {
+		b.Run(fmt.Sprintf("processes=%d", procs), func(b *testing.B) {
+			for range b.N {
+				r := newClusterRig(b, "webhook")
+				r.delay.Store(int64(200 * time.Millisecond))
+				r.start(procs)
+				l := chatLoad{tgChats: tgChats(5000, 200), n: 5, tag: "b"}
+				sent := map[string]time.Time{}
+				start := time.Now()
+				for i := 1; i <= l.n; i++ {
+					at := time.Now()
+					for _, c := range l.tgChats {
+						sent[fmt.Sprintf("re: b-%d-m%d", c, i)] = at
+					}
+					r.send(l, i)
+					time.Sleep(time.Until(at.Add(time.Second)))
+				}
+				deadline := time.Now().Add(5 * time.Minute)
+				for {
+					if done, total := r.answered(l, nil); done == total {
+						break
+					}
+					if time.Now().After(deadline) {
+						b.Fatalf("not all answered within 5 minutes")
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+				var lat []time.Duration
+				last := start
+				for _, c := range l.tgChats {
+					for _, m := range r.tg.Messages(c) {
+						at := m.Time
+						if m.Updated.After(at) {
+							at = m.Updated
+						}
+						if s, ok := sent[m.Text]; ok {
+							lat = append(lat, at.Sub(s))
+						}
+						if at.After(last) {
+							last = at
+						}
+					}
+				}
+				slices.Sort(lat)
+				b.ReportMetric(float64(len(lat))/last.Sub(start).Seconds(), "msgs/s")
+				b.ReportMetric(float64(lat[len(lat)/2].Milliseconds()), "p50-ms")
+				b.ReportMetric(float64(lat[len(lat)*99/100].Milliseconds()), "p99-ms")
+				for _, p := range r.procs {
+					p.stop()
+				}
+			}
+		})
 	}
 }

@@ -73,7 +73,7 @@ func (m *slowModel) calls() int { return len(m.Requests()) }
 
 // child is `gateway run` as a separate process, in root, with root/gateway.yaml.
 type child struct {
-	t    *testing.T
+	t    testing.TB
 	root string
 	addr string
 	cmd  *exec.Cmd
@@ -83,7 +83,7 @@ type child struct {
 
 // writeChildConfig writes root/gateway.yaml: relative state_dir, JSON logs, the model at
 // oaiURL and the channels section given.
-func writeChildConfig(t *testing.T, root, addr, oaiURL, channelsYAML string) {
+func writeChildConfig(t testing.TB, root, addr, oaiURL, channelsYAML string) {
 	t.Helper()
 	yaml := fmt.Sprintf(`state_dir: ./data
 http:
@@ -105,7 +105,7 @@ channels:
 }
 
 // startChild starts the gateway and waits until /readyz answers 200.
-func startChild(t *testing.T, root, addr string) *child {
+func startChild(t testing.TB, root, addr string) *child {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -164,7 +164,7 @@ func (c *child) stop() {
 }
 
 // waitFor polls cond for up to 20s.
-func waitFor(t *testing.T, what string, cond func() bool, log fmt.Stringer) {
+func waitFor(t testing.TB, what string, cond func() bool, log fmt.Stringer) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for !cond() {
