@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -184,7 +185,14 @@ func (n *Node) Done(seq uint64) error {
 // take (the gateway's Take); forget is told of each partition taken, whose chats another
 // process may have answered meanwhile. End ctx only after Pause and the gateway's Stop:
 // Run then gives up the partitions, and their unanswered messages go to the others.
-func (n *Node) Run(ctx context.Context, take func(seq uint64, body []byte) error, forget func(partition int)) error {
+func (n *Node) Run(ctx context.Context, take func(seq uint64, body []byte) error, forget func(partition int), forwarded Forwarded) error {
+	if forwarded != nil {
+		stop, err := n.serveForwarded(ctx, forwarded)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	n.mu.Lock()
 	n.cons = NewConsumerWith(n.intake, n.leases, n.holder, func(d Delivery) { n.handle(d, take) },
 		ConsumerOptions{OnTake: forget, Wait: n.waitHealthy, Log: n.log})
@@ -197,6 +205,90 @@ func (n *Node) Run(ctx context.Context, take func(seq uint64, body []byte) error
 	cancel()
 	wg.Wait()
 	return err
+}
+
+// Forwarded runs an admin API request forwarded by another process (gateway.Forwarded).
+type Forwarded func(ctx context.Context, kind string, body []byte) (status int, out []byte)
+
+// forwardEnvelope is a forwarded request or its answer on NATS.
+type forwardEnvelope struct {
+	Kind   string          `json:"kind,omitempty"`
+	Status int             `json:"status,omitempty"`
+	Body   json.RawMessage `json:"body"`
+}
+
+// maxForwarded bounds the forwarded requests running at once here; past it they are
+// answered 503 at once.
+const maxForwarded = 32
+
+// Forward passes an admin API request about the chat sessionKey to the process holding its
+// partition and returns that process's answer; ok is false when this process holds it, or
+// nobody does, or the holder did not answer at all: the caller handles it then.
+func (n *Node) Forward(ctx context.Context, sessionKey, kind string, body []byte) (int, []byte, bool) {
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	holder, err := n.leases.Holder(lctx, "intake."+strconv.Itoa(n.Partition(sessionKey)))
+	cancel()
+	if err != nil || holder == "" || holder == n.holder {
+		return 0, nil, false
+	}
+	n.log.Debug("forwarding an admin request to the process answering the chat", "kind", kind, "session", sessionKey, "to", holder)
+	data, _ := json.Marshal(forwardEnvelope{Kind: kind, Body: body})
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Minute) // wait: delivered lasts a turn
+	defer cancel()
+	msg, err := n.nc.RequestWithContext(rctx, "gateway.api."+holder, data)
+	if errors.Is(err, nats.ErrNoResponders) {
+		return 0, nil, false // the holder is gone: its partitions come here or elsewhere soon
+	}
+	if err != nil {
+		out, _ := json.Marshal(map[string]any{"error": "the process answering this chat did not reply: " + scrub(err, n.url).Error()})
+		return 502, out, true
+	}
+	var env forwardEnvelope
+	if err := json.Unmarshal(msg.Data, &env); err != nil || env.Status == 0 {
+		out, _ := json.Marshal(map[string]any{"error": "the process answering this chat gave an unreadable reply"})
+		return 502, out, true
+	}
+	return env.Status, env.Body, true
+}
+
+// serveForwarded answers the requests other processes forward here, until ctx ends or
+// stop is called; stop waits for those running.
+func (n *Node) serveForwarded(ctx context.Context, handle Forwarded) (stop func(), err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	sem := make(chan struct{}, maxForwarded)
+	var wg sync.WaitGroup
+	reply := func(m *nats.Msg, status int, body []byte) {
+		data, _ := json.Marshal(forwardEnvelope{Status: status, Body: body})
+		_ = m.Respond(data)
+	}
+	sub, err := n.nc.Subscribe("gateway.api."+n.holder, func(m *nats.Msg) {
+		var env forwardEnvelope
+		if err := json.Unmarshal(m.Data, &env); err != nil {
+			reply(m, 400, []byte(`{"error":"unreadable forwarded request"}`))
+			return
+		}
+		select {
+		case sem <- struct{}{}:
+		default:
+			reply(m, 503, []byte(`{"error":"too many forwarded requests at once; try again"}`))
+			return
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			n.log.Debug("running an admin request forwarded by another process", "kind", env.Kind)
+			status, out := handle(ctx, env.Kind, env.Body)
+			reply(m, status, out)
+		})
+	})
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("cluster: nats: cannot take forwarded requests: %w", scrub(err, n.url))
+	}
+	return func() {
+		_ = sub.Unsubscribe()
+		cancel()
+		wg.Wait()
+	}, nil
 }
 
 // handle passes a delivery to the gateway, once: a message already being answered here

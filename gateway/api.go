@@ -144,6 +144,48 @@ func (g *Gateway) apiInject(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, map[string]any{"error": err.Error()})
 		return
 	}
+	if g.forward != nil {
+		// Cluster mode: the chat may be answered by another process; its session is there.
+		body, _ := json.Marshal(req)
+		if status, out, ok := g.forward(r.Context(), SessionKey(req.Channel, req.ChatID, req.ThreadID), "inject", body); ok {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(status)
+			_, _ = w.Write(out)
+			return
+		}
+	}
+	status, out := g.inject(r.Context(), req)
+	if out != nil {
+		writeJSON(w, status, out)
+	}
+}
+
+// Forwarded runs an admin API request another process forwarded to this one, which holds
+// the chat (cluster mode): kind names it ("inject"), body is its JSON. It returns the
+// status and JSON body to answer with.
+func (g *Gateway) Forwarded(ctx context.Context, kind string, body []byte) (int, []byte) {
+	var status int
+	var out map[string]any
+	switch kind {
+	case "inject":
+		var req InjectRequest
+		if err := json.Unmarshal(body, &req); err != nil {
+			status, out = http.StatusBadRequest, map[string]any{"error": "the forwarded request is not readable: " + err.Error()}
+			break
+		}
+		status, out = g.inject(ctx, req)
+	default:
+		status, out = http.StatusNotFound, map[string]any{"error": "unknown forwarded request " + kind}
+	}
+	if out == nil { // the caller went away
+		status, out = http.StatusServiceUnavailable, map[string]any{"error": "the request was cancelled"}
+	}
+	b, _ := json.Marshal(out)
+	return status, b
+}
+
+// inject runs POST /api/v1/inject on this process; a nil body means ctx ended first.
+func (g *Gateway) inject(ctx context.Context, req InjectRequest) (int, map[string]any) {
 	target, err := g.apiTarget(req.Channel, req.ChatID, req.ThreadID)
 	if req.DeliverAs == "" {
 		req.DeliverAs = DeliverFollowup
@@ -158,8 +200,7 @@ func (g *Gateway) apiInject(w http.ResponseWriter, r *http.Request) {
 		err = fmt.Errorf(`"wait" %q: use "delivered" or leave it out`, req.Wait)
 	}
 	if err != nil {
-		writeJSON(w, http.StatusBadRequest, map[string]any{"error": err.Error()})
-		return
+		return http.StatusBadRequest, map[string]any{"error": err.Error()}
 	}
 	in := &injection{req: req, target: target, res: make(chan error, 1)}
 	var watch *deliveryWatch
@@ -170,32 +211,30 @@ func (g *Gateway) apiInject(w http.ResponseWriter, r *http.Request) {
 	}
 	key := SessionKey(target.Channel, target.ChatID, target.ThreadID)
 	if err := g.control(key, func(s *session) { in.res <- s.inject(in) }); err != nil {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": err.Error()})
-		return
+		return http.StatusServiceUnavailable, map[string]any{"error": err.Error()}
 	}
 	select {
 	case err = <-in.res:
 	case <-time.After(30 * time.Second): // the actor went away (evicted, shutting down)
 		err = errors.New("the chat's session did not take the message")
-	case <-r.Context().Done():
-		return
+	case <-ctx.Done():
+		return 0, nil
 	}
 	if err != nil {
-		writeJSON(w, http.StatusConflict, map[string]any{"error": err.Error()})
-		return
+		return http.StatusConflict, map[string]any{"error": err.Error()}
 	}
 	if watch == nil {
-		writeJSON(w, http.StatusAccepted, map[string]any{"status": "queued", "deliver_as": req.DeliverAs})
-		return
+		return http.StatusAccepted, map[string]any{"status": "queued", "deliver_as": req.DeliverAs}
 	}
 	wait := time.NewTimer(g.cfg.TurnTimeout)
 	defer wait.Stop()
 	select {
 	case id := <-watch.done:
-		writeJSON(w, http.StatusOK, map[string]any{"status": "delivered", "request_id": id})
+		return http.StatusOK, map[string]any{"status": "delivered", "request_id": id}
 	case <-wait.C:
-		writeJSON(w, http.StatusGatewayTimeout, map[string]any{"status": "queued", "error": "no model request carried the message within turn_timeout"})
-	case <-r.Context().Done():
+		return http.StatusGatewayTimeout, map[string]any{"status": "queued", "error": "no model request carried the message within turn_timeout"}
+	case <-ctx.Done():
+		return 0, nil
 	}
 }
 

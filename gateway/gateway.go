@@ -97,6 +97,10 @@ type Deps struct {
 	// "cluster" in /api/v1/status (partition ownership and lag).
 	Health  func(ctx context.Context) error
 	Cluster func(ctx context.Context) any
+	// Forward, when set (cluster mode), passes an admin API request about a chat to the
+	// process that answers it: ok false means this process is the one (or none is), and
+	// the request is handled here; that process runs it through Forwarded.
+	Forward func(ctx context.Context, sessionKey, kind string, body []byte) (status int, out []byte, ok bool)
 	// Media keeps the images and documents users send under state_dir/media, where the
 	// histories reference them. Nil: they are referenced where the adapter put them.
 	Media *media.Store
@@ -115,6 +119,7 @@ type Gateway struct {
 	intake   SharedIntake
 	health   func(ctx context.Context) error
 	cluster  func(ctx context.Context) any
+	forward  func(ctx context.Context, sessionKey, kind string, body []byte) (int, []byte, bool)
 	settings Settings
 	replay   *replay // set by Start
 
@@ -193,6 +198,7 @@ func New(cfg Config, rt *Runtime, deps Deps) (*Gateway, error) {
 		intake:      deps.Intake,
 		health:      deps.Health,
 		cluster:     deps.Cluster,
+		forward:     deps.Forward,
 		settings:    deps.Settings,
 		media:       deps.Media,
 		byName:      map[string]channels.Channel{},

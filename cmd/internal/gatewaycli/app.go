@@ -194,6 +194,7 @@ func buildApp(cfg Config, cfgPath string, log *slog.Logger, getenv func(string) 
 		deps.Intake, deps.Settings = a.node, a.pg
 		deps.Health = a.node.Healthy
 		deps.Cluster = func(ctx context.Context) any { return a.node.Status(ctx) }
+		deps.Forward = a.node.Forward
 	case db != nil:
 		deps.Journal, deps.Settings = db, db
 	}
@@ -529,7 +530,7 @@ func (a *app) runNode() (stop func()) {
 		forget := func(p int) {
 			a.gw.Forget(func(key string) bool { return a.node.Partition(key) == p })
 		}
-		if err := a.node.Run(ctx, a.gw.Take, forget); err != nil {
+		if err := a.node.Run(ctx, a.gw.Take, forget, a.gw.Forwarded); err != nil {
 			a.log.Error("cluster: cannot consume the intake; this process answers nothing", "err", err)
 		}
 	}()

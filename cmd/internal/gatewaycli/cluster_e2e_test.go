@@ -321,6 +321,34 @@ func TestClusterThreeProcessesAnswerEveryMessageOnceInOrder(t *testing.T) {
 	if n, want := len(r.oai.Requests()), 5*230; n != want {
 		t.Errorf("model calls = %d; want one per message, %d", n, want)
 	}
+	// The admin API reaches a chat through any process: an inject sent to a process that
+	// does not answer the chat is run by the one that does, and waits for its delivery.
+	part := cluster.Partition("telegram:1001", 64)
+	var other *child
+	for _, p := range r.procs {
+		holds := false
+		for _, h := range p.clusterStatus(t).Held {
+			holds = holds || h.Partition == part
+		}
+		if !holds {
+			other = p
+		}
+	}
+	body := `{"channel":"telegram","chat_id":"1001","text":"injected elsewhere","trigger":true,"wait":"delivered"}`
+	resp, err := (&http.Client{Timeout: time.Minute}).Post("http://"+other.addr+"/api/v1/inject", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("inject: %v; logs:\n%s", err, r.logs())
+	}
+	out, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(out), `"delivered"`) {
+		t.Fatalf("inject through a process that does not hold the chat: %d %s", resp.StatusCode, out)
+	}
+	waitFor(t, "the injected message is answered", func() bool { return len(r.telegramAnswers(1001)) == 6 }, r.logs())
+	if got := r.telegramAnswers(1001); got[5] != "re: injected elsewhere" {
+		t.Fatalf("after the inject chat 1001 has %q", got)
+	}
+
 	// A platform's redelivery of an answered message is not answered again, whichever
 	// process it reaches.
 	id, _ := r.tg.Send(telegramtest.Update{ChatID: 1000, Text: "once"})
