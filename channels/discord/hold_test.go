@@ -350,3 +350,35 @@ func expectNext(t *testing.T, sink *channeltest.Sink, want string) {
 		t.Fatalf("delivered %q; want %q", got, want)
 	}
 }
+
+// Only the holder receives an application command; the answer may come from another
+// process (the one running the chat), and it still replaces the deferred response.
+func TestAnotherProcessAnswersTheHoldersInteraction(t *testing.T) {
+	t.Parallel()
+	srv := discordtest.New(t)
+	db := openState(t)
+	h := newHolds()
+	a := startProc(t, srv, discord.Options{Holder: h.as("a"), State: db})
+	waitFor(t, "a to hold and connect", func() bool { return h.holder() == "a" && srv.Connected() == 1 })
+	b := startProc(t, srv, discord.Options{Holder: h.as("b"), State: db})
+	waitFor(t, "b to wait for the hold", func() bool { return h.isWaiting("b") })
+
+	id := srv.InjectCommand("706", user, "status", "", false)
+	m := a.sink.Next(t)
+	if m.Text() != "/status" {
+		t.Fatalf("delivered %q; want the command", m.Text())
+	}
+	b.sink.ExpectNone(t, 300*time.Millisecond)
+	if r := srv.Interaction(id); r.Type != 5 {
+		t.Fatalf("the interaction was answered with type %d; want 5 (deferred)", r.Type)
+	}
+	if err := answer(t, b.ch, channels.TargetOf(m), channels.Frame{Type: channels.FrameDone, Text: "all good"}); err != nil {
+		t.Fatal(err)
+	}
+	if r := srv.Interaction(id); !slices.Equal(r.Edits, []string{"all good"}) {
+		t.Fatalf("the deferred response was edited %q; want the answer from b once", r.Edits)
+	}
+	if msgs := srv.PostedBy(srv.Bot().ID, "706"); len(msgs) != 0 {
+		t.Fatalf("the answer was posted as a message too: %+v", msgs)
+	}
+}
