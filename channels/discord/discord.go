@@ -434,6 +434,10 @@ func (c *Channel) reconnect(ctx context.Context, wait time.Duration) bool {
 			return false
 		}
 		c.log.Warn("discord: reconnect failed", "attempt", attempt, "err", c.scrub.Wrap(err))
+		if !c.down.Swap(true) {
+			// A holder's first connect failed: nobody receives, as after a loss.
+			c.sink.Connected(Name, false, c.gatewayError(err))
+		}
 		wait = min(max(wait*2, 250*time.Millisecond), 2*time.Minute)
 	}
 }
@@ -452,7 +456,13 @@ func (c *Channel) Stop(ctx context.Context) error {
 		}()
 		return err
 	}
-	if err := channels.Await(ctx, func() { c.disconnect(); c.flush() }); err != nil {
+	// With a Holder, giving up the connection stored the cursors already (or tried).
+	if err := channels.Await(ctx, func() {
+		c.disconnect()
+		if c.holder == nil {
+			c.flush()
+		}
+	}); err != nil {
 		return fmt.Errorf("discord: stop: %w", err)
 	}
 	c.log.Info("discord: stopped")

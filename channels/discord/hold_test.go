@@ -326,7 +326,7 @@ func TestRestartWithoutStateReadsNothing(t *testing.T) {
 }
 
 // The holder opens its session with the usual retries while the gateway refuses it, and
-// connects once it is back; it is not reported down meanwhile.
+// connects once it is back; meanwhile it reports the connection down, as after a loss.
 func TestHolderRetriesTheGateway(t *testing.T) {
 	t.Parallel()
 	srv := discordtest.New(t)
@@ -337,11 +337,16 @@ func TestHolderRetriesTheGateway(t *testing.T) {
 	if n := srv.Connected(); n != 0 {
 		t.Fatalf("%d sessions while the gateway refuses", n)
 	}
+	if c := p.sink.Connections(); len(c) != 2 || !c[0].Up || c[1].Up || c[1].Err == nil {
+		t.Fatalf("reported %+v; want ready at start (it can send), then down with the reason", c)
+	}
 	srv.RefuseGateway(false)
 	waitFor(t, "the session", func() bool { return srv.Connected() == 1 })
 	srv.InjectDM("704", user, "hello")
 	expectNext(t, p.sink, "hello")
-	neverDown(t, "the holder", p)
+	if c := p.sink.Connections(); !c[len(c)-1].Up {
+		t.Fatalf("reported %+v; want up once connected", c)
+	}
 }
 
 func expectNext(t *testing.T, sink *channeltest.Sink, want string) {
@@ -380,5 +385,30 @@ func TestAnotherProcessAnswersTheHoldersInteraction(t *testing.T) {
 	}
 	if msgs := srv.PostedBy(srv.Bot().ID, "706"); len(msgs) != 0 {
 		t.Fatalf("the answer was posted as a message too: %+v", msgs)
+	}
+}
+
+// A holder that cannot connect reports the connection down; once the hold goes elsewhere
+// it is ready again, since it still sends.
+func TestReadyAgainWhenTheHoldGoes(t *testing.T) {
+	t.Parallel()
+	srv := discordtest.New(t)
+	srv.RefuseGateway(true)
+	h := newHolds()
+	p := startProc(t, srv, discord.Options{Holder: h.as("a")})
+	waitFor(t, "the holder to report the connection down", func() bool {
+		c := p.sink.Connections()
+		return len(c) > 0 && !c[len(c)-1].Up
+	})
+	waitFor(t, "a second attempt", func() bool { return strings.Count(p.logs.String(), "discord: reconnect failed") >= 2 })
+	h.pause(true)
+	h.lose("a")
+	waitFor(t, "the process to report itself ready again", func() bool {
+		c := p.sink.Connections()
+		return c[len(c)-1].Up
+	})
+	waitFor(t, "it to ask for the hold again", func() bool { return h.askedBy("a") > 1 })
+	if n := srv.Connected(); n != 0 {
+		t.Fatalf("%d sessions", n)
 	}
 }
