@@ -103,7 +103,7 @@ type Channel struct {
 	// down says the sink was last told the connection is lost, so that a process giving
 	// up the hold can say it is ready again (it still sends).
 	down atomic.Bool
-	book book // catch-up cursors; see catchup.go
+	book book // catch-up cursors; see catchup.go and state.go
 	// workDone is closed when the work goroutine ends.
 	workDone chan struct{}
 
@@ -270,9 +270,6 @@ func (c *Channel) Start(ctx context.Context, sink channels.Sink) error {
 	}
 	c.sink = sink
 	c.life.Go(c.work)
-	if c.state != nil {
-		c.life.Go(c.flushLoop)
-	}
 
 	c.pruneMedia()
 	var me *discordgo.User
@@ -292,6 +289,9 @@ func (c *Channel) Start(ctx context.Context, sink channels.Sink) error {
 	id := me.ID
 	c.botID.Store(&id)
 	c.book.name = "discord.catchup." + id
+	if c.state != nil {
+		c.life.Go(c.flushLoop)
+	}
 	if c.holder != nil {
 		// Sending works here whether or not this process gets the connection.
 		c.sink.Connected(Name, true, nil)
