@@ -30,6 +30,7 @@ const (
 type inbound struct {
 	m       *discordgo.Message
 	catchUp bool
+	done    chan struct{} // closed by the work loop when it reaches this item
 }
 
 // cursor is where the adapter stands in one DM or thread it is active in.
@@ -39,19 +40,30 @@ type cursor struct {
 	active time.Time // when the bot last took a message there
 }
 
-// cursors tracks, per chat the bot is active in, the last message id seen. It lives in
-// memory and is used by the work goroutine only.
+// cursors tracks, per chat the bot is active in, the last message id seen. The book
+// (state.go) guards it and keeps the recent part in Options.State.
 type cursors map[string]*cursor
 
-// saw advances the cursor of channel, if the bot is active there, to id.
-func (cs cursors) saw(channel, id string) {
+// saw advances the cursor of channel, if the bot is active there, to id; it says whether
+// the cursor moved.
+func (cs cursors) saw(channel, id string) bool {
 	if c := cs[channel]; c != nil && snowLess(c.last, id) {
 		c.last = id
+		return true
 	}
+	return false
 }
 
 // took marks channel active now, at message id.
 func (cs cursors) took(channel, guild, id string, now time.Time) {
+	c := cs.add(channel, id)
+	c.guild, c.active = guild, now
+	cs.saw(channel, id)
+}
+
+// add returns channel's cursor, made at last if new; the least recently active chat goes
+// when the bound is reached.
+func (cs cursors) add(channel, last string) *cursor {
 	c := cs[channel]
 	if c == nil {
 		if len(cs) >= maxCursors {
@@ -63,11 +75,25 @@ func (cs cursors) took(channel, guild, id string, now time.Time) {
 			}
 			delete(cs, oldest)
 		}
-		c = &cursor{last: id}
+		c = &cursor{last: last}
 		cs[channel] = c
 	}
-	c.guild, c.active = guild, now
-	cs.saw(channel, id)
+	return c
+}
+
+// merge takes in a cursor known elsewhere (stored by this or another process): the later
+// position and activity of the two win.
+func (cs cursors) merge(cc chatCursor) {
+	c := cs.add(cc.channel, cc.last)
+	if snowLess(c.last, cc.last) {
+		c.last = cc.last
+	}
+	if cc.active.After(c.active) {
+		c.active = cc.active
+	}
+	if c.guild == "" {
+		c.guild = cc.guild
+	}
 }
 
 type chatCursor struct {
@@ -100,11 +126,12 @@ func snowLess(a, b string) bool {
 // and handles it, oldest first, like messages from the gateway: the access policy, the
 // mention gate and dedup apply as usual. Runs on the work goroutine.
 func (c *Channel) catchUp(ctx context.Context) {
-	chats := c.cursors.recent(time.Now())
+	c.load()
+	chats := c.book.recent(time.Now())
 	if len(chats) == 0 {
 		return
 	}
-	c.log.Info("discord: the session was not resumed; reading what was missed", "chats", len(chats))
+	c.log.Info("discord: reading what was missed while not connected", "chats", len(chats))
 	total := 0
 	for _, cc := range chats {
 		if ctx.Err() != nil {
@@ -129,7 +156,7 @@ func (c *Channel) catchUp(ctx context.Context) {
 			// Skipped for good: a later catch-up starts after the newest message, not
 			// in the middle of stale ones.
 			if newest, _, err := c.history(ctx, cc.channel, url.Values{"limit": {"1"}}); err == nil && len(newest) > 0 {
-				c.cursors.saw(cc.channel, newest[len(newest)-1].ID)
+				c.book.saw(cc.channel, newest[len(newest)-1].ID)
 			}
 		}
 	}

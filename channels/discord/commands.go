@@ -125,6 +125,7 @@ func (c *Channel) interaction(ctx context.Context, raw json.RawMessage) {
 		return
 	}
 	c.pending.put(msg.ID, &in)
+	c.share(msg.ID, &in)
 	if err := c.sink.Deliver(ctx, msg); err != nil {
 		c.pending.take(msg.ID)
 		c.edit0(ctx, &in, "Sorry, I couldn't take this command right now. Please try again.")
@@ -181,4 +182,76 @@ func (st *interactionStream) Send(ctx context.Context, f channels.Frame) error {
 		return st.c.edit0(ctx, st.in, text)
 	}
 	return st.stream.Send(ctx, f)
+}
+
+// In cluster mode the holder of the gateway connection receives the interactions but the
+// answer may come from another process (the one running the chat's partition): the
+// deferred interactions are kept in State too, as one bounded list, so that any process
+// can replace "thinking…" with the answer.
+const (
+	sharedMax    = 256 // deferred interactions kept in State, the newest
+	sharedPrefix = "discord.interactions."
+)
+
+// storedInteraction is what editing a deferred response needs. The token is good for
+// interactionLife only.
+type storedInteraction struct {
+	ID    string `json:"i"` // the message id the gateway answers ("i" + interaction id)
+	App   string `json:"a"`
+	Token string `json:"t"`
+	At    int64  `json:"at"` // unix ms
+}
+
+// share stores a deferred interaction in State, with a Holder (cluster mode) only: a
+// single process answers from memory. Only the holder writes the list.
+func (c *Channel) share(id string, in *discordgo.Interaction) {
+	if c.holder == nil || c.state == nil {
+		return
+	}
+	name := sharedPrefix + c.bot()
+	list, err := c.sharedList(name)
+	if err == nil {
+		now := time.Now()
+		keep := []storedInteraction{{ID: id, App: in.AppID, Token: in.Token, At: now.UnixMilli()}}
+		for _, x := range list {
+			if len(keep) < sharedMax && now.Sub(time.UnixMilli(x.At)) < interactionLife && x.ID != id {
+				keep = append(keep, x)
+			}
+		}
+		b, _ := json.Marshal(keep)
+		err = c.state.SetCursor(name, string(b))
+	}
+	if err != nil {
+		c.log.Warn("discord: cannot store an interaction for the other processes; only this one can answer it", "err", err)
+	}
+}
+
+// shared finds a deferred interaction another process stored; nil when there is none.
+func (c *Channel) shared(id string) *discordgo.Interaction {
+	if c.holder == nil || c.state == nil || !strings.HasPrefix(id, "i") {
+		return nil
+	}
+	list, err := c.sharedList(sharedPrefix + c.bot())
+	if err != nil {
+		c.log.Warn("discord: cannot read the interactions stored by the other processes", "err", err)
+		return nil
+	}
+	for _, x := range list {
+		if x.ID == id && time.Since(time.UnixMilli(x.At)) < interactionLife {
+			return &discordgo.Interaction{ID: strings.TrimPrefix(id, "i"), AppID: x.App, Token: x.Token}
+		}
+	}
+	return nil
+}
+
+func (c *Channel) sharedList(name string) ([]storedInteraction, error) {
+	v, ok, err := c.state.Cursor(name)
+	if err != nil || !ok || v == "" {
+		return nil, err
+	}
+	var list []storedInteraction
+	if err := json.Unmarshal([]byte(v), &list); err != nil {
+		return nil, nil // unreadable: start a new list
+	}
+	return list, nil
 }

@@ -10,7 +10,11 @@
 //
 // Discord never redelivers. When a session could not be resumed (READY after a loss, not
 // RESUMED), what was posted meanwhile in the DMs and threads the bot was active in is
-// read over REST, bounded, and handled like gateway messages: see catchup.go.
+// read over REST, bounded, and handled like gateway messages: see catchup.go. With
+// Options.State the cursors it reads from are stored, so that a restart catches up too.
+//
+// With Options.Holder (cluster mode) the gateway session is held by one process at a time
+// and moves when the hold does: see hold.go.
 package discord
 
 import (
@@ -22,6 +26,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -54,6 +59,13 @@ type Options struct {
 	Logger     *slog.Logger
 	StateDir   string       // downloads go to StateDir/discord/media
 	HTTPClient *http.Client // base transport and timeout for REST; nil: defaults
+	// Holder, when set (cluster mode), gives the gateway connection to one process at a
+	// time ("conn.discord.<bot id>"): the others wait for it and still send over REST.
+	Holder channels.Holder
+	// State, when set, keeps the catch-up cursors (the last message seen in each recently
+	// active DM and thread) across restarts and processes, so that whoever connects next
+	// reads what was posted while nobody was connected. Nil: in memory, as before.
+	State channels.State
 }
 
 // Channel is the Discord adapter. See channels.Channel for the contract.
@@ -74,7 +86,9 @@ type Channel struct {
 	roles       *cache[[]string]
 	names       *cache[string] // names of mentioned channels ("c/id") and roles ("r/guild/id")
 	botID       atomic.Pointer[string]
-	typingEvery time.Duration // typing refresh; a field so that a test can shorten it
+	holder      channels.Holder // nil: connect in Start, as a single process
+	state       channels.State  // nil: cursors in memory only
+	typingEvery time.Duration   // typing refresh; a field so that a test can shorten it
 
 	life  *channels.Lifecycle
 	s     *discordgo.Session // made by New, opened by Start; a Channel is never restarted
@@ -85,9 +99,16 @@ type Channel struct {
 	pending interactions
 	// gap is set when the session is lost and cleared by RESUMED: a READY while it is set
 	// is a fresh session after a failed RESUME, whose missed messages Discord never sends.
-	gap     atomic.Bool
-	cursors cursors // the work goroutine's
+	gap atomic.Bool
+	// down says the sink was last told the connection is lost, so that a process giving
+	// up the hold can say it is ready again (it still sends).
+	down atomic.Bool
+	book book // catch-up cursors; see catchup.go and state.go
+	// workDone is closed when the work goroutine ends.
+	workDone chan struct{}
 
+	whereMu sync.Mutex // orders the hold log lines as the changes they tell
+	where   connWhere  // with a Holder: where the gateway connection is, for the log
 }
 
 // New checks cfg and builds a Channel; it connects nothing until Start.
@@ -119,7 +140,10 @@ func New(cfg Config, opts Options) (*Channel, error) {
 		roles:       newCache[[]string](1024, 10*time.Minute),
 		names:       newCache[string](4096, time.Hour),
 		inbox:       make(chan inbound, inboxSize),
-		cursors:     cursors{},
+		book:        newBook(),
+		workDone:    make(chan struct{}),
+		holder:      opts.Holder,
+		state:       opts.State,
 		typingEvery: typingEvery,
 		lost:        make(chan struct{}, 1),
 		life:        channels.NewLifecycle(Name),
@@ -233,10 +257,12 @@ func (c *Channel) enqueue(in inbound) {
 
 func (c *Channel) up(how string) {
 	c.log.Info("discord: connected", "how", how)
+	c.down.Store(false)
 	c.sink.Connected(Name, true, nil)
 }
 
-// Start checks the token over REST, connects the gateway and returns after READY.
+// Start checks the token over REST, connects the gateway and returns after READY. With a
+// Holder it returns after the check: the gateway is connected while this process holds it.
 func (c *Channel) Start(ctx context.Context, sink channels.Sink) error {
 	run, err := c.life.Begin()
 	if err != nil {
@@ -262,6 +288,22 @@ func (c *Channel) Start(ctx context.Context, sink channels.Sink) error {
 	}
 	id := me.ID
 	c.botID.Store(&id)
+	c.book.name = "discord.catchup." + id
+	if c.state != nil {
+		c.life.Go(c.flushLoop)
+	}
+	if c.holder != nil {
+		// Sending works here whether or not this process gets the connection.
+		c.sink.Connected(Name, true, nil)
+		if !c.life.Go(c.holdLoop) {
+			return errors.New("discord: stopped while starting")
+		}
+		c.log.Info("discord: started; the gateway connection goes to the process holding it", "bot", me.Username, "bot_id", me.ID)
+		return nil
+	}
+	// With State, what was posted while the gateway was not running is read once READY
+	// comes, from the stored cursors.
+	c.gap.Store(c.state != nil)
 	// A Stop during Start ends the connect step too.
 	octx, ocancel := context.WithCancel(ctx)
 	defer ocancel()
@@ -346,7 +388,8 @@ func unwrapURL(err error) error {
 	return err
 }
 
-// supervise reconnects after every loss, RESUME first, with capped backoff, until Stop.
+// supervise reconnects after every loss, RESUME first, with capped backoff, until ctx
+// ends or the gateway refuses for good.
 func (c *Channel) supervise(ctx context.Context) {
 	for {
 		select {
@@ -361,28 +404,41 @@ func (c *Channel) supervise(ctx context.Context) {
 			continue
 		}
 		c.log.Warn("discord: gateway connection lost; reconnecting")
+		c.down.Store(true)
 		c.sink.Connected(Name, false, errConnLost)
-		wait := 250 * time.Millisecond
-		for attempt := 1; ; attempt++ {
-			if !channels.Sleep(ctx, wait) {
-				return
-			}
-			err := c.open(ctx)
-			if err == nil || errors.Is(err, discordgo.ErrWSAlreadyOpen) {
-				break
-			}
-			if ctx.Err() != nil {
-				return
-			}
-			if _, fatal := fatalClose(err); fatal {
-				err = c.gatewayError(err)
-				c.log.Error("discord: giving up on the gateway", "err", err)
-				c.sink.Connected(Name, false, err)
-				return
-			}
-			c.log.Warn("discord: reconnect failed", "attempt", attempt, "err", c.scrub.Wrap(err))
-			wait = min(wait*2, 2*time.Minute)
+		if !c.reconnect(ctx, 250*time.Millisecond) {
+			return
 		}
+	}
+}
+
+// reconnect opens the session after wait, then again with capped backoff, until it is
+// open (true), ctx ends or the gateway refuses for good (false; reported to the sink).
+func (c *Channel) reconnect(ctx context.Context, wait time.Duration) bool {
+	for attempt := 1; ; attempt++ {
+		if !channels.Sleep(ctx, wait) {
+			return false
+		}
+		err := c.open(ctx)
+		if err == nil || errors.Is(err, discordgo.ErrWSAlreadyOpen) {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		if _, fatal := fatalClose(err); fatal {
+			err = c.gatewayError(err)
+			c.log.Error("discord: giving up on the gateway", "err", err)
+			c.down.Store(true)
+			c.sink.Connected(Name, false, err)
+			return false
+		}
+		c.log.Warn("discord: reconnect failed", "attempt", attempt, "err", c.scrub.Wrap(err))
+		if !c.down.Swap(true) {
+			// A holder's first connect failed: nobody receives, as after a loss.
+			c.sink.Connected(Name, false, c.gatewayError(err))
+		}
+		wait = min(max(wait*2, 250*time.Millisecond), 2*time.Minute)
 	}
 }
 
@@ -400,7 +456,13 @@ func (c *Channel) Stop(ctx context.Context) error {
 		}()
 		return err
 	}
-	if err := channels.Await(ctx, c.disconnect); err != nil {
+	// With a Holder, giving up the connection stored the cursors already (or tried).
+	if err := channels.Await(ctx, func() {
+		c.disconnect()
+		if c.holder == nil {
+			c.flush()
+		}
+	}); err != nil {
 		return fmt.Errorf("discord: stop: %w", err)
 	}
 	c.log.Info("discord: stopped")

@@ -28,14 +28,18 @@ type chanInfo struct {
 
 // work normalises and delivers inbound messages, one at a time, in gateway order.
 func (c *Channel) work(ctx context.Context) {
+	defer close(c.workDone)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case in := <-c.inbox:
-			if in.catchUp {
+			switch {
+			case in.done != nil:
+				close(in.done) // what came before it is handled
+			case in.catchUp:
 				c.catchUp(ctx)
-			} else {
+			default:
 				c.handle(ctx, in.m)
 			}
 		}
@@ -49,7 +53,7 @@ func (c *Channel) handle(ctx context.Context, dm *discordgo.Message) {
 		}
 	}()
 	bot := c.bot()
-	c.cursors.saw(dm.ChannelID, dm.ID)
+	c.book.saw(dm.ChannelID, dm.ID)
 	if dm.Author == nil || dm.Author.ID == bot {
 		return
 	}
@@ -84,7 +88,7 @@ func (c *Channel) handle(ctx context.Context, dm *discordgo.Message) {
 		return
 	}
 	if msg.ChatType == channels.ChatDM || msg.ThreadID != "" {
-		c.cursors.took(dm.ChannelID, dm.GuildID, dm.ID, time.Now()) // read again after a lost session
+		c.book.took(dm.ChannelID, dm.GuildID, dm.ID, time.Now()) // read again after a lost session
 	}
 	if msg.ReplyTo != nil && dm.ReferencedMessage != nil {
 		ro := opts

@@ -44,8 +44,14 @@ func (c *Channel) Open(ctx context.Context, target channels.Target) (channels.St
 	if target.ThreadID != "" {
 		st.dest = target.ThreadID // a thread is a channel of its own
 	}
-	if in := c.pending.take(target.ReplyToID); in != nil && target.ReplyToID != "" {
-		return &interactionStream{stream: st, in: in}, nil // an application command's answer
+	if target.ReplyToID != "" {
+		in := c.pending.take(target.ReplyToID)
+		if in == nil {
+			in = c.shared(target.ReplyToID) // received by the process holding the connection
+		}
+		if in != nil {
+			return &interactionStream{stream: st, in: in}, nil // an application command's answer
+		}
 	}
 	if target.ChatType == channels.ChatGroup && target.ReplyToID != "" {
 		no := false
