@@ -485,7 +485,7 @@ func TestTypingRefreshesUntilDone(t *testing.T) {
 func TestTypingHoldsNoGoroutineWhileWaiting(t *testing.T) {
 	f := newFixture(t)
 	opts := f.options()
-	opts.TypingInterval = 300 * time.Millisecond
+	opts.TypingInterval = time.Second // refreshes come in bursts; between them the connections they opened close
 	ch := f.start(f.config(), opts, channeltest.NewSink())
 	ctx := context.Background()
 	open := func(chat int64) channels.Stream {
@@ -537,7 +537,7 @@ func TestTypingHoldsNoGoroutineWhileWaiting(t *testing.T) {
 	for i := range chats {
 		after[i] = f.srv.Typing(int64(3000 + i))
 	}
-	time.Sleep(700 * time.Millisecond)
+	time.Sleep(1500 * time.Millisecond) // more than a refresh interval
 	for i := range chats {
 		if n := f.srv.Typing(int64(3000 + i)); n != after[i] {
 			t.Errorf("chat %d: typing went on after the channel stopped (%d -> %d)", 3000+i, after[i], n)
