@@ -71,6 +71,23 @@ func hookMiddleware(r *Request) func(*http.Request, func(*http.Request) (*http.R
 	}
 }
 
+// encodeApart runs encode on a goroutine of its own and waits for it. Encoding a request
+// takes far more stack than waiting for its answer; the stack of a goroutine only shrinks
+// when it uses a quarter of it, so the turn's goroutine, which waits, keeps a small one.
+func encodeApart(encode func() ([]byte, error)) ([]byte, error) {
+	var (
+		body []byte
+		err  error
+	)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		body, err = encode()
+	}()
+	<-done
+	return body, err
+}
+
 // callContext bounds a provider call by the configured timeout unless the caller already did.
 func callContext(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
 	if _, ok := ctx.Deadline(); ok {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/anthropics/anthropic-sdk-go"
 	"github.com/anthropics/anthropic-sdk-go/option"
+	"github.com/anthropics/anthropic-sdk-go/packages/ssestream"
 
 	"gateway/internal/llm"
 	"gateway/internal/media"
@@ -51,7 +52,33 @@ func newAnthropic(cfg Config, client *http.Client) *anthropicProvider {
 
 func (p *anthropicProvider) Name() string { return "anthropic" }
 
+// Stream is split in small functions on purpose: the turn's goroutine waits in it for the
+// model, and its stack then holds every frame below. Params and events held by value made
+// its own frame 12 KB.
 func (p *anthropicProvider) Stream(ctx context.Context, req *Request, onDelta func(string)) (*Response, error) {
+	params, err := p.params(req)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := callContext(ctx, p.timeout)
+	defer cancel()
+	stream := p.open(ctx, params, req)
+	defer stream.Close()
+
+	acc := anthropicAccum{blocks: map[int64]*anthropicBlock{}}
+	for stream.Next() {
+		if d := acc.add(stream); d != "" {
+			onDelta(d)
+		}
+	}
+	if err := stream.Err(); err != nil {
+		return nil, p.classify(ctx, err)
+	}
+	return acc.response(), nil
+}
+
+// params is the request as the SDK takes it, on the heap rather than in Stream's frame.
+func (p *anthropicProvider) params(req *Request) (*anthropic.MessageNewParams, error) {
 	model := req.Model
 	if model == "" {
 		model = p.model
@@ -60,7 +87,7 @@ func (p *anthropicProvider) Stream(ctx context.Context, req *Request, onDelta fu
 		return nil, &ProviderError{Provider: "anthropic", Status: http.StatusBadRequest, Message: "no model is configured; set llm.model"}
 	}
 	system, msgs := anthropicMessages(req.System, req.Messages)
-	params := anthropic.MessageNewParams{
+	params := &anthropic.MessageNewParams{
 		Model:     model,
 		MaxTokens: int64(firstPositive(req.MaxTokens, p.maxTokens, defaultMaxTokens)),
 		Messages:  msgs,
@@ -90,67 +117,77 @@ func (p *anthropicProvider) Stream(ctx context.Context, req *Request, onDelta fu
 		}
 		params.Tools = append(params.Tools, anthropic.ToolUnionParam{OfTool: &tp})
 	}
+	return params, nil
+}
 
-	ctx, cancel := callContext(ctx, p.timeout)
-	defer cancel()
-	stream := p.msgs.NewStreaming(ctx, params, option.WithMiddleware(hookMiddleware(req)))
-	defer stream.Close()
+// open sends the request; the SDK takes params by value, and the copy lives in this frame.
+func (p *anthropicProvider) open(ctx context.Context, params *anthropic.MessageNewParams, req *Request) *ssestream.Stream[anthropic.MessageStreamEventUnion] {
+	return p.msgs.NewStreaming(ctx, *params, option.WithMiddleware(hookMiddleware(req)))
+}
 
-	type block struct {
-		tool bool
-		id   string
-		name string
-		args strings.Builder
-	}
-	var (
-		text   strings.Builder
-		blocks = map[int64]*block{}
-		order  []int64
-		resp   Response
-	)
-	for stream.Next() {
-		ev := stream.Current()
-		switch ev.Type {
-		case "message_start":
-			resp.Usage.InputTokens = int(ev.Message.Usage.InputTokens)
-			resp.Usage.OutputTokens = int(ev.Message.Usage.OutputTokens)
-		case "content_block_start":
-			b := &block{}
-			if ev.ContentBlock.Type == "tool_use" {
-				b.tool, b.id, b.name = true, ev.ContentBlock.ID, ev.ContentBlock.Name
-			} else if ev.ContentBlock.Text != "" {
-				text.WriteString(ev.ContentBlock.Text)
-				onDelta(ev.ContentBlock.Text)
+// anthropicBlock is a content block of a streamed answer.
+type anthropicBlock struct {
+	tool bool
+	id   string
+	name string
+	args strings.Builder
+}
+
+// anthropicAccum gathers a streamed answer: its text, tool calls and usage.
+type anthropicAccum struct {
+	text   strings.Builder
+	blocks map[int64]*anthropicBlock
+	order  []int64
+	resp   Response
+}
+
+// add takes the stream's current event and returns its text delta. The event is copied
+// here, in a frame that is gone while the stream waits for the next one.
+func (a *anthropicAccum) add(stream *ssestream.Stream[anthropic.MessageStreamEventUnion]) string {
+	ev := stream.Current()
+	switch ev.Type {
+	case "message_start":
+		a.resp.Usage.InputTokens = int(ev.Message.Usage.InputTokens)
+		a.resp.Usage.OutputTokens = int(ev.Message.Usage.OutputTokens)
+	case "content_block_start":
+		b := &anthropicBlock{}
+		a.blocks[ev.Index] = b
+		a.order = append(a.order, ev.Index)
+		if ev.ContentBlock.Type == "tool_use" {
+			b.tool, b.id, b.name = true, ev.ContentBlock.ID, ev.ContentBlock.Name
+		} else if ev.ContentBlock.Text != "" {
+			a.text.WriteString(ev.ContentBlock.Text)
+			return ev.ContentBlock.Text
+		}
+	case "content_block_delta":
+		switch ev.Delta.Type {
+		case "text_delta":
+			if ev.Delta.Text != "" {
+				a.text.WriteString(ev.Delta.Text)
+				return ev.Delta.Text
 			}
-			blocks[ev.Index] = b
-			order = append(order, ev.Index)
-		case "content_block_delta":
-			switch ev.Delta.Type {
-			case "text_delta":
-				if ev.Delta.Text != "" {
-					text.WriteString(ev.Delta.Text)
-					onDelta(ev.Delta.Text)
-				}
-			case "input_json_delta":
-				if b := blocks[ev.Index]; b != nil {
-					b.args.WriteString(ev.Delta.PartialJSON)
-				}
-			}
-		case "message_delta":
-			if ev.Delta.StopReason != "" {
-				resp.StopReason = string(ev.Delta.StopReason)
-			}
-			if ev.Usage.OutputTokens > 0 {
-				resp.Usage.OutputTokens = int(ev.Usage.OutputTokens)
+		case "input_json_delta":
+			if b := a.blocks[ev.Index]; b != nil {
+				b.args.WriteString(ev.Delta.PartialJSON)
 			}
 		}
+	case "message_delta":
+		if ev.Delta.StopReason != "" {
+			a.resp.StopReason = string(ev.Delta.StopReason)
+		}
+		if ev.Usage.OutputTokens > 0 {
+			a.resp.Usage.OutputTokens = int(ev.Usage.OutputTokens)
+		}
 	}
-	if err := stream.Err(); err != nil {
-		return nil, p.classify(ctx, err)
-	}
-	resp.Message = llm.Message{Role: llm.RoleAssistant, Content: text.String()}
-	for _, i := range order {
-		b := blocks[i]
+	return ""
+}
+
+// response is the answer once the stream ended: tool calls in block order.
+func (a *anthropicAccum) response() *Response {
+	resp := a.resp
+	resp.Message = llm.Message{Role: llm.RoleAssistant, Content: a.text.String()}
+	for _, i := range a.order {
+		b := a.blocks[i]
 		if !b.tool {
 			continue
 		}
@@ -160,7 +197,7 @@ func (p *anthropicProvider) Stream(ctx context.Context, req *Request, onDelta fu
 		}
 		resp.Message.ToolCalls = append(resp.Message.ToolCalls, llm.ToolCall{ID: id, Name: b.name, Arguments: argsOrEmpty(json.RawMessage(b.args.String()))})
 	}
-	return &resp, nil
+	return &resp
 }
 
 func (p *anthropicProvider) classify(ctx context.Context, err error) error {

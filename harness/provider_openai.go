@@ -12,6 +12,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/packages/ssestream"
 	"github.com/openai/openai-go/v3/shared"
 
 	"gateway/internal/llm"
@@ -21,7 +22,9 @@ import (
 // openAIProvider speaks OpenAI-compatible chat completions (OpenAI, Ollama, OpenRouter,
 // Groq, vLLM, llama.cpp via base_url), always streaming.
 type openAIProvider struct {
-	svc       openai.ChatCompletionService
+	// client sends the chat completions (open) with the options a ChatCompletionService
+	// built from ours has; made without openai.NewClient, it reads no environment.
+	client    *openai.Client
 	model     string
 	maxTokens int
 	timeout   time.Duration
@@ -44,7 +47,7 @@ func newOpenAI(cfg Config, client *http.Client) *openAIProvider {
 		opts = append(opts, option.WithAPIKey(cfg.APIKey.Reveal()))
 	}
 	return &openAIProvider{
-		svc:       openai.NewChatCompletionService(opts...),
+		client:    &openai.Client{Options: openai.NewChatCompletionService(opts...).Options},
 		model:     cfg.Model,
 		maxTokens: cfg.MaxTokens,
 		timeout:   cfg.Timeout,
@@ -54,7 +57,34 @@ func newOpenAI(cfg Config, client *http.Client) *openAIProvider {
 
 func (p *openAIProvider) Name() string { return "openai" }
 
+// Stream is split in small functions on purpose: the turn's goroutine waits in it for the
+// model, and its stack then holds every frame below; params and chunks held by value made
+// its own frame 5 KB. See open for what kept that stack at 32 KB.
 func (p *openAIProvider) Stream(ctx context.Context, req *Request, onDelta func(string)) (*Response, error) {
+	params, err := p.params(req)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := callContext(ctx, p.timeout)
+	defer cancel()
+	stream := p.open(ctx, params, req)
+	defer stream.Close()
+
+	var acc openAIAccum
+	for stream.Next() {
+		chunk := stream.Current()
+		if d := acc.add(&chunk); d != "" {
+			onDelta(d)
+		}
+	}
+	if err := stream.Err(); err != nil {
+		return nil, p.classify(ctx, err)
+	}
+	return acc.response(), nil
+}
+
+// params is the request as the SDK takes it, on the heap rather than in Stream's frame.
+func (p *openAIProvider) params(req *Request) (*openai.ChatCompletionNewParams, error) {
 	model := req.Model
 	if model == "" {
 		model = p.model
@@ -62,7 +92,7 @@ func (p *openAIProvider) Stream(ctx context.Context, req *Request, onDelta func(
 	if model == "" {
 		return nil, &ProviderError{Provider: "openai", Status: http.StatusBadRequest, Message: "no model is configured; set llm.model"}
 	}
-	params := openai.ChatCompletionNewParams{
+	params := &openai.ChatCompletionNewParams{
 		Model:         shared.ChatModel(model),
 		Messages:      openAIMessages(req.System, req.Messages),
 		StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)},
@@ -80,69 +110,117 @@ func (p *openAIProvider) Stream(ctx context.Context, req *Request, onDelta func(
 		}
 		params.Tools = append(params.Tools, openai.ChatCompletionFunctionTool(fd))
 	}
+	return params, nil
+}
 
-	ctx, cancel := callContext(ctx, p.timeout)
-	defer cancel()
-	stream := p.svc.NewStreaming(ctx, params, option.WithMiddleware(hookMiddleware(req)))
-	defer stream.Close()
+// open sends the request as ChatCompletionService.NewStreaming does (POST
+// chat/completions with "stream": true, the SSE body framed by the SDK's ssestream) with
+// two changes that keep the turn's goroutine on a small stack for its whole wait for the
+// model. The SDK's encoding of params (copied by value through several frames, then
+// reflected on field by field) runs on a goroutine that ends with it; the body sent is
+// the same bytes, as before_provider_payload sees them. And chunks decode into
+// openAIChunk, the fields the answer uses, with encoding/json, rather than into
+// ChatCompletionChunk, whose decoder recursed as deep. Each had grown that stack to 32 KB,
+// kept for as long as the turn then waited (the model, then Telegram's pacing).
+func (p *openAIProvider) open(ctx context.Context, params *openai.ChatCompletionNewParams, req *Request) *ssestream.Stream[openAIChunk] {
+	body, err := encodeApart(func() ([]byte, error) { return params.MarshalJSON() })
+	if err != nil {
+		return ssestream.NewStream[openAIChunk](nil, err)
+	}
+	var raw *http.Response
+	err = p.client.Post(ctx, "chat/completions", body, &raw,
+		option.WithMiddleware(hookMiddleware(req)), option.WithJSONSet("stream", true))
+	return ssestream.NewStream[openAIChunk](ssestream.NewDecoder(raw), err)
+}
 
-	var (
-		text  strings.Builder
-		calls = map[int64]*llm.ToolCall{}
-		args  = map[int64]*strings.Builder{}
-		resp  Response
-	)
-	for stream.Next() {
-		chunk := stream.Current()
-		if chunk.Usage.PromptTokens > 0 || chunk.Usage.CompletionTokens > 0 {
-			resp.Usage = llm.Usage{InputTokens: int(chunk.Usage.PromptTokens), OutputTokens: int(chunk.Usage.CompletionTokens)}
+// openAIChunk is the part of a streamed chat.completion.chunk the answer is made of.
+type openAIChunk struct {
+	Choices []struct {
+		Index int64 `json:"index"`
+		Delta struct {
+			Content   string `json:"content"`
+			ToolCalls []struct {
+				Index    int64  `json:"index"`
+				ID       string `json:"id"`
+				Function struct {
+					Name      string `json:"name"`
+					Arguments string `json:"arguments"`
+				} `json:"function"`
+			} `json:"tool_calls"`
+		} `json:"delta"`
+		FinishReason string `json:"finish_reason"`
+	} `json:"choices"`
+	Usage struct {
+		PromptTokens     int64 `json:"prompt_tokens"`
+		CompletionTokens int64 `json:"completion_tokens"`
+	} `json:"usage"`
+}
+
+// openAIAccum gathers a streamed answer: its text, tool calls and usage.
+type openAIAccum struct {
+	text  strings.Builder
+	calls map[int64]*llm.ToolCall
+	args  map[int64]*strings.Builder
+	resp  Response
+}
+
+// add takes the stream's current chunk and returns its text delta.
+func (a *openAIAccum) add(chunk *openAIChunk) string {
+	if chunk.Usage.PromptTokens > 0 || chunk.Usage.CompletionTokens > 0 {
+		a.resp.Usage = llm.Usage{InputTokens: int(chunk.Usage.PromptTokens), OutputTokens: int(chunk.Usage.CompletionTokens)}
+	}
+	var delta string
+	for _, ch := range chunk.Choices {
+		if ch.Index != 0 {
+			continue
 		}
-		for _, ch := range chunk.Choices {
-			if ch.Index != 0 {
-				continue
-			}
-			if d := ch.Delta.Content; d != "" {
-				text.WriteString(d)
-				onDelta(d)
-			}
-			for _, tc := range ch.Delta.ToolCalls {
-				c, ok := calls[tc.Index]
-				if !ok {
-					c = &llm.ToolCall{}
-					calls[tc.Index] = c
-					args[tc.Index] = &strings.Builder{}
+		if d := ch.Delta.Content; d != "" {
+			a.text.WriteString(d)
+			delta += d
+		}
+		for _, tc := range ch.Delta.ToolCalls {
+			c, ok := a.calls[tc.Index]
+			if !ok {
+				if a.calls == nil {
+					a.calls, a.args = map[int64]*llm.ToolCall{}, map[int64]*strings.Builder{}
 				}
-				if tc.ID != "" {
-					c.ID = tc.ID
-				}
-				if tc.Function.Name != "" {
-					c.Name += tc.Function.Name
-				}
-				args[tc.Index].WriteString(tc.Function.Arguments)
+				c = &llm.ToolCall{}
+				a.calls[tc.Index] = c
+				a.args[tc.Index] = &strings.Builder{}
 			}
-			if ch.FinishReason != "" {
-				resp.StopReason = ch.FinishReason
+			if tc.ID != "" {
+				c.ID = tc.ID
 			}
+			if tc.Function.Name != "" {
+				c.Name += tc.Function.Name
+			}
+			a.args[tc.Index].WriteString(tc.Function.Arguments)
+		}
+		if ch.FinishReason != "" {
+			a.resp.StopReason = ch.FinishReason
 		}
 	}
-	if err := stream.Err(); err != nil {
-		return nil, p.classify(ctx, err)
-	}
-	resp.Message = llm.Message{Role: llm.RoleAssistant, Content: text.String()}
-	idx := make([]int64, 0, len(calls))
-	for i := range calls {
+	return delta
+}
+
+// response is the answer once the stream ended: tool calls in index order.
+func (a *openAIAccum) response() *Response {
+	resp := a.resp
+	resp.Message = llm.Message{Role: llm.RoleAssistant, Content: a.text.String()}
+	idx := make([]int64, 0, len(a.calls))
+	for i := range a.calls {
 		idx = append(idx, i)
 	}
-	sort.Slice(idx, func(a, b int) bool { return idx[a] < idx[b] })
+	sort.Slice(idx, func(x, y int) bool { return idx[x] < idx[y] })
 	for _, i := range idx {
-		c := calls[i]
-		c.Arguments = argsOrEmpty(json.RawMessage(args[i].String()))
+		c := a.calls[i]
+		c.Arguments = argsOrEmpty(json.RawMessage(a.args[i].String()))
 		if c.ID == "" {
 			c.ID = newID()
 		}
 		resp.Message.ToolCalls = append(resp.Message.ToolCalls, *c)
 	}
-	return &resp, nil
+	return &resp
 }
 
 func (p *openAIProvider) classify(ctx context.Context, err error) error {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-telegram/bot"
@@ -127,46 +128,104 @@ func (s *stream) startTyping() {
 	if s.stopTyping != nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), maxTyping)
-	first, done := make(chan struct{}), make(chan struct{})
-	ok := s.c.life.Go(func(life context.Context) {
-		defer close(done)
-		unlink := context.AfterFunc(life, cancel)
-		defer unlink()
-		// The first signal goes out at once, while the model works: sending it before
-		// Start returned held every answer back by a round trip to Telegram.
-		s.c.typing(ctx, s.chat, s.thread)
-		close(first)
-		s.c.typingLoop(ctx, s.chat, s.thread)
-	})
+	// Stop waits for the indicator as for any goroutine of the channel: it holds one Enter
+	// from here until its last action ended.
+	life, ok := s.c.life.Enter()
 	if !ok {
-		cancel()
 		return
 	}
+	ctx, cancel := context.WithTimeout(life, maxTyping)
+	t := &typingTimer{c: s.c, chat: s.chat, thread: s.thread, ctx: ctx,
+		first: make(chan struct{}), done: make(chan struct{}), sending: true}
+	context.AfterFunc(ctx, t.end)
+	// The first signal goes out at once, while the model works: sending it before Start
+	// returned held every answer back by a round trip to Telegram.
+	go t.send()
 	// The answer waits for the first signal, so even an instant answer shows it; waiting
-	// for the loop means no typing action lands after the answer.
+	// for the last action means none lands after the answer.
 	s.stopTyping = func() {
 		select {
-		case <-first:
-		case <-done:
+		case <-t.first:
+		case <-t.done:
 		}
 		cancel()
-		<-done
+		<-t.done
 	}
 }
 
-// typingLoop refreshes the indicator until ctx ends.
-func (c *Channel) typingLoop(ctx context.Context, chat int64, thread int) {
-	t := time.NewTicker(c.opts.TypingInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			c.typing(ctx, chat, thread)
-		}
+// typingTimer refreshes the typing indicator of one answer from a timer rather than from a
+// goroutine parked for the whole turn: a goroutine that sent a request keeps the stack that
+// took (several KB) for as long as it waits, and every in-flight turn had one.
+type typingTimer struct {
+	c      *Channel
+	chat   int64
+	thread int
+	ctx    context.Context // ends with the answer, the channel or maxTyping
+
+	first chan struct{} // closed once the first action was tried
+	done  chan struct{} // closed once ctx ended and no action runs
+
+	mu      sync.Mutex
+	sending bool        // an action runs (from start or from the timer)
+	timer   *time.Timer // the next refresh; nil while sending
+	ended   bool
+}
+
+// send tries one typing action, then arms the next one unless ctx ended meanwhile.
+func (t *typingTimer) send() {
+	if t.ctx.Err() == nil {
+		t.c.typing(t.ctx, t.chat, t.thread)
 	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	select {
+	case <-t.first:
+	default:
+		close(t.first)
+	}
+	t.sending = false
+	if t.ctx.Err() != nil {
+		t.finish()
+		return
+	}
+	t.timer = time.AfterFunc(t.c.opts.TypingInterval, t.fire)
+}
+
+// fire is the timer's: the next action, unless ctx ended since it was armed.
+func (t *typingTimer) fire() {
+	t.mu.Lock()
+	if t.ctx.Err() != nil {
+		t.finish()
+		t.mu.Unlock()
+		return
+	}
+	t.sending, t.timer = true, nil
+	t.mu.Unlock()
+	t.send()
+}
+
+// end runs once ctx ended: a pending refresh is dropped; a running action finishes
+// itself (send sees ctx ended).
+func (t *typingTimer) end() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.sending {
+		return
+	}
+	if t.timer != nil && !t.timer.Stop() {
+		return // fired already: fire sees ctx ended and finishes
+	}
+	t.finish()
+}
+
+// finish closes done and leaves the lifecycle, once; t.mu is held.
+func (t *typingTimer) finish() {
+	if t.ended {
+		return
+	}
+	t.ended = true
+	close(t.done)
+	t.c.life.Leave()
 }
 
 // typing sends one typing action. It is a hint: it takes a send slot only when the bot

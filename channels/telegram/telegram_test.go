@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -474,6 +475,73 @@ func TestTypingRefreshesUntilDone(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	if m := f.srv.Typing(1001); m != n {
 		t.Errorf("typing went on after done (%d -> %d)", n, m)
+	}
+}
+
+// An answer waiting for the model holds no goroutine for its typing indicator between
+// refreshes: with many chats waiting at once, each parked goroutine kept the stack of the
+// request it had sent (the gateway's memory per in-flight turn). The indicators still
+// refresh, stop with their answers, and the channel's Stop ends those left open.
+func TestTypingHoldsNoGoroutineWhileWaiting(t *testing.T) {
+	f := newFixture(t)
+	opts := f.options()
+	opts.TypingInterval = time.Second // refreshes come in bursts; between them the connections they opened close
+	ch := f.start(f.config(), opts, channeltest.NewSink())
+	ctx := context.Background()
+	open := func(chat int64) channels.Stream {
+		st, err := ch.Open(ctx, channels.Target{Channel: "telegram", ChatID: strconv.FormatInt(chat, 10), ChatType: channels.ChatDM})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Send(ctx, channels.Frame{Type: channels.FrameStart}); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	// One answer first, so the HTTP connections the rest reuse are open before counting.
+	warm := open(2000)
+	eventually(t, "the first typing action", func() bool { return f.srv.Typing(2000) > 0 })
+	base := runtime.NumGoroutine()
+
+	const chats = 30
+	streams := make([]channels.Stream, chats)
+	for i := range chats {
+		streams[i] = open(int64(3000 + i))
+	}
+	eventually(t, "a refreshed typing action in every chat", func() bool {
+		for i := range chats {
+			if f.srv.Typing(int64(3000+i)) < 2 {
+				return false
+			}
+		}
+		return true
+	})
+	// Connections the burst opened beyond the idle pool close in the background; what
+	// stays for good is what each waiting answer holds.
+	eventually(t, "goroutines back near where they were", func() bool { return runtime.NumGoroutine() < base+chats/2 })
+
+	for i, st := range streams[:chats/2] {
+		if err := st.Send(ctx, done("answer")); err != nil {
+			t.Fatal(err)
+		}
+		n := f.srv.Typing(int64(3000 + i))
+		time.Sleep(10 * time.Millisecond)
+		if m := f.srv.Typing(int64(3000 + i)); m != n {
+			t.Errorf("chat %d: typing went on after done (%d -> %d)", 3000+i, n, m)
+		}
+	}
+	// The rest, and the first, are left open: Stop ends their indicators and returns.
+	_ = warm
+	stop(t, ch)
+	after := make([]int, chats)
+	for i := range chats {
+		after[i] = f.srv.Typing(int64(3000 + i))
+	}
+	time.Sleep(1500 * time.Millisecond) // more than a refresh interval
+	for i := range chats {
+		if n := f.srv.Typing(int64(3000 + i)); n != after[i] {
+			t.Errorf("chat %d: typing went on after the channel stopped (%d -> %d)", 3000+i, after[i], n)
+		}
 	}
 }
 

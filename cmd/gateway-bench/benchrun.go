@@ -47,6 +47,11 @@ type Options struct {
 	// External, when set, is the gateway binary to run as a child process (`gateway run`).
 	External string
 
+	// SnapshotAt, when > 0, is when (from the start of the measured part) the target's
+	// memory is read once in detail: private memory, goroutine stacks, heap in use. With a
+	// model delay it shows what the turns in flight hold.
+	SnapshotAt time.Duration
+
 	// CPUProfile and MemProfile, when set, receive pprof profiles of the measured part
 	// (in-process only).
 	CPUProfile io.Writer
@@ -146,7 +151,19 @@ type Result struct {
 	GorReady  int     `json:"goroutines_ready,omitempty"`
 	GorPeak   int     `json:"goroutines_peak,omitempty"`
 
+	// The snapshot at SnapshotAt, if asked for and taken.
+	Snapshot *Snapshot `json:"snapshot,omitempty"`
+
 	Errors []string `json:"errors,omitempty"` // a few unexpected answers, if any
+}
+
+// Snapshot is the target's memory at one moment of the measured part.
+type Snapshot struct {
+	At         float64 `json:"at_ms"`
+	Anon       float64 `json:"rss_anon_mib"`
+	Stacks     float64 `json:"stacks_mib"`
+	HeapInuse  float64 `json:"heap_inuse_mib"`
+	Goroutines int     `json:"goroutines"`
 }
 
 // Run runs one benchmark.
@@ -172,6 +189,15 @@ type target interface {
 	// whether sampling it during the run costs the target nothing worth counting.
 	heap() (bytes int64, goroutines int, ok bool)
 	cheapHeap() bool
+	// runtimeStats reads the Go runtime's memory split, when known.
+	runtimeStats() (runtimeStats, bool)
+}
+
+// runtimeStats is where the Go runtime's memory is at one moment.
+type runtimeStats struct {
+	Stacks     int64 // goroutine stacks in use
+	HeapInuse  int64 // heap spans in use (live objects, garbage not yet swept, their spans' slack)
+	Goroutines int
 }
 
 // measure warms up, then drives the measured messages and reads the target around them.
@@ -253,6 +279,16 @@ func measure(ctx context.Context, o Options, tr *tracker, srv *telegramtest.Serv
 		return r, err
 	}
 	start := time.Now()
+	snapDone := make(chan *Snapshot, 1)
+	if o.SnapshotAt > 0 {
+		snapCtx, cancelSnap := context.WithCancel(ctx)
+		defer cancelSnap()
+		go func() {
+			snapDone <- snapshot(snapCtx, tgt, o.SnapshotAt)
+		}()
+	} else {
+		snapDone <- nil
+	}
 	samples, bad, driveErr := tr.drive(ctx, srv, spread(o.Messages, o.Chats), o.Warmup, o.Rate)
 	elapsed := time.Since(start)
 	cpu1, cpuErr := tgt.cpu()
@@ -271,6 +307,8 @@ func measure(ctx context.Context, o Options, tr *tracker, srv *telegramtest.Serv
 		}
 	}
 
+	r.Snapshot = <-snapDone
+
 	p, answered, failed := latencies(samples)
 	r.Answered, r.Failed, r.Errors = answered, failed, bad
 	r.Elapsed = ms(elapsed)
@@ -287,6 +325,24 @@ func measure(ctx context.Context, o Options, tr *tracker, srv *telegramtest.Serv
 		return r, fmt.Errorf("only %d of %d messages were answered before the run's deadline: %w", answered, o.Messages, driveErr)
 	}
 	return r, cpuErr
+}
+
+// snapshot waits until at, then reads tgt once; nil if ctx ended first or nothing could
+// be read.
+func snapshot(ctx context.Context, tgt target, at time.Duration) *Snapshot {
+	t := time.NewTimer(at)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-t.C:
+	}
+	m, err := tgt.mem()
+	rs, ok := tgt.runtimeStats()
+	if err != nil || !ok {
+		return nil
+	}
+	return &Snapshot{At: ms(at), Anon: mib(m.Anon), Stacks: mib(rs.Stacks), HeapInuse: mib(rs.HeapInuse), Goroutines: rs.Goroutines}
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -321,6 +377,10 @@ func WriteTable(w io.Writer, r Result) {
 		}
 		fmt.Fprintf(&b, "  %-22s ready %.1f MiB, %s %.1f MiB\n", "Go heap (objects)", r.HeapReady, label, r.HeapPeak)
 		fmt.Fprintf(&b, "  %-22s ready %d, %s %d\n", "goroutines", r.GorReady, label, r.GorPeak)
+	}
+	if sn := r.Snapshot; sn != nil {
+		fmt.Fprintf(&b, "  %-22s private %.1f MiB, stacks %.2f MiB, heap in use %.2f MiB, %d goroutines\n",
+			fmt.Sprintf("at %s", time.Duration(sn.At*float64(time.Millisecond))), sn.Anon, sn.Stacks, sn.HeapInuse, sn.Goroutines)
 	}
 	for _, e := range r.Errors {
 		fmt.Fprintf(&b, "  unexpected answer    %s\n", e)

@@ -64,6 +64,24 @@ func TestModelDelayShowsInLatencyNotInAddedLatency(t *testing.T) {
 	}
 }
 
+// The snapshot is taken while the turns wait for the model: their goroutines are there.
+func TestSnapshotShowsTheTurnsInFlight(t *testing.T) {
+	res, err := Run(context.Background(), Options{Messages: 8, Chats: 8, Warmup: -1, Provider: ProviderOpenAI,
+		ModelDelay: 2 * time.Second, SnapshotAt: time.Second, Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sn := res.Snapshot
+	if sn == nil || sn.At != 1000 || sn.Anon <= 0 || sn.Stacks <= 0 || sn.HeapInuse <= 0 || sn.Goroutines < 8 {
+		t.Fatalf("snapshot %+v; want one at 1 s with the 8 waiting turns", sn)
+	}
+	var b strings.Builder
+	WriteTable(&b, res)
+	if !strings.Contains(b.String(), "at 1s") || !strings.Contains(b.String(), "stacks") {
+		t.Errorf("table lacks the snapshot:\n%s", b.String())
+	}
+}
+
 func TestOpenLoopSendsAtTheRate(t *testing.T) {
 	res, err := Run(context.Background(), Options{Messages: 20, Chats: 10, Rate: 50, Timeout: time.Minute})
 	if err != nil {

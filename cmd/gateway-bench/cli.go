@@ -103,6 +103,7 @@ to Telegram's limits as in production.`,
 	f.BoolVar(&external, "external", false, "run 'gateway run' as a child process and measure it alone")
 	f.StringVar(&binary, "binary", "", "gateway binary for --external (default: gateway beside this binary, else on PATH)")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
+	f.DurationVar(&o.SnapshotAt, "snapshot-at", 0, "read the gateway's private memory, goroutine stacks and heap in use once, this long after the measured part started (with --model-delay: what the turns in flight hold)")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a pprof CPU profile of the measured part (in-process only)")
 	f.StringVar(&memProfile, "memprofile", "", "write a pprof allocation profile after the measured part (in-process only)")
 	f.BoolVarP(&quiet, "quiet", "q", false, "no progress lines on stderr")

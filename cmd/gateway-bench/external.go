@@ -132,29 +132,42 @@ func (c *childProc) cheapHeap() bool { return false }
 
 // heap reads the child's Go heap and goroutines from its Prometheus Go collector.
 func (c *childProc) heap() (int64, int, bool) {
+	v, ok := c.scrape("go_memstats_heap_alloc_bytes", "go_goroutines")
+	return int64(v[0]), int(v[1]), ok
+}
+
+// runtimeStats reads the child's goroutine stacks, heap spans in use and goroutines from
+// its Prometheus Go collector.
+func (c *childProc) runtimeStats() (runtimeStats, bool) {
+	v, ok := c.scrape("go_memstats_stack_inuse_bytes", "go_memstats_heap_inuse_bytes", "go_goroutines")
+	return runtimeStats{Stacks: int64(v[0]), HeapInuse: int64(v[1]), Goroutines: int(v[2])}, ok
+}
+
+// scrape reads the named series (unlabelled) from the child's /metrics; ok when all were there.
+func (c *childProc) scrape(names ...string) ([]float64, bool) {
+	vals := make([]float64, len(names))
 	resp, err := c.client.Get(c.metricsURL)
 	if err != nil {
-		return 0, 0, false
+		return vals, false
 	}
 	defer resp.Body.Close()
-	var heap, gor float64
-	var haveHeap, haveGor bool
+	found := 0
 	sc := bufio.NewScanner(io.LimitReader(resp.Body, 4<<20))
 	for sc.Scan() {
 		name, val, ok := strings.Cut(sc.Text(), " ")
 		if !ok {
 			continue
 		}
-		switch name {
-		case "go_memstats_heap_alloc_bytes":
-			heap, err = strconv.ParseFloat(val, 64)
-			haveHeap = err == nil
-		case "go_goroutines":
-			gor, err = strconv.ParseFloat(val, 64)
-			haveGor = err == nil
+		for i, n := range names {
+			if name == n {
+				if v, err := strconv.ParseFloat(val, 64); err == nil {
+					vals[i] = v
+					found++
+				}
+			}
 		}
 	}
-	return int64(heap), int(gor), haveHeap && haveGor
+	return vals, found == len(names)
 }
 
 // tailBuffer keeps the last max bytes written to it.

@@ -88,6 +88,19 @@ func (self) resetPeak() bool             { return resetPeak("self") }
 func (self) cpu() (time.Duration, error) { return selfCPU(), nil }
 func (self) cheapHeap() bool             { return true }
 
+func (self) runtimeStats() (runtimeStats, bool) {
+	s := []metrics.Sample{{Name: "/memory/classes/heap/stacks:bytes"}, {Name: "/memory/classes/heap/objects:bytes"}, {Name: "/memory/classes/heap/unused:bytes"}}
+	metrics.Read(s)
+	for _, v := range s {
+		if v.Value.Kind() != metrics.KindUint64 {
+			return runtimeStats{}, false
+		}
+	}
+	// heap_inuse as MemStats has it: objects and the unused part of their spans.
+	return runtimeStats{Stacks: int64(s[0].Value.Uint64()), HeapInuse: int64(s[1].Value.Uint64() + s[2].Value.Uint64()),
+		Goroutines: runtime.NumGoroutine()}, true
+}
+
 func (self) heap() (int64, int, bool) {
 	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
 	metrics.Read(s)
