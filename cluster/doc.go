@@ -70,11 +70,15 @@
 // partitions are released. Telegram polls under the "conn.telegram.<bot id>" lease and
 // sends within Postgres.Budget("telegram.<bot id>", 30, 30).
 //
+// The Discord adapter holds its gateway connection under "conn.discord.<bot id>" the same
+// way, and keeps its catch-up cursors in Postgres, so the process taking the connection
+// over reads what was posted meanwhile. The admin API's inject reaches a chat through any
+// process: Node.Forward passes it over NATS (gateway.api.<holder>) to the process holding
+// the chat's partition, which runs it (gateway.Forwarded).
+//
 // # Not built
 //
-//   - Discord's gateway connection is not under a lease: run Discord in one process, or
-//     expect each process to receive its events (the dedup window drops the copies).
-//   - The admin API's inject acts on the process it reaches; in cluster mode that need not
-//     be the one answering the chat.
 //   - Media users send are kept under the answering process's state_dir.
+//   - The web chat's messages are answered by the process the browser is connected to, and
+//     are not journaled in cluster mode.
 package cluster

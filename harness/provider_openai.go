@@ -136,12 +136,12 @@ func (p *openAIProvider) open(ctx context.Context, params *openai.ChatCompletion
 // openAIChunk is the part of a streamed chat.completion.chunk the answer is made of.
 type openAIChunk struct {
 	Choices []struct {
-		Index int64 `json:"index"`
+		Index float64 `json:"index"` // numbers as float64: some compatible servers send 0.0
 		Delta struct {
 			Content   string `json:"content"`
 			ToolCalls []struct {
-				Index    int64  `json:"index"`
-				ID       string `json:"id"`
+				Index    float64 `json:"index"`
+				ID       string  `json:"id"`
 				Function struct {
 					Name      string `json:"name"`
 					Arguments string `json:"arguments"`
@@ -151,8 +151,8 @@ type openAIChunk struct {
 		FinishReason string `json:"finish_reason"`
 	} `json:"choices"`
 	Usage struct {
-		PromptTokens     int64 `json:"prompt_tokens"`
-		CompletionTokens int64 `json:"completion_tokens"`
+		PromptTokens     float64 `json:"prompt_tokens"`
+		CompletionTokens float64 `json:"completion_tokens"`
 	} `json:"usage"`
 }
 
@@ -179,14 +179,15 @@ func (a *openAIAccum) add(chunk *openAIChunk) string {
 			delta += d
 		}
 		for _, tc := range ch.Delta.ToolCalls {
-			c, ok := a.calls[tc.Index]
+			i := int64(tc.Index)
+			c, ok := a.calls[i]
 			if !ok {
 				if a.calls == nil {
 					a.calls, a.args = map[int64]*llm.ToolCall{}, map[int64]*strings.Builder{}
 				}
 				c = &llm.ToolCall{}
-				a.calls[tc.Index] = c
-				a.args[tc.Index] = &strings.Builder{}
+				a.calls[i] = c
+				a.args[i] = &strings.Builder{}
 			}
 			if tc.ID != "" {
 				c.ID = tc.ID
@@ -194,7 +195,7 @@ func (a *openAIAccum) add(chunk *openAIChunk) string {
 			if tc.Function.Name != "" {
 				c.Name += tc.Function.Name
 			}
-			a.args[tc.Index].WriteString(tc.Function.Arguments)
+			a.args[i].WriteString(tc.Function.Arguments)
 		}
 		if ch.FinishReason != "" {
 			a.resp.StopReason = ch.FinishReason

@@ -44,6 +44,9 @@ type Reply struct {
 	CutAfter     int
 	InputTokens  int
 	OutputTokens int
+	// FloatNumbers writes the stream's indexes and token counts as 3.0 rather than 3, as
+	// some OpenAI-compatible servers do.
+	FloatNumbers bool
 
 	code string // the error's code (context_length_exceeded)
 }
@@ -365,10 +368,16 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, id, model string
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
+	num := func(n int) any {
+		if rep.FloatNumbers {
+			return json.Number(fmt.Sprintf("%d.0", n))
+		}
+		return n
+	}
 	send := func(delta map[string]any, finish any, usage any) {
 		chunk := map[string]any{
 			"id": id, "object": "chat.completion.chunk", "created": time.Now().Unix(), "model": model,
-			"choices": []any{map[string]any{"index": 0, "delta": delta, "finish_reason": finish}},
+			"choices": []any{map[string]any{"index": num(0), "delta": delta, "finish_reason": finish}},
 		}
 		if usage != nil {
 			chunk["choices"] = []any{}
@@ -403,16 +412,16 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, id, model string
 		fn := tc["function"].(map[string]any)
 		args := fn["arguments"].(string)
 		half := len(args) / 2
-		send(map[string]any{"tool_calls": []any{map[string]any{"index": i, "id": tc["id"], "type": "function",
+		send(map[string]any{"tool_calls": []any{map[string]any{"index": num(i), "id": tc["id"], "type": "function",
 			"function": map[string]any{"name": fn["name"], "arguments": args[:half]}}}}, nil, nil)
-		send(map[string]any{"tool_calls": []any{map[string]any{"index": i, "function": map[string]any{"arguments": args[half:]}}}}, nil, nil)
+		send(map[string]any{"tool_calls": []any{map[string]any{"index": num(i), "function": map[string]any{"arguments": args[half:]}}}}, nil, nil)
 	}
 	finish := "stop"
 	if len(rep.ToolCalls) > 0 {
 		finish = "tool_calls"
 	}
 	send(map[string]any{}, finish, nil)
-	send(nil, nil, map[string]any{"prompt_tokens": rep.InputTokens, "completion_tokens": rep.OutputTokens, "total_tokens": rep.InputTokens + rep.OutputTokens})
+	send(nil, nil, map[string]any{"prompt_tokens": num(rep.InputTokens), "completion_tokens": num(rep.OutputTokens), "total_tokens": num(rep.InputTokens + rep.OutputTokens)})
 	fmt.Fprint(w, "data: [DONE]\n\n")
 	if fl != nil {
 		fl.Flush()

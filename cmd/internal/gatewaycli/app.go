@@ -242,7 +242,12 @@ func (a *app) buildChannels(cfg Config) ([]channels.Channel, error) {
 		}
 	}
 	if cfg.Channels.Discord.Enabled {
-		ch, err := discord.New(cfg.Channels.Discord, discord.Options{Logger: a.log, StateDir: filepath.Join(cfg.StateDir, "discord"), HTTPClient: a.client})
+		opts := discord.Options{Logger: a.log, StateDir: filepath.Join(cfg.StateDir, "discord"), HTTPClient: a.client, State: st}
+		if a.node != nil {
+			// One process holds the gateway connection at a time; every process sends.
+			opts.Holder = cluster.NewHolder(a.node.Leases(), a.node.Holder(), a.log)
+		}
+		ch, err := discord.New(cfg.Channels.Discord, opts)
 		if err != nil {
 			errs = append(errs, err)
 		} else {
