@@ -3,6 +3,8 @@ package gatewaycli
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 
 	"gateway/cluster/natstest"
 	"gateway/cluster/pgtest"
+	"gateway/state"
 )
 
 func TestClusterSectionIsCheckedInPlainWords(t *testing.T) {
@@ -33,6 +36,8 @@ func TestClusterSectionIsCheckedInPlainWords(t *testing.T) {
 	}
 }
 
+// Without a cluster: section nothing of cluster mode runs: no cluster status, no cluster
+// metrics, the intake journaled in state_dir.
 func TestSingleNodeTouchesNoPostgres(t *testing.T) {
 	cfg, err := loadConfig(writeConfig(t, "state_dir: STATE\n"), func(string) string { return "" })
 	if err != nil {
@@ -40,6 +45,18 @@ func TestSingleNodeTouchesNoPostgres(t *testing.T) {
 	}
 	if cfg.Cluster.Enabled() {
 		t.Fatalf("no cluster: key, yet cluster mode is on: %+v", cfg.Cluster)
+	}
+	root := t.TempDir()
+	g := startGateway(t, root, "")
+	g.user("c1").ask("hello single node")
+	if _, status := g.get("/api/v1/status"); strings.Contains(status, `"cluster"`) {
+		t.Fatalf("a single node reports a cluster: %s", status)
+	}
+	if _, metrics := g.get("/metrics"); strings.Contains(metrics, "gateway_cluster_") {
+		t.Fatal("a single node exports cluster metrics")
+	}
+	if _, err := os.Stat(filepath.Join(root, "data", state.FileName)); err != nil {
+		t.Fatalf("the single node's state file: %v", err)
 	}
 }
 
