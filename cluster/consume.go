@@ -151,7 +151,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}
 		_ = member.Release(rctx)
 	}()
-	tick := time.NewTicker(c.leases.TTL() / 4)
+	// Balancing often keeps a hand-over short (a released partition waits for the next
+	// tick of another process); renewing needs only TTL/4.
+	tick := time.NewTicker(min(c.leases.TTL()/4, time.Second))
 	defer tick.Stop()
 	for {
 		if err := member.Renew(ctx); errors.Is(err, ErrLeaseLost) {

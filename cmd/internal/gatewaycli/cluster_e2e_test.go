@@ -298,26 +298,7 @@ func TestClusterThreeProcessesAnswerEveryMessageOnceInOrder(t *testing.T) {
 	}
 	r.waitAnswered(l, 4*time.Minute, nil)
 	// The partitions end up shared: each process holds some, all are held, none twice.
-	waitFor(t, "the partitions are shared by the three", func() bool {
-		held := map[int]int{}
-		for _, p := range r.procs {
-			st := p.clusterStatus(t)
-			if len(st.Held) == 0 || !st.Healthy {
-				return false
-			}
-			for _, h := range st.Held {
-				if !h.HandingOver {
-					held[h.Partition]++
-				}
-			}
-		}
-		for p := range 64 {
-			if held[p] != 1 {
-				return false
-			}
-		}
-		return true
-	}, stringer("see the leases above"))
+	r.waitBalanced()
 	if n, want := len(r.oai.Requests()), 5*230; n != want {
 		t.Errorf("model calls = %d; want one per message, %d", n, want)
 	}
@@ -363,6 +344,33 @@ func TestClusterThreeProcessesAnswerEveryMessageOnceInOrder(t *testing.T) {
 	for _, p := range r.procs {
 		p.stop()
 	}
+}
+
+// waitBalanced waits until every partition is held by exactly one process, each process
+// holding some and none handing any over.
+func (r *clusterRig) waitBalanced() {
+	r.t.Helper()
+	waitFor(r.t, "the partitions are shared by the processes", func() bool {
+		held := map[int]int{}
+		for _, p := range r.procs {
+			st := p.clusterStatus(r.t)
+			if len(st.Held) == 0 || !st.Healthy {
+				return false
+			}
+			for _, h := range st.Held {
+				if h.HandingOver {
+					return false
+				}
+				held[h.Partition]++
+			}
+		}
+		for p := range 64 {
+			if held[p] != 1 {
+				return false
+			}
+		}
+		return true
+	}, r.logs())
 }
 
 // leaseHolder is who holds a lease now ("" when nobody does).
@@ -597,6 +605,7 @@ func benchCluster(b *testing.B, procs, n, perSecond int) {
 	r := newClusterRig(b, "webhook")
 	r.delay.Store(int64(200 * time.Millisecond))
 	r.start(procs)
+	r.waitBalanced() // steady state: the hand-over as processes join is not measured
 	l := chatLoad{tgChats: tgChats(5000, 200), n: n, tag: "b"}
 	sent := map[string]time.Time{}
 	start := time.Now()
