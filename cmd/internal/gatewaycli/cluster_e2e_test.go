@@ -302,6 +302,18 @@ func TestClusterThreeProcessesAnswerEveryMessageOnceInOrder(t *testing.T) {
 	if n, want := len(r.oai.Requests()), 5*230; n != want {
 		t.Errorf("model calls = %d; want one per message, %d", n, want)
 	}
+	resp, err := http.Get("http://" + r.procs[0].addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, m := range []string{"gateway_cluster_partitions_held", "gateway_cluster_partition_lag{", "gateway_cluster_up 1"} {
+		if !strings.Contains(string(metrics), m) {
+			t.Errorf("/metrics has no %s", m)
+		}
+	}
+
 	// The admin API reaches a chat through any process: an inject sent to a process that
 	// does not answer the chat is run by the one that does, and waits for its delivery.
 	part := cluster.Partition("telegram:1001", 64)
@@ -316,7 +328,7 @@ func TestClusterThreeProcessesAnswerEveryMessageOnceInOrder(t *testing.T) {
 		}
 	}
 	body := `{"channel":"telegram","chat_id":"1001","text":"injected elsewhere","trigger":true,"wait":"delivered"}`
-	resp, err := (&http.Client{Timeout: time.Minute}).Post("http://"+other.addr+"/api/v1/inject", "application/json", strings.NewReader(body))
+	resp, err = (&http.Client{Timeout: time.Minute}).Post("http://"+other.addr+"/api/v1/inject", "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatalf("inject: %v; logs:\n%s", err, r.logs())
 	}

@@ -161,6 +161,10 @@ func (c *child) stop() {
 		c.t.Errorf("the gateway did not stop within 30s; log:\n%s", c.log)
 		c.kill()
 	}
+	// Under -race the child is race-enabled too; what it finds is in its log only.
+	if strings.Contains(c.log.String(), "WARNING: DATA RACE") {
+		c.t.Errorf("the gateway process found a data race; log:\n%s", c.log)
+	}
 }
 
 // waitFor polls cond for up to 20s.
