@@ -393,3 +393,30 @@ func TestBindingPicksProfileSystemPrompt(t *testing.T) {
 		t.Fatalf("system prompt %q; want the default profile's", sys)
 	}
 }
+
+// The turns waiting behind a running one are bounded by queue_size too: a chat that keeps
+// writing during a long turn is told to send again, not queued without end.
+func TestWaitingTurnsAreBoundedByTheQueueSize(t *testing.T) {
+	e := newEnv(t, func(c *Config, rt *Runtime, d *Deps) { c.QueueSize = 2 })
+	e.fake.Push(harness.FakeReply{Text: "first", Delay: 3 * time.Second})
+	e.mem.inject(t, "b", "1", "one")
+	waitRequests(t, e.fake, 1)
+	for i := 2; i <= 6; i++ {
+		e.mem.inject(t, "b", fmt.Sprint(i), fmt.Sprint("msg ", i))
+		time.Sleep(100 * time.Millisecond) // taken off the mailbox, into the waiting turns
+	}
+	e.mem.waitDone(t, 3) // three are told: two wait behind the running turn
+	for _, f := range e.mem.finals("b") {
+		if !strings.Contains(f, "send it again") {
+			t.Fatalf("got %q before the running turn ended; want only notices", e.mem.finals("b"))
+		}
+	}
+	e.mem.waitDone(t, 3) // the running turn and the two waiting ones
+	got := e.mem.finals("b")
+	if len(got) != 6 {
+		t.Fatalf("answers %q; want three notices and three answers", got)
+	}
+	if n := len(e.fake.Requests()); n != 3 {
+		t.Fatalf("model calls = %d; want 3 (one running, two waiting)", n)
+	}
+}

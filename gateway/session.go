@@ -333,6 +333,12 @@ func (s *session) dispatch(req *turnReq, mode string) {
 		s.pending = append(s.pending, req)
 		return
 	}
+	// The turns waiting behind the running one are bounded like the mailbox: a chat that
+	// keeps writing while a long turn runs cannot grow this process without end.
+	if len(s.pending) >= s.g.cfg.QueueSize && !(mode == QueueCollect && s.mergeable()) && mode != QueueInterrupt {
+		s.refuseTurn(req)
+		return
+	}
 	switch mode {
 	case QueueSteer:
 		// Media cannot ride a steered message: one with media waits for its own turn.
@@ -343,8 +349,8 @@ func (s *session) dispatch(req *turnReq, mode string) {
 		}
 		s.pending = append(s.pending, req)
 	case QueueCollect:
-		if n := len(s.pending); n > 0 && !s.pending[n-1].compact && s.pending[n-1].hookCmd == nil {
-			last := s.pending[n-1]
+		if s.mergeable() {
+			last := s.pending[len(s.pending)-1]
 			last.prompt = strings.TrimSpace(last.prompt + "\n\n" + req.prompt)
 			last.parts = append(last.parts, req.parts...)
 			last.isVoice = last.isVoice || req.isVoice
@@ -361,6 +367,34 @@ func (s *session) dispatch(req *turnReq, mode string) {
 	default: // followup
 		s.pending = append(s.pending, req)
 	}
+}
+
+// mergeable reports whether a collected message may join the last waiting turn: a plain
+// turn that has not yet merged a queue's worth of messages.
+func (s *session) mergeable() bool {
+	n := len(s.pending)
+	if n == 0 {
+		return false
+	}
+	last := s.pending[n-1]
+	return !last.compact && last.hookCmd == nil && len(last.seqs) < s.g.cfg.QueueSize
+}
+
+// refuseTurn answers a turn that finds the chat's queue full, as Deliver does a message
+// that finds the mailbox full.
+func (s *session) refuseTurn(req *turnReq) {
+	if s.g.metrics != nil {
+		s.g.metrics.Rejected.WithLabelValues(req.target.Channel, "queue_full").Inc()
+	}
+	s.g.log.Warn("message not taken", "session", s.key, "reason",
+		fmt.Sprintf("the chat's queue is full (sessions.queue_size: %d); the message was not taken", s.g.cfg.QueueSize))
+	bus := s.g.Runtime().Bus
+	if req.rt != nil {
+		bus = req.rt.Bus
+	}
+	s.g.notify(s.g.ctx, bus, req.target, "I'm still working through your earlier messages, so I couldn't take this one. Please send it again in a moment.")
+	s.g.settle(req.seqs...)
+	req.drop()
 }
 
 // cancelRunning stops the running turn; its goroutine emits message:cancel on the bus the
