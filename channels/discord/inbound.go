@@ -2,14 +2,6 @@ package discord
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"io"
-	"mime"
-	"net/http"
-	"net/url"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -18,8 +10,6 @@ import (
 
 	"gateway/channels"
 )
-
-const downloadTimeout = 2 * time.Minute
 
 type chanInfo struct {
 	thread bool
@@ -95,23 +85,9 @@ func (c *Channel) handle(ctx context.Context, dm *discordgo.Message) {
 		ro.mentions, ro.stripBot = dm.ReferencedMessage.Mentions, false
 		msg.ReplyTo.Text = c.summary(ctx, dm.ReferencedMessage, ro)
 	}
-	parts, err := c.content(ctx, dm, msg, opts)
-	if err != nil {
-		var big *tooBigError
-		if errors.As(err, &big) {
-			c.notice(ctx, msg, big.text())
-			return
-		}
-		if ctx.Err() != nil {
-			c.dedup.Forget(dm.ID)
-			return
-		}
-		c.log.Warn("discord: attachment download failed", "message_id", dm.ID, "err", c.scrub.Wrap(err))
-		c.notice(ctx, msg, "Sorry, I could not download your attachment. Please send it again.")
-		c.dedup.Forget(dm.ID)
-		return
-	}
-	for _, p := range parts {
+	// Attachments go as references, downloaded by Fetch on the chat's own session: this
+	// worker reads every chat's messages in order and must not wait on a download.
+	for _, p := range c.content(ctx, dm, msg, opts) {
 		msg.Parts = append(msg.Parts, p)
 		msg.IsVoice = msg.IsVoice || p.Voice
 	}
@@ -175,31 +151,11 @@ func (c *Channel) normalise(ctx context.Context, dm *discordgo.Message, bot stri
 }
 
 // content builds a message's parts: the user's words (markup made plain) and descriptions
-// of what has no words, the attachments, then each forwarded message with its own
-// attachments. It never comes back empty: a message the bot was sent is always passed on.
-// discordgo v0.29.0 decodes message_snapshots, sticker_items and poll itself.
-func (c *Channel) content(ctx context.Context, dm *discordgo.Message, msg *channels.Message, o textOpts) ([]channels.Part, error) {
-	limit := c.cfg.maxFileBytes()
-	all := slices.Clone(dm.Attachments)
-	for _, s := range dm.MessageSnapshots {
-		if s.Message != nil {
-			all = append(all, s.Message.Attachments...)
-		}
-	}
-	for _, a := range all {
-		if a != nil && int64(a.Size) > limit {
-			return nil, &tooBigError{size: int64(a.Size), limit: limit}
-		}
-	}
+// of what has no words, the attachments (as references, see Fetch), then each forwarded
+// message with its own attachments. It never comes back empty: a message the bot was sent
+// is always passed on. discordgo v0.29.0 decodes message_snapshots, sticker_items and poll itself.
+func (c *Channel) content(ctx context.Context, dm *discordgo.Message, msg *channels.Message, o textOpts) []channels.Part {
 	var parts []channels.Part
-	fail := func(err error) ([]channels.Part, error) {
-		for _, p := range parts {
-			if p.Path != "" {
-				_ = os.Remove(p.Path)
-			}
-		}
-		return nil, err
-	}
 	var lines []string
 	if t := c.plainText(ctx, dm.Content, o); t != "" {
 		lines = append(lines, t)
@@ -208,12 +164,8 @@ func (c *Channel) content(ctx context.Context, dm *discordgo.Message, msg *chann
 	if len(lines) > 0 {
 		parts = append(parts, channels.TextPart(strings.Join(lines, "\n")))
 	}
-	n := 0 // numbers the downloads of this message
-	files, err := c.attachments(ctx, dm.ID, dm.Attachments, dm.Flags&discordgo.MessageFlagsIsVoiceMessage != 0, &n, limit)
-	parts = append(parts, files...)
-	if err != nil {
-		return fail(err)
-	}
+	n := 0 // numbers the files of this message
+	parts = append(parts, attachmentRefs(dm.ID, dm.Attachments, dm.Flags&discordgo.MessageFlagsIsVoiceMessage != 0, &n)...)
 	for _, s := range dm.MessageSnapshots {
 		fm := s.Message
 		if fm == nil {
@@ -231,11 +183,7 @@ func (c *Channel) content(ctx context.Context, dm *discordgo.Message, msg *chann
 		body = append(body, c.notes(ctx, fm, fo, "")...)
 		parts = append(parts, channels.TextPart(forwardHeader(body, len(fm.Attachments))))
 		// A forwarded voice message is audio to transcribe, but the user did not speak.
-		files, err := c.attachments(ctx, dm.ID, fm.Attachments, false, &n, limit)
-		parts = append(parts, files...)
-		if err != nil {
-			return fail(err)
-		}
+		parts = append(parts, attachmentRefs(dm.ID, fm.Attachments, false, &n)...)
 	}
 	if len(parts) == 0 {
 		what := "[The user sent a message with nothing in it that can be shown as text]"
@@ -244,7 +192,7 @@ func (c *Channel) content(ctx context.Context, dm *discordgo.Message, msg *chann
 		}
 		parts = append(parts, channels.TextPart(what))
 	}
-	return parts, nil
+	return parts
 }
 
 func (c *Channel) channelInfo(ctx context.Context, id string) (chanInfo, bool) {
@@ -281,138 +229,6 @@ func (c *Channel) botRoles(ctx context.Context, guild, bot string) []string {
 	}
 	c.roles.put(guild, m.Roles)
 	return m.Roles
-}
-
-type tooBigError struct{ size, limit int64 }
-
-func (e *tooBigError) Error() string {
-	return fmt.Sprintf("attachment of %d bytes over the %d limit", e.size, e.limit)
-}
-
-func (e *tooBigError) text() string {
-	return fmt.Sprintf("Sorry, that file is too large for me (%.1f MB; the limit is %.1f MB).",
-		float64(e.size)/1e6, float64(e.limit)/1e6)
-}
-
-// attachments downloads atts in order. Files are named after the message id and the
-// running number n, so that the attachments of a forward do not overwrite the message's own.
-// What it downloaded before an error is returned along with it, for the caller to remove.
-func (c *Channel) attachments(ctx context.Context, id string, atts []*discordgo.MessageAttachment, voiceFirst bool, n *int, limit int64) ([]channels.Part, error) {
-	var parts []channels.Part
-	for i, a := range atts {
-		if a == nil {
-			continue
-		}
-		voice := i == 0 && voiceFirst
-		ct := a.ContentType
-		if ct == "" {
-			ct = mime.TypeByExtension(strings.ToLower(filepath.Ext(a.Filename)))
-		}
-		if voice && ct == "" {
-			ct = "audio/ogg"
-		}
-		base, _, _ := mime.ParseMediaType(ct)
-		p := channels.Part{Type: partType(base, voice), MIME: base, Name: a.Filename, Duration: a.DurationSecs, Voice: voice}
-		if p.MIME == "" {
-			p.MIME = "application/octet-stream"
-		}
-		path, size, err := c.download(ctx, a.URL, fmt.Sprintf("%s-%d%s", id, *n, safeExt(a.Filename)), limit)
-		*n++
-		if err != nil {
-			return parts, err
-		}
-		p.Path, p.Size = path, size
-		parts = append(parts, p)
-	}
-	return parts, nil
-}
-
-func partType(mimeType string, voice bool) channels.PartType {
-	switch {
-	case voice || strings.HasPrefix(mimeType, "audio/"):
-		return channels.PartAudio
-	case strings.HasPrefix(mimeType, "image/"):
-		return channels.PartImage
-	}
-	return channels.PartFile
-}
-
-// safeExt keeps a short alphanumeric extension of a user-given file name, nothing else of it.
-func safeExt(name string) string {
-	ext := filepath.Ext(name)
-	if len(ext) < 2 || len(ext) > 10 {
-		return ""
-	}
-	for _, r := range ext[1:] {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
-			return ""
-		}
-	}
-	return strings.ToLower(ext)
-}
-
-// allowedHost says whether an attachment URL points at Discord's CDN or at api_url.
-func (c *Channel) allowedHost(u *url.URL) bool {
-	if c.api != nil && u.Host == c.api.Host && u.Scheme == c.api.Scheme {
-		return true
-	}
-	if u.Scheme != "https" {
-		return false
-	}
-	h := u.Hostname()
-	return h == "cdn.discordapp.com" || h == "media.discordapp.net"
-}
-
-// download saves url to the media directory, at most limit bytes.
-func (c *Channel) download(ctx context.Context, rawURL, name string, limit int64) (string, int64, error) {
-	u, err := url.Parse(rawURL)
-	if err != nil || !c.allowedHost(u) {
-		return "", 0, fmt.Errorf("attachment URL on an unexpected host %q", u.Host)
-	}
-	if err := os.MkdirAll(c.mediaDir, 0o700); err != nil {
-		return "", 0, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, downloadTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return "", 0, err
-	}
-	// Downloads are bounded by ctx, not by the REST client's shorter timeout.
-	hc := &http.Client{Transport: c.client.Transport, CheckRedirect: func(r *http.Request, via []*http.Request) error {
-		if len(via) >= 5 || !c.allowedHost(r.URL) {
-			return fmt.Errorf("attachment redirected to an unexpected host %q", r.URL.Host)
-		}
-		return nil
-	}}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return "", 0, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return "", 0, fmt.Errorf("attachment download answered %s", resp.Status)
-	}
-	f, err := os.CreateTemp(c.mediaDir, ".part-*")
-	if err != nil {
-		return "", 0, err
-	}
-	n, err := io.Copy(f, io.LimitReader(resp.Body, limit+1))
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil && n > limit {
-		err = &tooBigError{size: n, limit: limit}
-	}
-	dst := filepath.Join(c.mediaDir, name)
-	if err == nil {
-		err = os.Rename(f.Name(), dst)
-	}
-	if err != nil {
-		_ = os.Remove(f.Name())
-		return "", 0, err
-	}
-	return dst, n, nil
 }
 
 // notice answers msg with a short plain text (not allowed, file too large...).

@@ -1,0 +1,251 @@
+package discord
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/bwmarrin/discordgo"
+
+	"gateway/channels"
+)
+
+// Attachments reach the gateway as references (Part.Ref) and are downloaded by Fetch, on
+// the chat's own session goroutine: the worker that reads every Discord chat's messages in
+// order never waits on a download, the message is journaled at once, and in cluster mode
+// the process answering the chat is the one that downloads.
+
+// downloadTimeout bounds one download, within the ctx Fetch is given.
+const downloadTimeout = 2 * time.Minute
+
+// notFetched is what the user reads when one of their files could not be downloaded.
+const notFetched = "Sorry, I could not download your attachment. Please send it again."
+
+// fileRef is what an attachment part's Ref holds: what is needed to download it later.
+// Discord serves attachments without a token, so none is kept here.
+type fileRef struct {
+	ID   string `json:"id"` // the attachment's id
+	URL  string `json:"url"`
+	Name string `json:"name"` // as the user named it
+	Size int64  `json:"size"` // as Discord announced it
+	MIME string `json:"mime"`
+	// File is the name it is saved under: the message id and a running number, so that
+	// the attachments of a forward do not overwrite the message's own.
+	File string `json:"file"`
+}
+
+// attachmentRefs makes the parts of atts, each with a reference to download it by.
+// voiceFirst marks the first one as a voice message; n numbers the files of the message.
+func attachmentRefs(msgID string, atts []*discordgo.MessageAttachment, voiceFirst bool, n *int) []channels.Part {
+	var parts []channels.Part
+	for i, a := range atts {
+		if a == nil {
+			continue
+		}
+		voice := i == 0 && voiceFirst
+		ct := a.ContentType
+		if ct == "" {
+			ct = mime.TypeByExtension(strings.ToLower(filepath.Ext(a.Filename)))
+		}
+		if voice && ct == "" {
+			ct = "audio/ogg"
+		}
+		base, _, _ := mime.ParseMediaType(ct)
+		if base == "" {
+			base = "application/octet-stream"
+		}
+		r := fileRef{ID: a.ID, URL: a.URL, Name: a.Filename, Size: int64(a.Size), MIME: base,
+			File: fmt.Sprintf("%s-%d%s", msgID, *n, safeExt(a.Filename))}
+		*n++
+		ref, _ := json.Marshal(r)
+		parts = append(parts, channels.Part{Type: partType(base, voice), MIME: base, Name: a.Filename, Size: r.Size,
+			Duration: a.DurationSecs, Voice: voice, Ref: string(ref)})
+	}
+	return parts
+}
+
+// Fetch downloads msg's referenced attachments (see channels.Fetcher) to the media
+// directory, each within max_file_bytes: a file announced over the limit is refused
+// without a download. When every attachment fails the message fails with what to tell the
+// user; otherwise the user is told about the ones that failed and the rest goes on, with a
+// note for the agent. It needs no gateway connection: any process may fetch.
+func (c *Channel) Fetch(ctx context.Context, msg *channels.Message) error {
+	limit := c.cfg.maxFileBytes()
+	out := make([]channels.Part, 0, len(msg.Parts))
+	var refusals, saved []string
+	failed, total := 0, 0
+	for _, p := range msg.Parts {
+		if p.Ref == "" {
+			out = append(out, p)
+			continue
+		}
+		total++
+		got, refusal := c.fetchPart(ctx, p, limit)
+		if refusal != "" {
+			failed++
+			if !slices.Contains(refusals, refusal) {
+				refusals = append(refusals, refusal)
+			}
+			continue
+		}
+		saved = append(saved, got.Path)
+		out = append(out, got)
+	}
+	if failed > 0 && ctx.Err() != nil {
+		// Out of time, or the gateway is stopping: msg keeps its references (a restart
+		// fetches it again) and the user, if anyone is left to tell, is told it failed.
+		for _, p := range saved {
+			_ = os.Remove(p)
+		}
+		return errors.New(notFetched)
+	}
+	switch {
+	case failed == 0:
+		msg.Parts = out
+		return nil
+	case failed == total:
+		return errors.New(strings.Join(refusals, "\n"))
+	}
+	c.notice(ctx, msg, strings.Join(refusals, "\n"))
+	msg.Parts = append(out, channels.TextPart(fmt.Sprintf("[%d of the %d attachments of this message could not be downloaded]", failed, total)))
+	return nil
+}
+
+// fetchPart downloads one referenced part; refusal, when set, is what to tell the user.
+func (c *Channel) fetchPart(ctx context.Context, p channels.Part, limit int64) (channels.Part, string) {
+	var r fileRef
+	err := json.Unmarshal([]byte(p.Ref), &r)
+	if err != nil || r.URL == "" || r.File == "" || r.File != filepath.Base(r.File) || strings.HasPrefix(r.File, ".") {
+		c.log.Warn("discord: an attachment reference could not be read; the user is told", "err", err)
+		return channels.Part{}, notFetched
+	}
+	if r.Size > limit {
+		return channels.Part{}, (&tooBigError{size: r.Size, limit: limit}).text()
+	}
+	path, size, err := c.download(ctx, r.URL, r.File, limit)
+	var big *tooBigError
+	switch {
+	case errors.As(err, &big):
+		return channels.Part{}, big.text()
+	case err != nil:
+		if ctx.Err() == nil {
+			c.log.Warn("discord: attachment download failed; the user is told", "attachment_id", r.ID, "err", c.scrub.Wrap(err))
+		}
+		return channels.Part{}, notFetched
+	}
+	p.Ref, p.Path, p.Size = "", path, size
+	return p, ""
+}
+
+type tooBigError struct{ size, limit int64 }
+
+func (e *tooBigError) Error() string {
+	return fmt.Sprintf("attachment of %d bytes over the %d limit", e.size, e.limit)
+}
+
+func (e *tooBigError) text() string {
+	return fmt.Sprintf("Sorry, that file is too large for me (%.1f MB; the limit is %.1f MB).",
+		float64(e.size)/1e6, float64(e.limit)/1e6)
+}
+
+func partType(mimeType string, voice bool) channels.PartType {
+	switch {
+	case voice || strings.HasPrefix(mimeType, "audio/"):
+		return channels.PartAudio
+	case strings.HasPrefix(mimeType, "image/"):
+		return channels.PartImage
+	}
+	return channels.PartFile
+}
+
+// safeExt keeps a short alphanumeric extension of a user-given file name, nothing else of it.
+func safeExt(name string) string {
+	ext := filepath.Ext(name)
+	if len(ext) < 2 || len(ext) > 10 {
+		return ""
+	}
+	for _, r := range ext[1:] {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
+			return ""
+		}
+	}
+	return strings.ToLower(ext)
+}
+
+// allowedHost says whether an attachment URL points at Discord's CDN or at api_url.
+func (c *Channel) allowedHost(u *url.URL) bool {
+	if c.api != nil && u.Host == c.api.Host && u.Scheme == c.api.Scheme {
+		return true
+	}
+	if u.Scheme != "https" {
+		return false
+	}
+	h := u.Hostname()
+	return h == "cdn.discordapp.com" || h == "media.discordapp.net"
+}
+
+// download saves url to the media directory as name, at most limit bytes. Its errors
+// never carry the URL: a signed attachment URL is nobody's business in a log.
+func (c *Channel) download(ctx context.Context, rawURL, name string, limit int64) (string, int64, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "", 0, errors.New("attachment URL cannot be read")
+	}
+	if !c.allowedHost(u) {
+		return "", 0, fmt.Errorf("attachment URL on an unexpected host %q", u.Host)
+	}
+	if err := os.MkdirAll(c.mediaDir, 0o700); err != nil {
+		return "", 0, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, downloadTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return "", 0, unwrapURL(err)
+	}
+	// Downloads are bounded by ctx, not by the REST client's shorter timeout.
+	hc := &http.Client{Transport: c.client.Transport, CheckRedirect: func(r *http.Request, via []*http.Request) error {
+		if len(via) >= 5 || !c.allowedHost(r.URL) {
+			return fmt.Errorf("attachment redirected to an unexpected host %q", r.URL.Host)
+		}
+		return nil
+	}}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return "", 0, unwrapURL(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return "", 0, fmt.Errorf("attachment download answered %s", resp.Status)
+	}
+	f, err := os.CreateTemp(c.mediaDir, ".part-*")
+	if err != nil {
+		return "", 0, err
+	}
+	n, err := io.Copy(f, io.LimitReader(resp.Body, limit+1))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && n > limit {
+		err = &tooBigError{size: n, limit: limit}
+	}
+	dst := filepath.Join(c.mediaDir, name)
+	if err == nil {
+		err = os.Rename(f.Name(), dst)
+	}
+	if err != nil {
+		_ = os.Remove(f.Name())
+		return "", 0, err
+	}
+	return dst, n, nil
+}
