@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"testing"
 	"time"
 )
 
@@ -162,7 +164,23 @@ func (s *Server) getAttachment(w http.ResponseWriter, r *http.Request, _ Bot, _ 
 	if m != nil && err == nil && i >= 0 && i < len(m.Files) && m.ChannelID == r.PathValue("cid") {
 		f = &m.Files[i]
 	}
+	hold := s.holds[r.PathValue("cid")]
+	if hold != nil {
+		s.heldNow++
+	}
 	s.mu.Unlock()
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-r.Context().Done():
+		}
+		s.mu.Lock()
+		s.heldNow--
+		s.mu.Unlock()
+		if r.Context().Err() != nil {
+			return
+		}
+	}
 	if f == nil {
 		http.Error(w, "not found", http.StatusNotFound)
 		return
@@ -170,6 +188,34 @@ func (s *Server) getAttachment(w http.ResponseWriter, r *http.Request, _ Bot, _ 
 	w.Header().Set("Content-Type", f.ContentType)
 	w.Header().Set("Content-Length", strconv.Itoa(len(f.Data)))
 	_, _ = w.Write(f.Data)
+}
+
+// HoldDownloads makes downloads of the attachments posted in channel id wait, as a slow
+// CDN would, until release is called (or the client gives up). Release is also called
+// when the test ends.
+func (s *Server) HoldDownloads(t testing.TB, id string) (release func()) {
+	ch := make(chan struct{})
+	s.mu.Lock()
+	s.holds[id] = ch
+	s.mu.Unlock()
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			s.mu.Lock()
+			delete(s.holds, id)
+			s.mu.Unlock()
+			close(ch)
+		})
+	}
+	t.Cleanup(release)
+	return release
+}
+
+// HeldDownloads is the number of attachment downloads waiting on HoldDownloads now.
+func (s *Server) HeldDownloads() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.heldNow
 }
 
 // fail consumes a scripted failure of method in the request's channel, if any, and

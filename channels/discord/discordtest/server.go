@@ -137,6 +137,8 @@ type Server struct {
 	sessions      map[string]*session
 	appCommands   map[string][]AppCommand // bot id -> its application commands
 	interactions  map[string]*interaction // by interaction id
+	holds         map[string]chan struct{} // channel id -> closed when its held downloads may go on
+	heldNow       int                      // attachment downloads waiting on a hold
 }
 
 // New starts a fake with one bot and stops it when the test ends.
@@ -152,6 +154,7 @@ func New(t testing.TB) *Server {
 		nextID:    1_100_000_000_000_000_000,
 		heartbeat: time.Second,
 		sessions:  map[string]*session{},
+		holds:     map[string]chan struct{}{},
 	}
 	s.fs = fakeserver.New(s.routes())
 	s.URL = s.fs.URL

@@ -1,0 +1,175 @@
+package discord_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"gateway/channels"
+	"gateway/channels/channeltest"
+	"gateway/channels/discord"
+	"gateway/channels/discord/discordtest"
+	"gateway/internal/secret"
+)
+
+// A download that hangs in one chat must not keep another chat's message from the gateway:
+// attachments are fetched on the chat's own session, not by the adapter's intake.
+func TestSlowDownloadHoldsUpNoOtherChat(t *testing.T) {
+	t.Parallel()
+	srv := discordtest.New(t)
+	e := start(t, srv, discord.Config{Access: defaultAccess()})
+	release := srv.HoldDownloads(t, "760")
+	picture := []byte("\x89PNG a slow picture")
+	srv.Inject(discordtest.Incoming{ChannelID: "760", AuthorID: user, Content: "look at this",
+		Files: []discordtest.File{{Name: "slow.png", ContentType: "image/png", Data: picture}}})
+	waitFor(t, "the download to start", func() bool { return srv.HeldDownloads() == 1 })
+
+	srv.InjectDM("761", user, "meanwhile, in another chat")
+	m := e.sink.Next(t)
+	if m.ChatID != "761" || m.Text() != "meanwhile, in another chat" {
+		t.Fatalf("delivered %+v while the other chat's download hangs; want the other chat's message", m)
+	}
+	if srv.HeldDownloads() != 1 {
+		t.Fatalf("the first download is no longer held")
+	}
+
+	release()
+	m = e.sink.Next(t)
+	if m.ChatID != "760" || len(m.Parts) != 2 || m.Text() != "look at this" {
+		t.Fatalf("after the download: %+v", m)
+	}
+	if b, err := os.ReadFile(m.Parts[1].Path); err != nil || !bytes.Equal(b, picture) {
+		t.Errorf("the picture saved differs (%v)", err)
+	}
+}
+
+// journaled is how the gateway's intake journal keeps a message: the parts' references
+// beside the message, since Part.Ref is not on the JSON wire.
+type journaled struct {
+	Message *channels.Message `json:"message"`
+	Refs    []string          `json:"refs,omitempty"`
+}
+
+func roundTrip(t *testing.T, m *channels.Message) *channels.Message {
+	t.Helper()
+	j := journaled{Message: m, Refs: make([]string, len(m.Parts))}
+	for i, p := range m.Parts {
+		j.Refs[i] = p.Ref
+	}
+	body, err := json.Marshal(j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back journaled
+	if err := json.Unmarshal(body, &back); err != nil {
+		t.Fatal(err)
+	}
+	for i, ref := range back.Refs {
+		back.Message.Parts[i].Ref = ref
+	}
+	return back.Message
+}
+
+// startBare starts an adapter whose sink does not fetch: what it delivers keeps its references.
+func startBare(t *testing.T, srv *discordtest.Server, cfg discord.Config) (*discord.Channel, *channeltest.Sink, string) {
+	t.Helper()
+	cfg.Token, cfg.APIURL = secret.Secret(srv.Bot().Token), srv.URL
+	state := t.TempDir()
+	ch, err := discord.New(cfg, discord.Options{StateDir: state})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := channeltest.NewSink()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := ch.Start(ctx, sink); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := ch.Stop(ctx); err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+	})
+	return ch, sink, state
+}
+
+// The message is delivered with references, not downloads; a copy read back from the
+// journal is fetched by another process, and again after a restart.
+func TestAttachmentReferenceSurvivesTheJournal(t *testing.T) {
+	t.Parallel()
+	srv := discordtest.New(t)
+	cfg := discord.Config{Access: defaultAccess()}
+	_, sink, _ := startBare(t, srv, cfg)
+	voice := append([]byte("OggS"), bytes.Repeat([]byte{3}, 2000)...)
+	srv.InjectVoice("770", user, voice, 1.5, false)
+	m := sink.Next(t)
+	if !m.IsVoice || len(m.Parts) != 1 || m.Parts[0].Ref == "" || m.Parts[0].Path != "" {
+		t.Fatalf("delivered %+v; want one voice part by reference", m)
+	}
+	if ref := m.Parts[0].Ref; strings.Contains(ref, srv.Bot().Token) || !json.Valid([]byte(ref)) {
+		t.Errorf("reference %q: want plain JSON without the token", ref)
+	}
+	for _, c := range srv.Calls() {
+		if strings.HasPrefix(c.Path, "/attachments/") {
+			t.Fatalf("downloaded before delivery: %s", c.Path)
+		}
+	}
+
+	// Another process (the one answering the chat) fetches the journaled copy.
+	other, _, otherState := startBare(t, srv, cfg)
+	for round := range 2 { // the second time as after a restart: fetched again from the journal
+		cp := roundTrip(t, m)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := other.Fetch(ctx, cp)
+		cancel()
+		if err != nil {
+			t.Fatalf("round %d: Fetch: %v", round, err)
+		}
+		p := cp.Parts[0]
+		if p.Ref != "" || !strings.HasPrefix(p.Path, otherState) || p.Type != channels.PartAudio || !p.Voice ||
+			p.MIME != "audio/ogg" || p.Duration != 1.5 || p.Size != int64(len(voice)) || !cp.IsVoice {
+			t.Fatalf("round %d: fetched part %+v", round, p)
+		}
+		if b, err := os.ReadFile(p.Path); err != nil || !bytes.Equal(b, voice) {
+			t.Fatalf("round %d: saved voice differs (%v)", round, err)
+		}
+	}
+}
+
+// An attachment over max_file_bytes is refused in plain words without a download; the
+// other attachments of the message go on, and the agent is told one is missing.
+func TestOversizedAttachmentRefusedWithoutDownload(t *testing.T) {
+	t.Parallel()
+	srv := discordtest.New(t)
+	e := start(t, srv, discord.Config{Access: defaultAccess(), MaxFileBytes: 1_000_000})
+	small := []byte("small notes")
+	id := srv.Inject(discordtest.Incoming{ChannelID: "780", AuthorID: user, Content: "two files", Files: []discordtest.File{
+		{Name: "huge.bin", ContentType: "application/octet-stream", Data: bytes.Repeat([]byte{9}, 1_500_000)},
+		{Name: "notes.txt", ContentType: "text/plain", Data: small},
+	}})
+	m := e.sink.Next(t)
+	if len(m.Parts) != 3 || m.Parts[1].Name != "notes.txt" || m.Parts[1].Path == "" {
+		t.Fatalf("delivered %+v; want the text, the small file and a note", m.Parts)
+	}
+	if b, err := os.ReadFile(m.Parts[1].Path); err != nil || !bytes.Equal(b, small) {
+		t.Errorf("the small file saved differs (%v)", err)
+	}
+	if want := "[1 of the 2 attachments of this message could not be downloaded]"; m.Parts[2].Text != want {
+		t.Errorf("note %q; want %q", m.Parts[2].Text, want)
+	}
+	waitFor(t, "the refusal", func() bool { return len(srv.Posted("780")) == 1 })
+	if got, want := srv.Posted("780")[0].Content, "Sorry, that file is too large for me (1.5 MB; the limit is 1.0 MB)."; got != want {
+		t.Errorf("told %q; want %q", got, want)
+	}
+	for _, c := range srv.Calls() {
+		if strings.HasPrefix(c.Path, "/attachments/780/"+id+"/0/") {
+			t.Errorf("the oversized file was downloaded: %s", c.Path)
+		}
+	}
+}
