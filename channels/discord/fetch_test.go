@@ -173,3 +173,37 @@ func TestOversizedAttachmentRefusedWithoutDownload(t *testing.T) {
 		}
 	}
 }
+
+// Discord's signed attachment URLs expire: a message fetched late (after a restart) is read
+// again for a fresh URL rather than lost.
+func TestExpiredAttachmentURLIsRenewed(t *testing.T) {
+	t.Parallel()
+	srv := discordtest.New(t)
+	ch, sink, _ := startBare(t, srv, discord.Config{Access: defaultAccess()})
+	doc := []byte("%PDF a report")
+	id := srv.Inject(discordtest.Incoming{ChannelID: "790", AuthorID: user, Content: "read this",
+		Files: []discordtest.File{{Name: "report.pdf", ContentType: "application/pdf", Data: doc}}})
+	m := roundTrip(t, sink.Next(t))
+	srv.ExpireAttachmentURLs()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := ch.Fetch(ctx, m); err != nil {
+		t.Fatalf("Fetch: %v", err)
+	}
+	if b, err := os.ReadFile(m.Parts[1].Path); err != nil || !bytes.Equal(b, doc) {
+		t.Fatalf("saved file differs (%v); parts %+v", err, m.Parts)
+	}
+	var downloads, reads int
+	for _, c := range srv.Calls() {
+		switch {
+		case strings.HasPrefix(c.Path, "/attachments/790/"+id+"/"):
+			downloads++
+		case strings.HasSuffix(c.Path, "/channels/790/messages/"+id) && c.Method == "GET":
+			reads++
+		}
+	}
+	if downloads != 2 || reads != 1 {
+		t.Errorf("%d downloads and %d reads of the message; want the expired URL tried, the message read again, the fresh URL used", downloads, reads)
+	}
+}

@@ -165,7 +165,7 @@ func (c *Channel) content(ctx context.Context, dm *discordgo.Message, msg *chann
 		parts = append(parts, channels.TextPart(strings.Join(lines, "\n")))
 	}
 	n := 0 // numbers the files of this message
-	parts = append(parts, attachmentRefs(dm.ID, dm.Attachments, dm.Flags&discordgo.MessageFlagsIsVoiceMessage != 0, &n)...)
+	parts = append(parts, attachmentRefs(dm.ChannelID, dm.ID, dm.Attachments, dm.Flags&discordgo.MessageFlagsIsVoiceMessage != 0, &n)...)
 	for _, s := range dm.MessageSnapshots {
 		fm := s.Message
 		if fm == nil {
@@ -183,7 +183,7 @@ func (c *Channel) content(ctx context.Context, dm *discordgo.Message, msg *chann
 		body = append(body, c.notes(ctx, fm, fo, "")...)
 		parts = append(parts, channels.TextPart(forwardHeader(body, len(fm.Attachments))))
 		// A forwarded voice message is audio to transcribe, but the user did not speak.
-		parts = append(parts, attachmentRefs(dm.ID, fm.Attachments, false, &n)...)
+		parts = append(parts, attachmentRefs(dm.ChannelID, dm.ID, fm.Attachments, false, &n)...)
 	}
 	if len(parts) == 0 {
 		what := "[The user sent a message with nothing in it that can be shown as text]"

@@ -42,11 +42,15 @@ type fileRef struct {
 	// File is the name it is saved under: the message id and a running number, so that
 	// the attachments of a forward do not overwrite the message's own.
 	File string `json:"file"`
+	// Channel and Msg say where the message was posted, to read it again for a fresh URL
+	// when the signed one has expired (Discord's expire after about a day).
+	Channel string `json:"channel"`
+	Msg     string `json:"msg"`
 }
 
 // attachmentRefs makes the parts of atts, each with a reference to download it by.
 // voiceFirst marks the first one as a voice message; n numbers the files of the message.
-func attachmentRefs(msgID string, atts []*discordgo.MessageAttachment, voiceFirst bool, n *int) []channels.Part {
+func attachmentRefs(channel, msgID string, atts []*discordgo.MessageAttachment, voiceFirst bool, n *int) []channels.Part {
 	var parts []channels.Part
 	for i, a := range atts {
 		if a == nil {
@@ -65,7 +69,7 @@ func attachmentRefs(msgID string, atts []*discordgo.MessageAttachment, voiceFirs
 			base = "application/octet-stream"
 		}
 		r := fileRef{ID: a.ID, URL: a.URL, Name: a.Filename, Size: int64(a.Size), MIME: base,
-			File: fmt.Sprintf("%s-%d%s", msgID, *n, safeExt(a.Filename))}
+			File: fmt.Sprintf("%s-%d%s", msgID, *n, safeExt(a.Filename)), Channel: channel, Msg: msgID}
 		*n++
 		ref, _ := json.Marshal(r)
 		parts = append(parts, channels.Part{Type: partType(base, voice), MIME: base, Name: a.Filename, Size: r.Size,
@@ -133,6 +137,14 @@ func (c *Channel) fetchPart(ctx context.Context, p channels.Part, limit int64) (
 		return channels.Part{}, (&tooBigError{size: r.Size, limit: limit}).text()
 	}
 	path, size, err := c.download(ctx, r.URL, r.File, limit)
+	var gone *goneError
+	if errors.As(err, &gone) && ctx.Err() == nil {
+		// Fetched late (after a restart, say): the signed URL has expired. Discord hands
+		// out a fresh one with the message.
+		if u := c.freshURL(ctx, r); u != "" && u != r.URL {
+			path, size, err = c.download(ctx, u, r.File, limit)
+		}
+	}
 	var big *tooBigError
 	switch {
 	case errors.As(err, &big):
@@ -146,6 +158,45 @@ func (c *Channel) fetchPart(ctx context.Context, p channels.Part, limit int64) (
 	p.Ref, p.Path, p.Size = "", path, size
 	return p, ""
 }
+
+// freshURL reads the message of r again for the attachment's current URL; "" when it
+// cannot (the message was deleted, the API fails: the user is then asked to send it again).
+func (c *Channel) freshURL(ctx context.Context, r fileRef) string {
+	if r.Channel == "" || r.Msg == "" || r.ID == "" {
+		return ""
+	}
+	endpoint := discordgo.EndpointChannelMessage(r.Channel, r.Msg)
+	var body []byte
+	err := c.call(ctx, r.Channel, "read a message again for its attachments", func(ctx context.Context) (err error) {
+		body, err = c.s.RequestWithBucketID(http.MethodGet, endpoint, nil, discordgo.EndpointChannelMessage(r.Channel, ""), discordgo.WithContext(ctx))
+		return unwrapURL(err)
+	})
+	if err != nil {
+		c.log.Warn("discord: could not read a message again for a fresh attachment URL", "chat_id", r.Channel, "message_id", r.Msg, "err", err)
+		return ""
+	}
+	m, err := decodeMessage(body)
+	if err != nil {
+		return ""
+	}
+	all := slices.Clone(m.Attachments)
+	for _, s := range m.MessageSnapshots {
+		if s.Message != nil {
+			all = append(all, s.Message.Attachments...)
+		}
+	}
+	for _, a := range all {
+		if a != nil && a.ID == r.ID {
+			return a.URL
+		}
+	}
+	return ""
+}
+
+// goneError is a download answered 403 or 404: an expired signed URL, or a deleted file.
+type goneError struct{ status string }
+
+func (e *goneError) Error() string { return "attachment download answered " + e.status }
 
 type tooBigError struct{ size, limit int64 }
 
@@ -225,6 +276,9 @@ func (c *Channel) download(ctx context.Context, rawURL, name string, limit int64
 		return "", 0, unwrapURL(err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusForbidden {
+		return "", 0, &goneError{status: resp.Status}
+	}
 	if resp.StatusCode != http.StatusOK {
 		return "", 0, fmt.Errorf("attachment download answered %s", resp.Status)
 	}

@@ -54,6 +54,7 @@ func (s *Server) routes() http.Handler {
 	api("GET /api/{v}/users/{id}", true, s.getUser)
 	api("GET /api/{v}/channels/{cid}", true, s.getChannel)
 	api("GET /api/{v}/channels/{cid}/messages", true, s.listMessages)
+	api("GET /api/{v}/channels/{cid}/messages/{mid}", true, s.getMessage)
 	api("POST /api/{v}/channels/{cid}/messages", true, s.createMessage)
 	api("PATCH /api/{v}/channels/{cid}/messages/{mid}", true, s.editMessage)
 	api("DELETE /api/{v}/channels/{cid}/messages/{mid}", true, s.deleteMessage)
@@ -164,6 +165,9 @@ func (s *Server) getAttachment(w http.ResponseWriter, r *http.Request, _ Bot, _ 
 	if m != nil && err == nil && i >= 0 && i < len(m.Files) && m.ChannelID == r.PathValue("cid") {
 		f = &m.Files[i]
 	}
+	if r.URL.Query().Get("ex") != strconv.Itoa(s.urlGen) {
+		f = nil // an expired signed URL: Discord answers 404
+	}
 	hold := s.holds[r.PathValue("cid")]
 	if hold != nil {
 		s.heldNow++
@@ -209,6 +213,14 @@ func (s *Server) HoldDownloads(t testing.TB, id string) (release func()) {
 	}
 	t.Cleanup(release)
 	return release
+}
+
+// ExpireAttachmentURLs makes every attachment URL handed out so far answer 404, as
+// Discord's signed CDN URLs do after a day; messages read again carry fresh ones.
+func (s *Server) ExpireAttachmentURLs() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.urlGen++
 }
 
 // HeldDownloads is the number of attachment downloads waiting on HoldDownloads now.
@@ -489,6 +501,23 @@ func (s *Server) deleteMessage(w http.ResponseWriter, r *http.Request, bot Bot, 
 // (default 50); with after, the messages right after that id; with before (or neither),
 // the ones right before it (the newest). Discord returns them newest first, and REST
 // messages carry no guild_id.
+// getMessage answers GET /channels/{cid}/messages/{mid}, with attachment URLs signed afresh.
+func (s *Server) getMessage(w http.ResponseWriter, r *http.Request, bot Bot, _ *Call) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ch, m := s.channels[r.PathValue("cid")], s.messages[r.PathValue("mid")]
+	switch {
+	case ch == nil:
+		writeErr(w, http.StatusNotFound, 10003, "Unknown Channel")
+	case ch.typ == 1 && ch.dmBot != bot.ID:
+		writeErr(w, http.StatusForbidden, 50001, "Missing Access")
+	case m == nil || m.ChannelID != ch.id:
+		writeErr(w, http.StatusNotFound, 10008, "Unknown Message")
+	default:
+		writeJSON(w, http.StatusOK, s.wireLocked(m, bot.ID, -1, 0))
+	}
+}
+
 func (s *Server) listMessages(w http.ResponseWriter, r *http.Request, bot Bot, call *Call) {
 	q := r.URL.Query()
 	call.Query = r.URL.RawQuery

@@ -6,7 +6,8 @@
 // events on RESUME, serves channel history (GET messages with after/before/limit), and
 // can fail on demand: 429 with retry_after, 5xx, dropped sockets, rejected resumes,
 // sessions ended while messages are posted (InvalidateSessions, EndSessions with a close
-// code), a gateway that refuses connections (RefuseGateway), revoked tokens. Every REST
+// code), a gateway that refuses connections (RefuseGateway), revoked tokens, slow and
+// expired attachment downloads (HoldDownloads, ExpireAttachmentURLs). Every REST
 // call and gateway op is recorded.
 package discordtest
 
@@ -139,6 +140,7 @@ type Server struct {
 	interactions  map[string]*interaction // by interaction id
 	holds         map[string]chan struct{} // channel id -> closed when its held downloads may go on
 	heldNow       int                      // attachment downloads waiting on a hold
+	urlGen        int                      // attachment URLs carry it; ExpireAttachmentURLs moves it on
 }
 
 // New starts a fake with one bot and stops it when the test ends.

@@ -127,7 +127,8 @@ func (s *Server) wireLocked(m *Message, recipient string, intents int, depth int
 }
 
 func (s *Server) attachmentURL(m *Message, i int) string {
-	return s.URL + "/attachments/" + m.ChannelID + "/" + m.ID + "/" + strconv.Itoa(i) + "/" + url.PathEscape(m.Files[i].Name)
+	return s.URL + "/attachments/" + m.ChannelID + "/" + m.ID + "/" + strconv.Itoa(i) + "/" + url.PathEscape(m.Files[i].Name) +
+		"?ex=" + strconv.Itoa(s.urlGen)
 }
 
 func (c *channel) wire() wireChannel {
