@@ -136,8 +136,8 @@ type Server struct {
 	stall         bool
 	refuse        bool
 	sessions      map[string]*session
-	appCommands   map[string][]AppCommand // bot id -> its application commands
-	interactions  map[string]*interaction // by interaction id
+	appCommands   map[string][]AppCommand  // bot id -> its application commands
+	interactions  map[string]*interaction  // by interaction id
 	holds         map[string]chan struct{} // channel id -> closed when its held downloads may go on
 	heldNow       int                      // attachment downloads waiting on a hold
 	urlGen        int                      // attachment URLs carry it; ExpireAttachmentURLs moves it on
