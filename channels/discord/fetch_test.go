@@ -13,6 +13,7 @@ import (
 	"gateway/channels/channeltest"
 	"gateway/channels/discord"
 	"gateway/channels/discord/discordtest"
+	"gateway/internal/fakeserver"
 	"gateway/internal/secret"
 )
 
@@ -205,5 +206,39 @@ func TestExpiredAttachmentURLIsRenewed(t *testing.T) {
 	}
 	if downloads != 2 || reads != 1 {
 		t.Errorf("%d downloads and %d reads of the message; want the expired URL tried, the message read again, the fresh URL used", downloads, reads)
+	}
+}
+
+// A download that fails is told to the user in plain words; in a message with several
+// attachments the others go on. Neither the told words nor the logs carry the file's URL.
+func TestFailedDownloadIsToldInPlainWords(t *testing.T) {
+	t.Parallel()
+	srv := discordtest.New(t)
+	e := start(t, srv, discord.Config{Access: defaultAccess()})
+	const told = "Sorry, I could not download your attachment. Please send it again."
+
+	srv.FailNext(1, fakeserver.Failure{Method: "getAttachment", Chat: "800", Status: 500})
+	srv.Inject(discordtest.Incoming{ChannelID: "800", AuthorID: user, Content: "one file",
+		Files: []discordtest.File{{Name: "a.txt", ContentType: "text/plain", Data: []byte("a")}}})
+	waitFor(t, "the user told", func() bool { return len(srv.Posted("800")) == 1 })
+	if got := srv.Posted("800")[0].Content; got != told {
+		t.Errorf("told %q; want %q", got, told)
+	}
+
+	srv.FailNext(1, fakeserver.Failure{Method: "getAttachment", Chat: "800", Status: 404})
+	srv.Inject(discordtest.Incoming{ChannelID: "800", AuthorID: user, Content: "two files", Files: []discordtest.File{
+		{Name: "gone.txt", ContentType: "text/plain", Data: []byte("gone")},
+		{Name: "here.txt", ContentType: "text/plain", Data: []byte("here")},
+	}})
+	m := e.sink.Next(t)
+	if len(m.Parts) != 3 || m.Parts[1].Name != "here.txt" || m.Parts[2].Text != "[1 of the 2 attachments of this message could not be downloaded]" {
+		t.Fatalf("delivered %+v; want the text, the file that came and a note", m.Parts)
+	}
+	waitFor(t, "the user told", func() bool { return len(srv.Posted("800")) == 2 })
+	if got := srv.Posted("800")[1].Content; got != told {
+		t.Errorf("told %q; want %q", got, told)
+	}
+	if l := e.logs.String(); strings.Contains(l, "/attachments/") {
+		t.Errorf("an attachment URL is in the logs:\n%s", l)
 	}
 }

@@ -158,6 +158,9 @@ func (s *Server) postTyping(w http.ResponseWriter, r *http.Request, bot Bot, _ *
 }
 
 func (s *Server) getAttachment(w http.ResponseWriter, r *http.Request, _ Bot, _ *Call) {
+	if s.fail(w, r, "getAttachment") {
+		return
+	}
 	s.mu.Lock()
 	m := s.messages[r.PathValue("mid")]
 	i, err := strconv.Atoi(r.PathValue("idx"))
