@@ -119,7 +119,7 @@ func (c *Channel) fetchPart(ctx context.Context, msg *channels.Message, p channe
 	if r.Size > limit {
 		return channels.Part{}, tooLarge(r.Name, r.Size, limit)
 	}
-	path := filepath.Join(c.dir, fmt.Sprintf("%s-%s-%d-%s", safeName(msg.ChatID), strings.ReplaceAll(msg.ID, ".", ""), r.Idx, safeName(r.Name)))
+	path := filepath.Join(c.dir, fmt.Sprintf("%s-%s-%d-%s", safeName(msg.ChatID), safeName(strings.ReplaceAll(msg.ID, ".", "")), r.Idx, safeName(r.Name)))
 	n, err := c.fetch(ctx, r.URL, path, limit)
 	switch {
 	case errors.Is(err, channels.ErrTooLarge):
@@ -137,15 +137,18 @@ func notFetched(name string) string {
 	return fmt.Sprintf("Sorry, I could not download %s. Please send it again.", displayName(name))
 }
 
-// fetch downloads url to path, stopping past limit bytes (channels.ErrTooLarge).
+// fetch downloads url to path, stopping past limit bytes (channels.ErrTooLarge). The
+// bytes go to a temporary file renamed to path when complete, so that a download cut
+// short (or fetched again, after a restart) never leaves a partial file at path.
 func (c *Channel) fetch(ctx context.Context, url, path string, limit int64) (int64, error) {
 	var n int64
 	over := false
 	err := c.transfer.Do(ctx, "", func(ctx context.Context) error {
-		f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+		f, err := os.CreateTemp(filepath.Dir(path), ".download-*")
 		if err != nil {
 			return err
 		}
+		defer os.Remove(f.Name()) // a no-op after the rename
 		w := &limitWriter{w: f, left: limit}
 		err = c.api.GetFileContext(ctx, url, w)
 		n = w.n
@@ -155,11 +158,11 @@ func (c *Channel) fetch(ctx context.Context, url, path string, limit int64) (int
 		if over = w.over; over {
 			return channels.ErrTooLarge
 		}
-		return err
+		if err != nil {
+			return err
+		}
+		return os.Rename(f.Name(), path)
 	})
-	if err != nil {
-		os.Remove(path)
-	}
 	if over {
 		return n, channels.ErrTooLarge // Do's error is scrubbed: it no longer says so
 	}

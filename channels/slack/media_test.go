@@ -98,6 +98,11 @@ func TestFileReferenceSurvivesTheJournal(t *testing.T) {
 		return j.Message
 	}
 
+	// Acknowledged to Slack, so the new adapter is not sent it again.
+	eventually(t, "the envelope to be acknowledged", func() bool {
+		env := s.Envelopes()
+		return len(env) == 1 && env[0].Acked
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := first.ch.Stop(ctx); err != nil {
