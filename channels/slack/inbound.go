@@ -5,9 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -55,8 +52,9 @@ type attachment struct {
 
 // handleCallback handles one Events API callback. It returns nil when the event may be
 // acknowledged: the message was delivered, or deliberately dropped (a redelivery, a bot,
-// a stranger, no mention, a file too large). An error means: do not acknowledge, so that
-// Slack sends it again.
+// a stranger, no mention). Its files are delivered as references (Part.Ref) and
+// downloaded later by Fetch, so that a slow download holds up no other message. An error
+// means: do not acknowledge, so that Slack sends it again.
 //
 // A message is identified by channel and ts: a redelivered envelope (same event_id), a
 // retried HTTP request, and the app_mention event Slack sends beside the message event
@@ -111,7 +109,6 @@ func (c *Channel) handleCallback(ctx context.Context, cb *slackevents.EventsAPIC
 		taken = true
 		return nil
 	}
-	var parts []channels.Part
 	if cmd := threadCommand(ev, msg, text); cmd != "" {
 		msg.Parts = []channels.Part{channels.TextPart(cmd)}
 	} else {
@@ -121,13 +118,9 @@ func (c *Channel) handleCallback(ctx context.Context, cb *slackevents.EventsAPIC
 		msg.UserName = c.names.get(nctx, ev.User)
 		msg.Parts = c.textParts(ev, text, c.mentionedNames(nctx, textsOf(ev, text)...))
 		cancel()
-		var refusal string
-		parts, refusal = c.download(ctx, ev)
-		if refusal != "" {
-			c.notice(ctx, target, refusal)
-			taken = true
-			return nil
-		}
+		// Files go as references, fetched later on the chat's session (see Fetch): the
+		// intake never waits on a download.
+		parts := fileRefs(ev)
 		msg.Parts = append(msg.Parts, parts...)
 		for _, p := range parts {
 			if p.Type == channels.PartAudio {
@@ -142,9 +135,6 @@ func (c *Channel) handleCallback(ctx context.Context, cb *slackevents.EventsAPIC
 	dctx, cancel := context.WithTimeout(ctx, deliverTimeout)
 	defer cancel()
 	if err := sink.Deliver(dctx, msg); err != nil {
-		for _, p := range parts {
-			os.Remove(p.Path)
-		}
 		return fmt.Errorf("slack: the gateway did not take message %s in %s: %w", ev.TS, ev.Channel, err)
 	}
 	taken = true
@@ -312,136 +302,11 @@ func tsTime(ts string) time.Time {
 	return time.Unix(s, us*1000)
 }
 
-// download fetches the message's files with the bot token into parts. refusal is the
-// reply to send instead of delivering when a file is too large or cannot be fetched.
-func (c *Channel) download(ctx context.Context, ev inner) (parts []channels.Part, refusal string) {
-	limit := c.cfg.maxFileBytes()
-	for _, f := range ev.Files {
-		if downloadable(f) && int64(f.Size) > limit {
-			return nil, tooLarge(f.Name, int64(f.Size), limit)
-		}
-	}
-	if len(ev.Files) > 0 {
-		c.prune()
-	}
-	for i, f := range ev.Files {
-		if !downloadable(f) {
-			continue // described in words by textParts
-		}
-		u := f.URLPrivateDownload
-		if u == "" {
-			u = f.URLPrivate
-		}
-		path := filepath.Join(c.dir, fmt.Sprintf("%s-%s-%d-%s", safeName(ev.Channel), strings.ReplaceAll(ev.TS, ".", ""), i, safeName(f.Name)))
-		n, err := c.fetch(ctx, u, path, limit)
-		if err != nil {
-			for _, p := range parts {
-				os.Remove(p.Path)
-			}
-			if errors.Is(err, channels.ErrTooLarge) {
-				return nil, tooLarge(f.Name, 0, limit) // Slack announced a smaller size
-			}
-			c.log.Warn("slack: could not download a file", "file", f.ID, "err", c.scrub.Wrap(err))
-			return nil, fmt.Sprintf("Sorry, I could not download %s. Please send it again.", displayName(f.Name))
-		}
-		p := channels.Part{Type: channels.PartFile, MIME: f.Mimetype, Path: path, Name: f.Name, Size: n}
-		switch {
-		case strings.HasPrefix(f.Mimetype, "audio/") || f.MediaDisplayType == "audio":
-			p.Type = channels.PartAudio
-			p.Voice = f.MediaDisplayType == "audio" // an audio clip recorded in Slack
-			p.Duration = float64(f.DurationMs) / 1000
-		case strings.HasPrefix(f.Mimetype, "image/"):
-			p.Type = channels.PartImage
-		}
-		parts = append(parts, p)
-	}
-	return parts, ""
-}
-
-// fetch downloads url to path, stopping past limit bytes (channels.ErrTooLarge).
-func (c *Channel) fetch(ctx context.Context, url, path string, limit int64) (int64, error) {
-	var n int64
-	over := false
-	err := c.transfer.Do(ctx, "", func(ctx context.Context) error {
-		f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-		if err != nil {
-			return err
-		}
-		w := &limitWriter{w: f, left: limit}
-		err = c.api.GetFileContext(ctx, url, w)
-		n = w.n
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if over = w.over; over {
-			return channels.ErrTooLarge
-		}
-		return err
-	})
-	if err != nil {
-		os.Remove(path)
-	}
-	if over {
-		return n, channels.ErrTooLarge // Do's error is scrubbed: it no longer says so
-	}
-	return n, err
-}
-
-type limitWriter struct {
-	w    io.Writer
-	n    int64
-	left int64
-	over bool
-}
-
-func (l *limitWriter) Write(p []byte) (int, error) {
-	if int64(len(p)) > l.left {
-		l.over = true
-		return 0, channels.ErrTooLarge
-	}
-	n, err := l.w.Write(p)
-	l.n += int64(n)
-	l.left -= int64(n)
-	return n, err
-}
-
-// tooLarge is the reply to a file over the limit; size 0 means unknown.
-func tooLarge(name string, size, limit int64) string {
-	if size <= limit {
-		return fmt.Sprintf("Sorry, %s is larger than the %s I can take.", displayName(name), megabytes(limit))
-	}
-	return fmt.Sprintf("Sorry, %s is too large (%s); I can take files up to %s.", displayName(name), megabytes(size), megabytes(limit))
-}
-
-func megabytes(n int64) string {
-	return strconv.FormatFloat(float64(n)/(1<<20), 'f', 1, 64) + " MB"
-}
-
 func displayName(name string) string {
 	if name == "" {
 		return "your file"
 	}
 	return name
-}
-
-// safeName keeps a file name usable in a path: letters, digits, dot, dash, underscore.
-func safeName(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		if r < 128 && (r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '-' || r == '_') {
-			b.WriteRune(r)
-		} else {
-			b.WriteByte('_')
-		}
-		if b.Len() >= 80 {
-			break
-		}
-	}
-	out := strings.TrimLeft(b.String(), ".")
-	if out == "" {
-		return "file"
-	}
-	return out
 }
 
 // notice posts a plain reply where target points, logging failures: it is best effort.

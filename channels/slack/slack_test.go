@@ -88,7 +88,15 @@ type started struct {
 }
 
 // start runs an adapter against s with user allowed and mentions required in channels.
+// Its sink fetches files as the gateway does, per chat, off the intake.
 func start(t *testing.T, s *slacktest.Server, mutate func(*Config)) started {
+	t.Helper()
+	return startWith(t, s, mutate, true)
+}
+
+// startWith is start; with fetch false the sink gets messages as the gateway journals
+// them, files still references.
+func startWith(t *testing.T, s *slacktest.Server, mutate func(*Config), fetch bool) started {
 	t.Helper()
 	cfg := fakeConfig(s)
 	cfg.Access = channels.Access{AllowFrom: []string{user}, DMPolicy: channels.DMAllowlist, RequireMention: true}
@@ -108,6 +116,9 @@ func start(t *testing.T, s *slacktest.Server, mutate func(*Config)) started {
 		t.Cleanup(srv.Close)
 		st.eventsURL = srv.URL + EventsPath
 		s.DeliverTo(st.eventsURL)
+	}
+	if fetch {
+		st.sink.FetchWith(t, ch)
 	}
 	channeltest.Start(t, ch, st.sink)
 	return st

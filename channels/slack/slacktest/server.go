@@ -89,6 +89,7 @@ type Server struct {
 	noStatus   bool                 // assistant.threads.setStatus is refused
 	users      map[string]userInfo  // users.info answers, by user id
 	userDelay  time.Duration        // users.info answers after this long
+	held       chan struct{}        // while set, file downloads wait until it is closed
 	socket     socketState
 	httpEvents httpState
 	commands   commandState
@@ -186,6 +187,29 @@ func (s *Server) SetUserInfoDelay(d time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.userDelay = d
+}
+
+// HoldDownloads makes user file downloads wait, after they are logged as calls, until
+// release is called (or the client gives up), as a slow file server would. release is also
+// called when the test ends.
+func (s *Server) HoldDownloads(t testing.TB) (release func()) {
+	held := make(chan struct{})
+	s.mu.Lock()
+	s.held = held
+	s.mu.Unlock()
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			s.mu.Lock()
+			if s.held == held {
+				s.held = nil
+			}
+			s.mu.Unlock()
+			close(held)
+		})
+	}
+	t.Cleanup(release)
+	return release
 }
 
 // Calls lists the Web API calls received for method ("" for all), oldest first.
@@ -573,6 +597,7 @@ func (s *Server) serveDownload(w http.ResponseWriter, r *http.Request) {
 	f := s.userFiles[id]
 	res, failed := s.injectedFailure("files.download")
 	ok := r.Header.Get("Authorization") == "Bearer "+BotToken
+	held := s.held
 	status := http.StatusOK
 	switch {
 	case failed:
@@ -584,6 +609,15 @@ func (s *Server) serveDownload(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Unlock()
 	s.calls.Add(Call{Method: "files.download", Params: url.Values{"file": {id}}, Status: status, Time: time.Now()})
+	if held != nil {
+		select {
+		case <-held:
+		case <-r.Context().Done():
+			return
+		case <-s.ctx.Done():
+			return
+		}
+	}
 	switch {
 	case failed:
 		writeResult(w, res)

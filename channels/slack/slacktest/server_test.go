@@ -73,6 +73,44 @@ func TestFileDownloadNeedsTheBotToken(t *testing.T) {
 	}
 }
 
+func TestHeldDownloadWaitsForRelease(t *testing.T) {
+	s := New(t)
+	s.AudioClip("D1", "U1", []byte("OggS audio"), "audio/ogg")
+	var url string
+	s.mu.Lock()
+	for _, f := range s.userFiles {
+		url = s.URL + "/files/" + f.ID + "/" + f.Name
+	}
+	s.mu.Unlock()
+	release := s.HoldDownloads(t)
+	type result struct {
+		data string
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		var got bytes.Buffer
+		err := client(s, BotToken).GetFileContext(context.Background(), url, &got)
+		done <- result{got.String(), err}
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(s.Calls("files.download")) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the download never arrived")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	select {
+	case r := <-done:
+		t.Fatalf("a held download finished: %q, %v", r.data, r.err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	release()
+	if r := <-done; r.err != nil || r.data != "OggS audio" {
+		t.Fatalf("after the release: %q, %v", r.data, r.err)
+	}
+}
+
 func TestUploadFlowSharesIntoThread(t *testing.T) {
 	s := New(t)
 	api := client(s, BotToken)

@@ -1,0 +1,220 @@
+package slack
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"gateway/channels"
+)
+
+var _ channels.Fetcher = (*Channel)(nil)
+
+// fileRef is what a file part's Ref holds: enough to download it later, in Fetch. It holds
+// no token: Fetch adds the bot token to the request.
+type fileRef struct {
+	ID   string `json:"id"`
+	URL  string `json:"url"`
+	Name string `json:"name,omitempty"`
+	Size int64  `json:"size"` // as Slack announced it
+	MIME string `json:"mime,omitempty"`
+	Idx  int    `json:"idx"` // the file's place in the message, for a distinct path
+}
+
+// fileRefs lists the message's downloadable files as parts holding a reference (Part.Ref);
+// the others are described in words by textParts.
+func fileRefs(ev inner) []channels.Part {
+	var parts []channels.Part
+	for i, f := range ev.Files {
+		if !downloadable(f) {
+			continue
+		}
+		u := f.URLPrivateDownload
+		if u == "" {
+			u = f.URLPrivate
+		}
+		ref, _ := json.Marshal(fileRef{ID: f.ID, URL: u, Name: f.Name, Size: int64(f.Size), MIME: f.Mimetype, Idx: i})
+		p := channels.Part{Type: channels.PartFile, MIME: f.Mimetype, Name: f.Name, Size: int64(f.Size), Ref: string(ref)}
+		switch {
+		case strings.HasPrefix(f.Mimetype, "audio/") || f.MediaDisplayType == "audio":
+			p.Type = channels.PartAudio
+			p.Voice = f.MediaDisplayType == "audio" // an audio clip recorded in Slack
+			p.Duration = float64(f.DurationMs) / 1000
+		case strings.HasPrefix(f.Mimetype, "image/"):
+			p.Type = channels.PartImage
+		}
+		parts = append(parts, p)
+	}
+	return parts
+}
+
+// Fetch downloads msg's referenced files (see channels.Fetcher) with the bot token, within
+// max_file_bytes. A file over the limit is refused before any download. When every file
+// fails, the error is what to tell the user; when only some do, the user is told about
+// those, and the rest goes on with a note for the agent.
+func (c *Channel) Fetch(ctx context.Context, msg *channels.Message) error {
+	if !msg.HasRefs() {
+		return nil
+	}
+	if err := os.MkdirAll(c.dir, 0o700); err != nil {
+		c.log.Error("slack: cannot create the download directory", "err", err)
+		return errors.New("Sorry, I could not save your file just now. Please send it again.")
+	}
+	c.prune()
+	var out []channels.Part
+	var refusals, names []string
+	var paths []string // downloaded here, removed when the message fails after all
+	failed, total := 0, 0
+	for _, p := range msg.Parts {
+		if p.Ref == "" {
+			out = append(out, p)
+			continue
+		}
+		total++
+		got, refusal := c.fetchPart(ctx, msg, p)
+		if refusal != "" {
+			failed++
+			names = append(names, displayName(p.Name))
+			if !slices.Contains(refusals, refusal) {
+				refusals = append(refusals, refusal)
+			}
+			continue
+		}
+		paths = append(paths, got.Path)
+		out = append(out, got)
+	}
+	switch {
+	case failed == 0:
+		msg.Parts = out
+		return nil
+	case failed == total || ctx.Err() != nil:
+		// Out of time (or shutting down, and then fetched again after the restart): the
+		// message fails as a whole rather than going on without files it had.
+		for _, p := range paths {
+			os.Remove(p)
+		}
+		return errors.New(strings.Join(refusals, "\n"))
+	}
+	c.notice(ctx, channels.TargetOf(msg), strings.Join(refusals, "\n"))
+	msg.Parts = append(out, channels.TextPart(fmt.Sprintf("[%d of the %d files of this message could not be downloaded: %s]",
+		failed, total, strings.Join(names, ", "))))
+	return nil
+}
+
+// fetchPart downloads one referenced part; refusal, when set, is what to tell the user.
+func (c *Channel) fetchPart(ctx context.Context, msg *channels.Message, p channels.Part) (channels.Part, string) {
+	var r fileRef
+	if err := json.Unmarshal([]byte(p.Ref), &r); err != nil || r.URL == "" {
+		c.log.Warn("slack: a file reference could not be read; the user is told", "chat", msg.ChatID, "err", err)
+		return channels.Part{}, notFetched(p.Name)
+	}
+	limit := c.cfg.maxFileBytes()
+	if r.Size > limit {
+		return channels.Part{}, tooLarge(r.Name, r.Size, limit)
+	}
+	path := filepath.Join(c.dir, fmt.Sprintf("%s-%s-%d-%s", safeName(msg.ChatID), safeName(strings.ReplaceAll(msg.ID, ".", "")), r.Idx, safeName(r.Name)))
+	n, err := c.fetch(ctx, r.URL, path, limit)
+	switch {
+	case errors.Is(err, channels.ErrTooLarge):
+		return channels.Part{}, tooLarge(r.Name, 0, limit) // Slack announced a smaller size
+	case err != nil:
+		c.log.Warn("slack: could not download a file; the user is told", "file", r.ID, "chat", msg.ChatID, "err", c.scrub.Wrap(err))
+		return channels.Part{}, notFetched(r.Name)
+	}
+	p.Ref, p.Path, p.Size = "", path, n
+	return p, ""
+}
+
+// notFetched is what the user reads when one of their files could not be downloaded.
+func notFetched(name string) string {
+	return fmt.Sprintf("Sorry, I could not download %s. Please send it again.", displayName(name))
+}
+
+// fetch downloads url to path, stopping past limit bytes (channels.ErrTooLarge). The
+// bytes go to a temporary file renamed to path when complete, so that a download cut
+// short (or fetched again, after a restart) never leaves a partial file at path.
+func (c *Channel) fetch(ctx context.Context, url, path string, limit int64) (int64, error) {
+	var n int64
+	over := false
+	err := c.transfer.Do(ctx, "", func(ctx context.Context) error {
+		f, err := os.CreateTemp(filepath.Dir(path), ".download-*")
+		if err != nil {
+			return err
+		}
+		defer os.Remove(f.Name()) // a no-op after the rename
+		w := &limitWriter{w: f, left: limit}
+		err = c.api.GetFileContext(ctx, url, w)
+		n = w.n
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if over = w.over; over {
+			return channels.ErrTooLarge
+		}
+		if err != nil {
+			return err
+		}
+		return os.Rename(f.Name(), path)
+	})
+	if over {
+		return n, channels.ErrTooLarge // Do's error is scrubbed: it no longer says so
+	}
+	return n, err
+}
+
+type limitWriter struct {
+	w    io.Writer
+	n    int64
+	left int64
+	over bool
+}
+
+func (l *limitWriter) Write(p []byte) (int, error) {
+	if int64(len(p)) > l.left {
+		l.over = true
+		return 0, channels.ErrTooLarge
+	}
+	n, err := l.w.Write(p)
+	l.n += int64(n)
+	l.left -= int64(n)
+	return n, err
+}
+
+// tooLarge is the reply to a file over the limit; size 0 means unknown.
+func tooLarge(name string, size, limit int64) string {
+	if size <= limit {
+		return fmt.Sprintf("Sorry, %s is larger than the %s I can take.", displayName(name), megabytes(limit))
+	}
+	return fmt.Sprintf("Sorry, %s is too large (%s); I can take files up to %s.", displayName(name), megabytes(size), megabytes(limit))
+}
+
+func megabytes(n int64) string {
+	return strconv.FormatFloat(float64(n)/(1<<20), 'f', 1, 64) + " MB"
+}
+
+// safeName keeps a file name usable in a path: letters, digits, dot, dash, underscore.
+func safeName(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if r < 128 && (r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '-' || r == '_') {
+			b.WriteRune(r)
+		} else {
+			b.WriteByte('_')
+		}
+		if b.Len() >= 80 {
+			break
+		}
+	}
+	out := strings.TrimLeft(b.String(), ".")
+	if out == "" {
+		return "file"
+	}
+	return out
+}

@@ -1,0 +1,190 @@
+package slack
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"gateway/channels"
+	"gateway/channels/channeltest"
+	"gateway/channels/slack/slacktest"
+)
+
+// A file whose download is slow holds up no other chat: its message is handed to the
+// gateway (journaled) and acknowledged to Slack at once, and a text from another chat is
+// delivered while the download is still held. The file arrives once it is released.
+func TestSlowDownloadHoldsUpNoOtherChat(t *testing.T) {
+	s := slacktest.New(t)
+	st := start(t, s, nil)
+	release := s.HoldDownloads(t)
+	data := randomBytes(t, 1000)
+	s.Send(slacktest.UserMessage{Channel: "D30", User: user, Text: "see this", Files: []slacktest.UserFile{{Name: "report.pdf", MIME: "application/pdf", Data: data}}})
+	eventually(t, "the download to start", func() bool { return len(s.Calls("files.download")) == 1 })
+	if n := st.sink.deliveries(); n != 1 {
+		t.Fatalf("%d messages handed to the gateway while the download is held; want the file's message, handed over before its download", n)
+	}
+	eventually(t, "the envelope to be acknowledged", func() bool {
+		env := s.Envelopes()
+		return len(env) == 1 && env[0].Acked
+	})
+
+	s.DM("D31", user, "anyone there?")
+	if m := st.sink.Next(t); m.ChatID != "D31" || m.Text() != "anyone there?" {
+		t.Fatalf("delivered %q in %s; want the other chat's text while the download is held", m.Text(), m.ChatID)
+	}
+	release()
+	m := st.sink.Next(t)
+	if m.ChatID != "D30" || len(m.Parts) != 2 || m.Parts[0].Text != "see this" || m.HasRefs() {
+		t.Fatalf("after the release delivered %+v; want the text and the file", m)
+	}
+	if got, _ := os.ReadFile(m.Parts[1].Path); !bytes.Equal(got, data) || m.Parts[1].Name != "report.pdf" || m.Parts[1].Type != channels.PartFile {
+		t.Fatalf("file part %+v with %d bytes; want report.pdf, %d bytes", m.Parts[1], len(got), len(data))
+	}
+	if p := s.Posted("D30"); len(p) != 0 {
+		t.Errorf("the user was told %q; the file was fine", p[0].Text)
+	}
+}
+
+// The message with a file reaches the gateway with a reference that holds no secret. The
+// gateway journals it (the reference beside the message) and may fetch it after a restart:
+// a copy decoded from the journal's JSON is fetched by a new adapter, and again if that
+// fetch was cut short.
+func TestFileReferenceSurvivesTheJournal(t *testing.T) {
+	s := slacktest.New(t)
+	first := startWith(t, s, nil, false)
+	data := randomBytes(t, 1500)
+	s.Send(slacktest.UserMessage{Channel: "D40", User: user, Text: "the notes", Files: []slacktest.UserFile{{Name: "notes.txt", MIME: "text/plain", Data: data}}})
+	m := first.sink.Next(t)
+	if len(m.Parts) != 2 || !m.HasRefs() {
+		t.Fatalf("delivered %+v; want the text and a file reference", m.Parts)
+	}
+	if p := m.Parts[1]; p.Path != "" || p.Name != "notes.txt" || p.MIME != "text/plain" || p.Size != int64(len(data)) || p.Type != channels.PartFile {
+		t.Fatalf("file part %+v; want notes.txt as announced, not downloaded", p)
+	}
+	if n := len(s.Calls("files.download")); n != 0 {
+		t.Fatalf("the intake downloaded the file (%d calls)", n)
+	}
+	for _, secret := range []string{slacktest.BotToken, slacktest.AppToken, slacktest.SigningSecret} {
+		if strings.Contains(m.Parts[1].Ref, secret) {
+			t.Fatalf("a secret is in the reference")
+		}
+	}
+
+	// As the gateway's journal keeps it: the message's JSON, and the references beside it.
+	type journaled struct {
+		Message *channels.Message `json:"message"`
+		Refs    []string          `json:"refs,omitempty"`
+	}
+	refs := make([]string, len(m.Parts))
+	for i, p := range m.Parts {
+		refs[i] = p.Ref
+	}
+	body, err := json.Marshal(journaled{Message: m, Refs: refs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	decode := func() *channels.Message {
+		var j journaled
+		if err := json.Unmarshal(body, &j); err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range j.Refs {
+			j.Message.Parts[i].Ref = r
+		}
+		return j.Message
+	}
+
+	// Acknowledged to Slack, so the new adapter is not sent it again.
+	eventually(t, "the envelope to be acknowledged", func() bool {
+		env := s.Envelopes()
+		return len(env) == 1 && env[0].Acked
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := first.ch.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	second := startWith(t, s, nil, false)
+	// A fetch cut short (the gateway stopping): the message fails, nothing is left over.
+	release := s.HoldDownloads(t)
+	cut, cutCancel := context.WithCancel(ctx)
+	fetched := make(chan error, 1)
+	go func() { fetched <- second.ch.Fetch(cut, decode()) }()
+	eventually(t, "the download to start", func() bool { return len(s.Calls("files.download")) == 1 })
+	cutCancel()
+	if err := <-fetched; err == nil {
+		t.Fatal("the fetch cut short succeeded")
+	}
+	release()
+
+	again := decode()
+	if err := second.ch.Fetch(ctx, again); err != nil {
+		t.Fatalf("fetching the journaled message: %v", err)
+	}
+	if again.HasRefs() || len(again.Parts) != 2 || again.Parts[0].Text != "the notes" {
+		t.Fatalf("fetched %+v; want the text and the file", again.Parts)
+	}
+	if got := channeltest.PartBytes(t, again.Parts[1]); !bytes.Equal(got, data) {
+		t.Fatalf("fetched %d bytes; want the %d sent", len(got), len(data))
+	}
+	if !strings.HasPrefix(again.Parts[1].Path, second.stateDir) {
+		t.Errorf("file at %s; want it under the fetching adapter's state dir", again.Parts[1].Path)
+	}
+	if n := len(s.Calls("files.download")); n != 2 {
+		t.Errorf("%d downloads; want the cut one and the one after", n)
+	}
+	second.sink.ExpectNone(t, 200*time.Millisecond)
+	if p := s.Posted("D40"); len(p) != 0 {
+		t.Errorf("the user was told %q", p[0].Text)
+	}
+}
+
+// A file over max_file_bytes is refused in plain words, as before, without a download.
+// Among several files, the user is told about the ones refused and the rest goes on, with
+// a word to the agent; when every file is refused the message is answered by the refusals.
+func TestOversizedFileIsRefusedWithoutDownload(t *testing.T) {
+	s := slacktest.New(t)
+	st := start(t, s, func(c *Config) { c.MaxFileBytes = 1 << 20 })
+	small := []byte("a small file")
+	huge := slacktest.UserFile{Name: "huge.mov", MIME: "video/quicktime", Data: []byte("not really 3 MB"), Size: 3 << 20}
+	refusal := "Sorry, huge.mov is too large (3.0 MB); I can take files up to 1.0 MB."
+
+	s.Send(slacktest.UserMessage{Channel: "D50", User: user, Text: "watch", Files: []slacktest.UserFile{huge}})
+	eventually(t, "the refusal", func() bool { return len(s.Posted("D50")) == 1 })
+	if got := s.Posted("D50")[0].Text; got != refusal {
+		t.Fatalf("told %q; want %q", got, refusal)
+	}
+
+	s.Send(slacktest.UserMessage{Channel: "D51", User: user, Text: "two files", Files: []slacktest.UserFile{
+		huge, {Name: "small.txt", MIME: "text/plain", Data: small}}})
+	m := st.sink.Next(t)
+	if m.ChatID != "D51" || len(m.Parts) != 3 || m.Parts[0].Text != "two files" || m.HasRefs() {
+		t.Fatalf("delivered %+v; want the text, the small file and a note", m.Parts)
+	}
+	if got := channeltest.PartBytes(t, m.Parts[1]); !bytes.Equal(got, small) || m.Parts[1].Name != "small.txt" {
+		t.Fatalf("part %+v; want small.txt", m.Parts[1])
+	}
+	if note := m.Parts[2].Text; !strings.Contains(note, "1 of the 2 files") || !strings.Contains(note, "huge.mov") {
+		t.Errorf("note to the agent %q; want it to say huge.mov was not downloaded", note)
+	}
+	eventually(t, "the refusal", func() bool { return len(s.Posted("D51")) == 1 })
+	if got := s.Posted("D51")[0].Text; got != refusal {
+		t.Errorf("told %q; want %q", got, refusal)
+	}
+
+	s.Send(slacktest.UserMessage{Channel: "D52", User: user, Files: []slacktest.UserFile{
+		huge, {Name: "huge2.mov", MIME: "video/quicktime", Data: small, Size: 2 << 20}}})
+	eventually(t, "the refusal", func() bool { return len(s.Posted("D52")) == 1 })
+	want := refusal + "\nSorry, huge2.mov is too large (2.0 MB); I can take files up to 1.0 MB."
+	if got := s.Posted("D52")[0].Text; got != want {
+		t.Errorf("told %q; want %q", got, want)
+	}
+	st.sink.ExpectNone(t, 200*time.Millisecond)
+	if n := len(s.Calls("files.download")); n != 1 {
+		t.Errorf("%d downloads; want only small.txt's", n)
+	}
+}
