@@ -107,7 +107,12 @@ func buildApp(cfg Config, cfgPath string, log *slog.Logger, getenv func(string) 
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a.metrics = gateway.NewMetrics(a.reg)
 	// Every outbound call has a timeout; streaming calls get theirs from their context.
-	a.client = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+	// The model, Telegram and the other platforms each take many calls at once (a burst
+	// of turns, sends beside the long poll): with the default 2 idle connections per host
+	// the rest are closed after each burst and dialed (TLS) again for the next.
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 64
+	a.client = &http.Client{Transport: tr}
 
 	var errs []error
 	tmp := filepath.Join(cfg.StateDir, "tmp")
