@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"strconv"
 	"time"
 
@@ -53,13 +54,28 @@ type Intake struct {
 // OpenIntake creates or updates the intake stream.
 func OpenIntake(ctx context.Context, js jetstream.JetStream, cfg IntakeConfig) (*Intake, error) {
 	cfg = cfg.withDefaults()
-	_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	want := jetstream.StreamConfig{
 		Name:       cfg.Stream,
 		Subjects:   []string{cfg.Subject + ".*"},
 		Storage:    jetstream.FileStorage,
 		Retention:  jetstream.WorkQueuePolicy, // a message leaves when it was answered (acked)
 		Duplicates: cfg.Duplicates,
-	})
+	}
+	// Created once, updated only when this process wants it otherwise: processes starting
+	// together do not each update a stream the others are already consuming.
+	s, err := js.Stream(ctx, cfg.Stream)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		_, err = js.CreateStream(ctx, want)
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			err = nil // another process created it meanwhile
+		}
+	case err == nil:
+		have := s.CachedInfo().Config
+		if !slices.Equal(have.Subjects, want.Subjects) || have.Duplicates != want.Duplicates || have.Retention != want.Retention {
+			_, err = js.UpdateStream(ctx, want)
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("cluster: nats: cannot create the intake stream %s: %w", cfg.Stream, err)
 	}

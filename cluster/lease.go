@@ -27,7 +27,18 @@ var ErrLeaseLost = errors.New("the lease was lost")
 
 // OpenLeases creates or opens the bucket. ttl is how long a dead holder blocks a lease.
 func OpenLeases(ctx context.Context, js jetstream.JetStream, bucket string, ttl time.Duration) (*Leases, error) {
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, TTL: ttl, History: 1})
+	// Opened when it exists with this TTL, made (or its TTL changed) otherwise: processes
+	// starting together do not each update the bucket's stream while others use it.
+	kv, err := js.KeyValue(ctx, bucket)
+	if err == nil {
+		var st jetstream.KeyValueStatus
+		if st, err = kv.Status(ctx); err == nil && st.TTL() != ttl {
+			err = jetstream.ErrBucketNotFound // not as wanted: update below
+		}
+	}
+	if err != nil {
+		kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, TTL: ttl, History: 1})
+	}
 	if err != nil {
 		return nil, fmt.Errorf("cluster: nats: cannot open the lease bucket %s: %w", bucket, err)
 	}
