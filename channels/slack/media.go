@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -115,6 +116,11 @@ func (c *Channel) fetchPart(ctx context.Context, msg *channels.Message, p channe
 		c.log.Warn("slack: a file reference could not be read; the user is told", "chat", msg.ChatID, "err", err)
 		return channels.Part{}, notFetched(p.Name)
 	}
+	if !c.fileHost(r.URL) {
+		// The bot token goes with the download: only to Slack's own hosts (or the API's).
+		c.log.Warn("slack: a file reference points outside Slack; not downloaded, the user is told", "file", r.ID, "chat", msg.ChatID)
+		return channels.Part{}, notFetched(r.Name)
+	}
 	limit := c.cfg.maxFileBytes()
 	if r.Size > limit {
 		return channels.Part{}, tooLarge(r.Name, r.Size, limit)
@@ -130,6 +136,25 @@ func (c *Channel) fetchPart(ctx context.Context, msg *channels.Message, p channe
 	}
 	p.Ref, p.Path, p.Size = "", path, n
 	return p, ""
+}
+
+// fileHost reports whether the bot token may be sent to raw: an http(s) URL on slack.com or
+// slack-edge.com, or on the host of channels.slack.api_url (a proxy, a test's fake).
+func (c *Channel) fileHost(raw string) bool {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") {
+		return false
+	}
+	host := strings.ToLower(u.Hostname())
+	if api, err := url.Parse(c.cfg.APIURL); err == nil && strings.EqualFold(api.Hostname(), host) {
+		return true
+	}
+	for _, domain := range []string{"slack.com", "slack-edge.com"} {
+		if host == domain || strings.HasSuffix(host, "."+domain) {
+			return u.Scheme == "https"
+		}
+	}
+	return false
 }
 
 // notFetched is what the user reads when one of their files could not be downloaded.

@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -186,5 +189,30 @@ func TestOversizedFileIsRefusedWithoutDownload(t *testing.T) {
 	st.sink.ExpectNone(t, 200*time.Millisecond)
 	if n := len(s.Calls("files.download")); n != 1 {
 		t.Errorf("%d downloads; want only small.txt's", n)
+	}
+}
+
+// A file reference that points outside Slack (the journal or the shared intake written by
+// someone else) is not fetched: the bot token never leaves for another host.
+func TestFileReferenceOutsideSlackIsNotFetched(t *testing.T) {
+	var hits atomic.Int64
+	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		_, _ = w.Write([]byte("got you"))
+	}))
+	defer evil.Close()
+	s := slacktest.New(t)
+	st := startWith(t, s, nil, false)
+	ref, _ := json.Marshal(map[string]any{"id": "F1", "url": evil.URL + "/file", "name": "x.txt", "size": 7, "mime": "text/plain"})
+	msg := &channels.Message{Channel: Name, ChatID: "D41", ID: "1.2", Parts: []channels.Part{
+		{Type: channels.PartFile, Name: "x.txt", MIME: "text/plain", Size: 7, Ref: string(ref)}}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := st.ch.Fetch(ctx, msg)
+	if err == nil || !strings.Contains(err.Error(), "could not download") {
+		t.Fatalf("Fetch = %v; want the user told it could not be downloaded", err)
+	}
+	if n := hits.Load(); n != 0 {
+		t.Fatalf("the token's request went to a host outside Slack (%d requests)", n)
 	}
 }
