@@ -1,5 +1,6 @@
-// Package natstest runs an embedded NATS server with JetStream on loopback for tests
-// (github.com/nats-io/nats-server/v2), its store in a temporary directory.
+// Package natstest runs a NATS server with JetStream on loopback for tests, from its Go
+// module (github.com/nats-io/nats-server/v2), its store in a temporary directory: embedded
+// in the test (New, Start), or as a process of its own built by the test (NewProcess).
 package natstest
 
 import (

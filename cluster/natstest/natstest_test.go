@@ -17,7 +17,14 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // A restart keeps the URL and JetStream's state: a client reconnects by itself and finds
 // the stream and its message.
 func TestRestartKeepsTheStreamAndTheURL(t *testing.T) {
-	s := natstest.New(t)
+	t.Run("embedded", func(t *testing.T) { restartKeeps(t, natstest.New(t)) })
+	t.Run("process", func(t *testing.T) { restartKeeps(t, natstest.NewProcess(t)) })
+}
+
+func restartKeeps(t *testing.T, s interface {
+	URL() string
+	Restart(time.Duration)
+}) {
 	url := s.URL()
 	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	if err != nil {

@@ -2,7 +2,8 @@ package gatewaycli
 
 // End-to-end tests of cluster mode (issue 16): three `gateway run` processes (this test
 // binary re-executed, see TestMain) share one Postgres (cluster/pgtest) and one NATS
-// (cluster/natstest), with the fake Telegram, the fake Slack (Events API over HTTP) and the
+// (cluster/natstest, as its own process: under -race its code stays outside this binary's
+// race detector), with the fake Telegram, the fake Slack (Events API over HTTP) and the
 // fake model on 127.0.0.1. A small chatLoad balancer stands in front of the processes for the
 // platforms' webhooks, as it would in a deployment.
 
@@ -76,7 +77,7 @@ type clusterRig struct {
 	t     testing.TB
 	pg    *pgtest.Server
 	pgURL string
-	nats  *natstest.Server
+	nats  *natstest.Process
 	oai   *openaitest.Server
 	delay atomic.Int64 // the model's delay before answering, in ns
 	slow  sync.Map     // prompt → remaining slow answers (a minute each)
@@ -91,7 +92,7 @@ func newClusterRig(t testing.TB, mode string) *clusterRig {
 	r := &clusterRig{t: t, mode: mode}
 	r.pg = pgtest.New(t)
 	r.pgURL = r.pg.URL("postgres")
-	r.nats = natstest.New(t)
+	r.nats = natstest.NewProcess(t)
 	r.oai = openaitest.NewServer()
 	t.Cleanup(r.oai.Close)
 	r.oai.SetFunc(func(req openaitest.Request) openaitest.Reply {
