@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,124 +15,6 @@ import (
 	"gateway/internal/secret"
 	"gateway/state"
 )
-
-// holds is a hold shared by the test's processes, one at a time, as cluster.Holder gives
-// it through a lease. A hold lost or given up goes to the process that waited longest,
-// unless the test paused the hand-over (nobody holds it meanwhile, as while a dead
-// holder's lease has not yet expired).
-type holds struct {
-	mu      sync.Mutex
-	owner   string
-	cancel  context.CancelFunc
-	waiting []waiter
-	asked   map[string]int
-	paused  bool
-}
-
-type waiter struct {
-	who   string
-	given chan struct{}
-}
-
-func newHolds() *holds { return &holds{asked: map[string]int{}} }
-
-type holder struct {
-	h   *holds
-	who string
-}
-
-func (h *holds) as(who string) channels.Holder { return holder{h, who} }
-
-func (p holder) Hold(ctx context.Context, name string) (context.Context, func(), error) {
-	h := p.h
-	h.mu.Lock()
-	h.asked[p.who]++
-	if h.owner == "" && !h.paused {
-		h.owner = p.who
-		held := h.give(ctx)
-		h.mu.Unlock()
-		return held, func() { h.lose(p.who) }, nil
-	}
-	w := waiter{p.who, make(chan struct{})}
-	h.waiting = append(h.waiting, w)
-	h.mu.Unlock()
-	select {
-	case <-w.given:
-		h.mu.Lock()
-		held := h.give(ctx)
-		h.mu.Unlock()
-		return held, func() { h.lose(p.who) }, nil
-	case <-ctx.Done():
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		select {
-		case <-w.given: // given meanwhile: hand it on
-			h.owner = ""
-			h.next()
-		default:
-			h.waiting = slices.DeleteFunc(h.waiting, func(x waiter) bool { return x.given == w.given })
-		}
-		return nil, func() {}, ctx.Err()
-	}
-}
-
-// give makes the owner's held context; h.mu is held.
-func (h *holds) give(ctx context.Context) context.Context {
-	held, cancel := context.WithCancel(ctx)
-	h.cancel = cancel
-	return held
-}
-
-// next hands a free hold to the longest waiter, unless paused; h.mu is held.
-func (h *holds) next() {
-	if len(h.waiting) > 0 && !h.paused {
-		w := h.waiting[0]
-		h.waiting = h.waiting[1:]
-		h.owner = w.who
-		h.cancel = func() {}
-		close(w.given)
-	}
-}
-
-// lose ends who's hold, if it has it (a lease lost, or released).
-func (h *holds) lose(who string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.owner != who {
-		return
-	}
-	h.cancel()
-	h.owner = ""
-	h.next()
-}
-
-// pause stops (true) or resumes (false) handing a free hold on.
-func (h *holds) pause(p bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.paused = p
-	if !p && h.owner == "" {
-		h.next()
-	}
-}
-
-func (h *holds) holder() string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.owner
-}
-
-func (h *holds) askedBy(who string) int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.asked[who]
-}
-
-func (h *holds) isWaiting(who string) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return slices.ContainsFunc(h.waiting, func(w waiter) bool { return w.who == who })
-}
 
 func openState(t *testing.T) *state.DB {
 	t.Helper()
@@ -193,11 +74,11 @@ func TestOnlyTheHolderConnectsAndTheHoldMoves(t *testing.T) {
 	t.Parallel()
 	srv := discordtest.New(t)
 	db := openState(t)
-	h := newHolds()
-	a := startProc(t, srv, discord.Options{Holder: h.as("a"), State: db})
-	waitFor(t, "a to hold and connect", func() bool { return h.holder() == "a" && srv.Connected() == 1 })
-	b := startProc(t, srv, discord.Options{Holder: h.as("b"), State: db}) // Start returns without the hold
-	waitFor(t, "b to wait for the hold", func() bool { return h.isWaiting("b") })
+	h := channeltest.NewHolds()
+	a := startProc(t, srv, discord.Options{Holder: h.As("a"), State: db})
+	waitFor(t, "a to hold and connect", func() bool { return h.Owner() == "a" && srv.Connected() == 1 })
+	b := startProc(t, srv, discord.Options{Holder: h.As("b"), State: db}) // Start returns without the hold
+	waitFor(t, "b to wait for the hold", func() bool { return h.Waiting("b") })
 	if !b.sink.WasConnected(discord.Name) {
 		t.Errorf("b did not report itself ready: it can send")
 	}
@@ -236,14 +117,14 @@ func TestOnlyTheHolderConnectsAndTheHoldMoves(t *testing.T) {
 
 	// a loses the hold and nobody gets it for a while: a's session closes at once, and what
 	// is posted meanwhile is read by b once it holds.
-	h.pause(true)
-	h.lose("a")
+	h.Pause(true)
+	h.Lose("a")
 	waitFor(t, "a's session to close", func() bool { return srv.Connected() == 0 })
 	post("m2 while nobody holds")
 	post("m3 while nobody holds")
-	waitFor(t, "a to ask for the hold again", func() bool { return h.askedBy("a") > 1 })
-	h.pause(false)
-	waitFor(t, "b to hold", func() bool { return h.holder() == "b" })
+	waitFor(t, "a to ask for the hold again", func() bool { return h.AskedBy("a") > 1 })
+	h.Pause(false)
+	waitFor(t, "b to hold", func() bool { return h.Owner() == "b" })
 	got(b, "m2 while nobody holds")
 	got(b, "m3 while nobody holds")
 	post("m4")
@@ -257,11 +138,11 @@ func TestOnlyTheHolderConnectsAndTheHoldMoves(t *testing.T) {
 	// until b asks again, as a released lease is free only once its holder stored its
 	// cursors. (A lease lost and taken at once may have up to b's last second read again:
 	// the cluster's shared dedup window drops those.)
-	h.pause(true)
-	h.lose("b")
-	waitFor(t, "b to ask for the hold again", func() bool { return h.askedBy("b") > 1 })
-	h.pause(false)
-	waitFor(t, "a to hold again", func() bool { return h.holder() == "a" })
+	h.Pause(true)
+	h.Lose("b")
+	waitFor(t, "b to ask for the hold again", func() bool { return h.AskedBy("b") > 1 })
+	h.Pause(false)
+	waitFor(t, "a to hold again", func() bool { return h.Owner() == "a" })
 	waitFor(t, "a to connect again", func() bool { return strings.Count(a.logs.String(), "discord: connected") == 2 })
 	post("m5")
 	got(a, "m5")
@@ -331,8 +212,8 @@ func TestHolderRetriesTheGateway(t *testing.T) {
 	t.Parallel()
 	srv := discordtest.New(t)
 	srv.RefuseGateway(true)
-	h := newHolds()
-	p := startProc(t, srv, discord.Options{Holder: h.as("a")})
+	h := channeltest.NewHolds()
+	p := startProc(t, srv, discord.Options{Holder: h.As("a")})
 	waitFor(t, "two failed attempts", func() bool { return strings.Count(p.logs.String(), "discord: reconnect failed") >= 2 })
 	if n := srv.Connected(); n != 0 {
 		t.Fatalf("%d sessions while the gateway refuses", n)
@@ -362,11 +243,11 @@ func TestAnotherProcessAnswersTheHoldersInteraction(t *testing.T) {
 	t.Parallel()
 	srv := discordtest.New(t)
 	db := openState(t)
-	h := newHolds()
-	a := startProc(t, srv, discord.Options{Holder: h.as("a"), State: db})
-	waitFor(t, "a to hold and connect", func() bool { return h.holder() == "a" && srv.Connected() == 1 })
-	b := startProc(t, srv, discord.Options{Holder: h.as("b"), State: db})
-	waitFor(t, "b to wait for the hold", func() bool { return h.isWaiting("b") })
+	h := channeltest.NewHolds()
+	a := startProc(t, srv, discord.Options{Holder: h.As("a"), State: db})
+	waitFor(t, "a to hold and connect", func() bool { return h.Owner() == "a" && srv.Connected() == 1 })
+	b := startProc(t, srv, discord.Options{Holder: h.As("b"), State: db})
+	waitFor(t, "b to wait for the hold", func() bool { return h.Waiting("b") })
 
 	id := srv.InjectCommand("706", user, "status", "", false)
 	m := a.sink.Next(t)
@@ -394,20 +275,20 @@ func TestReadyAgainWhenTheHoldGoes(t *testing.T) {
 	t.Parallel()
 	srv := discordtest.New(t)
 	srv.RefuseGateway(true)
-	h := newHolds()
-	p := startProc(t, srv, discord.Options{Holder: h.as("a")})
+	h := channeltest.NewHolds()
+	p := startProc(t, srv, discord.Options{Holder: h.As("a")})
 	waitFor(t, "the holder to report the connection down", func() bool {
 		c := p.sink.Connections()
 		return len(c) > 0 && !c[len(c)-1].Up
 	})
 	waitFor(t, "a second attempt", func() bool { return strings.Count(p.logs.String(), "discord: reconnect failed") >= 2 })
-	h.pause(true)
-	h.lose("a")
+	h.Pause(true)
+	h.Lose("a")
 	waitFor(t, "the process to report itself ready again", func() bool {
 		c := p.sink.Connections()
 		return c[len(c)-1].Up
 	})
-	waitFor(t, "it to ask for the hold again", func() bool { return h.askedBy("a") > 1 })
+	waitFor(t, "it to ask for the hold again", func() bool { return h.AskedBy("a") > 1 })
 	if n := srv.Connected(); n != 0 {
 		t.Fatalf("%d sessions", n)
 	}

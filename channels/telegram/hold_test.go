@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,107 +16,6 @@ import (
 	"gateway/channels/telegram/telegramtest"
 	"gateway/state"
 )
-
-// holds is a hold shared by the test's processes, one at a time, as cluster.Holder gives
-// it through a lease. A hold lost or given up goes to the process that waited longest, as
-// a lease goes to a process that asked while the loser did not yet ask again.
-type holds struct {
-	mu      sync.Mutex
-	owner   string
-	cancel  context.CancelFunc
-	waiting []waiter
-	asked   map[string]int
-}
-
-type waiter struct {
-	who   string
-	given chan struct{}
-}
-
-func newHolds() *holds { return &holds{asked: map[string]int{}} }
-
-// holder is one process's view of the shared hold.
-type holder struct {
-	h   *holds
-	who string
-}
-
-func (h *holds) as(who string) channels.Holder { return holder{h, who} }
-
-func (p holder) Hold(ctx context.Context, name string) (context.Context, func(), error) {
-	h := p.h
-	h.mu.Lock()
-	h.asked[p.who]++
-	if h.owner == "" {
-		h.owner = p.who
-		held := h.give(ctx)
-		h.mu.Unlock()
-		return held, func() { h.lose(p.who) }, nil
-	}
-	w := waiter{p.who, make(chan struct{})}
-	h.waiting = append(h.waiting, w)
-	h.mu.Unlock()
-	select {
-	case <-w.given:
-		h.mu.Lock()
-		held := h.give(ctx)
-		h.mu.Unlock()
-		return held, func() { h.lose(p.who) }, nil
-	case <-ctx.Done():
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		select {
-		case <-w.given: // given meanwhile: hand it on
-			h.owner = ""
-			h.next()
-		default:
-			h.waiting = slices.DeleteFunc(h.waiting, func(x waiter) bool { return x.given == w.given })
-		}
-		return nil, func() {}, ctx.Err()
-	}
-}
-
-// give makes the owner's held context; h.mu is held.
-func (h *holds) give(ctx context.Context) context.Context {
-	held, cancel := context.WithCancel(ctx)
-	h.cancel = cancel
-	return held
-}
-
-// next hands a free hold to the longest waiter; h.mu is held.
-func (h *holds) next() {
-	if len(h.waiting) > 0 {
-		w := h.waiting[0]
-		h.waiting = h.waiting[1:]
-		h.owner = w.who
-		h.cancel = func() {}
-		close(w.given)
-	}
-}
-
-// lose ends who's hold, if it has it (a lease lost, or released).
-func (h *holds) lose(who string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.owner != who {
-		return
-	}
-	h.cancel()
-	h.owner = ""
-	h.next()
-}
-
-func (h *holds) holder() string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.owner
-}
-
-func (h *holds) askedBy(who string) int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.asked[who]
-}
 
 // In cluster mode two processes run the same bot: only the one holding the polling hold
 // polls, the other still sends; when the hold is lost, polling stops there and the other
@@ -130,7 +28,7 @@ func TestOnlyTheHolderPollsAndTheHoldMoves(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	h := newHolds()
+	h := channeltest.NewHolds()
 	type proc struct {
 		ch   *telegram.Channel
 		sink *channeltest.Sink
@@ -139,7 +37,7 @@ func TestOnlyTheHolderPollsAndTheHoldMoves(t *testing.T) {
 	start := func(who string) proc {
 		opts := f.options()
 		opts.StateDir = t.TempDir()
-		opts.State, opts.Holder = db, h.as(who)
+		opts.State, opts.Holder = db, h.As(who)
 		logs := &channeltest.LogBuffer{}
 		opts.Logger = logs.Logger()
 		p := proc{sink: channeltest.NewSink(), logs: logs}
@@ -147,11 +45,11 @@ func TestOnlyTheHolderPollsAndTheHoldMoves(t *testing.T) {
 		return p
 	}
 	a := start("a")
-	eventually(t, "a to hold the polling", func() bool { return h.holder() == "a" })
+	eventually(t, "a to hold the polling", func() bool { return h.Owner() == "a" })
 	b := start("b") // Start returns without the hold
-	eventually(t, "b to ask for the hold", func() bool { return h.askedBy("b") > 0 })
-	if h.holder() != "a" {
-		t.Fatalf("holder %q; want a", h.holder())
+	eventually(t, "b to ask for the hold", func() bool { return h.AskedBy("b") > 0 })
+	if h.Owner() != "a" {
+		t.Fatalf("holder %q; want a", h.Owner())
 	}
 
 	var all []string
@@ -180,16 +78,16 @@ func TestOnlyTheHolderPollsAndTheHoldMoves(t *testing.T) {
 	})
 
 	// a loses the hold: its polling stops, b polls.
-	h.lose("a")
-	eventually(t, "b to hold the polling", func() bool { return h.holder() == "b" })
+	h.Lose("a")
+	eventually(t, "b to hold the polling", func() bool { return h.Owner() == "b" })
 	send(5, 5)
 	collect(b, 5)
 	a.sink.ExpectNone(t, 300*time.Millisecond)
-	eventually(t, "a to ask for the hold again", func() bool { return h.askedBy("a") > 1 })
+	eventually(t, "a to ask for the hold again", func() bool { return h.AskedBy("a") > 1 })
 
 	// And back: b gives it up, a polls again.
-	h.lose("b")
-	eventually(t, "a to hold the polling again", func() bool { return h.holder() == "a" })
+	h.Lose("b")
+	eventually(t, "a to hold the polling again", func() bool { return h.Owner() == "a" })
 	send(10, 3)
 	collect(a, 3)
 	b.sink.ExpectNone(t, 300*time.Millisecond)
@@ -215,15 +113,17 @@ func TestOnlyTheHolderPollsAndTheHoldMoves(t *testing.T) {
 // Webhook mode takes Telegram's POSTs in every process: it never asks for the hold.
 func TestWebhookModeIgnoresTheHolder(t *testing.T) {
 	f := newFixture(t)
-	h := newHolds()
-	h.owner, h.cancel = "someone else", func() {}
+	h := channeltest.NewHolds()
+	if _, _, err := h.As("someone else").Hold(context.Background(), "conn.telegram"); err != nil {
+		t.Fatal(err)
+	}
 	cfg := f.config()
 	cfg.Mode, cfg.WebhookSecret = telegram.ModeWebhook, "hook-secret-0123456789"
 	opts := f.options()
-	opts.Holder = h.as("a")
+	opts.Holder = h.As("a")
 	f.start(cfg, opts, channeltest.NewSink())
 	time.Sleep(100 * time.Millisecond)
-	if n := h.askedBy("a"); n != 0 {
+	if n := h.AskedBy("a"); n != 0 {
 		t.Fatalf("webhook mode asked for the polling hold %d times", n)
 	}
 }
