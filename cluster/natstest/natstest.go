@@ -70,16 +70,23 @@ func (s *Server) Restart(down time.Duration) {
 	s.t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.halt()
+	restart(s.t, s.halt, s.start, down)
+}
+
+// restart stops a server, waits down and starts it again, failing t when it does not
+// come back.
+func restart(t testing.TB, halt func(), start func() error, down time.Duration) {
+	t.Helper()
+	halt()
 	time.Sleep(down)
 	var err error
-	for range 3 { // the port may linger a moment after the shutdown
-		if err = s.start(); err == nil {
+	for range 3 { // the port may linger a moment after the stop
+		if err = start(); err == nil {
 			return
 		}
 		time.Sleep(time.Second)
 	}
-	s.t.Fatal(err)
+	t.Fatal(err)
 }
 
 // Stop shuts the server down; idempotent.

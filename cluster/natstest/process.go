@@ -107,16 +107,7 @@ func (p *Process) Restart(down time.Duration) {
 	p.t.Helper()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.halt()
-	time.Sleep(down)
-	var err error
-	for range 3 { // the port may linger a moment after the stop
-		if err = p.start(); err == nil {
-			return
-		}
-		time.Sleep(time.Second)
-	}
-	p.t.Fatal(err)
+	restart(p.t, p.halt, p.start, down)
 }
 
 // Stop stops the server; idempotent.
