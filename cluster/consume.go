@@ -39,13 +39,14 @@ func (d Delivery) Ack(ctx context.Context) error {
 // died, or lost NATS) loses its partitions TTL later to the others, which deliver what it
 // had not acked, from the oldest.
 type Consumer struct {
-	in     *Intake
-	leases *Leases
-	holder string
-	handle func(Delivery)
-	opts   ConsumerOptions
-	log    *slog.Logger
-	paused atomic.Bool
+	in      *Intake
+	leases  *Leases
+	holder  string
+	handle  func(Delivery)
+	opts    ConsumerOptions
+	log     *slog.Logger
+	paused  atomic.Bool
+	renewed time.Time // the last renewal of the leases; Run's goroutine only
 
 	mu   sync.Mutex
 	held map[int]*partitionWorker
@@ -100,7 +101,7 @@ type PartitionStatus struct {
 	HandingOver bool `json:"handing_over,omitempty"`
 }
 
-// Status lists the held partitions with their lag (as of the last balance, every TTL/4).
+// Status lists the held partitions with their lag (as of the last renewal, every TTL/4).
 func (c *Consumer) Status() []PartitionStatus {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -156,12 +157,17 @@ func (c *Consumer) Run(ctx context.Context) error {
 	tick := time.NewTicker(min(c.leases.TTL()/4, time.Second))
 	defer tick.Stop()
 	for {
-		if err := member.Renew(ctx); errors.Is(err, ErrLeaseLost) {
-			if member, err = c.leases.Acquire(ctx, "member."+c.holder, c.holder); err != nil {
-				c.log.Warn("intake: cannot rejoin", "err", err)
+		// Balancing runs every tick; renewing the leases (and reading the lag) every TTL/4.
+		renew := time.Since(c.renewed) >= c.leases.TTL()/4
+		if renew {
+			c.renewed = time.Now()
+			if err := member.Renew(ctx); errors.Is(err, ErrLeaseLost) {
+				if member, err = c.leases.Acquire(ctx, "member."+c.holder, c.holder); err != nil {
+					c.log.Warn("intake: cannot rejoin", "err", err)
+				}
 			}
 		}
-		c.balance(ctx)
+		c.balance(ctx, renew)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -170,9 +176,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 }
 
-// balance renews what is held, drops what was lost, gives up what is above the fair share
+// balance renews what is held (when renew), drops what was lost, gives up what is above the fair share
 // (after its delivered messages were acked) and takes free partitions up to it.
-func (c *Consumer) balance(ctx context.Context) {
+func (c *Consumer) balance(ctx context.Context, renew bool) {
 	c.mu.Lock()
 	held := make(map[int]*partitionWorker, len(c.held))
 	for p, w := range c.held {
@@ -180,6 +186,9 @@ func (c *Consumer) balance(ctx context.Context) {
 	}
 	c.mu.Unlock()
 	for p, w := range held {
+		if !renew {
+			break
+		}
 		if err := w.lease.Renew(ctx); err != nil {
 			if errors.Is(err, ErrLeaseLost) {
 				// Expired without anyone taking it (NATS was away longer than TTL): take it
@@ -269,7 +278,7 @@ type partitionWorker struct {
 	lease       *Lease
 	cons        jetstream.Consumer
 	iter        jetstream.MessagesContext
-	lag         atomic.Int64 // the consumer's pending count at the last balance
+	lag         atomic.Int64 // the consumer's pending count at the last renewal
 	wg          sync.WaitGroup
 	outstanding atomic.Int64 // handed to the handler, not acked yet
 	stopped     atomic.Bool  // handed over: no more deliveries
