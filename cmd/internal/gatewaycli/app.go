@@ -228,6 +228,10 @@ func (a *app) buildChannels(cfg Config) ([]channels.Channel, error) {
 	case a.state != nil:
 		st = a.state
 	}
+	var holder channels.Holder // cluster mode: one process at a time holds a connection
+	if a.node != nil {
+		holder = cluster.NewHolder(a.node.Leases(), a.node.Holder(), a.log)
+	}
 	var errs []error
 	if cfg.Channels.Web.Enabled {
 		out = append(out, web.New(cfg.Channels.Web, web.Options{Logger: a.log, MediaDir: filepath.Join(cfg.StateDir, "media", "web")}))
@@ -236,7 +240,7 @@ func (a *app) buildChannels(cfg Config) ([]channels.Channel, error) {
 		opts := telegram.Options{Logger: a.log, StateDir: filepath.Join(cfg.StateDir, "telegram"), HTTPClient: a.client, State: st}
 		if a.node != nil {
 			// One process polls at a time; every process sends, within one budget for the bot.
-			opts.Holder = cluster.NewHolder(a.node.Leases(), a.node.Holder(), a.log)
+			opts.Holder = holder
 			opts.Budget = a.pg.Budget("telegram."+telegram.BotID(cfg.Channels.Telegram.Token.Reveal()), 30, 30)
 		}
 		ch, err := telegram.New(cfg.Channels.Telegram, opts)
@@ -247,12 +251,9 @@ func (a *app) buildChannels(cfg Config) ([]channels.Channel, error) {
 		}
 	}
 	if cfg.Channels.Discord.Enabled {
-		opts := discord.Options{Logger: a.log, StateDir: filepath.Join(cfg.StateDir, "discord"), HTTPClient: a.client, State: st}
-		if a.node != nil {
-			// One process holds the gateway connection at a time; every process sends.
-			opts.Holder = cluster.NewHolder(a.node.Leases(), a.node.Holder(), a.log)
-		}
-		ch, err := discord.New(cfg.Channels.Discord, opts)
+		// In cluster mode one process holds the gateway connection at a time; every one sends.
+		ch, err := discord.New(cfg.Channels.Discord, discord.Options{Logger: a.log, StateDir: filepath.Join(cfg.StateDir, "discord"),
+			HTTPClient: a.client, State: st, Holder: holder})
 		if err != nil {
 			errs = append(errs, err)
 		} else {
