@@ -1,9 +1,12 @@
 package state
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -25,33 +28,34 @@ type Journal interface {
 	Pending() ([]Entry, error)
 }
 
-// Accept stores body in the journal and remembers dedupKey, in one fsynced transaction.
-// An empty dedupKey is not deduplicated. A key seen within the window is ErrDuplicate and
-// stores nothing. The returned sequence number orders entries and is passed to Done.
+// Accept stores body in the journal and remembers dedupKey, in one synced record of the
+// intake log. An empty dedupKey is not deduplicated. A key seen within the window is
+// ErrDuplicate and stores nothing. The returned sequence number orders entries and is
+// passed to Done.
 func (s *DB) Accept(dedupKey string, body []byte) (uint64, error) {
-	var seq uint64
 	now := s.now()
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		if dedupKey != "" {
-			w := s.dedupWindow(tx)
-			if w.seen([]byte(dedupKey), now) {
-				return ErrDuplicate
-			}
-			if err := w.put([]byte(dedupKey), now); err != nil {
-				return err
-			}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if dedupKey != "" {
+		if at, ok := s.pend.keys[dedupKey]; ok && now.Sub(time.Unix(0, at)) < s.limits.DedupAge {
+			return 0, ErrDuplicate
 		}
-		j := tx.Bucket(bucketJournal)
-		var err error
-		if seq, err = j.NextSequence(); err != nil {
-			return err
+		var seen bool
+		if err := s.db.View(func(tx *bolt.Tx) error {
+			seen = s.dedupWindow(tx).seen([]byte(dedupKey), now)
+			return nil
+		}); err != nil {
+			return 0, fmt.Errorf("state: cannot journal the message: %w", err)
 		}
-		return j.Put(seqKey(seq), body)
-	})
-	if err != nil && !errors.Is(err, ErrDuplicate) {
+		if seen {
+			return 0, ErrDuplicate
+		}
+	}
+	seq := s.pend.lastSeq + 1
+	if err := s.record(recAccept, seq, now.UnixNano(), dedupKey, body); err != nil {
 		return 0, fmt.Errorf("state: cannot journal the message: %w", err)
 	}
-	return seq, err
+	return seq, nil
 }
 
 var dedupCountKey = []byte("\x00dedup_count") // no cursor name starts with NUL
@@ -62,10 +66,12 @@ func (s *DB) dedupWindow(tx *bolt.Tx) window {
 		max: s.limits.DedupMax, age: s.limits.DedupAge}
 }
 
-// Done removes an answered message from the journal. Unknown seqs are ignored.
+// Done removes an answered message from the journal, in one synced record of the intake
+// log. Unknown seqs are ignored.
 func (s *DB) Done(seq uint64) error {
-	err := s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketJournal).Delete(seqKey(seq)) })
-	if err != nil {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.record(recDone, seq, 0, "", nil); err != nil {
 		return fmt.Errorf("state: %w", err)
 	}
 	return nil
@@ -73,12 +79,26 @@ func (s *DB) Done(seq uint64) error {
 
 // Pending lists the journal in acceptance order.
 func (s *DB) Pending() ([]Entry, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	var out []Entry
 	err := s.db.View(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketJournal).ForEach(func(k, v []byte) error {
-			out = append(out, Entry{Seq: binary.BigEndian.Uint64(k), Body: append([]byte(nil), v...)})
+			seq := binary.BigEndian.Uint64(k)
+			if _, done := s.pend.dones[seq]; !done {
+				out = append(out, Entry{Seq: seq, Body: append([]byte(nil), v...)})
+			}
 			return nil
 		})
 	})
-	return out, err
+	if err != nil {
+		return nil, err
+	}
+	// This epoch's seqs all follow those bbolt holds.
+	fresh := make([]Entry, 0, len(s.pend.accepts))
+	for seq, body := range s.pend.accepts {
+		fresh = append(fresh, Entry{Seq: seq, Body: append([]byte(nil), body...)})
+	}
+	slices.SortFunc(fresh, func(a, b Entry) int { return cmp.Compare(a.Seq, b.Seq) })
+	return append(out, fresh...), nil
 }

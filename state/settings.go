@@ -1,6 +1,8 @@
 package state
 
 import (
+	"fmt"
+
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -36,10 +38,26 @@ func (s *DB) DeleteSetting(scope, name string) error {
 }
 
 // Cursor reads a platform cursor; false when unset.
-func (s *DB) Cursor(name string) (string, bool, error) { return s.get(bucketCursors, []byte(name)) }
+func (s *DB) Cursor(name string) (string, bool, error) {
+	s.mu.Lock()
+	v, ok := s.pend.cursors[name]
+	s.mu.Unlock()
+	if ok {
+		return v, true, nil
+	}
+	return s.get(bucketCursors, []byte(name))
+}
 
-// SetCursor stores a platform cursor durably.
-func (s *DB) SetCursor(name, value string) error { return s.put(bucketCursors, []byte(name), value) }
+// SetCursor stores a platform cursor durably, in one synced record of the intake log (the
+// Telegram offset moves with every batch of updates).
+func (s *DB) SetCursor(name, value string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.record(recCursor, 0, 0, name, []byte(value)); err != nil {
+		return fmt.Errorf("state: %w", err)
+	}
+	return nil
+}
 
 func (s *DB) get(bucket, key []byte) (val string, ok bool, err error) {
 	err = s.db.View(func(tx *bolt.Tx) error {

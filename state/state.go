@@ -1,9 +1,11 @@
 // Package state is the gateway's single-node durable state: one embedded bbolt file under
 // state_dir holding the intake journal (messages accepted but not yet answered), the dedup
-// window of platform message ids, per-chat settings and platform cursors. Every write is one
-// bbolt transaction, fsynced before it returns, so what a caller was told is stored survives
-// a crash. Consumers depend on the small interfaces they need (see Journal, Settings,
-// Cursors, RememberedKeys); cluster mode implements the same ones elsewhere.
+// window of platform message ids, per-chat settings and platform cursors, with the intake
+// log beside it (see log.go): the journal's and the cursors' writes are records appended to
+// it, applied to bbolt in one commit now and then. Every write is synced to disk before it
+// returns, so what a caller was told is stored survives a crash. Consumers depend on the
+// small interfaces they need (see Journal, Settings, Cursors, RememberedKeys); cluster mode
+// implements the same ones elsewhere.
 package state
 
 import (
@@ -12,6 +14,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -27,10 +31,11 @@ var (
 	bucketCursors  = []byte("cursors")  // name → value (and the dedup count)
 )
 
-// Limits bound the dedup window.
+// Limits bound the dedup window and the intake log.
 type Limits struct {
 	DedupMax int           // ids remembered at most (default 100,000)
 	DedupAge time.Duration // and for at most this long (default 7 days)
+	LogSize  int64         // the intake log's preallocated size: a checkpoint when full (default 1 MiB)
 }
 
 func (l Limits) withDefaults() Limits {
@@ -40,14 +45,23 @@ func (l Limits) withDefaults() Limits {
 	if l.DedupAge <= 0 {
 		l.DedupAge = 7 * 24 * time.Hour
 	}
+	if l.LogSize <= 0 {
+		l.LogSize = 1 << 20
+	}
 	return l
 }
 
-// DB is the open state file. Safe for concurrent use.
+// DB is the open state file and its intake log. Safe for concurrent use.
 type DB struct {
 	db     *bolt.DB
 	limits Limits
 	now    func() time.Time
+	logger *slog.Logger
+
+	mu                sync.Mutex // the log, and pend: what it holds that bbolt does not yet
+	log               *intakeLog
+	pend              pending
+	checkpointFailing bool
 }
 
 // Open opens (or creates) dir/state.db. A file that cannot be read as a state file (torn,
@@ -57,13 +71,17 @@ func Open(dir string, limits Limits, log *slog.Logger) (*DB, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("state: %w", err)
 	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	path := dir + string(os.PathSeparator) + FileName
 	db, err := openFile(path)
 	if err != nil {
 		if errors.Is(err, errLocked) {
 			return nil, fmt.Errorf("state: %s is in use by another gateway process (one state_dir per process)", path)
 		}
-		aside := fmt.Sprintf("%s.broken-%s", path, time.Now().UTC().Format("20060102T150405"))
+		stamp := time.Now().UTC().Format("20060102T150405")
+		aside := path + ".broken-" + stamp
 		if rerr := os.Rename(path, aside); rerr != nil {
 			return nil, fmt.Errorf("state: %s cannot be read (%v) nor moved aside: %w", path, err, rerr)
 		}
@@ -72,8 +90,16 @@ func Open(dir string, limits Limits, log *slog.Logger) (*DB, error) {
 		if db, err = openFile(path); err != nil {
 			return nil, fmt.Errorf("state: %w", err)
 		}
+		// The log's records are of the lost file's epochs: what they would apply to is gone.
+		if rerr := os.Rename(filepath.Join(dir, LogName), filepath.Join(dir, LogName+".broken-"+stamp)); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+			return nil, fmt.Errorf("state: cannot move the intake log aside: %w", rerr)
+		}
 	}
-	s := &DB{db: db, limits: limits.withDefaults(), now: time.Now}
+	s := &DB{db: db, limits: limits.withDefaults(), now: time.Now, logger: log}
+	if err := s.openIntakeLog(dir); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("state: the intake log: %w", err)
+	}
 	return s, nil
 }
 
@@ -174,8 +200,19 @@ func checkLength(path string) error {
 	return nil
 }
 
-// Close closes the file.
-func (s *DB) Close() error { return s.db.Close() }
+// Close applies the intake log to the state file and closes both.
+func (s *DB) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	err := s.checkpoint()
+	if cerr := s.log.f.Close(); err == nil {
+		err = cerr
+	}
+	if cerr := s.db.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
 
 func seqKey(seq uint64) []byte {
 	var b [8]byte

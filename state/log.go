@@ -1,0 +1,362 @@
+package state
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// The intake log (LogName beside the state file) is written ahead of bbolt. A bbolt commit
+// writes several pages and syncs twice (the pages, then the meta page); the intake writes
+// three times a message (accept, done, the polling cursor), so most of what a message cost
+// was those commits. Each write is now one record appended to a preallocated file and
+// synced once; what the records say reaches bbolt in one commit now and then (a
+// checkpoint), most of it never: a message accepted and answered between two checkpoints
+// leaves only its dedup key. bbolt has no write-ahead mode of its own, hence this file.
+//
+// A record is its CRC-32 (IEEE) and length, then an epoch, a kind and the fields. A
+// checkpoint stores epoch+1 in bbolt in the same commit that applies the records, and the
+// log starts again at offset 0: records of an earlier epoch, left further on in the file,
+// are no longer read. Reading stops at the first record that is torn, zero (the
+// preallocated end) or of another epoch.
+
+// LogName is the intake log's name beside the state file.
+const LogName = "journal.log"
+
+const (
+	recAccept byte = 1 // seq, unix nanos, dedup key, body
+	recDone   byte = 2 // seq
+	recCursor byte = 3 // name, value
+
+	recHeader = 8        // CRC-32 and payload length, both uint32
+	recMax    = 64 << 20 // a longer length is a torn header, not a record
+)
+
+// logEpochKey is where the epoch is kept in the cursors bucket (no cursor starts with NUL).
+var logEpochKey = []byte("\x00log_epoch")
+
+// pending is what the log holds that bbolt does not yet: applied by the next checkpoint.
+type pending struct {
+	accepts map[uint64][]byte   // accepted this epoch and not yet done: seq → body
+	keys    map[string]int64    // dedup keys accepted this epoch → unix nanos
+	order   []string            // those keys in the order accepted
+	dones   map[uint64]struct{} // done this epoch, accepted before it (in bbolt)
+	cursors map[string]string
+	lastSeq uint64 // the journal's highest seq handed out
+	records int
+}
+
+func newPending(lastSeq uint64) pending {
+	return pending{accepts: map[uint64][]byte{}, keys: map[string]int64{}, dones: map[uint64]struct{}{},
+		cursors: map[string]string{}, lastSeq: lastSeq}
+}
+
+// apply adds one record's effect. It is the same for a write and for a replay.
+func (p *pending) apply(kind byte, seq uint64, at int64, key, name string, body []byte) {
+	p.records++
+	switch kind {
+	case recAccept:
+		p.accepts[seq] = body
+		if key != "" {
+			if _, ok := p.keys[key]; !ok {
+				p.order = append(p.order, key)
+			}
+			p.keys[key] = at
+		}
+		p.lastSeq = max(p.lastSeq, seq)
+	case recDone:
+		if _, ok := p.accepts[seq]; ok {
+			delete(p.accepts, seq)
+		} else {
+			p.dones[seq] = struct{}{}
+		}
+	case recCursor:
+		p.cursors[name] = string(body)
+	}
+}
+
+// intakeLog is the open log file and where the next record goes.
+type intakeLog struct {
+	f     *os.File
+	path  string
+	off   int64
+	size  int64 // preallocated: a checkpoint comes before a record would pass it
+	epoch uint64
+	buf   []byte
+}
+
+// openLog opens (or creates and preallocates) the log. Preallocated blocks make a sync
+// write data only: an append that grew the file would also have to write its size.
+func openLog(path string, size int64) (*intakeLog, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	l := &intakeLog{f: f, path: path, size: size}
+	fi, err := f.Stat()
+	if err == nil && fi.Size() < size {
+		err = l.zero(fi.Size(), size)
+		if err == nil {
+			err = syncDir(filepath.Dir(path))
+		}
+	}
+	if err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	l.size = max(size, fi.Size())
+	return l, nil
+}
+
+// zero writes zeros from..to and syncs: the blocks exist before any record needs them.
+func (l *intakeLog) zero(from, to int64) error {
+	chunk := make([]byte, 64<<10)
+	for off := from; off < to; off += int64(len(chunk)) {
+		n := min(int64(len(chunk)), to-off)
+		if _, err := l.f.WriteAt(chunk[:n], off); err != nil {
+			return err
+		}
+	}
+	return l.f.Sync()
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil && !errors.Is(err, os.ErrInvalid) {
+		return err
+	}
+	return nil
+}
+
+// encode builds one record in l.buf.
+func (l *intakeLog) encode(kind byte, seq uint64, at int64, key string, body []byte) []byte {
+	b := append(l.buf[:0], make([]byte, recHeader)...)
+	b = binary.BigEndian.AppendUint64(b, l.epoch)
+	b = append(b, kind)
+	switch kind {
+	case recAccept:
+		b = binary.BigEndian.AppendUint64(b, seq)
+		b = binary.BigEndian.AppendUint64(b, uint64(at))
+		b = binary.AppendUvarint(b, uint64(len(key)))
+		b = append(b, key...)
+	case recDone:
+		b = binary.BigEndian.AppendUint64(b, seq)
+	case recCursor:
+		b = binary.AppendUvarint(b, uint64(len(key)))
+		b = append(b, key...)
+	}
+	b = append(b, body...)
+	binary.BigEndian.PutUint32(b[4:], uint32(len(b)-recHeader))
+	binary.BigEndian.PutUint32(b[0:], crc32.ChecksumIEEE(b[4:]))
+	if cap(b) <= 64<<10 { // keep a small buffer for the next record, not a large body's
+		l.buf = b
+	}
+	return b
+}
+
+// append writes one record at the end and syncs it.
+func (l *intakeLog) append(rec []byte) error {
+	if _, err := l.f.WriteAt(rec, l.off); err != nil {
+		return err
+	}
+	if err := fdatasync(l.f); err != nil {
+		return err
+	}
+	l.off += int64(len(rec))
+	l.size = max(l.size, l.off)
+	return nil
+}
+
+// replay reads the records of epoch into p.
+func (l *intakeLog) replay(epoch uint64, p *pending) error {
+	r := bufio.NewReader(io.NewSectionReader(l.f, 0, 1<<62))
+	var hdr [recHeader]byte
+	var payload []byte
+	for {
+		if _, err := io.ReadFull(r, hdr[:]); err != nil {
+			return nil
+		}
+		n := binary.BigEndian.Uint32(hdr[4:])
+		if n < 9 || n > recMax {
+			return nil
+		}
+		payload = slices.Grow(payload[:0], int(n))[:n]
+		if _, err := io.ReadFull(r, payload); err != nil {
+			return nil
+		}
+		sum := crc32.NewIEEE()
+		_, _ = sum.Write(hdr[4:])
+		_, _ = sum.Write(payload)
+		if sum.Sum32() != binary.BigEndian.Uint32(hdr[:4]) || binary.BigEndian.Uint64(payload) != epoch {
+			return nil
+		}
+		if err := decode(payload[8:], p); err != nil {
+			return fmt.Errorf("%s at offset %d: %w", l.path, l.off, err)
+		}
+		l.off += recHeader + int64(n)
+	}
+}
+
+// decode applies one record's kind and fields (after the epoch) to p.
+func decode(b []byte, p *pending) error {
+	kind, b := b[0], b[1:]
+	var seq uint64
+	var at int64
+	var key string
+	switch kind {
+	case recAccept, recDone:
+		if len(b) < 8 {
+			return errors.New("short record")
+		}
+		seq, b = binary.BigEndian.Uint64(b), b[8:]
+		if kind == recDone {
+			break
+		}
+		if len(b) < 8 {
+			return errors.New("short record")
+		}
+		at, b = int64(binary.BigEndian.Uint64(b)), b[8:]
+		fallthrough
+	case recCursor:
+		n, w := binary.Uvarint(b)
+		if w <= 0 || uint64(len(b)-w) < n {
+			return errors.New("bad key length")
+		}
+		key, b = string(b[w:w+int(n)]), b[w+int(n):]
+	default:
+		return fmt.Errorf("unknown record kind %d", kind)
+	}
+	body := append([]byte(nil), b...)
+	if kind == recCursor {
+		p.apply(kind, 0, 0, "", key, body)
+	} else {
+		p.apply(kind, seq, at, key, "", body)
+	}
+	return nil
+}
+
+// record writes one record, checkpointing first when it would not fit, and applies it.
+// Called with s.mu held.
+func (s *DB) record(kind byte, seq uint64, at int64, key string, body []byte) error {
+	rec := s.log.encode(kind, seq, at, key, body)
+	if s.log.off > 0 && (s.log.off+int64(len(rec)) > s.log.size || len(s.pend.keys) >= s.keysPerCheckpoint()) {
+		if err := s.checkpoint(); err != nil {
+			// The log goes on growing: nothing is lost, the next record tries again.
+			if !s.checkpointFailing {
+				s.logger.Warn("state: cannot apply the intake log to the state file; the log grows until this works", "err", err)
+			}
+			s.checkpointFailing = true
+		} else {
+			s.checkpointFailing = false
+			rec = s.log.encode(kind, seq, at, key, body) // under the new epoch
+		}
+	}
+	if err := s.log.append(rec); err != nil {
+		return err
+	}
+	if kind == recAccept {
+		body = append([]byte(nil), body...) // the caller's buffer is not ours to keep
+	}
+	s.pend.apply(kind, seq, at, key, key, body)
+	return nil
+}
+
+// keysPerCheckpoint bounds the dedup keys held in memory: a tenth of the window, the slack
+// the window already allows, so the window's bound still holds.
+func (s *DB) keysPerCheckpoint() int { return max(1, s.limits.DedupMax/10) }
+
+// checkpoint applies what the log holds to bbolt in one commit that also moves to the next
+// epoch, then starts the log again. Called with s.mu held.
+func (s *DB) checkpoint() error {
+	p := &s.pend
+	if p.records == 0 {
+		return nil
+	}
+	next := s.log.epoch + 1
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		w := s.dedupWindow(tx)
+		for _, k := range p.order {
+			if err := w.put([]byte(k), time.Unix(0, p.keys[k])); err != nil {
+				return err
+			}
+		}
+		j := tx.Bucket(bucketJournal)
+		for seq := range p.dones {
+			if err := j.Delete(seqKey(seq)); err != nil {
+				return err
+			}
+		}
+		for seq, body := range p.accepts {
+			if err := j.Put(seqKey(seq), body); err != nil {
+				return err
+			}
+		}
+		if p.lastSeq > j.Sequence() {
+			if err := j.SetSequence(p.lastSeq); err != nil {
+				return err
+			}
+		}
+		c := tx.Bucket(bucketCursors)
+		for name, v := range p.cursors {
+			if err := c.Put([]byte(name), []byte(v)); err != nil {
+				return err
+			}
+		}
+		var e [8]byte
+		binary.BigEndian.PutUint64(e[:], next)
+		return c.Put(logEpochKey, e[:])
+	})
+	if err != nil {
+		return err
+	}
+	s.log.epoch, s.log.off = next, 0
+	s.pend = newPending(p.lastSeq)
+	return nil
+}
+
+// openIntakeLog opens the log beside the state file and applies what it holds (a crash
+// left it there) to bbolt.
+func (s *DB) openIntakeLog(dir string) error {
+	var epoch, lastSeq uint64
+	err := s.db.View(func(tx *bolt.Tx) error {
+		if v := tx.Bucket(bucketCursors).Get(logEpochKey); len(v) == 8 {
+			epoch = binary.BigEndian.Uint64(v)
+		}
+		lastSeq = tx.Bucket(bucketJournal).Sequence()
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	l, err := openLog(filepath.Join(dir, LogName), s.limits.LogSize)
+	if err != nil {
+		return err
+	}
+	s.log, s.pend = l, newPending(lastSeq)
+	l.epoch = epoch
+	if err = l.replay(epoch, &s.pend); err != nil {
+		_ = l.f.Close()
+		return err
+	}
+	if n := s.pend.records; n > 0 {
+		if err := s.checkpoint(); err != nil {
+			_ = l.f.Close()
+			return err
+		}
+		s.logger.Info("state: applied the intake log left by the last run", "records", n)
+	}
+	return nil
+}

@@ -1,0 +1,186 @@
+package state
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// crash ends db as a killed process would: the intake log is not applied to bbolt.
+func crash(t *testing.T, db *DB) {
+	t.Helper()
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	if err := db.log.f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.db.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A message accepted, answered or not, a cursor moved: all of it is there after a crash
+// that left it only in the intake log, and the redelivery of an answered message is refused.
+func TestIntakeLogIsReplayedAfterACrash(t *testing.T) {
+	dir := t.TempDir()
+	db, _ := open(t, dir, Limits{})
+	var seqs []uint64
+	for i := range 3 {
+		seq, err := db.Accept(fmt.Sprint("telegram|1|", i), fmt.Appendf(nil, "msg %d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, seq)
+	}
+	if err := db.Done(seqs[1]); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.SetCursor("telegram.offset", "42"); err != nil {
+		t.Fatal(err)
+	}
+	crash(t, db)
+
+	db, logs := open(t, dir, Limits{})
+	defer db.Close()
+	assertPending(t, db, []string{"msg 0", "msg 2"})
+	if _, err := db.Accept("telegram|1|1", nil); !errors.Is(err, ErrDuplicate) {
+		t.Fatalf("redelivery of an answered message after the crash = %v; want ErrDuplicate", err)
+	}
+	if v, ok, _ := db.Cursor("telegram.offset"); !ok || v != "42" {
+		t.Fatalf("cursor after the crash = %q %v", v, ok)
+	}
+	if seq, _ := db.Accept("", []byte("next")); seq <= seqs[2] {
+		t.Fatalf("seq after the crash = %d; want past %d", seq, seqs[2])
+	}
+	if !strings.Contains(logs.String(), "applied the intake log") {
+		t.Fatalf("no word of the replay in the log: %q", logs.String())
+	}
+}
+
+// A record cut short by the crash (the write was not finished, so its caller was not
+// told it was stored) is dropped; those before it stay, and the log goes on after it.
+func TestTornRecordIsDropped(t *testing.T) {
+	dir := t.TempDir()
+	db, _ := open(t, dir, Limits{})
+	if _, err := db.Accept("a", []byte("kept")); err != nil {
+		t.Fatal(err)
+	}
+	start := db.log.off
+	if _, err := db.Accept("b", []byte("torn")); err != nil {
+		t.Fatal(err)
+	}
+	end := db.log.off
+	crash(t, db)
+	f, err := os.OpenFile(filepath.Join(dir, LogName), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(make([]byte, (end-start)/2), start+(end-start)/2); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+
+	db, _ = open(t, dir, Limits{})
+	assertPending(t, db, []string{"kept"})
+	if _, err := db.Accept("b", []byte("again")); err != nil {
+		t.Fatalf("the torn message's redelivery = %v; want it accepted", err)
+	}
+	crash(t, db)
+	db, _ = open(t, dir, Limits{})
+	defer db.Close()
+	assertPending(t, db, []string{"kept", "again"})
+}
+
+// Random accepts, redeliveries, dones, cursor moves, crashes and clean restarts, with a log
+// small enough to be applied and started again many times: after every restart the state
+// is what was acknowledged, whatever records of earlier epochs the file still holds.
+func TestIntakeLogMatchesAModelAcrossCrashes(t *testing.T) {
+	dir := t.TempDir()
+	lim := Limits{LogSize: 1024, DedupMax: 1000}
+	db, _ := open(t, dir, lim)
+	defer func() { db.Close() }()
+	r := rand.New(rand.NewPCG(1, 2))
+	type entry struct {
+		seq  uint64
+		body string
+	}
+	var pending []entry
+	accepted := map[string]bool{}
+	cursor := ""
+	restarts := 0
+	for i := range 3000 {
+		switch n := r.IntN(100); {
+		case n < 45:
+			key := fmt.Sprint("k", r.IntN(i+1))
+			body := fmt.Sprintf("m%d-%s", i, string(make([]byte, r.IntN(300))))
+			seq, err := db.Accept(key, []byte(body))
+			if accepted[key] {
+				if !errors.Is(err, ErrDuplicate) {
+					t.Fatalf("step %d: redelivery of %s = %v", i, key, err)
+				}
+				continue
+			}
+			if err != nil {
+				t.Fatalf("step %d: %v", i, err)
+			}
+			accepted[key] = true
+			pending = append(pending, entry{seq, body})
+		case n < 85:
+			if len(pending) == 0 {
+				continue
+			}
+			k := r.IntN(len(pending))
+			if err := db.Done(pending[k].seq); err != nil {
+				t.Fatal(err)
+			}
+			pending = slices.Delete(pending, k, k+1)
+		case n < 98:
+			cursor = fmt.Sprint(i)
+			if err := db.SetCursor("c", cursor); err != nil {
+				t.Fatal(err)
+			}
+		default:
+			if r.IntN(2) == 0 {
+				crash(t, db)
+			} else if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+			db, _ = open(t, dir, lim)
+			restarts++
+			want := make([]string, len(pending))
+			for j, e := range pending {
+				want[j] = e.body
+			}
+			assertPending(t, db, want)
+			if v, _, _ := db.Cursor("c"); v != cursor {
+				t.Fatalf("step %d: cursor %q; want %q", i, v, cursor)
+			}
+		}
+	}
+	if checkpoints := db.log.epoch; restarts < 30 || checkpoints < uint64(restarts)+100 {
+		t.Fatalf("only %d restarts and %d checkpoints: the test did not exercise the log", restarts, checkpoints)
+	}
+}
+
+func assertPending(t *testing.T, db *DB, want []string) {
+	t.Helper()
+	got, err := db.Pending()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bodies []string
+	for i, e := range got {
+		bodies = append(bodies, string(e.Body))
+		if i > 0 && e.Seq <= got[i-1].Seq {
+			t.Fatalf("pending out of order: %d after %d", e.Seq, got[i-1].Seq)
+		}
+	}
+	if !slices.Equal(bodies, want) && !(len(bodies) == 0 && len(want) == 0) {
+		t.Fatalf("pending = %q\nwant      %q", bodies, want)
+	}
+}
