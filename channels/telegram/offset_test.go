@@ -1,10 +1,12 @@
 package telegram_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -95,4 +97,60 @@ func TestOffsetFileMovesIntoTheStateFile(t *testing.T) {
 	if _, err := os.Stat(file); !os.IsNotExist(err) {
 		t.Fatal("an offset file was written again")
 	}
+}
+
+// countingState counts the cursor writes that reach the state.
+type countingState struct {
+	*state.DB
+	mu     sync.Mutex
+	writes int
+}
+
+func (s *countingState) SetCursor(name, value string) error {
+	s.mu.Lock()
+	s.writes++
+	s.mu.Unlock()
+	return s.DB.SetCursor(name, value)
+}
+
+// The offset is a synced write: it is saved at most about once a second while updates
+// stream in, not once per batch, and the last one is saved when polling stops, so a
+// restart still starts after everything taken.
+func TestOffsetIsSavedAtMostOnceASecondAndWhenPollingStops(t *testing.T) {
+	f := newFixture(t)
+	f.srv.HoldConfirm(true) // only the saved offset keeps old updates from coming again
+	db, err := state.Open(filepath.Join(f.dir, "state"), state.Limits{}, f.logs.Logger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	st := &countingState{DB: db}
+	opts := f.options()
+	opts.State = st
+
+	sink := channeltest.NewSink()
+	began := time.Now()
+	ch := f.start(f.config(), opts, sink)
+	const n = 30
+	for i := range n {
+		f.srv.Send(telegramtest.Update{ChatID: 1001, Text: fmt.Sprint("m", i)})
+		if m := sink.Next(t); m.Text() != fmt.Sprint("m", i) {
+			t.Fatalf("got %q; want m%d", m.Text(), i)
+		}
+	}
+	stop(t, ch)
+	st.mu.Lock()
+	writes := st.writes
+	st.mu.Unlock()
+	if most := int(time.Since(began)/time.Second) + 2; writes > most || writes < 1 {
+		t.Fatalf("%d offset writes for %d batches in %v; want 1 to %d", writes, n, time.Since(began).Round(time.Millisecond), most)
+	}
+
+	sink2 := channeltest.NewSink()
+	f.start(f.config(), opts, sink2)
+	f.srv.Send(telegramtest.Update{ChatID: 1001, Text: "newer"})
+	if m := sink2.Next(t); m.Text() != "newer" {
+		t.Fatalf("after a restart got %q; want only the newest message", m.Text())
+	}
+	sink2.ExpectNone(t, 200*time.Millisecond)
 }
