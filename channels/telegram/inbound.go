@@ -129,7 +129,7 @@ func (c *Channel) notify(ctx context.Context, msg *models.Message, text string) 
 	defer cancel()
 	to, key := c.to(msg.Chat.ID, 30*time.Second)
 	err := to.Do(ctx, key, func(ctx context.Context) error {
-		_, err := c.api.SendMessage(ctx, p)
+		_, err := c.sendMessage(ctx, p)
 		return err
 	})
 	if err != nil {

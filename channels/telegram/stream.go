@@ -234,7 +234,7 @@ func (t *typingTimer) finish() {
 func (c *Channel) typing(ctx context.Context, chat int64, thread int) {
 	to, key := c.to(chat, 10*time.Second)
 	err := to.Try(ctx, key, false, func(ctx context.Context) error {
-		_, err := c.api.SendChatAction(ctx, &bot.SendChatActionParams{ChatID: chat, MessageThreadID: thread, Action: models.ChatActionTyping})
+		err := c.sendChatAction(ctx, &bot.SendChatActionParams{ChatID: chat, MessageThreadID: thread, Action: models.ChatActionTyping})
 		return err
 	})
 	if err != nil && !errors.Is(err, channels.ErrSkipped) && ctx.Err() == nil {
@@ -272,16 +272,16 @@ func (s *stream) preview(ctx context.Context) {
 	to, key := s.c.to(s.chat, 15*time.Second)
 	err := to.Try(ctx, key, true, func(ctx context.Context) error {
 		if i < len(s.sent) {
-			_, err := s.c.api.EditMessageText(ctx, &bot.EditMessageTextParams{ChatID: s.chat, MessageID: s.sent[i].id, Text: chunks[i], ParseMode: models.ParseModeHTML})
+			err := s.c.editMessageText(ctx, &bot.EditMessageTextParams{ChatID: s.chat, MessageID: s.sent[i].id, Text: chunks[i], ParseMode: models.ParseModeHTML})
 			if err == nil || isNotModified(err) {
 				s.sent[i].html = chunks[i]
 				return nil
 			}
 			return err
 		}
-		m, err := s.c.api.SendMessage(ctx, s.messageParams(chunks[i], true))
+		id, err := s.c.sendMessage(ctx, s.messageParams(chunks[i], true))
 		if err == nil {
-			s.sent = append(s.sent, sentMsg{id: m.ID, html: chunks[i]})
+			s.sent = append(s.sent, sentMsg{id: id, html: chunks[i]})
 		}
 		return err
 	})
@@ -317,7 +317,7 @@ func (s *stream) sync(ctx context.Context, md string) error {
 		last := s.sent[len(s.sent)-1]
 		to, key := s.c.to(s.chat, 30*time.Second)
 		err := to.Do(ctx, key, func(ctx context.Context) error {
-			_, err := s.c.api.DeleteMessage(ctx, &bot.DeleteMessageParams{ChatID: s.chat, MessageID: last.id})
+			err := s.c.deleteMessage(ctx, &bot.DeleteMessageParams{ChatID: s.chat, MessageID: last.id})
 			return err
 		})
 		if err != nil {
@@ -332,7 +332,7 @@ func (s *stream) edit(ctx context.Context, i int, chunk string) error {
 	to, key := s.c.to(s.chat, 30*time.Second)
 	try := func(text string, mode models.ParseMode) error {
 		err := to.Do(ctx, key, func(ctx context.Context) error {
-			_, err := s.c.api.EditMessageText(ctx, &bot.EditMessageTextParams{ChatID: s.chat, MessageID: s.sent[i].id, Text: text, ParseMode: mode})
+			err := s.c.editMessageText(ctx, &bot.EditMessageTextParams{ChatID: s.chat, MessageID: s.sent[i].id, Text: text, ParseMode: mode})
 			return err
 		})
 		if isNotModified(err) {
@@ -353,11 +353,11 @@ func (s *stream) edit(ctx context.Context, i int, chunk string) error {
 }
 
 func (s *stream) sendNew(ctx context.Context, chunk string) error {
-	var m *models.Message
+	var id int
 	to, key := s.c.to(s.chat, 30*time.Second)
 	try := func(p *bot.SendMessageParams) error {
 		return to.Do(ctx, key, func(ctx context.Context) (err error) {
-			m, err = s.c.api.SendMessage(ctx, p)
+			id, err = s.c.sendMessage(ctx, p)
 			return err
 		})
 	}
@@ -369,7 +369,7 @@ func (s *stream) sendNew(ctx context.Context, chunk string) error {
 	if err != nil {
 		return fmt.Errorf("telegram: sending the answer to chat %d: %w", s.chat, err)
 	}
-	s.sent = append(s.sent, sentMsg{id: m.ID, html: chunk})
+	s.sent = append(s.sent, sentMsg{id: id, html: chunk})
 	return nil
 }
 
@@ -391,7 +391,7 @@ func (s *stream) sendPlain(ctx context.Context, text string) error {
 	for _, chunk := range markdown.SplitTelegramHTML(markdown.EscapeHTML(text), MaxText) {
 		plain := markdown.TelegramText(chunk)
 		err := to.Do(ctx, key, func(ctx context.Context) error {
-			_, err := s.c.api.SendMessage(ctx, s.messageParams(plain, false))
+			_, err := s.c.sendMessage(ctx, s.messageParams(plain, false))
 			return err
 		})
 		if err != nil {
