@@ -66,8 +66,8 @@ func (s *DB) dedupWindow(tx *bolt.Tx) window {
 		max: s.limits.DedupMax, age: s.limits.DedupAge}
 }
 
-// Done removes an answered message from the journal, in one synced record of the intake
-// log. Unknown seqs are ignored.
+// Done removes an answered message from the journal, in one record of the intake log,
+// synced with the next write or within doneSyncWithin. Unknown seqs are ignored.
 func (s *DB) Done(seq uint64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // crash ends db as a killed process would: the intake log is not applied to bbolt.
@@ -16,6 +17,10 @@ func crash(t *testing.T, db *DB) {
 	t.Helper()
 	db.mu.Lock()
 	defer db.mu.Unlock()
+	db.closed = true
+	if db.syncTimer != nil {
+		db.syncTimer.Stop()
+	}
 	if err := db.log.f.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -182,5 +187,61 @@ func assertPending(t *testing.T, db *DB, want []string) {
 	}
 	if !slices.Equal(bodies, want) && !(len(bodies) == 0 && len(want) == 0) {
 		t.Fatalf("pending = %q\nwant      %q", bodies, want)
+	}
+}
+
+func syncs(db *DB) (int, bool) {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	return db.log.syncs, db.log.unsynced
+}
+
+// A Done is written at once but synced with the next Accept: one sync a message, not two.
+func TestDoneIsSyncedWithTheNextAccept(t *testing.T) {
+	db, _ := open(t, t.TempDir(), Limits{})
+	defer db.Close()
+	seq, err := db.Accept("a", []byte("one"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _ := syncs(db)
+	if err := db.Done(seq); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Accept("b", []byte("two")); err != nil {
+		t.Fatal(err)
+	}
+	after, unsynced := syncs(db)
+	if after-before > 1 || unsynced {
+		t.Fatalf("a Done and an Accept took %d syncs (unsynced left: %v); want one for both", after-before, unsynced)
+	}
+	assertPending(t, db, []string{"two"})
+}
+
+// A Done with nothing after it is synced by the timer, soon.
+func TestLoneDoneIsSyncedSoon(t *testing.T) {
+	db, _ := open(t, t.TempDir(), Limits{})
+	defer db.Close()
+	seq, err := db.Accept("a", []byte("one"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _ := syncs(db)
+	if err := db.Done(seq); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n, unsynced := syncs(db)
+		if !unsynced {
+			if n != before+1 {
+				t.Fatalf("%d syncs for a lone Done; want 1", n-before)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a lone Done was never synced")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

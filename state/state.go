@@ -3,7 +3,8 @@
 // window of platform message ids, per-chat settings and platform cursors, with the intake
 // log beside it (see log.go): the journal's and the cursors' writes are records appended to
 // it, applied to bbolt in one commit now and then. Every write is synced to disk before it
-// returns, so what a caller was told is stored survives a crash. Consumers depend on the
+// returns, so what a caller was told is stored survives a crash, but for Done, which is
+// synced with the next write or within doneSyncWithin (see there). Consumers depend on the
 // small interfaces they need (see Journal, Settings, Cursors, RememberedKeys); cluster mode
 // implements the same ones elsewhere.
 package state
@@ -62,6 +63,8 @@ type DB struct {
 	log               *intakeLog
 	pend              pending
 	checkpointFailing bool
+	syncTimer         *time.Timer // syncs a Done written without a sync (doneSyncWithin)
+	closed            bool
 }
 
 // Open opens (or creates) dir/state.db. A file that cannot be read as a state file (torn,
@@ -204,7 +207,16 @@ func checkLength(path string) error {
 func (s *DB) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.closed = true
+	if s.syncTimer != nil {
+		s.syncTimer.Stop()
+	}
 	err := s.checkpoint()
+	if err != nil && s.log.unsynced {
+		if serr := s.log.sync(); serr != nil {
+			err = errors.Join(err, serr)
+		}
+	}
 	if cerr := s.log.f.Close(); err == nil {
 		err = cerr
 	}
