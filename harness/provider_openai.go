@@ -69,7 +69,12 @@ func (p *openAIProvider) Stream(ctx context.Context, req *Request, onDelta func(
 	defer cancel()
 	stream := p.open(ctx, params, req)
 	defer stream.Close()
+	return p.read(ctx, stream, onDelta)
+}
 
+// read gathers the streamed answer; what it holds stays out of Stream's frame, which is
+// under the wait for the response's headers too.
+func (p *openAIProvider) read(ctx context.Context, stream *ssestream.Stream[openAIChunk], onDelta func(string)) (*Response, error) {
 	var acc openAIAccum
 	for stream.Next() {
 		chunk := stream.Current()
