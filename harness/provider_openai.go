@@ -135,7 +135,7 @@ func (p *openAIProvider) open(ctx context.Context, params *openai.ChatCompletion
 	var raw *http.Response
 	err = p.client.Post(ctx, "chat/completions", body, &raw,
 		option.WithMiddleware(hookMiddleware(req)), option.WithJSONSet("stream", true))
-	return ssestream.NewStream[openAIChunk](ssestream.NewDecoder(raw), err)
+	return ssestream.NewStream[openAIChunk](newSSEDecoder(raw), err)
 }
 
 // openAIChunk is the part of a streamed chat.completion.chunk the answer is made of.
