@@ -51,10 +51,10 @@ func (s *session) runTurn(ctx context.Context, req *turnReq, rt *Runtime, agent 
 	}
 	defer func() { <-g.turnSem }()
 
-	res, ran, err := s.converse(ctx, d, req, agent)
-	if !ran {
+	if !s.beforeRun(ctx, d, req, agent) {
 		return
 	}
+	res, err := agent.RunWith(ctx, req.prompt, req.parts, d.update)
 	defer d.settle()()
 	s.answer(ctx, d, req, rt, agent, res, err, started)
 }
@@ -99,21 +99,20 @@ func (s *session) openDelivery(dctx context.Context, req *turnReq, rt *Runtime, 
 	return d
 }
 
-// converse runs the agent on the turn's prompt, its updates streamed to the chat; ran is
-// false when the turn was a /compact or a hook's command that ended without a prompt.
-func (s *session) converse(ctx context.Context, d *deliverer, req *turnReq, agent *harness.Session) (res harness.Result, ran bool, err error) {
+// beforeRun readies the agent for the turn's prompt; false when the turn was a /compact
+// or a hook's command that ended without a prompt (both answered there).
+func (s *session) beforeRun(ctx context.Context, d *deliverer, req *turnReq, agent *harness.Session) bool {
 	agent.SetInfo(req.info) // the speaker may differ from the session's last one (groups)
 	if req.compact {
 		s.compactTurn(ctx, d, req, agent)
-		return res, false, nil
+		return false
 	}
 	if req.hookCmd != nil {
 		if req.prompt = s.commandTurn(ctx, d, req, agent); req.prompt == "" {
-			return res, false, nil
+			return false
 		}
 	}
-	res, err = agent.RunWith(ctx, req.prompt, req.parts, d.update)
-	return res, true, err
+	return true
 }
 
 // update shows one of the agent's updates in the chat.

@@ -118,8 +118,8 @@ func refusesImages(err error) bool {
 }
 
 func hasParts(msgs []llm.Message) bool {
-	for _, m := range msgs {
-		if len(m.Parts) > 0 {
+	for i := range msgs {
+		if len(msgs[i].Parts) > 0 {
 			return true
 		}
 	}

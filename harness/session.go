@@ -387,7 +387,11 @@ func (r *run) exec(prompt string) (Result, error) {
 			return Result{Text: last, Aborted: aborted}, nil
 		}
 	}
-	return Result{Text: last}, fmt.Errorf("The assistant stopped after %d steps without a final answer. Please try again or ask differently.", r.cfg.maxTurns)
+	return Result{Text: last}, tooManySteps(r.cfg.maxTurns)
+}
+
+func tooManySteps(n int) error {
+	return fmt.Errorf("The assistant stopped after %d steps without a final answer. Please try again or ask differently.", n)
 }
 
 // start adds the prompt and what before_agent_start injects, emits agent_start and
