@@ -37,19 +37,56 @@ func (s *session) runTurn(ctx context.Context, req *turnReq, rt *Runtime, agent 
 		g.metrics.RunningTurns.Inc()
 		defer g.metrics.RunningTurns.Dec()
 	}
-	ch := g.byName[req.target.Channel]
-	if ch == nil {
-		g.log.Error("no channel for answer", "channel", req.target.Channel)
-		return
-	}
 	// Streaming shares the turn's deadline but not its cancel, so /stop never cuts a send
 	// halfway; what ends the turn gets a fresh budget (settle).
 	dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.TurnTimeout)
 	defer dcancel()
+	d := s.openDelivery(dctx, req, rt, openErr)
+	if d == nil {
+		return
+	}
+
+	if !s.admit(ctx, d) {
+		return
+	}
+	defer func() { <-g.turnSem }()
+
+	if !s.beforeRun(ctx, d, req, agent) {
+		return
+	}
+	res, err := agent.RunWith(ctx, req.prompt, req.parts, d.update)
+	defer d.settle()()
+	s.answer(ctx, d, req, rt, agent, res, err, started)
+}
+
+// admit waits for a place under the global bound on concurrent turns; false when the
+// turn ended first (told as cancelled).
+func (s *session) admit(ctx context.Context, d *deliverer) bool {
+	select {
+	case s.g.turnSem <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		defer d.settle()()
+		d.finishCancelled(ctx, "")
+		return false
+	}
+}
+
+// openDelivery opens the answer's stream in the chat and sends its start; nil when the
+// turn ends there (no such channel, the stream did not open, the session did not). The
+// steps of a turn are functions of their own so that runTurn's frame, which stays under
+// the whole model call, is small (see TestWaitingTurnHoldsASmallStack in harness).
+func (s *session) openDelivery(dctx context.Context, req *turnReq, rt *Runtime, openErr error) *deliverer {
+	g := s.g
+	ch := g.byName[req.target.Channel]
+	if ch == nil {
+		g.log.Error("no channel for answer", "channel", req.target.Channel)
+		return nil
+	}
 	st, err := ch.Open(dctx, req.target)
 	if err != nil {
 		g.deliveryFailed(rt.Bus, req.info, err)
-		return
+		return nil
 	}
 	d := &deliverer{g: g, st: st, bus: rt.Bus, info: req.info, ctx: dctx}
 	d.send(channels.Frame{Type: channels.FrameStart})
@@ -57,41 +94,45 @@ func (s *session) runTurn(ctx context.Context, req *turnReq, rt *Runtime, agent 
 	if openErr != nil {
 		g.log.Error("cannot open the chat session", "session", s.key, "err", openErr)
 		d.fail("turn", "I couldn't start the assistant for this chat: "+openErr.Error())
-		return
+		return nil
 	}
+	return d
+}
 
-	select { // the global bound on concurrent turns
-	case g.turnSem <- struct{}{}:
-		defer func() { <-g.turnSem }()
-	case <-ctx.Done():
-		defer d.settle()()
-		d.finishCancelled(ctx, "")
-		return
-	}
-
+// beforeRun readies the agent for the turn's prompt; false when the turn was a /compact
+// or a hook's command that ended without a prompt (both answered there).
+func (s *session) beforeRun(ctx context.Context, d *deliverer, req *turnReq, agent *harness.Session) bool {
 	agent.SetInfo(req.info) // the speaker may differ from the session's last one (groups)
 	if req.compact {
 		s.compactTurn(ctx, d, req, agent)
-		return
+		return false
 	}
 	if req.hookCmd != nil {
 		if req.prompt = s.commandTurn(ctx, d, req, agent); req.prompt == "" {
-			return
+			return false
 		}
 	}
-	res, err := agent.RunWith(ctx, req.prompt, req.parts, func(u harness.Update) {
-		switch u.Kind {
-		case harness.UpdateDelta:
-			d.send(channels.Frame{Type: channels.FrameDelta, Text: u.Text})
-		case harness.UpdateToolStart:
-			d.send(channels.Frame{Type: channels.FrameTool, Tool: &channels.ToolInfo{ID: u.ToolID, Name: u.ToolName, Phase: "start"}})
-		case harness.UpdateToolEnd:
-			d.send(channels.Frame{Type: channels.FrameTool, Tool: &channels.ToolInfo{ID: u.ToolID, Name: u.ToolName, Phase: "end", IsError: u.IsError, Summary: u.Text}})
-		case harness.UpdateStatus:
-			d.send(channels.Frame{Type: channels.FrameStatus, Text: u.Text})
-		}
-	})
-	defer d.settle()()
+	return true
+}
+
+// update shows one of the agent's updates in the chat.
+func (d *deliverer) update(u harness.Update) {
+	switch u.Kind {
+	case harness.UpdateDelta:
+		d.send(channels.Frame{Type: channels.FrameDelta, Text: u.Text})
+	case harness.UpdateToolStart:
+		d.send(channels.Frame{Type: channels.FrameTool, Tool: &channels.ToolInfo{ID: u.ToolID, Name: u.ToolName, Phase: "start"}})
+	case harness.UpdateToolEnd:
+		d.send(channels.Frame{Type: channels.FrameTool, Tool: &channels.ToolInfo{ID: u.ToolID, Name: u.ToolName, Phase: "end", IsError: u.IsError, Summary: u.Text}})
+	case harness.UpdateStatus:
+		d.send(channels.Frame{Type: channels.FrameStatus, Text: u.Text})
+	}
+}
+
+// answer ends a turn the agent ran: cancelled, failed, or answered through message:send
+// and done.
+func (s *session) answer(ctx context.Context, d *deliverer, req *turnReq, rt *Runtime, agent *harness.Session, res harness.Result, err error, started time.Time) {
+	g := s.g
 	switch {
 	case res.Aborted || (err != nil && ctx.Err() != nil):
 		d.finishCancelled(ctx, res.Text)

@@ -68,6 +68,12 @@ func (m *mediaProvider) Stream(ctx context.Context, req *Request, onDelta func(s
 	if !hasParts(req.Messages) {
 		return m.Provider.Stream(ctx, req, onDelta)
 	}
+	return m.streamParts(ctx, req, onDelta)
+}
+
+// streamParts sends a request with media; Stream's own frame stays small, as it is under
+// every model call (see Session.newRun).
+func (m *mediaProvider) streamParts(ctx context.Context, req *Request, onDelta func(string)) (*Response, error) {
 	m.mu.Lock()
 	refused := m.refused[req.Model]
 	m.mu.Unlock()
@@ -112,8 +118,8 @@ func refusesImages(err error) bool {
 }
 
 func hasParts(msgs []llm.Message) bool {
-	for _, m := range msgs {
-		if len(m.Parts) > 0 {
+	for i := range msgs {
+		if len(msgs[i].Parts) > 0 {
 			return true
 		}
 	}

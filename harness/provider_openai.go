@@ -67,9 +67,19 @@ func (p *openAIProvider) Stream(ctx context.Context, req *Request, onDelta func(
 	}
 	ctx, cancel := callContext(ctx, p.timeout)
 	defer cancel()
-	stream := p.open(ctx, params, req)
-	defer stream.Close()
+	body, err := encodeApart(func() ([]byte, error) { return params.MarshalJSON() })
+	if err != nil {
+		return nil, p.classify(ctx, err)
+	}
+	raw, err := p.open(ctx, body, req)
+	return p.read(ctx, raw, err, onDelta)
+}
 
+// read gathers the streamed answer; what it holds stays out of Stream's frame, which is
+// under the wait for the response's headers too.
+func (p *openAIProvider) read(ctx context.Context, raw *http.Response, err error, onDelta func(string)) (*Response, error) {
+	stream := ssestream.NewStream[openAIChunk](newSSEDecoder(raw), err)
+	defer stream.Close()
 	var acc openAIAccum
 	for stream.Next() {
 		chunk := stream.Current()
@@ -113,24 +123,21 @@ func (p *openAIProvider) params(req *Request) (*openai.ChatCompletionNewParams, 
 	return params, nil
 }
 
-// open sends the request as ChatCompletionService.NewStreaming does (POST
-// chat/completions with "stream": true, the SSE body framed by the SDK's ssestream) with
-// two changes that keep the turn's goroutine on a small stack for its whole wait for the
-// model. The SDK's encoding of params (copied by value through several frames, then
-// reflected on field by field) runs on a goroutine that ends with it; the body sent is
-// the same bytes, as before_provider_payload sees them. And chunks decode into
-// openAIChunk, the fields the answer uses, with encoding/json, rather than into
-// ChatCompletionChunk, whose decoder recursed as deep. Each had grown that stack to 32 KB,
-// kept for as long as the turn then waited (the model, then Telegram's pacing).
-func (p *openAIProvider) open(ctx context.Context, params *openai.ChatCompletionNewParams, req *Request) *ssestream.Stream[openAIChunk] {
-	body, err := encodeApart(func() ([]byte, error) { return params.MarshalJSON() })
-	if err != nil {
-		return ssestream.NewStream[openAIChunk](nil, err)
-	}
-	var raw *http.Response
+// open sends body as ChatCompletionService.NewStreaming does (POST chat/completions
+// with "stream": true); read then frames the SSE body with the SDK's ssestream. Two
+// changes keep the turn's goroutine on a small stack for its whole wait for the model.
+// The SDK's encoding of params (copied by value through several frames, then reflected
+// on field by field) runs on a goroutine that ends with it (Stream); the body sent is the
+// same bytes, as before_provider_payload sees them. And chunks decode into openAIChunk,
+// the fields the answer uses, with encoding/json, rather than into ChatCompletionChunk,
+// whose decoder recursed as deep. Each had grown that stack to 32 KB, kept for as long as
+// the turn then waited (the model, then Telegram's pacing). Stream, open and the
+// harness's frames above them are kept small for the same reason (the wait for the
+// headers is the deepest: see TestWaitingTurnHoldsASmallStack).
+func (p *openAIProvider) open(ctx context.Context, body []byte, req *Request) (raw *http.Response, err error) {
 	err = p.client.Post(ctx, "chat/completions", body, &raw,
 		option.WithMiddleware(hookMiddleware(req)), option.WithJSONSet("stream", true))
-	return ssestream.NewStream[openAIChunk](ssestream.NewDecoder(raw), err)
+	return raw, err
 }
 
 // openAIChunk is the part of a streamed chat.completion.chunk the answer is made of.

@@ -304,6 +304,18 @@ func (s *Session) RunWith(ctx context.Context, prompt string, parts []llm.Part, 
 		return Result{}, errors.New("a reply is already in progress in this chat")
 	}
 	defer s.runMu.Unlock()
+	r := s.newRun(ctx, parts, on)
+	defer s.hist.release()
+	res, err := r.exec(prompt)
+	r.finish(res, err)
+	return res, err
+}
+
+// newRun enters the turn phase with a snapshot of the config. It is a function of its own,
+// as are the steps of exec, so that the frames under a model call stay small: the turn's
+// goroutine waits there for the whole call, with every frame below it on its stack, and
+// kept under 8 KB that stack is not doubled to 16 KB (see TestWaitingTurnHoldsASmallStack).
+func (s *Session) newRun(ctx context.Context, parts []llm.Part, on func(Update)) *run {
 	s.mu.Lock()
 	cfg := s.cfg // the turn snapshot
 	s.phase = PhaseTurn
@@ -311,11 +323,7 @@ func (s *Session) RunWith(ctx context.Context, prompt string, parts []llm.Part, 
 	if on == nil {
 		on = func(Update) {}
 	}
-	r := &run{s: s, cfg: cfg, ctx: ctx, on: on, phase: PhaseTurn, parts: parts}
-	defer s.hist.release()
-	res, err := r.exec(prompt)
-	r.finish(res, err)
-	return res, err
+	return &run{s: s, cfg: cfg, ctx: ctx, on: on, phase: PhaseTurn, parts: parts}
 }
 
 // run is the state of one Run (or of one Compact).
@@ -362,6 +370,33 @@ func (r *run) save() {
 }
 
 func (r *run) exec(prompt string) (Result, error) {
+	system := r.start(prompt)
+	defs := toolDefs(r.cfg.tools)
+	fixed := estimateFixed(system, defs)
+	var last string
+	for turn := 1; turn <= r.cfg.maxTurns; turn++ {
+		if r.ctx.Err() != nil {
+			return Result{Text: last, Aborted: true}, nil
+		}
+		resp, partial, full, err := r.callWithBudget(turn, system, defs, fixed)
+		if err != nil {
+			return r.failedStep(turn, partial, last, err)
+		}
+		var end, aborted bool
+		if last, end, aborted = r.answered(turn, resp, full, fixed); end {
+			return Result{Text: last, Aborted: aborted}, nil
+		}
+	}
+	return Result{Text: last}, tooManySteps(r.cfg.maxTurns)
+}
+
+func tooManySteps(n int) error {
+	return fmt.Errorf("The assistant stopped after %d steps without a final answer. Please try again or ask differently.", n)
+}
+
+// start adds the prompt and what before_agent_start injects, emits agent_start and
+// returns the system prompt of the run.
+func (r *run) start(prompt string) string {
 	info := r.cfg.info
 	r.idleReset()
 	r.add(llm.Message{Role: llm.RoleUser, Content: prompt, Parts: r.parts}, false)
@@ -383,83 +418,80 @@ func (r *run) exec(prompt string) (Result, error) {
 	// if the call fails): one fsync per simple turn, not two. A crash during the model
 	// call leaves no unanswered prompt in the history, just as the chat got no answer.
 	r.emit(&hooks.AgentStart{Session: info, Prompt: prompt})
+	return system
+}
 
-	defs := toolDefs(r.cfg.tools)
-	fixed := estimateFixed(system, defs)
-	var last string
-	for turn := 1; turn <= r.cfg.maxTurns; turn++ {
-		if r.ctx.Err() != nil {
-			return Result{Text: last, Aborted: true}, nil
-		}
-		resp, partial, full, err := r.callWithBudget(turn, system, defs, fixed)
-		if err != nil {
-			aborted := r.ctx.Err() != nil
-			var msg llm.Message
-			if partial != "" {
-				// What the chat already showed stays in the history, marked aborted.
-				msg = llm.Message{Role: llm.RoleAssistant, Content: partial}
-				r.add(msg, true)
-				r.save()
-				r.emit(&hooks.MessageEnd{Session: info, Message: msg})
-			}
-			r.emit(&hooks.TurnEnd{Session: info, Turn: turn, Message: msg})
-			if aborted {
-				if partial != "" {
-					last = partial
-				}
-				return Result{Text: last, Aborted: true}, nil
-			}
-			return Result{Text: partial}, err
-		}
-
-		msg := resp.Message
-		msg.Role = llm.RoleAssistant
-		msg.ToolCalls = cleanToolCalls(msg.ToolCalls)
-		r.add(msg, false)
-		if h := r.s.hist; full && resp.Usage.InputTokens > 0 {
-			h.reported, h.reportedAt = resp.Usage.InputTokens+resp.Usage.OutputTokens, len(h.entries)
-		}
+// failedStep ends the run after a failed model call; last is the text of the steps before.
+func (r *run) failedStep(turn int, partial, last string, err error) (Result, error) {
+	info := r.cfg.info
+	aborted := r.ctx.Err() != nil
+	var msg llm.Message
+	if partial != "" {
+		// What the chat already showed stays in the history, marked aborted.
+		msg = llm.Message{Role: llm.RoleAssistant, Content: partial}
+		r.add(msg, true)
 		r.save()
-		r.s.publish(r.s.hist, fixed, r.cfg.budget.window)
 		r.emit(&hooks.MessageEnd{Session: info, Message: msg})
-		last = msg.Content
-
-		var results []llm.Message
-		for _, tc := range msg.ToolCalls {
-			res := r.tool(tc)
-			r.add(res, false)
-			results = append(results, res)
-		}
-		if len(results) > 0 {
-			r.save()
-		}
-		r.emit(&hooks.TurnEnd{Session: info, Turn: turn, Message: msg, Results: results})
-		if r.ctx.Err() != nil {
-			return Result{Text: last, Aborted: true}, nil
-		}
-
-		// Save point: steered messages join the conversation here. Checking the queue and
-		// leaving the turn phase happen under one lock, so a Steer either lands here or is
-		// refused (and the caller runs it as its own turn).
-		r.s.mu.Lock()
-		steer := r.s.steer
-		r.s.steer = nil
-		if len(steer) == 0 && len(msg.ToolCalls) == 0 {
-			r.s.phase = PhaseIdle
-		}
-		r.s.mu.Unlock()
-		for _, t := range steer {
-			r.add(llm.Message{Role: llm.RoleUser, Content: t}, false)
-		}
-		if len(steer) > 0 {
-			r.save()
-			continue
-		}
-		if len(msg.ToolCalls) == 0 {
-			return Result{Text: last}, nil
-		}
 	}
-	return Result{Text: last}, fmt.Errorf("The assistant stopped after %d steps without a final answer. Please try again or ask differently.", r.cfg.maxTurns)
+	r.emit(&hooks.TurnEnd{Session: info, Turn: turn, Message: msg})
+	if aborted {
+		if partial != "" {
+			last = partial
+		}
+		return Result{Text: last, Aborted: true}, nil
+	}
+	return Result{Text: partial}, err
+}
+
+// answered takes a step's answer: it is saved, its tool calls run and steered messages
+// join. It returns the step's text, and end when the run ends with it (aborted: by ctx)
+// rather than going on with another step (tool results, steered messages).
+func (r *run) answered(turn int, resp *Response, full bool, fixed int) (last string, end, aborted bool) {
+	info := r.cfg.info
+	msg := resp.Message
+	msg.Role = llm.RoleAssistant
+	msg.ToolCalls = cleanToolCalls(msg.ToolCalls)
+	r.add(msg, false)
+	if h := r.s.hist; full && resp.Usage.InputTokens > 0 {
+		h.reported, h.reportedAt = resp.Usage.InputTokens+resp.Usage.OutputTokens, len(h.entries)
+	}
+	r.save()
+	r.s.publish(r.s.hist, fixed, r.cfg.budget.window)
+	r.emit(&hooks.MessageEnd{Session: info, Message: msg})
+	last = msg.Content
+
+	var results []llm.Message
+	for _, tc := range msg.ToolCalls {
+		res := r.tool(tc)
+		r.add(res, false)
+		results = append(results, res)
+	}
+	if len(results) > 0 {
+		r.save()
+	}
+	r.emit(&hooks.TurnEnd{Session: info, Turn: turn, Message: msg, Results: results})
+	if r.ctx.Err() != nil {
+		return last, true, true
+	}
+
+	// Save point: steered messages join the conversation here. Checking the queue and
+	// leaving the turn phase happen under one lock, so a Steer either lands here or is
+	// refused (and the caller runs it as its own turn).
+	r.s.mu.Lock()
+	steer := r.s.steer
+	r.s.steer = nil
+	if len(steer) == 0 && len(msg.ToolCalls) == 0 {
+		r.s.phase = PhaseIdle
+	}
+	r.s.mu.Unlock()
+	for _, t := range steer {
+		r.add(llm.Message{Role: llm.RoleUser, Content: t}, false)
+	}
+	if len(steer) > 0 {
+		r.save()
+		return last, false, false
+	}
+	return last, len(msg.ToolCalls) == 0, false
 }
 
 // finish leaves the turn phase, keeps steered messages that were accepted but not yet
@@ -520,6 +552,21 @@ func (r *run) request(system string, msgs []llm.Message, defs []llm.ToolDef) *Re
 // too long triggers one compaction and one retry. full tells whether the request carried
 // the whole context (so that the reported usage measures it).
 func (r *run) callWithBudget(turn int, system string, defs []llm.ToolDef, fixed int) (resp *Response, partial string, full bool, err error) {
+	limit := r.limit(fixed)
+	for attempt := 1; ; attempt++ {
+		req, start := r.prepare(turn, attempt, system, defs, fixed, limit)
+		full = start == 0
+		resp, partial, err = r.call(req, r.streamDelta)
+		if err == nil || attempt > 1 || !isOverflow(err) || r.ctx.Err() != nil {
+			return resp, partial, full, err
+		}
+		limit = r.overflowed(fixed, start)
+	}
+}
+
+// limit compacts the history when it passed the threshold and returns the most the
+// request may hold, in our estimate's terms.
+func (r *run) limit(fixed int) int {
 	h, b := r.s.hist, r.cfg.budget
 	if h.tokens(fixed) > b.threshold {
 		r.compact(hooks.CompactThreshold, "", fixed)
@@ -529,40 +576,46 @@ func (r *run) callWithBudget(turn int, system string, defs []llm.ToolDef, fixed 
 		// The provider counts more than our estimate: measure the cut in its terms.
 		limit = int(int64(limit) * int64(est) / int64(real))
 	}
-	for attempt := 1; ; attempt++ {
-		start := 0
-		if fixed+h.tokensFrom(0) > limit {
-			// Still too long (compaction refused or failed): drop the oldest turns.
-			start = max(cutPoint(h.entries, max(limit-fixed-h.tokensFrom(len(h.entries)), 1)), 0)
-		}
-		msgs := h.context(start)
-		full = start == 0
-		if r.cfg.bus != nil {
-			ev := &hooks.Context{Session: r.cfg.info, Messages: msgs}
-			if r.cfg.bus.Has(hooks.NameContext) {
-				ev.Entries = h.branch()
-			}
-			msgs = r.cfg.bus.Context(r.ctx, ev)
-		}
-		req := r.request(system, msgs, defs)
-		if attempt == 1 {
-			r.emit(&hooks.TurnStart{Session: r.cfg.info, Turn: turn})
-		}
-		resp, partial, err = r.call(req, r.streamDelta)
-		if err == nil || attempt > 1 || !isOverflow(err) || r.ctx.Err() != nil {
-			return resp, partial, full, err
-		}
-		r.s.log.Info("the model says the context is too long; compacting and retrying once", "key", r.s.key)
-		sent := fixed + h.tokensFrom(start)
-		r.ceiling = sent
-		_, cerr := r.compact(hooks.CompactOverflow, "", fixed)
-		// Our estimate fell short of the provider's count: send clearly less than before.
-		limit = min(b.threshold, sent/2)
-		if cerr == nil && fixed+h.tokensFrom(0) <= limit {
-			continue
-		}
-		limit = max(limit, fixed+h.tokensFrom(len(h.entries))+1)
+	return limit
+}
+
+// prepare is the request of one attempt: the history from start on (0 unless it must be
+// cut to fit under limit), through the context hooks.
+func (r *run) prepare(turn, attempt int, system string, defs []llm.ToolDef, fixed, limit int) (req *Request, start int) {
+	h := r.s.hist
+	if fixed+h.tokensFrom(0) > limit {
+		// Still too long (compaction refused or failed): drop the oldest turns.
+		start = max(cutPoint(h.entries, max(limit-fixed-h.tokensFrom(len(h.entries)), 1)), 0)
 	}
+	msgs := h.context(start)
+	if r.cfg.bus != nil {
+		ev := &hooks.Context{Session: r.cfg.info, Messages: msgs}
+		if r.cfg.bus.Has(hooks.NameContext) {
+			ev.Entries = h.branch()
+		}
+		msgs = r.cfg.bus.Context(r.ctx, ev)
+	}
+	req = r.request(system, msgs, defs)
+	if attempt == 1 {
+		r.emit(&hooks.TurnStart{Session: r.cfg.info, Turn: turn})
+	}
+	return req, start
+}
+
+// overflowed compacts after the model found the request (the history from start on) too
+// long, and returns the limit of the retry.
+func (r *run) overflowed(fixed, start int) (limit int) {
+	h := r.s.hist
+	r.s.log.Info("the model says the context is too long; compacting and retrying once", "key", r.s.key)
+	sent := fixed + h.tokensFrom(start)
+	r.ceiling = sent
+	_, cerr := r.compact(hooks.CompactOverflow, "", fixed)
+	// Our estimate fell short of the provider's count: send clearly less than before.
+	limit = min(r.cfg.budget.threshold, sent/2)
+	if cerr == nil && fixed+h.tokensFrom(0) <= limit {
+		return limit
+	}
+	return max(limit, fixed+h.tokensFrom(len(h.entries))+1)
 }
 
 // streamDelta shows a piece of the answer in the chat and to message_update hooks.
@@ -577,9 +630,7 @@ func (r *run) streamDelta(d string) {
 // returns the text streamed so far with any failure; once text has been streamed a failure
 // is not retried (the chat already shows it).
 func (r *run) call(req *Request, show func(string)) (*Response, string, error) {
-	p := r.cfg.provider
-	maxAttempts := r.cfg.maxRetries + 1
-	var partial strings.Builder
+	partial := &strings.Builder{}
 	onDelta := func(d string) {
 		partial.WriteString(d)
 		if show != nil {
@@ -587,53 +638,76 @@ func (r *run) call(req *Request, show func(string)) (*Response, string, error) {
 		}
 	}
 	for attempt := 1; ; attempt++ {
-		ctx, cancel := context.WithTimeout(r.ctx, r.cfg.timeout)
-		resp, err := p.Stream(ctx, req, onDelta)
-		cancel()
+		resp, err := r.attempt(req, onDelta)
 		if err == nil {
-			if resp == nil {
-				resp = &Response{Message: llm.Message{Role: llm.RoleAssistant, Content: partial.String()}}
-			}
-			r.s.mu.Lock()
-			r.s.usage.InputTokens += resp.Usage.InputTokens
-			r.s.usage.OutputTokens += resp.Usage.OutputTokens
-			r.s.mu.Unlock()
-			if r.cfg.onUsage != nil {
-				r.cfg.onUsage(p.Name(), req.Model, resp.Usage)
-			}
-			return resp, partial.String(), nil
+			return r.took(req, resp, partial.String()), partial.String(), nil
 		}
-		if r.ctx.Err() != nil {
-			return nil, partial.String(), r.ctx.Err()
-		}
-		var re *RetryableError
-		retryable := errors.As(err, &re)
-		if !retryable && errors.Is(err, context.DeadlineExceeded) {
-			// The call's own timeout, not surfaced by the provider as retryable.
-			retryable = true
-			err = &ProviderError{Provider: p.Name(), Timeout: true, Err: err}
-		}
-		pe := providerError(p.Name(), err)
-		pe.Attempts = attempt
-		if partial.Len() > 0 {
-			pe.Midway = true
-			return nil, partial.String(), pe
-		}
-		if !retryable || attempt >= maxAttempts {
-			r.s.log.Warn("model call failed", "key", r.s.key, "provider", p.Name(), "attempts", attempt, "err", pe.Err)
-			return nil, "", pe
-		}
-		var serverWait time.Duration
-		if re != nil {
-			serverWait = re.RetryAfter
-		}
-		wait := retryWait(attempt, serverWait, rand.Float64)
-		r.on(Update{Kind: UpdateStatus, Text: pe.RetryStatus(wait)})
-		r.s.log.Info("model call failed; retrying", "key", r.s.key, "provider", p.Name(), "attempt", attempt, "wait", wait, "err", pe.Err)
-		if sleepCtx(r.ctx, wait) != nil {
-			return nil, "", r.ctx.Err()
+		if err = r.retry(attempt, err, partial.Len() > 0); err != nil {
+			return nil, partial.String(), err
 		}
 	}
+}
+
+// attempt is one call of the provider, with the call's own timeout.
+func (r *run) attempt(req *Request, onDelta func(string)) (*Response, error) {
+	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.timeout)
+	defer cancel()
+	return r.cfg.provider.Stream(ctx, req, onDelta)
+}
+
+// took counts a successful call's usage; a provider that streamed text without a
+// response gets one made of that text.
+func (r *run) took(req *Request, resp *Response, partial string) *Response {
+	p := r.cfg.provider
+	if resp == nil {
+		resp = &Response{Message: llm.Message{Role: llm.RoleAssistant, Content: partial}}
+	}
+	r.s.mu.Lock()
+	r.s.usage.InputTokens += resp.Usage.InputTokens
+	r.s.usage.OutputTokens += resp.Usage.OutputTokens
+	r.s.mu.Unlock()
+	if r.cfg.onUsage != nil {
+		r.cfg.onUsage(p.Name(), req.Model, resp.Usage)
+	}
+	return resp
+}
+
+// retry decides on a failed attempt: nil after waiting out the backoff when another
+// attempt follows, else the error the call ends with (midway: the chat already has text
+// of this call, which is never repeated).
+func (r *run) retry(attempt int, err error, midway bool) error {
+	p := r.cfg.provider
+	if r.ctx.Err() != nil {
+		return r.ctx.Err()
+	}
+	var re *RetryableError
+	retryable := errors.As(err, &re)
+	if !retryable && errors.Is(err, context.DeadlineExceeded) {
+		// The call's own timeout, not surfaced by the provider as retryable.
+		retryable = true
+		err = &ProviderError{Provider: p.Name(), Timeout: true, Err: err}
+	}
+	pe := providerError(p.Name(), err)
+	pe.Attempts = attempt
+	if midway {
+		pe.Midway = true
+		return pe
+	}
+	if !retryable || attempt >= r.cfg.maxRetries+1 {
+		r.s.log.Warn("model call failed", "key", r.s.key, "provider", p.Name(), "attempts", attempt, "err", pe.Err)
+		return pe
+	}
+	var serverWait time.Duration
+	if re != nil {
+		serverWait = re.RetryAfter
+	}
+	wait := retryWait(attempt, serverWait, rand.Float64)
+	r.on(Update{Kind: UpdateStatus, Text: pe.RetryStatus(wait)})
+	r.s.log.Info("model call failed; retrying", "key", r.s.key, "provider", p.Name(), "attempt", attempt, "wait", wait, "err", pe.Err)
+	if sleepCtx(r.ctx, wait) != nil {
+		return r.ctx.Err()
+	}
+	return nil
 }
 
 // providerError finds the *ProviderError in err, copied so that a shared error value is

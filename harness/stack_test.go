@@ -2,6 +2,7 @@ package harness_test
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"runtime/metrics"
 	"sync"
@@ -97,4 +98,53 @@ func stackBytes() uint64 {
 	s := []metrics.Sample{{Name: "/memory/classes/heap/stacks:bytes"}}
 	metrics.Read(s)
 	return s[0].Value.Uint64()
+}
+
+// A turn waiting for the model holds an 8 KB stack, not 16: it waits with the harness's
+// frames (RunWith, the steps of the run, the retries, the media wrapper, the provider)
+// and the SDK's and net/http's under them, and the harness's frames had made that more
+// than 8 KB deep, so the stack doubled to 16 KB and stayed so for the whole wait.
+// Measured while the turns wait for the response's headers (a slow model); the same
+// frames are under the wait for the next chunk, where the fake server's own side, which
+// this measure includes, varies too much to tell 8 KB.
+func TestWaitingTurnHoldsASmallStack(t *testing.T) {
+	// Per waiting turn: its goroutine (8 KB; 16 before), the HTTP connection's two and
+	// the fake server's side of it, 26-30 KB in all; 35-37 KB before.
+	bound := uint64(32 << 10)
+	if raceBuild {
+		bound = 64 << 10 // the race detector's frames are larger: not measured
+	}
+	srv := newOpenAIServer(t)
+	p := openAI(t, srv)
+	store := openStore(t)
+	warm := openSession(t, harness.SessionOptions{Key: "test:warm", Store: store, Provider: p, System: "Be brief."})
+	srv.Push(openaitest.Reply{Text: "warm"})
+	if _, err := warm.Run(context.Background(), "hello", nil); err != nil { // the encoders' caches are built once
+		t.Fatal(err)
+	}
+	srv.SetFunc(func(openaitest.Request) openaitest.Reply { return openaitest.Reply{Text: "never", Delay: time.Hour} })
+
+	const turns = 40
+	sessions := make([]*harness.Session, turns)
+	for i := range sessions {
+		sessions[i] = openSession(t, harness.SessionOptions{Key: fmt.Sprintf("test:%d", i), Store: store, Provider: p, System: "Be brief."})
+	}
+	before := stackBytes()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	for _, s := range sessions {
+		wg.Go(func() { _, _ = s.RunWith(ctx, "hello there", nil, nil) })
+	}
+	// The fake records a request before it waits to answer.
+	for deadline := time.Now().Add(30 * time.Second); len(srv.Requests()) < turns+1; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out waiting for every turn to wait on the model")
+		}
+	}
+	per := (stackBytes() - before) / turns
+	t.Logf("%.1f KB of stack per waiting turn", float64(per)/1024)
+	if per > bound {
+		t.Errorf("%.1f KB of stack per turn waiting on the model; want at most %d KB", float64(per)/1024, bound>>10)
+	}
 }

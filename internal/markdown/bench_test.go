@@ -10,3 +10,13 @@ func BenchmarkTelegramHTML(b *testing.B) {
 		TelegramHTML(md)
 	}
 }
+
+// BenchmarkSplitTelegramHTML is the split that follows each render, of a short answer
+// that fits in one message, as nearly every preview and answer is.
+func BenchmarkSplitTelegramHTML(b *testing.B) {
+	html := TelegramHTML("Sure — here is **the answer** with `code` and a [link](https://example.com).\n\n- one\n- two\n")
+	b.ReportAllocs()
+	for b.Loop() {
+		SplitTelegramHTML(html, 4096)
+	}
+}

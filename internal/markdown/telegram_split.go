@@ -10,14 +10,15 @@ import (
 // atom is one indivisible piece of Telegram HTML: a tag, an entity or one character.
 type atom struct {
 	raw     string
-	units   int    // visible UTF-16 units; 0 for tags
 	tag     string // tag name for tags, "" for text
+	ch      rune   // the visible character, for text
+	units   int8   // visible UTF-16 units; 0 for tags
 	closing bool
-	ch      rune // the visible character, for text
 }
 
+// atomize cuts s into atoms, in one allocation: every atom is at least one rune.
 func atomize(s string) []atom {
-	var out []atom
+	out := make([]atom, 0, utf8.RuneCountInString(s))
 	for i := 0; i < len(s); {
 		switch s[i] {
 		case '<':
@@ -49,7 +50,7 @@ func atomize(s string) []atom {
 	return out
 }
 
-func runeUnits(r rune) int {
+func runeUnits(r rune) int8 {
 	if r >= 0x10000 {
 		return 2
 	}
@@ -73,7 +74,7 @@ func TelegramText(s string) string {
 func TelegramLen(s string) int {
 	n := 0
 	for _, a := range atomize(s) {
-		n += a.units
+		n += int(a.units)
 	}
 	return n
 }
@@ -98,11 +99,11 @@ func SplitTelegramHTML(s string, limit int) []string {
 			if a.tag != "" {
 				continue
 			}
-			if units+a.units > limit {
+			if units+int(a.units) > limit {
 				end = pickBreak(best, bestUnits, limit, i)
 				break
 			}
-			units += a.units
+			units += int(a.units)
 			p := 0
 			switch a.ch {
 			case '\n':
@@ -149,10 +150,18 @@ func pickBreak(best, bestUnits [4]int, limit, i int) int {
 // tags still open at end are closed. It returns the message and the tags open at end.
 func emit(atoms []atom, start, end int, open []atom) (string, []atom) {
 	var b strings.Builder
+	size := 0
+	for _, a := range atoms[start:end] {
+		size += len(a.raw)
+	}
+	for _, t := range open {
+		size += len(t.raw) + len(t.tag) + 3
+	}
+	b.Grow(size)
 	for _, t := range open {
 		b.WriteString(t.raw)
 	}
-	stack := append([]atom(nil), open...)
+	stack := append(make([]atom, 0, len(open)+4), open...)
 	// Trailing blanks are dropped: Telegram trims them and they would only use up the limit.
 	last := end
 	for last > start && atoms[last-1].tag == "" && isSpace(atoms[last-1].ch) {
@@ -174,7 +183,7 @@ func emit(atoms []atom, start, end int, open []atom) (string, []atom) {
 		case i >= last:
 			continue // a trailing blank
 		default:
-			visible += a.units
+			visible += int(a.units)
 		}
 		b.WriteString(a.raw)
 	}
@@ -182,7 +191,9 @@ func emit(atoms []atom, start, end int, open []atom) (string, []atom) {
 		return "", stack
 	}
 	for j := len(stack) - 1; j >= 0; j-- {
-		b.WriteString("</" + stack[j].tag + ">")
+		b.WriteString("</")
+		b.WriteString(stack[j].tag)
+		b.WriteByte('>')
 	}
 	return dropEmptyTags(b.String()), stack
 }
@@ -192,6 +203,9 @@ var emptyTag = regexp.MustCompile(`<(b|strong|i|em|u|ins|s|strike|del|code|pre|a
 // dropEmptyTags removes pairs like <b></b> that a cut can leave behind: Telegram would
 // refuse an empty entity.
 func dropEmptyTags(s string) string {
+	if !strings.Contains(s, "></") { // no empty pair: spare the regexp
+		return s
+	}
 	for {
 		n := emptyTag.ReplaceAllStringFunc(s, func(m string) string {
 			sub := emptyTag.FindStringSubmatch(m)

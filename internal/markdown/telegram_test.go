@@ -143,3 +143,13 @@ func TestParserSharedConcurrently(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// Splitting an answer that fits in one message, as nearly every preview and answer does,
+// costs a few allocations, not one per tag and a regexp run per piece (17 before).
+func TestSplittingAShortAnswerAllocatesLittle(t *testing.T) {
+	html := TelegramHTML("Sure — here is **the answer** with `code` and a [link](https://example.com).\n\n- one\n- two\n")
+	n := testing.AllocsPerRun(50, func() { SplitTelegramHTML(html, 4096) })
+	if n > 5 {
+		t.Errorf("%.0f allocations to split a short answer; want at most 5", n)
+	}
+}
