@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -99,24 +100,28 @@ type intakeLog struct {
 
 // openLog opens (or creates and preallocates) the log. Preallocated blocks make a sync
 // write data only: an append that grew the file would also have to write its size.
-func openLog(path string, size int64) (*intakeLog, error) {
+func openLog(path string, size int64, log *slog.Logger) (*intakeLog, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, err
 	}
-	l := &intakeLog{f: f, path: path, size: size}
 	fi, err := f.Stat()
-	if err == nil && fi.Size() < size {
-		err = l.zero(fi.Size(), size)
-		if err == nil {
-			err = syncDir(filepath.Dir(path))
-		}
-	}
 	if err != nil {
 		_ = f.Close()
 		return nil, err
 	}
-	l.size = max(size, fi.Size())
+	l := &intakeLog{f: f, path: path, size: max(size, fi.Size())}
+	if fi.Size() < size {
+		// A disk too full to preallocate is no reason not to start: zeros already written
+		// read as the log's end, and records then grow the file as they come.
+		err = l.zero(fi.Size(), size)
+		if err == nil {
+			err = syncDir(filepath.Dir(path))
+		}
+		if err != nil {
+			log.Warn("state: cannot preallocate the intake log; it grows as it is written", "file", path, "err", err)
+		}
+	}
 	return l, nil
 }
 
@@ -388,7 +393,7 @@ func (s *DB) openIntakeLog(dir string) error {
 	if err != nil {
 		return err
 	}
-	l, err := openLog(filepath.Join(dir, LogName), s.limits.LogSize)
+	l, err := openLog(filepath.Join(dir, LogName), s.limits.LogSize, s.logger)
 	if err != nil {
 		return err
 	}
