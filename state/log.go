@@ -61,8 +61,9 @@ func newPending(lastSeq uint64) pending {
 		cursors: map[string]string{}, lastSeq: lastSeq}
 }
 
-// apply adds one record's effect. It is the same for a write and for a replay.
-func (p *pending) apply(kind byte, seq uint64, at int64, key, name string, body []byte) {
+// apply adds one record's effect. It is the same for a write and for a replay. A cursor's
+// key is its name, its body its value.
+func (p *pending) apply(kind byte, seq uint64, at int64, key string, body []byte) {
 	p.records++
 	switch kind {
 	case recAccept:
@@ -81,7 +82,7 @@ func (p *pending) apply(kind byte, seq uint64, at int64, key, name string, body 
 			p.dones[seq] = struct{}{}
 		}
 	case recCursor:
-		p.cursors[name] = string(body)
+		p.cursors[key] = string(body)
 	}
 }
 
@@ -262,12 +263,7 @@ func decode(b []byte, p *pending) error {
 	default:
 		return fmt.Errorf("unknown record kind %d", kind)
 	}
-	body := append([]byte(nil), b...)
-	if kind == recCursor {
-		p.apply(kind, 0, 0, "", key, body)
-	} else {
-		p.apply(kind, seq, at, key, "", body)
-	}
+	p.apply(kind, seq, at, key, append([]byte(nil), b...))
 	return nil
 }
 
@@ -301,7 +297,7 @@ func (s *DB) record(kind byte, seq uint64, at int64, key string, body []byte) er
 	if kind == recAccept {
 		body = append([]byte(nil), body...) // the caller's buffer is not ours to keep
 	}
-	s.pend.apply(kind, seq, at, key, key, body)
+	s.pend.apply(kind, seq, at, key, body)
 	return nil
 }
 
