@@ -285,13 +285,16 @@ func (s *DB) record(kind byte, seq uint64, at int64, key string, body []byte) er
 	}
 	// A Done is not synced on its own: the next Accept or cursor syncs it, or the timer
 	// within doneSyncWithin. See doneSyncWithin for what that risks.
-	sync := kind != recDone
+	// The timer is armed by the first unsynced record only: re-arming it for each Done
+	// would put the sync off for as long as Dones come closer together than the window.
+	sync, arm := kind != recDone, kind == recDone && !s.log.unsynced
 	if err := s.log.append(rec, sync); err != nil {
 		return err
 	}
-	if !sync && s.syncTimer == nil {
+	switch {
+	case arm && s.syncTimer == nil:
 		s.syncTimer = time.AfterFunc(doneSyncWithin, s.syncLater)
-	} else if !sync {
+	case arm:
 		s.syncTimer.Reset(doneSyncWithin)
 	}
 	if kind == recAccept {

@@ -245,3 +245,29 @@ func TestLoneDoneIsSyncedSoon(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// Dones that keep coming closer together than the window, with no Accept between them, are
+// still synced within it: the window is not put off by each new Done.
+func TestStreamOfDonesIsSyncedWithinTheWindow(t *testing.T) {
+	db, _ := open(t, t.TempDir(), Limits{})
+	defer db.Close()
+	var seqs []uint64
+	for i := range 500 {
+		seq, err := db.Accept(fmt.Sprint("k", i), []byte("m"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, seq)
+	}
+	before, _ := syncs(db)
+	for _, seq := range seqs {
+		if err := db.Done(seq); err != nil {
+			t.Fatal(err)
+		}
+		if n, _ := syncs(db); n > before {
+			return
+		}
+		time.Sleep(doneSyncWithin / 5)
+	}
+	t.Fatalf("%d Dones %v apart over %v and none synced", len(seqs), doneSyncWithin/5, time.Duration(len(seqs))*doneSyncWithin/5)
+}
