@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"gateway/channels/channeltest"
+	"gateway/channels/telegram"
 	"gateway/channels/telegram/telegramtest"
 	"gateway/state"
 )
@@ -40,13 +41,7 @@ func TestOffsetFromAnEarlierFormatIsHonouredAndRewritten(t *testing.T) {
 	sink.ExpectNone(t, 200*time.Millisecond)
 	stop(t, ch)
 
-	sink2 := channeltest.NewSink()
-	f.start(f.config(), f.options(), sink2)
-	f.srv.Send(telegramtest.Update{ChatID: 1001, Text: "newer"})
-	if m := sink2.Next(t); m.Text() != "newer" {
-		t.Fatalf("after a restart got %q; want only the newest message", m.Text())
-	}
-	sink2.ExpectNone(t, 200*time.Millisecond)
+	restartSeesOnlyNewer(t, f, f.options())
 }
 
 // With a State, an offset file left by an earlier version is moved in once (stored as the
@@ -87,13 +82,7 @@ func TestOffsetFileMovesIntoTheStateFile(t *testing.T) {
 		t.Fatalf("cursor = %q %v", v, ok)
 	}
 
-	sink2 := channeltest.NewSink()
-	f.start(f.config(), opts, sink2)
-	f.srv.Send(telegramtest.Update{ChatID: 1001, Text: "newer"})
-	if m := sink2.Next(t); m.Text() != "newer" {
-		t.Fatalf("after a restart got %q; want only the newest message", m.Text())
-	}
-	sink2.ExpectNone(t, 200*time.Millisecond)
+	restartSeesOnlyNewer(t, f, opts)
 	if _, err := os.Stat(file); !os.IsNotExist(err) {
 		t.Fatal("an offset file was written again")
 	}
@@ -146,11 +135,18 @@ func TestOffsetIsSavedAtMostOnceASecondAndWhenPollingStops(t *testing.T) {
 		t.Fatalf("%d offset writes for %d batches in %v; want 1 to %d", writes, n, time.Since(began).Round(time.Millisecond), most)
 	}
 
-	sink2 := channeltest.NewSink()
-	f.start(f.config(), opts, sink2)
+	restartSeesOnlyNewer(t, f, opts)
+}
+
+// restartSeesOnlyNewer starts the channel again with opts: only a message sent after the
+// restart comes, nothing from before the saved offset.
+func restartSeesOnlyNewer(t *testing.T, f *fixture, opts telegram.Options) {
+	t.Helper()
+	sink := channeltest.NewSink()
+	f.start(f.config(), opts, sink)
 	f.srv.Send(telegramtest.Update{ChatID: 1001, Text: "newer"})
-	if m := sink2.Next(t); m.Text() != "newer" {
+	if m := sink.Next(t); m.Text() != "newer" {
 		t.Fatalf("after a restart got %q; want only the newest message", m.Text())
 	}
-	sink2.ExpectNone(t, 200*time.Millisecond)
+	sink.ExpectNone(t, 200*time.Millisecond)
 }
