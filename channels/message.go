@@ -3,6 +3,7 @@
 package channels
 
 import (
+	"slices"
 	"strings"
 	"time"
 )
@@ -84,6 +85,40 @@ func (m *Message) HasRefs() bool {
 		}
 	}
 	return false
+}
+
+// Fetched is what FetchRefs made of a message's parts.
+type Fetched struct {
+	Parts    []Part   // the parts in order, each referenced one replaced by its download, the refused left out
+	Saved    []string // the downloaded files' paths
+	Refused  []Part   // the referenced parts not downloaded
+	Refusals []string // what to tell the user about them, each text once
+	Total    int      // the referenced parts
+}
+
+// FetchRefs runs fetch on each of parts that is a reference (see Fetcher), in order, and
+// gathers the outcome; fetch returns the downloaded part, or a refusal: what to tell the
+// user. What a failure then means for the message is the adapter's to say.
+func FetchRefs(parts []Part, fetch func(Part) (Part, string)) Fetched {
+	var f Fetched
+	for _, p := range parts {
+		if p.Ref == "" {
+			f.Parts = append(f.Parts, p)
+			continue
+		}
+		f.Total++
+		got, refusal := fetch(p)
+		if refusal != "" {
+			f.Refused = append(f.Refused, p)
+			if !slices.Contains(f.Refusals, refusal) {
+				f.Refusals = append(f.Refusals, refusal)
+			}
+			continue
+		}
+		f.Saved = append(f.Saved, got.Path)
+		f.Parts = append(f.Parts, got)
+	}
+	return f
 }
 
 // Text joins the message's text parts with newlines.

@@ -85,43 +85,25 @@ func attachmentRefs(channel, msgID string, atts []*discordgo.MessageAttachment, 
 // note for the agent. It needs no gateway connection: any process may fetch.
 func (c *Channel) Fetch(ctx context.Context, msg *channels.Message) error {
 	limit := c.cfg.maxFileBytes()
-	out := make([]channels.Part, 0, len(msg.Parts))
-	var refusals, saved []string
-	failed, total := 0, 0
-	for _, p := range msg.Parts {
-		if p.Ref == "" {
-			out = append(out, p)
-			continue
-		}
-		total++
-		got, refusal := c.fetchPart(ctx, p, limit)
-		if refusal != "" {
-			failed++
-			if !slices.Contains(refusals, refusal) {
-				refusals = append(refusals, refusal)
-			}
-			continue
-		}
-		saved = append(saved, got.Path)
-		out = append(out, got)
-	}
+	f := channels.FetchRefs(msg.Parts, func(p channels.Part) (channels.Part, string) { return c.fetchPart(ctx, p, limit) })
+	failed := len(f.Refused)
 	if failed > 0 && ctx.Err() != nil {
 		// Out of time, or the gateway is stopping: msg keeps its references (a restart
 		// fetches it again) and the user, if anyone is left to tell, is told it failed.
-		for _, p := range saved {
+		for _, p := range f.Saved {
 			_ = os.Remove(p)
 		}
 		return errors.New(notFetched)
 	}
 	switch {
 	case failed == 0:
-		msg.Parts = out
+		msg.Parts = f.Parts
 		return nil
-	case failed == total:
-		return errors.New(strings.Join(refusals, "\n"))
+	case failed == f.Total:
+		return errors.New(strings.Join(f.Refusals, "\n"))
 	}
-	c.notice(ctx, msg, strings.Join(refusals, "\n"))
-	msg.Parts = append(out, channels.TextPart(fmt.Sprintf("[%d of the %d attachments of this message could not be downloaded]", failed, total)))
+	c.notice(ctx, msg, strings.Join(f.Refusals, "\n"))
+	msg.Parts = append(f.Parts, channels.TextPart(fmt.Sprintf("[%d of the %d attachments of this message could not be downloaded]", failed, f.Total)))
 	return nil
 }
 

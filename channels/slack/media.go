@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -69,43 +68,27 @@ func (c *Channel) Fetch(ctx context.Context, msg *channels.Message) error {
 		return errors.New("Sorry, I could not save your file just now. Please send it again.")
 	}
 	c.prune()
-	var out []channels.Part
-	var refusals, names []string
-	var paths []string // downloaded here, removed when the message fails after all
-	failed, total := 0, 0
-	for _, p := range msg.Parts {
-		if p.Ref == "" {
-			out = append(out, p)
-			continue
-		}
-		total++
-		got, refusal := c.fetchPart(ctx, msg, p)
-		if refusal != "" {
-			failed++
-			names = append(names, displayName(p.Name))
-			if !slices.Contains(refusals, refusal) {
-				refusals = append(refusals, refusal)
-			}
-			continue
-		}
-		paths = append(paths, got.Path)
-		out = append(out, got)
-	}
+	f := channels.FetchRefs(msg.Parts, func(p channels.Part) (channels.Part, string) { return c.fetchPart(ctx, msg, p) })
+	failed := len(f.Refused)
 	switch {
 	case failed == 0:
-		msg.Parts = out
+		msg.Parts = f.Parts
 		return nil
-	case failed == total || ctx.Err() != nil:
+	case failed == f.Total || ctx.Err() != nil:
 		// Out of time (or shutting down, and then fetched again after the restart): the
 		// message fails as a whole rather than going on without files it had.
-		for _, p := range paths {
+		for _, p := range f.Saved {
 			os.Remove(p)
 		}
-		return errors.New(strings.Join(refusals, "\n"))
+		return errors.New(strings.Join(f.Refusals, "\n"))
 	}
-	c.notice(ctx, channels.TargetOf(msg), strings.Join(refusals, "\n"))
-	msg.Parts = append(out, channels.TextPart(fmt.Sprintf("[%d of the %d files of this message could not be downloaded: %s]",
-		failed, total, strings.Join(names, ", "))))
+	names := make([]string, failed)
+	for i, p := range f.Refused {
+		names[i] = displayName(p.Name)
+	}
+	c.notice(ctx, channels.TargetOf(msg), strings.Join(f.Refusals, "\n"))
+	msg.Parts = append(f.Parts, channels.TextPart(fmt.Sprintf("[%d of the %d files of this message could not be downloaded: %s]",
+		failed, f.Total, strings.Join(names, ", "))))
 	return nil
 }
 

@@ -10,7 +10,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -190,35 +189,18 @@ func (c *Channel) addMedia(m *channels.Message, msg *models.Message) {
 // message with what to tell the user; in an album the user is told about the items that
 // failed and the rest goes on, with a note for the agent.
 func (c *Channel) Fetch(ctx context.Context, msg *channels.Message) error {
-	var out []channels.Part
-	var refusals []string
-	failed, total := 0, 0
-	for _, p := range msg.Parts {
-		if p.Ref == "" {
-			out = append(out, p)
-			continue
-		}
-		total++
-		got, refusal := c.fetchPart(ctx, p)
-		if refusal != "" {
-			failed++
-			if !slices.Contains(refusals, refusal) {
-				refusals = append(refusals, refusal)
-			}
-			continue
-		}
-		out = append(out, got)
-	}
-	switch {
+	f := channels.FetchRefs(msg.Parts, func(p channels.Part) (channels.Part, string) { return c.fetchPart(ctx, p) })
+	switch failed := len(f.Refused); {
 	case failed == 0:
-		msg.Parts = out
+		msg.Parts = f.Parts
 		return nil
-	case failed == total:
-		return errors.New(strings.Join(refusals, "\n"))
+	case failed == f.Total:
+		return errors.New(strings.Join(f.Refusals, "\n"))
+	default:
+		c.notify(ctx, notifyTarget(msg), strings.Join(f.Refusals, "\n"))
+		msg.Parts = append(f.Parts, channels.TextPart(fmt.Sprintf("[%d of the %d items of this album could not be downloaded]", failed, f.Total)))
+		return nil
 	}
-	c.notify(ctx, notifyTarget(msg), strings.Join(refusals, "\n"))
-	msg.Parts = append(out, channels.TextPart(fmt.Sprintf("[%d of the %d items of this album could not be downloaded]", failed, total)))
-	return nil
 }
 
 // fetchPart downloads one referenced part; refusal, when set, is what to tell the user.
