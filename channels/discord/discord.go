@@ -26,7 +26,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -107,8 +106,7 @@ type Channel struct {
 	// workDone is closed when the work goroutine ends.
 	workDone chan struct{}
 
-	whereMu sync.Mutex // orders the hold log lines as the changes they tell
-	where   connWhere  // with a Holder: where the gateway connection is, for the log
+	held *channels.HeldWhere // with a Holder: the gateway connection, held by one process at a time
 }
 
 // New checks cfg and builds a Channel; it connects nothing until Start.
@@ -148,6 +146,8 @@ func New(cfg Config, opts Options) (*Channel, error) {
 		lost:        make(chan struct{}, 1),
 		life:        channels.NewLifecycle(Name),
 	}
+	c.held = &channels.HeldWhere{Holder: opts.Holder, Log: c.log, Here: "discord: gateway connection here",
+		Elsewhere: "discord: gateway connection held elsewhere; this process still sends"}
 	c.send.Scrub = c.scrub
 	c.send.OnHold = func(key string, d time.Duration) {
 		c.log.Warn("discord: rate limited; holding sends to the channel", "chat_id", key, "wait", d)

@@ -12,23 +12,9 @@ import (
 // anywhere). The holder receives every event, interactions included, so only it answers
 // application commands.
 
-// connWhere is where the gateway connection is, as far as this process knows.
-type connWhere int
-
-const (
-	connUnknown connWhere = iota
-	connHere
-	connElsewhere
-)
-
-const (
-	// holdWait is how long Hold may take before the log says the connection is held
-	// elsewhere: a free hold is taken within a round trip.
-	holdWait = 2 * time.Second
-	// drainWait bounds how long a process giving up the connection waits for the
-	// messages its session already delivered to be handled before it stores the cursors.
-	drainWait = 10 * time.Second
-)
+// drainWait bounds how long a process giving up the connection waits for the messages its
+// session already delivered to be handled before it stores the cursors.
+const drainWait = 10 * time.Second
 
 // holdLoop connects the gateway while this process holds "conn.discord.<bot id>": it asks
 // for the hold (Hold blocks while another process has it), opens the session, runs it with
@@ -38,7 +24,7 @@ const (
 func (c *Channel) holdLoop(ctx context.Context) {
 	name := "conn.discord." + c.bot()
 	for ctx.Err() == nil {
-		held, release, err := c.hold(ctx, name)
+		held, release, err := c.held.Hold(ctx, name)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -49,14 +35,14 @@ func (c *Channel) holdLoop(ctx context.Context) {
 			}
 			continue
 		}
-		c.setWhere(connHere)
+		c.held.Set(true)
 		gaveUp := !c.runHeld(held) && held.Err() == nil
 		c.leave(ctx)
 		release()
 		if gaveUp || ctx.Err() != nil {
 			return
 		}
-		c.setWhere(connElsewhere)
+		c.held.Set(false)
 		if c.down.Swap(false) {
 			c.sink.Connected(Name, true, nil) // not connected, but sending: ready
 		}
@@ -107,32 +93,5 @@ func (c *Channel) leave(ctx context.Context) {
 	}
 	if c.flush() {
 		c.forget()
-	}
-}
-
-// hold asks the Holder for name; the first time, a Hold still waiting after holdWait is
-// told in the log as the connection held elsewhere.
-func (c *Channel) hold(ctx context.Context, name string) (context.Context, func(), error) {
-	t := time.AfterFunc(holdWait, func() { c.moveWhere(connElsewhere, true) })
-	defer t.Stop()
-	return c.holder.Hold(ctx, name)
-}
-
-// setWhere logs where the connection is, once per change.
-func (c *Channel) setWhere(w connWhere) { c.moveWhere(w, false) }
-
-// moveWhere sets where the connection is (only if still unknown, with ifUnknown) and logs
-// a change; under whereMu, so that the log's order is the changes'.
-func (c *Channel) moveWhere(w connWhere, ifUnknown bool) {
-	c.whereMu.Lock()
-	defer c.whereMu.Unlock()
-	if c.where == w || ifUnknown && c.where != connUnknown {
-		return
-	}
-	c.where = w
-	if w == connHere {
-		c.log.Info("discord: gateway connection here")
-	} else {
-		c.log.Info("discord: gateway connection held elsewhere; this process still sends")
 	}
 }

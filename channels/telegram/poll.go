@@ -35,7 +35,7 @@ func (c *Channel) pollWhileHeld(ctx context.Context) {
 	}
 	name := "conn.telegram." + strconv.FormatInt(c.bot().ID, 10)
 	for ctx.Err() == nil {
-		held, release, err := c.hold(ctx, name)
+		held, release, err := c.held.Hold(ctx, name)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -46,52 +46,12 @@ func (c *Channel) pollWhileHeld(ctx context.Context) {
 			}
 			continue
 		}
-		c.setPolling(pollingHere)
+		c.held.Set(true)
 		c.superviseLongPolling(held)
 		release()
 		if ctx.Err() == nil {
-			c.setPolling(pollingElsewhere)
+			c.held.Set(false)
 		}
-	}
-}
-
-// pollingState is where polling runs, as far as this process knows.
-type pollingState int
-
-const (
-	pollingUnknown pollingState = iota
-	pollingHere
-	pollingElsewhere
-)
-
-// holdWait is how long Hold may take before the log says polling is held elsewhere: a free
-// hold is taken within a round trip.
-const holdWait = 2 * time.Second
-
-// hold asks the Holder for name; the first time, a Hold still waiting after holdWait is
-// told in the log as polling held elsewhere.
-func (c *Channel) hold(ctx context.Context, name string) (context.Context, func(), error) {
-	t := time.AfterFunc(holdWait, func() { c.movePolling(pollingElsewhere, true) })
-	defer t.Stop()
-	return c.opts.Holder.Hold(ctx, name)
-}
-
-// setPolling logs where polling runs, once per change.
-func (c *Channel) setPolling(s pollingState) { c.movePolling(s, false) }
-
-// movePolling sets where polling runs (only if still unknown, with ifUnknown) and logs a
-// change; under pollMu, so that the log's order is the changes'.
-func (c *Channel) movePolling(s pollingState, ifUnknown bool) {
-	c.pollMu.Lock()
-	defer c.pollMu.Unlock()
-	if c.polling == s || ifUnknown && c.polling != pollingUnknown {
-		return
-	}
-	c.polling = s
-	if s == pollingHere {
-		c.log.Info("telegram: polling here")
-	} else {
-		c.log.Info("telegram: polling held elsewhere; this process still sends")
 	}
 }
 

@@ -69,8 +69,7 @@ type Channel struct {
 	me        models.User
 	connected bool
 
-	pollMu  sync.Mutex   // orders the polling log lines as the changes they tell
-	polling pollingState // with a Holder: where polling runs, for the log
+	held *channels.HeldWhere // with a Holder: polling, held by one process at a time
 }
 
 // New checks cfg and opts and returns an adapter that is not yet connected.
@@ -92,6 +91,8 @@ func New(cfg Config, opts Options) (*Channel, error) {
 		strangers: newNoticeLimiter(1024, time.Hour),
 		dir:       filepath.Join(opts.StateDir, Name),
 	}
+	c.held = &channels.HeldWhere{Holder: opts.Holder, Log: c.log, Here: "telegram: polling here",
+		Elsewhere: "telegram: polling held elsewhere; this process still sends"}
 	c.mediaDir = filepath.Join(c.dir, "media")
 	c.newSenders()
 	api, err := bot.New(cfg.Token.Reveal(),
