@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -180,10 +181,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 // (after its delivered messages were acked) and takes free partitions up to it.
 func (c *Consumer) balance(ctx context.Context, renew bool) {
 	c.mu.Lock()
-	held := make(map[int]*partitionWorker, len(c.held))
-	for p, w := range c.held {
-		held[p] = w
-	}
+	held := maps.Clone(c.held)
 	c.mu.Unlock()
 	for p, w := range held {
 		if !renew {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"strconv"
 	"strings"
@@ -321,10 +322,7 @@ func (n *Node) retryAcks(ctx context.Context) {
 		case <-tick.C:
 		}
 		n.mu.Lock()
-		batch := make(map[uint64]*ackRetry, len(n.retry))
-		for seq, r := range n.retry {
-			batch[seq] = r
-		}
+		batch := maps.Clone(n.retry)
 		n.mu.Unlock()
 		for seq, r := range batch {
 			actx, cancel := context.WithTimeout(ctx, 3*time.Second)
