@@ -5,15 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -110,7 +106,7 @@ func (c *Channel) pollLoop(ctx context.Context, progress *atomic.Int64) {
 			switch {
 			case errors.Is(err, bot.ErrorConflict):
 				c.log.Error("telegram: getUpdates conflict: another process is polling with this token, or a webhook is set", "err", err)
-			case errors.Is(err, bot.ErrorUnauthorized):
+			case errors.Is(err, bot.ErrorUnauthorized), errors.Is(err, bot.ErrorNotFound): // 404: a malformed token
 				c.log.Error("telegram: the bot token was rejected (401 Unauthorized); check channels.telegram.token")
 			default:
 				c.log.Warn("telegram: getUpdates failed", "err", err, "retry_in", wait)
@@ -246,52 +242,16 @@ func (c *Channel) handleBatch(ctx context.Context, updates []*models.Update, off
 
 // getUpdates makes one long-poll call. The SDK has no exported getUpdates, and its own
 // loop spawns a goroutine per update and ignores retry_after, so this is the SDK's wire
-// format over our client, with the SDK's types.
+// format over our client (callJSON), with the SDK's types.
 func (c *Channel) getUpdates(ctx context.Context, offset int64) ([]*models.Update, error) {
-	secs := int(c.opts.PollTimeout / time.Second)
-	body, _ := json.Marshal(map[string]any{"offset": offset, "timeout": secs, "allowed_updates": []string{"message"}})
 	ctx, cancel := context.WithTimeout(ctx, c.opts.PollTimeout+15*time.Second)
 	defer cancel()
-	url := strings.TrimRight(c.cfg.APIURL, "/") + "/bot" + c.cfg.Token.Reveal() + "/getUpdates"
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-	if err != nil {
+	params := map[string]any{"offset": offset, "timeout": int(c.opts.PollTimeout / time.Second), "allowed_updates": []string{"message"}}
+	var updates []*models.Update
+	if err := c.callJSON(ctx, "getUpdates", params, &updates); err != nil {
 		return nil, c.scrub.wrap(err)
 	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.opts.HTTPClient.Do(req)
-	if err != nil {
-		return nil, c.scrub.wrap(fmt.Errorf("getUpdates: %w", err))
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return nil, c.scrub.wrap(fmt.Errorf("getUpdates: reading the answer: %w", err))
-	}
-	var r struct {
-		OK          bool             `json:"ok"`
-		Result      []*models.Update `json:"result"`
-		ErrorCode   int              `json:"error_code"`
-		Description string           `json:"description"`
-		Parameters  struct {
-			RetryAfter int `json:"retry_after"`
-		} `json:"parameters"`
-	}
-	if err := json.Unmarshal(raw, &r); err != nil {
-		return nil, c.scrub.wrap(fmt.Errorf("getUpdates: HTTP %d with an answer that is not JSON", resp.StatusCode))
-	}
-	if !r.OK {
-		e := &apiError{err: c.scrub.Wrap(fmt.Errorf("getUpdates: %d %s", r.ErrorCode, r.Description)), retryAfter: r.Parameters.RetryAfter}
-		switch r.ErrorCode {
-		case http.StatusUnauthorized, http.StatusNotFound:
-			e.kind = bot.ErrorUnauthorized
-		case http.StatusConflict:
-			e.kind = bot.ErrorConflict
-		case http.StatusTooManyRequests:
-			e.kind = bot.ErrorTooManyRequests
-		}
-		return nil, e
-	}
-	return r.Result, nil
+	return updates, nil
 }
 
 // savedOffset is where the poll loop keeps the update offset: the state file's cursor when
