@@ -329,6 +329,10 @@ func (w *cursorOffset) save(offset int64) error {
 		w.unsent = offset
 		return nil
 	}
+	return w.write(offset)
+}
+
+func (w *cursorOffset) write(offset int64) error {
 	w.unsent, w.last = 0, time.Now()
 	b, _ := json.Marshal(offsetFile{BotID: w.c.bot().ID, Offset: offset})
 	return w.st.SetCursor(offsetCursor, string(b))
@@ -338,8 +342,7 @@ func (w *cursorOffset) close() {
 	if w.unsent == 0 {
 		return
 	}
-	w.last = time.Time{}
-	if err := w.save(w.unsent); err != nil {
+	if err := w.write(w.unsent); err != nil {
 		w.c.log.Error("telegram: cannot save the update offset; a restart may repeat updates", "err", err)
 	}
 }
