@@ -277,6 +277,31 @@ func TestOpenAIBadRequestShowsProviderMessageWithoutKey(t *testing.T) {
 	}
 }
 
+// A proxy's error page is not OpenAI's JSON: its status still decides (a 502 is tried
+// again, a 404 is not) and its text is what the user is told.
+func TestOpenAIErrorPageOfAProxyIsClassifiedByItsStatus(t *testing.T) {
+	srv := newOpenAIServer(t)
+	srv.Push(openaitest.Reply{Status: 502, ErrorPage: "<html><body>502 Bad Gateway</body></html>"})
+	s := openSession(t, harness.SessionOptions{Provider: openAI(t, srv)})
+	res, err := s.Run(context.Background(), "hi", nil)
+	if err != nil || res.Text != "ok" {
+		t.Fatalf("run after a 502 page: %+v, %v", res, err)
+	}
+	if n := len(srv.Requests()); n != 2 {
+		t.Fatalf("%d attempts after a 502 page, want 2", n)
+	}
+
+	srv.Push(openaitest.Reply{Status: 404, ErrorPage: "no route for /v1/chat/completions on this proxy"})
+	_, err = s.Run(context.Background(), "again", nil)
+	var pe *harness.ProviderError
+	if !errors.As(err, &pe) || pe.Status != 404 || !strings.Contains(err.Error(), "no route for /v1/chat/completions") {
+		t.Fatalf("err after a 404 page = %v", err)
+	}
+	if n := len(srv.Requests()); n != 3 {
+		t.Fatalf("%d attempts in all, want 3: a 404 is not tried again", n)
+	}
+}
+
 func TestAbortMidStreamKeepsHistoryValid(t *testing.T) {
 	srv := newOpenAIServer(t)
 	srv.Push(openaitest.Reply{Chunks: []string{"partial answer"}, Hang: true})

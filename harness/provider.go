@@ -56,9 +56,7 @@ func hookMiddleware(r *Request) func(*http.Request, func(*http.Request) (*http.R
 			if err != nil {
 				return nil, err
 			}
-			if out := r.Payload(body); len(out) > 0 && len(out) <= maxPayload && json.Valid(out) {
-				body = out
-			}
+			body = r.payload(body)
 			hr.Body = io.NopCloser(bytes.NewReader(body))
 			hr.ContentLength = int64(len(body))
 			hr.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
@@ -69,6 +67,18 @@ func hookMiddleware(r *Request) func(*http.Request, func(*http.Request) (*http.R
 		}
 		return resp, err
 	}
+}
+
+// payload is body as before_provider_payload hands it back: a reply that is empty, too
+// large or not JSON leaves body as it was.
+func (r *Request) payload(body []byte) []byte {
+	if r.Payload == nil {
+		return body
+	}
+	if out := r.Payload(body); len(out) > 0 && len(out) <= maxPayload && json.Valid(out) {
+		return out
+	}
+	return body
 }
 
 // encodeApart runs encode on a goroutine of its own and waits for it. Encoding a request

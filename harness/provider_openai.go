@@ -1,17 +1,19 @@
 package harness
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
+	"fmt"
+	"io"
 	"net/http"
+	"net/url"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/packages/ssestream"
 	"github.com/openai/openai-go/v3/shared"
 
@@ -22,32 +24,32 @@ import (
 // openAIProvider speaks OpenAI-compatible chat completions (OpenAI, Ollama, OpenRouter,
 // Groq, vLLM, llama.cpp via base_url), always streaming.
 type openAIProvider struct {
-	// client sends the chat completions (open) with the options a ChatCompletionService
-	// built from ours has; made without openai.NewClient, it reads no environment.
-	client    *openai.Client
+	http      *http.Client
+	endpoint  string // base_url + /chat/completions
+	apiKey    string
 	model     string
 	maxTokens int
 	timeout   time.Duration
 	redact    func(string) string
 }
 
+// openAIBaseURL is the SDK's production endpoint, used when base_url is not set.
+const openAIBaseURL = "https://api.openai.com/v1/"
+
 func newOpenAI(cfg Config, client *http.Client) *openAIProvider {
-	// The service is built without openai.NewClient so that ambient OPENAI_* variables
-	// never override the configuration; retries are ours (they honour Retry-After and
-	// report progress to the chat).
-	opts := []option.RequestOption{
-		option.WithEnvironmentProduction(),
-		option.WithHTTPClient(client),
-		option.WithMaxRetries(0),
+	// No ambient OPENAI_* variable is read: the configuration alone says where and how.
+	base := cfg.BaseURL
+	if base == "" {
+		base = openAIBaseURL
 	}
-	if cfg.BaseURL != "" {
-		opts = append(opts, option.WithBaseURL(cfg.BaseURL))
-	}
-	if cfg.APIKey.IsSet() {
-		opts = append(opts, option.WithAPIKey(cfg.APIKey.Reveal()))
+	endpoint := strings.TrimRight(base, "/") + "/chat/completions"
+	if u, err := url.Parse(base); err == nil {
+		endpoint = u.JoinPath("chat/completions").String()
 	}
 	return &openAIProvider{
-		client:    &openai.Client{Options: openai.NewChatCompletionService(opts...).Options},
+		http:      client,
+		endpoint:  endpoint,
+		apiKey:    cfg.APIKey.Reveal(),
 		model:     cfg.Model,
 		maxTokens: cfg.MaxTokens,
 		timeout:   cfg.Timeout,
@@ -69,16 +71,19 @@ func (p *openAIProvider) Stream(ctx context.Context, req *Request, onDelta func(
 	defer cancel()
 	body, err := encodeApart(func() ([]byte, error) { return params.MarshalJSON() })
 	if err != nil {
-		return nil, p.classify(ctx, err)
+		return nil, p.failed(ctx, err)
 	}
 	raw, err := p.open(ctx, body, req)
-	return p.read(ctx, raw, err, onDelta)
+	if err != nil {
+		return nil, err
+	}
+	return p.read(ctx, raw, onDelta)
 }
 
 // read gathers the streamed answer; what it holds stays out of Stream's frame, which is
 // under the wait for the response's headers too.
-func (p *openAIProvider) read(ctx context.Context, raw *http.Response, err error, onDelta func(string)) (*Response, error) {
-	stream := ssestream.NewStream[openAIChunk](newSSEDecoder(raw), err)
+func (p *openAIProvider) read(ctx context.Context, raw *http.Response, onDelta func(string)) (*Response, error) {
+	stream := ssestream.NewStream[openAIChunk](newSSEDecoder(raw), nil)
 	defer stream.Close()
 	var acc openAIAccum
 	for stream.Next() {
@@ -88,7 +93,7 @@ func (p *openAIProvider) read(ctx context.Context, raw *http.Response, err error
 		}
 	}
 	if err := stream.Err(); err != nil {
-		return nil, p.classify(ctx, err)
+		return nil, p.failed(ctx, err)
 	}
 	return acc.response(), nil
 }
@@ -123,21 +128,75 @@ func (p *openAIProvider) params(req *Request) (*openai.ChatCompletionNewParams, 
 	return params, nil
 }
 
-// open sends body as ChatCompletionService.NewStreaming does (POST chat/completions
-// with "stream": true); read then frames the SSE body with the SDK's ssestream. Two
-// changes keep the turn's goroutine on a small stack for its whole wait for the model.
-// The SDK's encoding of params (copied by value through several frames, then reflected
-// on field by field) runs on a goroutine that ends with it (Stream); the body sent is the
-// same bytes, as before_provider_payload sees them. And chunks decode into openAIChunk,
-// the fields the answer uses, with encoding/json, rather than into ChatCompletionChunk,
-// whose decoder recursed as deep. Each had grown that stack to 32 KB, kept for as long as
-// the turn then waited (the model, then Telegram's pacing). Stream, open and the
-// harness's frames above them are kept small for the same reason (the wait for the
-// headers is the deepest: see TestWaitingTurnHoldsASmallStack).
-func (p *openAIProvider) open(ctx context.Context, body []byte, req *Request) (raw *http.Response, err error) {
-	err = p.client.Post(ctx, "chat/completions", body, &raw,
-		option.WithMiddleware(hookMiddleware(req)), option.WithJSONSet("stream", true))
-	return raw, err
+// open posts body to chat/completions with "stream": true, as ChatCompletionService.NewStreaming
+// does, on a request of its own; read then frames the SSE body with the SDK's ssestream.
+// The SDK's request path kept about 8 KB a call alive for as long as the turn waited for
+// the model (its request config, a clone of the request, its headers): with 100 turns
+// waiting, close to 1 MiB of private memory (docs/bench.md, "sixth pass"). The SDK still
+// builds the body; what it added on the way (telemetry headers, its retries, which are
+// off here) is not needed.
+//
+// Three choices keep the turn's goroutine on a small stack for its whole wait for the
+// model. The SDK's encoding of params (copied by value through several frames, then
+// reflected on field by field) runs on a goroutine that ends with it (Stream); the body
+// sent is those bytes, as before_provider_payload sees them. Chunks decode into
+// openAIChunk, the fields the answer uses, with encoding/json, rather than into
+// ChatCompletionChunk, whose decoder recursed as deep. Each had grown that stack to
+// 32 KB, kept for as long as the turn then waited (the model, then Telegram's pacing).
+// Stream, open and the harness's frames above them are kept small for the same reason
+// (the wait for the headers is the deepest: see TestWaitingTurnHoldsASmallStack).
+func (p *openAIProvider) open(ctx context.Context, body []byte, req *Request) (*http.Response, error) {
+	// Where the SDK's option.WithJSONSet("stream", true) put it, at the end.
+	body = append(body[:len(body)-1:len(body)-1], `,"stream":true}`...)
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, p.endpoint, bytes.NewReader(req.payload(body)))
+	if err != nil {
+		return nil, p.failed(ctx, err)
+	}
+	hr.Header.Set("Content-Type", "application/json")
+	hr.Header.Set("Accept", "application/json")
+	if p.apiKey != "" {
+		hr.Header.Set("Authorization", "Bearer "+p.apiKey)
+	}
+	resp, err := p.http.Do(hr)
+	if err != nil {
+		return nil, p.failed(ctx, err)
+	}
+	if req.OnResponse != nil {
+		req.OnResponse(resp.StatusCode, resp.Header)
+	}
+	if resp.StatusCode >= 400 {
+		return nil, p.apiError(ctx, resp)
+	}
+	return resp, nil
+}
+
+// failed classifies a call that got no answer: refused, timed out, or broken off.
+func (p *openAIProvider) failed(ctx context.Context, err error) error {
+	return classify("openai", ctx, 0, nil, "", err, p.redact)
+}
+
+// maxErrorBody bounds what is read of an error response.
+const maxErrorBody = 64 << 10
+
+// apiError is an error response as the SDK reads it ({"error": {"message", "type",
+// "code"}}), classified; a body that is not that shape is the message itself.
+func (p *openAIProvider) apiError(ctx context.Context, resp *http.Response) error {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	_ = resp.Body.Close()
+	var e struct {
+		Error struct {
+			Message string          `json:"message"`
+			Type    string          `json:"type"`
+			Code    json.RawMessage `json:"code"` // a string at OpenAI, a number at some servers
+		} `json:"error"`
+	}
+	msg := strings.TrimSpace(string(b))
+	if json.Unmarshal(b, &e) == nil && e.Error.Message != "" {
+		msg = e.Error.Message
+	}
+	code := strings.Trim(string(e.Error.Code), `"`)
+	err := fmt.Errorf("OpenAI API error: %d %s", resp.StatusCode, http.StatusText(resp.StatusCode))
+	return markOverflow(classify("openai", ctx, resp.StatusCode, resp.Header, msg, err, p.redact), code, e.Error.Type)
 }
 
 // openAIChunk is the part of a streamed chat.completion.chunk the answer is made of.
@@ -229,18 +288,6 @@ func (a *openAIAccum) response() *Response {
 		resp.Message.ToolCalls = append(resp.Message.ToolCalls, *c)
 	}
 	return &resp
-}
-
-func (p *openAIProvider) classify(ctx context.Context, err error) error {
-	var apiErr *openai.Error
-	if errors.As(err, &apiErr) {
-		var h http.Header
-		if apiErr.Response != nil {
-			h = apiErr.Response.Header
-		}
-		return markOverflow(classify("openai", ctx, apiErr.StatusCode, h, apiErr.Message, err, p.redact), apiErr.Code, apiErr.Type)
-	}
-	return classify("openai", ctx, 0, nil, "", err, p.redact)
 }
 
 // openAIMessages converts the conversation; the system prompt goes first.

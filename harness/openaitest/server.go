@@ -40,6 +40,9 @@ type Reply struct {
 	Status     int
 	Message    string // error message for Status
 	RetryAfter string // Retry-After header for Status
+	// ErrorPage, with Status, is sent as a plain-text body instead of OpenAI's JSON error,
+	// as a proxy in front of a model server answers.
+	ErrorPage string
 	// CutAfter, when > 0, drops the connection after this many chunks (a broken stream).
 	CutAfter     int
 	InputTokens  int
@@ -282,6 +285,12 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 
 	if !s.wait(r, rep.Delay) {
+		return
+	}
+	if rep.Status >= 400 && rep.ErrorPage != "" {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(rep.Status)
+		_, _ = io.WriteString(w, rep.ErrorPage)
 		return
 	}
 	if rep.Status >= 400 {
