@@ -81,21 +81,22 @@ func (r *Request) payload(body []byte) []byte {
 	return body
 }
 
-// encodeApart runs encode on a goroutine of its own and waits for it. Encoding a request
-// takes far more stack than waiting for its answer; the stack of a goroutine only shrinks
-// when it uses a quarter of it, so the turn's goroutine, which waits, keeps a small one.
-func encodeApart(encode func() ([]byte, error)) ([]byte, error) {
+// apart runs fn on a goroutine of its own and waits for it. Encoding a request or reading
+// a history back takes far more stack than waiting does; the stack of a goroutine only
+// shrinks when it uses a quarter of it, so the goroutine that then waits (a turn for its
+// model, a chat's actor for its next message) keeps a small one.
+func apart[T any](fn func() (T, error)) (T, error) {
 	var (
-		body []byte
-		err  error
+		v   T
+		err error
 	)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		body, err = encode()
+		v, err = fn()
 	}()
 	<-done
-	return body, err
+	return v, err
 }
 
 // callContext bounds a provider call by the configured timeout unless the caller already did.

@@ -69,7 +69,7 @@ func (p *openAIProvider) Stream(ctx context.Context, req *Request, onDelta func(
 	}
 	ctx, cancel := callContext(ctx, p.timeout)
 	defer cancel()
-	body, err := encodeApart(func() ([]byte, error) { return params.MarshalJSON() })
+	body, err := apart(params.MarshalJSON)
 	if err != nil {
 		return nil, p.failed(ctx, err)
 	}

@@ -149,7 +149,8 @@ func OpenSession(opts SessionOptions) (*Session, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	cfg := configFrom(opts)
-	h, err := openHistory(opts.Store, opts.Key, 2*cfg.budget.window, log)
+	// Read apart: decoding the history is deep, and the caller (a chat's actor) then waits.
+	h, err := apart(func() (*history, error) { return openHistory(opts.Store, opts.Key, 2*cfg.budget.window, log) })
 	if err != nil {
 		return nil, err
 	}
