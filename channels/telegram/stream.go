@@ -64,6 +64,10 @@ type stream struct {
 
 	renderedMD string   // the Markdown last rendered, usually the last preview's
 	rendered   []string // its chunks
+
+	// previewing is closed when the preview in flight ended; nil when none was started.
+	// While it runs, the preview owns sent and the render cache.
+	previewing chan struct{}
 }
 
 type sentMsg struct {
@@ -78,13 +82,20 @@ func (s *stream) Send(ctx context.Context, f channels.Frame) error {
 	switch f.Type {
 	case channels.FrameStart:
 		s.startTyping()
+		return nil
 	case channels.FrameDelta:
 		s.text.WriteString(f.Text)
-		if time.Since(s.lastFlush) >= s.c.opts.EditInterval {
-			s.preview(ctx)
+		if time.Since(s.lastFlush) >= s.c.opts.EditInterval && !s.previewRunning() {
+			s.startPreview(ctx)
 		}
+		return nil
 	case channels.FrameTool, channels.FrameStatus:
 		// The typing indicator already says work is going on.
+		return nil
+	}
+	// What follows goes after the preview in flight, and uses what it sent.
+	s.waitPreview()
+	switch f.Type {
 	case channels.FrameParts:
 		// The text so far goes first, so a voice note follows the words it speaks.
 		if s.text.Len() > 0 {
@@ -256,12 +267,57 @@ func (s *stream) renderOnce(md string) []string {
 	return s.rendered
 }
 
-// preview shows the text so far with at most one call, and only when a send slot is free
-// now and no 429 holds the chat: a streaming preview never holds up the answer, and the
-// final sync fixes any gap.
-func (s *stream) preview(ctx context.Context) {
+// startPreview shows the text so far from a goroutine of its own, which ends with the
+// preview: the Markdown render and the Telegram call take the stack deeper than the 8 KB
+// of a turn waiting on the model, and run on the turn's goroutine (inside the model's read
+// loop) they doubled its stack to 16 KB, kept while the answer then waited for its send
+// slot. A delta that comes while a preview runs only adds to the text (the next preview or
+// the final sync shows it); any other frame waits for the preview first.
+func (s *stream) startPreview(ctx context.Context) {
 	s.lastFlush = time.Now()
-	chunks := s.renderOnce(s.text.String())
+	// Stop waits for the preview as for any goroutine of the channel, and cuts it short.
+	life, ok := s.c.life.Enter()
+	if !ok {
+		return
+	}
+	done := make(chan struct{})
+	s.previewing = done
+	md := s.text.String() // later deltas append past it: this string stays as it is
+	go func() {
+		defer close(done)
+		defer s.c.life.Leave()
+		ctx, cancel := context.WithCancel(ctx)
+		defer context.AfterFunc(life, cancel)()
+		defer cancel()
+		s.preview(ctx, md)
+	}()
+}
+
+// previewRunning reports whether a preview started and has not ended yet.
+func (s *stream) previewRunning() bool {
+	if s.previewing == nil {
+		return false
+	}
+	select {
+	case <-s.previewing:
+		return false
+	default:
+		return true
+	}
+}
+
+// waitPreview waits for the preview in flight, if any, to end.
+func (s *stream) waitPreview() {
+	if s.previewing != nil {
+		<-s.previewing
+	}
+}
+
+// preview shows md with at most one call, and only when a send slot is free now and no
+// 429 holds the chat: a streaming preview never holds up the answer, and the final sync
+// fixes any gap.
+func (s *stream) preview(ctx context.Context, md string) {
+	chunks := s.renderOnce(md)
 	i := 0
 	for i < len(chunks) && i < len(s.sent) && s.sent[i].html == chunks[i] {
 		i++
