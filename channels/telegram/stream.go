@@ -75,6 +75,11 @@ type sentMsg struct {
 	html string // the chunk it shows
 }
 
+// Send shows one frame of the answer. Each frame's work is a method of its own: the
+// answer's final send waits for its send slot (seconds when many answers are due at once)
+// under these frames, and a collection shrinks the stack of a goroutine that waits using
+// less than a quarter of it (3.3 KB of 16): the model's chunk decoding may have doubled
+// the turn's stack before.
 func (s *stream) Send(ctx context.Context, f channels.Frame) error {
 	if s.finished {
 		return errors.New("telegram: this answer is already finished")
@@ -84,10 +89,7 @@ func (s *stream) Send(ctx context.Context, f channels.Frame) error {
 		s.startTyping()
 		return nil
 	case channels.FrameDelta:
-		s.text.WriteString(f.Text)
-		if time.Since(s.lastFlush) >= s.c.opts.EditInterval && !s.previewRunning() {
-			s.startPreview(ctx)
-		}
+		s.delta(ctx, f.Text)
 		return nil
 	case channels.FrameTool, channels.FrameStatus:
 		// The typing indicator already says work is going on.
@@ -97,33 +99,54 @@ func (s *stream) Send(ctx context.Context, f channels.Frame) error {
 	s.waitPreview()
 	switch f.Type {
 	case channels.FrameParts:
-		// The text so far goes first, so a voice note follows the words it speaks.
-		if s.text.Len() > 0 {
-			if err := s.sync(ctx, s.text.String()); err != nil {
-				return err
-			}
-		}
-		for _, p := range f.Parts {
-			if err := s.sendPart(ctx, p); err != nil {
-				return err
-			}
-		}
+		return s.parts(ctx, f.Parts)
 	case channels.FrameDone:
-		s.finish()
-		text := f.Text
-		if text == "" {
-			text = s.text.String()
-		}
-		return s.sync(ctx, text)
+		return s.done(ctx, f.Text)
 	case channels.FrameError:
-		s.finish()
-		text := f.Text
-		if text == "" {
-			text = "Sorry, something went wrong with this answer."
-		}
-		return s.sendPlain(ctx, text)
+		return s.fail(ctx, f.Text)
 	}
 	return nil
+}
+
+// delta adds streamed text, and shows it when the last preview is old enough and ended.
+func (s *stream) delta(ctx context.Context, text string) {
+	s.text.WriteString(text)
+	if time.Since(s.lastFlush) >= s.c.opts.EditInterval && !s.previewRunning() {
+		s.startPreview(ctx)
+	}
+}
+
+// parts sends the text so far, then the parts: a voice note follows the words it speaks.
+func (s *stream) parts(ctx context.Context, parts []channels.Part) error {
+	if s.text.Len() > 0 {
+		if err := s.sync(ctx, s.text.String()); err != nil {
+			return err
+		}
+	}
+	for _, p := range parts {
+		if err := s.sendPart(ctx, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// done shows the final text (what streamed when text is empty).
+func (s *stream) done(ctx context.Context, text string) error {
+	s.finish()
+	if text == "" {
+		text = s.text.String()
+	}
+	return s.sync(ctx, text)
+}
+
+// fail ends the answer with an error notice.
+func (s *stream) fail(ctx context.Context, text string) error {
+	s.finish()
+	if text == "" {
+		text = "Sorry, something went wrong with this answer."
+	}
+	return s.sendPlain(ctx, text)
 }
 
 func (s *stream) finish() {
@@ -409,24 +432,31 @@ func (s *stream) edit(ctx context.Context, i int, chunk string) error {
 }
 
 func (s *stream) sendNew(ctx context.Context, chunk string) error {
-	var id int
-	to, key := s.c.to(s.chat, 30*time.Second)
-	try := func(p *bot.SendMessageParams) error {
-		return to.Do(ctx, key, func(ctx context.Context) (err error) {
-			id, err = s.c.sendMessage(ctx, p)
-			return err
-		})
-	}
-	err := try(s.messageParams(chunk, true))
+	id, err := s.post(ctx, s.messageParams(chunk, true))
 	if isParseError(err) {
-		s.c.log.Warn("telegram: Telegram refused the HTML of an answer; sending it as plain text", "chat", s.chat, "err", err)
-		err = try(s.messageParams(markdown.TelegramText(chunk), false))
+		id, err = s.postPlain(ctx, chunk, err)
 	}
 	if err != nil {
 		return fmt.Errorf("telegram: sending the answer to chat %d: %w", s.chat, err)
 	}
 	s.sent = append(s.sent, sentMsg{id: id, html: chunk})
 	return nil
+}
+
+// post sends one new message of the answer, paced and retried.
+func (s *stream) post(ctx context.Context, p *bot.SendMessageParams) (id int, err error) {
+	to, key := s.c.to(s.chat, 30*time.Second)
+	err = to.Do(ctx, key, func(ctx context.Context) (err error) {
+		id, err = s.c.sendMessage(ctx, p)
+		return err
+	})
+	return id, err
+}
+
+// postPlain sends a chunk whose HTML Telegram refused as plain text instead.
+func (s *stream) postPlain(ctx context.Context, chunk string, refused error) (int, error) {
+	s.c.log.Warn("telegram: Telegram refused the HTML of an answer; sending it as plain text", "chat", s.chat, "err", refused)
+	return s.post(ctx, s.messageParams(markdown.TelegramText(chunk), false))
 }
 
 // messageParams builds a new message of the answer; its first message quotes the user in groups.
