@@ -147,24 +147,32 @@ func (s *session) answer(ctx context.Context, d *deliverer, req *turnReq, rt *Ru
 	}
 
 	// message:send runs after the turn settled and before done; its parts go first.
-	mode := s.ttsMode
-	if mode == "" {
-		mode = req.profile.TTSMode
-	}
-	parts := rt.Bus.Send(d.ctx, &hooks.MessageSend{
-		Session: req.info, InputText: req.prompt, ResponseText: res.Text, IsVoice: req.isVoice,
-		TTSMode: mode, Voice: req.profile.TTSVoice, Language: req.profile.TTSLanguage,
-	})
-	if len(parts) > 0 {
+	if parts := s.messageSend(d, req, rt, res.Text); len(parts) > 0 {
 		d.send(channels.Frame{Type: channels.FrameParts, Parts: parts})
 	}
-	d.send(channels.Frame{Type: channels.FrameDone, Text: res.Text})
+	d.done(res.Text)
 	if d.err == nil {
 		if g.metrics != nil {
 			g.metrics.MessagesOut.WithLabelValues(req.target.Channel).Inc()
 			g.metrics.TurnSeconds.Observe(time.Since(started).Seconds())
 		}
 	}
+}
+
+// messageSend runs the message:send hooks and returns the parts they add. A function of
+// its own, as are done and the frames' error paths, so that the frames under the answer's
+// final send stay small: it waits there for the chat's send slot (seconds when many answers
+// are due at once), and a collection shrinks a stack that waits using less than a quarter
+// of it (3.3 KB of 16).
+func (s *session) messageSend(d *deliverer, req *turnReq, rt *Runtime, text string) []channels.Part {
+	mode := s.ttsMode
+	if mode == "" {
+		mode = req.profile.TTSMode
+	}
+	return rt.Bus.Send(d.ctx, &hooks.MessageSend{
+		Session: req.info, InputText: req.prompt, ResponseText: text, IsVoice: req.isVoice,
+		TTSMode: mode, Voice: req.profile.TTSVoice, Language: req.profile.TTSLanguage,
+	})
 }
 
 // deliverer sends a turn's frames in order and remembers the first delivery failure; after
@@ -197,11 +205,24 @@ func (d *deliverer) send(f channels.Frame) {
 		return
 	}
 	if err := d.st.Send(d.ctx, f); err != nil {
-		if d.err == nil || final {
-			d.g.deliveryFailed(d.bus, d.info, fmt.Errorf("%s frame: %w", f.Type, err))
-		}
-		d.err = err
+		d.failed(f.Type, final, err)
 	}
+}
+
+// done sends the done frame with the answer's text.
+func (d *deliverer) done(text string) {
+	if err := d.st.Send(d.ctx, channels.Frame{Type: channels.FrameDone, Text: text}); err != nil {
+		d.failed(channels.FrameDone, true, err)
+	}
+}
+
+// failed records a frame's delivery failure; only the first is reported, and a final
+// frame's.
+func (d *deliverer) failed(typ channels.FrameType, final bool, err error) {
+	if d.err == nil || final {
+		d.g.deliveryFailed(d.bus, d.info, fmt.Errorf("%s frame: %w", typ, err))
+	}
+	d.err = err
 }
 
 // fail ends the turn with an error frame the user can read and a gateway:error event.

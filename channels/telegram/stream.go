@@ -64,6 +64,10 @@ type stream struct {
 
 	renderedMD string   // the Markdown last rendered, usually the last preview's
 	rendered   []string // its chunks
+
+	// previewing is closed when the preview in flight ended; nil when none was started.
+	// While it runs, the preview owns sent and the render cache.
+	previewing chan struct{}
 }
 
 type sentMsg struct {
@@ -71,6 +75,11 @@ type sentMsg struct {
 	html string // the chunk it shows
 }
 
+// Send shows one frame of the answer. Each frame's work is a method of its own: the
+// answer's final send waits for its send slot (seconds when many answers are due at once)
+// under these frames, and a collection shrinks the stack of a goroutine that waits using
+// less than a quarter of it (3.3 KB of 16): the model's chunk decoding may have doubled
+// the turn's stack before.
 func (s *stream) Send(ctx context.Context, f channels.Frame) error {
 	if s.finished {
 		return errors.New("telegram: this answer is already finished")
@@ -78,41 +87,66 @@ func (s *stream) Send(ctx context.Context, f channels.Frame) error {
 	switch f.Type {
 	case channels.FrameStart:
 		s.startTyping()
+		return nil
 	case channels.FrameDelta:
-		s.text.WriteString(f.Text)
-		if time.Since(s.lastFlush) >= s.c.opts.EditInterval {
-			s.preview(ctx)
-		}
+		s.delta(ctx, f.Text)
+		return nil
 	case channels.FrameTool, channels.FrameStatus:
 		// The typing indicator already says work is going on.
+		return nil
+	}
+	// What follows goes after the preview in flight, and uses what it sent.
+	s.waitPreview()
+	switch f.Type {
 	case channels.FrameParts:
-		// The text so far goes first, so a voice note follows the words it speaks.
-		if s.text.Len() > 0 {
-			if err := s.sync(ctx, s.text.String()); err != nil {
-				return err
-			}
-		}
-		for _, p := range f.Parts {
-			if err := s.sendPart(ctx, p); err != nil {
-				return err
-			}
-		}
+		return s.parts(ctx, f.Parts)
 	case channels.FrameDone:
-		s.finish()
-		text := f.Text
-		if text == "" {
-			text = s.text.String()
-		}
-		return s.sync(ctx, text)
+		return s.done(ctx, f.Text)
 	case channels.FrameError:
-		s.finish()
-		text := f.Text
-		if text == "" {
-			text = "Sorry, something went wrong with this answer."
-		}
-		return s.sendPlain(ctx, text)
+		return s.fail(ctx, f.Text)
 	}
 	return nil
+}
+
+// delta adds streamed text, and shows it when the last preview is old enough and ended.
+func (s *stream) delta(ctx context.Context, text string) {
+	s.text.WriteString(text)
+	if time.Since(s.lastFlush) >= s.c.opts.EditInterval && !s.previewRunning() {
+		s.startPreview(ctx)
+	}
+}
+
+// parts sends the text so far, then the parts: a voice note follows the words it speaks.
+func (s *stream) parts(ctx context.Context, parts []channels.Part) error {
+	if s.text.Len() > 0 {
+		if err := s.sync(ctx, s.text.String()); err != nil {
+			return err
+		}
+	}
+	for _, p := range parts {
+		if err := s.sendPart(ctx, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// done shows the final text (what streamed when text is empty).
+func (s *stream) done(ctx context.Context, text string) error {
+	s.finish()
+	if text == "" {
+		text = s.text.String()
+	}
+	return s.sync(ctx, text)
+}
+
+// fail ends the answer with an error notice.
+func (s *stream) fail(ctx context.Context, text string) error {
+	s.finish()
+	if text == "" {
+		text = "Sorry, something went wrong with this answer."
+	}
+	return s.sendPlain(ctx, text)
 }
 
 func (s *stream) finish() {
@@ -256,12 +290,57 @@ func (s *stream) renderOnce(md string) []string {
 	return s.rendered
 }
 
-// preview shows the text so far with at most one call, and only when a send slot is free
-// now and no 429 holds the chat: a streaming preview never holds up the answer, and the
-// final sync fixes any gap.
-func (s *stream) preview(ctx context.Context) {
+// startPreview shows the text so far from a goroutine of its own, which ends with the
+// preview: the Markdown render and the Telegram call take the stack deeper than the 8 KB
+// of a turn waiting on the model, and run on the turn's goroutine (inside the model's read
+// loop) they doubled its stack to 16 KB, kept while the answer then waited for its send
+// slot. A delta that comes while a preview runs only adds to the text (the next preview or
+// the final sync shows it); any other frame waits for the preview first.
+func (s *stream) startPreview(ctx context.Context) {
 	s.lastFlush = time.Now()
-	chunks := s.renderOnce(s.text.String())
+	// Stop waits for the preview as for any goroutine of the channel, and cuts it short.
+	life, ok := s.c.life.Enter()
+	if !ok {
+		return
+	}
+	done := make(chan struct{})
+	s.previewing = done
+	md := s.text.String() // later deltas append past it: this string stays as it is
+	go func() {
+		defer close(done)
+		defer s.c.life.Leave()
+		ctx, cancel := context.WithCancel(ctx)
+		defer context.AfterFunc(life, cancel)()
+		defer cancel()
+		s.preview(ctx, md)
+	}()
+}
+
+// previewRunning reports whether a preview started and has not ended yet.
+func (s *stream) previewRunning() bool {
+	if s.previewing == nil {
+		return false
+	}
+	select {
+	case <-s.previewing:
+		return false
+	default:
+		return true
+	}
+}
+
+// waitPreview waits for the preview in flight, if any, to end.
+func (s *stream) waitPreview() {
+	if s.previewing != nil {
+		<-s.previewing
+	}
+}
+
+// preview shows md with at most one call, and only when a send slot is free now and no
+// 429 holds the chat: a streaming preview never holds up the answer, and the final sync
+// fixes any gap.
+func (s *stream) preview(ctx context.Context, md string) {
+	chunks := s.renderOnce(md)
 	i := 0
 	for i < len(chunks) && i < len(s.sent) && s.sent[i].html == chunks[i] {
 		i++
@@ -353,24 +432,31 @@ func (s *stream) edit(ctx context.Context, i int, chunk string) error {
 }
 
 func (s *stream) sendNew(ctx context.Context, chunk string) error {
-	var id int
-	to, key := s.c.to(s.chat, 30*time.Second)
-	try := func(p *bot.SendMessageParams) error {
-		return to.Do(ctx, key, func(ctx context.Context) (err error) {
-			id, err = s.c.sendMessage(ctx, p)
-			return err
-		})
-	}
-	err := try(s.messageParams(chunk, true))
+	id, err := s.post(ctx, s.messageParams(chunk, true))
 	if isParseError(err) {
-		s.c.log.Warn("telegram: Telegram refused the HTML of an answer; sending it as plain text", "chat", s.chat, "err", err)
-		err = try(s.messageParams(markdown.TelegramText(chunk), false))
+		id, err = s.postPlain(ctx, chunk, err)
 	}
 	if err != nil {
 		return fmt.Errorf("telegram: sending the answer to chat %d: %w", s.chat, err)
 	}
 	s.sent = append(s.sent, sentMsg{id: id, html: chunk})
 	return nil
+}
+
+// post sends one new message of the answer, paced and retried.
+func (s *stream) post(ctx context.Context, p *bot.SendMessageParams) (id int, err error) {
+	to, key := s.c.to(s.chat, 30*time.Second)
+	err = to.Do(ctx, key, func(ctx context.Context) (err error) {
+		id, err = s.c.sendMessage(ctx, p)
+		return err
+	})
+	return id, err
+}
+
+// postPlain sends a chunk whose HTML Telegram refused as plain text instead.
+func (s *stream) postPlain(ctx context.Context, chunk string, refused error) (int, error) {
+	s.c.log.Warn("telegram: Telegram refused the HTML of an answer; sending it as plain text", "chat", s.chat, "err", refused)
+	return s.post(ctx, s.messageParams(markdown.TelegramText(chunk), false))
 }
 
 // messageParams builds a new message of the answer; its first message quotes the user in groups.
