@@ -302,6 +302,28 @@ func TestOpenAIErrorPageOfAProxyIsClassifiedByItsStatus(t *testing.T) {
 	}
 }
 
+// A server that fails in the middle of a stream says so in an event of it. Before any
+// text, the call is tried again; after some, the user is told the answer broke off, and
+// the part that came is not taken for the whole answer.
+func TestOpenAIErrorEventInTheStream(t *testing.T) {
+	srv := newOpenAIServer(t)
+	srv.Push(openaitest.Reply{StreamError: "the model is overloaded"}, openaitest.Reply{Text: "whole answer"})
+	s := openSession(t, harness.SessionOptions{Provider: openAI(t, srv)})
+	res, err := s.Run(context.Background(), "hi", nil)
+	if err != nil || res.Text != "whole answer" {
+		t.Fatalf("run after an error event: %+v, %v", res, err)
+	}
+	if n := len(srv.Requests()); n != 2 {
+		t.Fatalf("%d attempts, want 2", n)
+	}
+
+	srv.Push(openaitest.Reply{Chunks: []string{"half an "}, StreamError: "the model crashed"})
+	_, err = s.Run(context.Background(), "again", nil)
+	if err == nil || !strings.Contains(err.Error(), "midway") {
+		t.Fatalf("run broken off by an error event: %v; want the user told it stopped midway", err)
+	}
+}
+
 func TestAbortMidStreamKeepsHistoryValid(t *testing.T) {
 	srv := newOpenAIServer(t)
 	srv.Push(openaitest.Reply{Chunks: []string{"partial answer"}, Hang: true})

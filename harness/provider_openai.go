@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/packages/ssestream"
 	"github.com/openai/openai-go/v3/shared"
 
 	"gateway/internal/llm"
@@ -81,22 +80,36 @@ func (p *openAIProvider) Stream(ctx context.Context, req *Request, onDelta func(
 }
 
 // read gathers the streamed answer; what it holds stays out of Stream's frame, which is
-// under the wait for the response's headers too.
+// under the wait for the response's headers too. It frames events as ssestream.Stream
+// does ("[DONE]" ends the stream, an event with an "error" ends it in error) but without
+// its frame, which held the event, the chunk and a gjson result by value: decoding a
+// chunk under it took a waiting turn's stack past 8 KB, and every turn's stack doubled
+// when the model answered them all at once.
 func (p *openAIProvider) read(ctx context.Context, raw *http.Response, onDelta func(string)) (*Response, error) {
-	stream := ssestream.NewStream[openAIChunk](newSSEDecoder(raw), nil)
-	defer stream.Close()
+	dec := newSSEDecoder(raw)
+	defer dec.Close()
 	var acc openAIAccum
-	for stream.Next() {
-		chunk := stream.Current()
-		if d := acc.add(&chunk); d != "" {
+	for dec.Next() {
+		data := dec.Event().Data
+		if bytes.HasPrefix(data, sseDone) {
+			break
+		}
+		d, err := acc.decode(data)
+		if err != nil {
+			return nil, p.failed(ctx, err)
+		}
+		if d != "" {
 			onDelta(d)
 		}
 	}
-	if err := stream.Err(); err != nil {
+	if err := dec.Err(); err != nil {
 		return nil, p.failed(ctx, err)
 	}
 	return acc.response(), nil
 }
+
+// sseDone is the data of the stream's last event.
+var sseDone = []byte("[DONE]")
 
 // params is the request as the SDK takes it, on the heap rather than in Stream's frame.
 func (p *openAIProvider) params(req *Request) (*openai.ChatCompletionNewParams, error) {
@@ -129,7 +142,7 @@ func (p *openAIProvider) params(req *Request) (*openai.ChatCompletionNewParams, 
 }
 
 // open posts body to chat/completions with "stream": true, as ChatCompletionService.NewStreaming
-// does, on a request of its own; read then frames the SSE body with the SDK's ssestream.
+// does, on a request of its own; read then takes the event stream apart.
 // The SDK's request path kept about 8 KB a call alive for as long as the turn waited for
 // the model (its request config, a clone of the request, its headers): with 100 turns
 // waiting, close to 1 MiB of private memory (docs/bench.md, "sixth pass"). The SDK still
@@ -199,27 +212,42 @@ func (p *openAIProvider) apiError(ctx context.Context, resp *http.Response) erro
 	return markOverflow(classify("openai", ctx, resp.StatusCode, resp.Header, msg, err, p.redact), code, e.Error.Type)
 }
 
-// openAIChunk is the part of a streamed chat.completion.chunk the answer is made of.
+// A streamed chat.completion.chunk is decoded a level at a time: the chunk, then each
+// choice, then its delta, each with a json.Unmarshal of its own. encoding/json's frames
+// are large (an object's is 0.9 KB, a string's 1 KB); decoded in one call, the chunk's
+// nesting put a text delta 5 KB under read, and the turn's stack, which waits on 8 KB
+// (see open), doubled at the first chunk, to stay so while the answer then waited for its
+// send. A level at a time, a text delta is decoded 2.5 KB under read.
+
+// openAIChunk is the part of a streamed chunk the answer is made of.
 type openAIChunk struct {
-	Choices []struct {
-		Index float64 `json:"index"` // numbers as float64: some compatible servers send 0.0
-		Delta struct {
-			Content   string `json:"content"`
-			ToolCalls []struct {
-				Index    float64 `json:"index"`
-				ID       string  `json:"id"`
-				Function struct {
-					Name      string `json:"name"`
-					Arguments string `json:"arguments"`
-				} `json:"function"`
-			} `json:"tool_calls"`
-		} `json:"delta"`
-		FinishReason string `json:"finish_reason"`
-	} `json:"choices"`
-	Usage struct {
-		PromptTokens     float64 `json:"prompt_tokens"`
+	Choices []json.RawMessage `json:"choices"`
+	Usage   struct {
+		PromptTokens     float64 `json:"prompt_tokens"` // numbers as float64: some compatible servers send 3.0
 		CompletionTokens float64 `json:"completion_tokens"`
 	} `json:"usage"`
+	// Error is set by a server that fails mid-stream (an event {"error": {...}}).
+	Error json.RawMessage `json:"error"`
+}
+
+// openAIChoice is one choice of a chunk.
+type openAIChoice struct {
+	Index        float64         `json:"index"`
+	Delta        json.RawMessage `json:"delta"`
+	FinishReason string          `json:"finish_reason"`
+}
+
+// openAIDelta is what a choice adds to the answer.
+type openAIDelta struct {
+	Content   string `json:"content"`
+	ToolCalls []struct {
+		Index    float64 `json:"index"`
+		ID       string  `json:"id"`
+		Function struct {
+			Name      string `json:"name"`
+			Arguments string `json:"arguments"`
+		} `json:"function"`
+	} `json:"tool_calls"`
 }
 
 // openAIAccum gathers a streamed answer: its text, tool calls and usage.
@@ -230,44 +258,70 @@ type openAIAccum struct {
 	resp  Response
 }
 
-// add takes the stream's current chunk and returns its text delta.
-func (a *openAIAccum) add(chunk *openAIChunk) string {
-	if chunk.Usage.PromptTokens > 0 || chunk.Usage.CompletionTokens > 0 {
-		a.resp.Usage = llm.Usage{InputTokens: int(chunk.Usage.PromptTokens), OutputTokens: int(chunk.Usage.CompletionTokens)}
+// decode takes one event's chunk and returns its text delta.
+func (a *openAIAccum) decode(data []byte) (string, error) {
+	chunk := new(openAIChunk)
+	if err := json.Unmarshal(data, chunk); err != nil {
+		return "", err
+	}
+	if chunk.Error != nil {
+		return "", fmt.Errorf("received error while streaming: %s", chunk.Error)
+	}
+	if u := chunk.Usage; u.PromptTokens > 0 || u.CompletionTokens > 0 {
+		a.resp.Usage = llm.Usage{InputTokens: int(u.PromptTokens), OutputTokens: int(u.CompletionTokens)}
 	}
 	var delta string
-	for _, ch := range chunk.Choices {
-		if ch.Index != 0 {
-			continue
+	for _, raw := range chunk.Choices {
+		d, err := a.choice(raw)
+		if err != nil {
+			return "", err
 		}
-		if d := ch.Delta.Content; d != "" {
-			a.text.WriteString(d)
-			delta += d
-		}
-		for _, tc := range ch.Delta.ToolCalls {
-			i := int64(tc.Index)
-			c, ok := a.calls[i]
-			if !ok {
-				if a.calls == nil {
-					a.calls, a.args = map[int64]*llm.ToolCall{}, map[int64]*strings.Builder{}
-				}
-				c = &llm.ToolCall{}
-				a.calls[i] = c
-				a.args[i] = &strings.Builder{}
-			}
-			if tc.ID != "" {
-				c.ID = tc.ID
-			}
-			if tc.Function.Name != "" {
-				c.Name += tc.Function.Name
-			}
-			a.args[i].WriteString(tc.Function.Arguments)
-		}
-		if ch.FinishReason != "" {
-			a.resp.StopReason = ch.FinishReason
-		}
+		delta += d
 	}
-	return delta
+	return delta, nil
+}
+
+// choice takes one choice of a chunk and returns its text delta; only the first choice
+// (index 0) is the answer.
+func (a *openAIAccum) choice(raw json.RawMessage) (string, error) {
+	ch := new(openAIChoice)
+	if err := json.Unmarshal(raw, ch); err != nil {
+		return "", err
+	}
+	if ch.Index != 0 {
+		return "", nil
+	}
+	if ch.FinishReason != "" {
+		a.resp.StopReason = ch.FinishReason
+	}
+	if len(ch.Delta) == 0 {
+		return "", nil
+	}
+	d := new(openAIDelta)
+	if err := json.Unmarshal(ch.Delta, d); err != nil {
+		return "", err
+	}
+	a.text.WriteString(d.Content)
+	for _, tc := range d.ToolCalls {
+		i := int64(tc.Index)
+		c, ok := a.calls[i]
+		if !ok {
+			if a.calls == nil {
+				a.calls, a.args = map[int64]*llm.ToolCall{}, map[int64]*strings.Builder{}
+			}
+			c = &llm.ToolCall{}
+			a.calls[i] = c
+			a.args[i] = &strings.Builder{}
+		}
+		if tc.ID != "" {
+			c.ID = tc.ID
+		}
+		if tc.Function.Name != "" {
+			c.Name += tc.Function.Name
+		}
+		a.args[i].WriteString(tc.Function.Arguments)
+	}
+	return d.Content, nil
 }
 
 // response is the answer once the stream ended: tool calls in index order.

@@ -21,8 +21,7 @@ const sseMaxLine = bufio.MaxScanTokenSize << 9
 // fields and events; each data line followed by '\n' in Data), with less garbage per
 // answer: a 1 KB read buffer rather than its scanner's 4 KB, and one data buffer reused
 // from event to event rather than a new one grown for each chunk. Reuse is safe because
-// ssestream.Stream decodes an event before it asks for the next and keeps Data only in
-// the error that ends the stream.
+// the reader decodes an event before it asks for the next.
 type sseDecoder struct {
 	rc   io.ReadCloser
 	r    *bufio.Reader
@@ -32,12 +31,8 @@ type sseDecoder struct {
 	err  error
 }
 
-// newSSEDecoder is ssestream.NewDecoder with sseDecoder (no other content type is
-// registered with the SDK).
-func newSSEDecoder(res *http.Response) ssestream.Decoder {
-	if res == nil || res.Body == nil {
-		return nil
-	}
+// newSSEDecoder reads res's body as an event stream.
+func newSSEDecoder(res *http.Response) *sseDecoder {
 	return &sseDecoder{rc: res.Body, r: bufio.NewReaderSize(res.Body, sseReadBuffer)}
 }
 

@@ -44,7 +44,10 @@ type Reply struct {
 	// as a proxy in front of a model server answers.
 	ErrorPage string
 	// CutAfter, when > 0, drops the connection after this many chunks (a broken stream).
-	CutAfter     int
+	CutAfter int
+	// StreamError, when set, ends the stream after the chunks with an error event carrying
+	// this message, as a server that fails mid-answer does.
+	StreamError  string
 	InputTokens  int
 	OutputTokens int
 	// FloatNumbers writes the stream's indexes and token counts as 3.0 rather than 3, as
@@ -408,6 +411,11 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, id, model string
 			return
 		}
 		send(map[string]any{"content": c}, nil, nil)
+	}
+	if rep.StreamError != "" {
+		b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": rep.StreamError, "type": "server_error"}})
+		fmt.Fprintf(w, "data: %s\n\n", b)
+		return
 	}
 	if rep.Hang {
 		select {
