@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -223,8 +224,8 @@ func (p *openAIProvider) apiError(ctx context.Context, resp *http.Response) erro
 type openAIChunk struct {
 	Choices []json.RawMessage `json:"choices"`
 	Usage   struct {
-		PromptTokens     float64 `json:"prompt_tokens"` // numbers as float64: some compatible servers send 3.0
-		CompletionTokens float64 `json:"completion_tokens"`
+		PromptTokens     json.Number `json:"prompt_tokens"` // some compatible servers send 3.0
+		CompletionTokens json.Number `json:"completion_tokens"`
 	} `json:"usage"`
 	// Error is set by a server that fails mid-stream (an event {"error": {...}}).
 	Error json.RawMessage `json:"error"`
@@ -232,7 +233,7 @@ type openAIChunk struct {
 
 // openAIChoice is one choice of a chunk.
 type openAIChoice struct {
-	Index        float64         `json:"index"`
+	Index        json.Number     `json:"index"`
 	Delta        json.RawMessage `json:"delta"`
 	FinishReason string          `json:"finish_reason"`
 }
@@ -241,8 +242,8 @@ type openAIChoice struct {
 type openAIDelta struct {
 	Content   string `json:"content"`
 	ToolCalls []struct {
-		Index    float64 `json:"index"`
-		ID       string  `json:"id"`
+		Index    json.Number `json:"index"`
+		ID       string      `json:"id"`
 		Function struct {
 			Name      string `json:"name"`
 			Arguments string `json:"arguments"`
@@ -267,8 +268,8 @@ func (a *openAIAccum) decode(data []byte) (string, error) {
 	if chunk.Error != nil {
 		return "", fmt.Errorf("received error while streaming: %s", chunk.Error)
 	}
-	if u := chunk.Usage; u.PromptTokens > 0 || u.CompletionTokens > 0 {
-		a.resp.Usage = llm.Usage{InputTokens: int(u.PromptTokens), OutputTokens: int(u.CompletionTokens)}
+	if in, out := number(chunk.Usage.PromptTokens), number(chunk.Usage.CompletionTokens); in > 0 || out > 0 {
+		a.resp.Usage = llm.Usage{InputTokens: in, OutputTokens: out}
 	}
 	var delta string
 	for _, raw := range chunk.Choices {
@@ -288,7 +289,7 @@ func (a *openAIAccum) choice(raw json.RawMessage) (string, error) {
 	if err := json.Unmarshal(raw, ch); err != nil {
 		return "", err
 	}
-	if ch.Index != 0 {
+	if number(ch.Index) != 0 {
 		return "", nil
 	}
 	if ch.FinishReason != "" {
@@ -303,7 +304,7 @@ func (a *openAIAccum) choice(raw json.RawMessage) (string, error) {
 	}
 	a.text.WriteString(d.Content)
 	for _, tc := range d.ToolCalls {
-		i := int64(tc.Index)
+		i := int64(number(tc.Index))
 		c, ok := a.calls[i]
 		if !ok {
 			if a.calls == nil {
@@ -322,6 +323,17 @@ func (a *openAIAccum) choice(raw json.RawMessage) (string, error) {
 		a.args[i].WriteString(tc.Function.Arguments)
 	}
 	return d.Content, nil
+}
+
+// number is n as an int (3 and 3.0 alike); 0 when absent or not a number. Numbers are
+// decoded as json.Number and parsed here: strconv's float parsing under encoding/json's
+// frames was the deepest point of a chunk's decoding.
+func number(n json.Number) int {
+	f, err := strconv.ParseFloat(string(n), 64)
+	if err != nil {
+		return 0
+	}
+	return int(f)
 }
 
 // response is the answer once the stream ended: tool calls in index order.
