@@ -15,7 +15,7 @@ const decodeDepthEnv = "HARNESS_DECODE_DEPTH_CHILD"
 // model on an 8 KB stack (7264 bytes usable) with read about 3 KB under its start; a
 // decoding deeper than what is left doubled every turn's stack when the model answered
 // them all at once (docs/bench.md, sixth pass). Decoded in one json.Unmarshal, a chunk
-// took about 5 KB; a level at a time, 2.5 KB.
+// overflowed this budget; a level at a time, with its numbers parsed after, it fits.
 const chunkDecodeBudget = 4 << 10
 
 // A streamed text chunk is decoded within chunkDecodeBudget of stack. The child limits

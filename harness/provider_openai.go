@@ -218,7 +218,8 @@ func (p *openAIProvider) apiError(ctx context.Context, resp *http.Response) erro
 // are large (an object's is 0.9 KB, a string's 1 KB); decoded in one call, the chunk's
 // nesting put a text delta 5 KB under read, and the turn's stack, which waits on 8 KB
 // (see open), doubled at the first chunk, to stay so while the answer then waited for its
-// send. A level at a time, a text delta is decoded 2.5 KB under read.
+// send. A level at a time, a text chunk is decoded within 4 KB of stack
+// (TestChunkDecodingFitsAWaitingTurnsStack).
 
 // openAIChunk is the part of a streamed chunk the answer is made of.
 type openAIChunk struct {
