@@ -18,7 +18,8 @@ const decodeDepthEnv = "HARNESS_DECODE_DEPTH_CHILD"
 // overflowed this budget; a level at a time, with its numbers parsed after, it fits.
 const chunkDecodeBudget = 4 << 10
 
-// A streamed text chunk is decoded within chunkDecodeBudget of stack. The child limits
+// A streamed text chunk (OpenAI) or text event (Anthropic) is decoded within
+// chunkDecodeBudget of stack. The child limits
 // every goroutine to 8 KB (a stack that would grow past it kills the process), fills all
 // but chunkDecodeBudget of one goroutine's stack, and decodes a chunk there.
 func TestChunkDecodingFitsAWaitingTurnsStack(t *testing.T) {
@@ -43,7 +44,13 @@ func decodeDepthChild() int {
 	chunk := []byte(`{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m",` +
 		`"choices":[{"index":0,"delta":{"content":"Hello there, how are you?"},"finish_reason":null}]}`)
 	var acc openAIAccum
-	if _, err := acc.decode(chunk); err != nil { // the decoder's type caches are built once
+	event := []byte(`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello there, how are you?"}}`)
+	anth := anthropicAccum{blocks: map[int64]*anthropicBlock{}}
+	// The decoders' type caches are built once.
+	if _, err := acc.decode(chunk); err != nil {
+		return 3
+	}
+	if _, err := anth.decode(event); err != nil {
 		return 3
 	}
 	done := make(chan int)
@@ -54,6 +61,11 @@ func decodeDepthChild() int {
 			d, err := acc.decode(chunk)
 			if err != nil || d != "Hello there, how are you?" {
 				done <- 4
+				return
+			}
+			d, err = anth.decode(event)
+			if err != nil || d != "Hello there, how are you?" {
+				done <- 5
 				return
 			}
 			done <- 0

@@ -766,6 +766,49 @@ func TestAnthropicOverloadedRetried(t *testing.T) {
 	}
 }
 
+// What the Anthropic API says beside the answer is read as its SDK read it: the version
+// header goes out, the token counts come back, an overloaded error event before any text
+// is tried again (after some, the user is told the answer broke off), and a proxy's error
+// page is classified by its status with its text kept.
+func TestAnthropicStreamErrorsUsageAndErrorPages(t *testing.T) {
+	srv := anthropictest.NewServer()
+	t.Cleanup(srv.Close)
+	p, err := harness.NewProvider(harness.Config{Provider: "anthropic", Model: "claude-test", BaseURL: srv.URL(), APIKey: secret.Secret(testKey)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var usage []llm.Usage
+	s := openSession(t, harness.SessionOptions{Provider: p, OnUsage: func(_, _ string, u llm.Usage) { usage = append(usage, u) }})
+
+	srv.Push(anthropictest.Reply{StreamError: "overloaded_error"}, anthropictest.Reply{Text: "whole answer"})
+	res, err := s.Run(context.Background(), "hi", nil)
+	if err != nil || res.Text != "whole answer" || len(srv.Requests()) != 2 {
+		t.Fatalf("run after an overloaded event: %+v, %v, %d requests", res, err, len(srv.Requests()))
+	}
+	if v := srv.Requests()[0].Header.Get("anthropic-version"); v != "2023-06-01" {
+		t.Fatalf("anthropic-version = %q", v)
+	}
+	if len(usage) == 0 || usage[len(usage)-1].InputTokens <= 0 || usage[len(usage)-1].OutputTokens != 5 {
+		t.Fatalf("usage = %+v; want the stream's input tokens and 5 output tokens", usage)
+	}
+
+	srv.Push(anthropictest.Reply{Chunks: []string{"half an "}, StreamError: "api_error"})
+	if _, err := s.Run(context.Background(), "again", nil); err == nil || !strings.Contains(err.Error(), "midway") {
+		t.Fatalf("run broken off by an error event: %v; want the user told it stopped midway", err)
+	}
+
+	n := len(srv.Requests())
+	srv.Push(anthropictest.Reply{Status: 404, ErrorPage: "no route for /v1/messages on this proxy"})
+	_, err = s.Run(context.Background(), "once more", nil)
+	var pe *harness.ProviderError
+	if !errors.As(err, &pe) || pe.Status != 404 || !strings.Contains(err.Error(), "no route for /v1/messages") {
+		t.Fatalf("err after a 404 page = %v", err)
+	}
+	if got := len(srv.Requests()) - n; got != 1 {
+		t.Fatalf("%d attempts after a 404 page, want 1", got)
+	}
+}
+
 func TestBrokenStreamIsNotRetriedAndKeepsWhatWasShown(t *testing.T) {
 	srv := newOpenAIServer(t)
 	srv.Push(openaitest.Reply{Chunks: []string{"half ", "of it"}, CutAfter: 1})

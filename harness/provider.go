@@ -45,29 +45,38 @@ func newProvider(cfg Config, client *http.Client) (Provider, error) {
 	}
 }
 
-// hookMiddleware is an SDK middleware (the same func type in both SDKs) that lets
-// before_provider_payload see and replace the exact body, and tells after_provider_response
-// the status and headers.
-func hookMiddleware(r *Request) func(*http.Request, func(*http.Request) (*http.Response, error)) (*http.Response, error) {
-	return func(hr *http.Request, next func(*http.Request) (*http.Response, error)) (*http.Response, error) {
-		if r.Payload != nil && hr.Body != nil {
-			body, err := io.ReadAll(io.LimitReader(hr.Body, maxPayload+1))
-			_ = hr.Body.Close()
-			if err != nil {
-				return nil, err
-			}
-			body = r.payload(body)
-			hr.Body = io.NopCloser(bytes.NewReader(body))
-			hr.ContentLength = int64(len(body))
-			hr.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
-		}
-		resp, err := next(hr)
-		if resp != nil && r.OnResponse != nil {
-			r.OnResponse(resp.StatusCode, resp.Header)
-		}
-		return resp, err
+// postStreaming posts body with "stream": true, as both SDKs' NewStreaming do: the SDK
+// builds the body, the request is ours (see openAIProvider.open for why).
+// before_provider_payload sees and may replace the exact body; after_provider_response is
+// told the status and headers. An error status comes back with its body (bounded), for
+// the provider to read; the response's body is then closed.
+func postStreaming(ctx context.Context, client *http.Client, endpoint string, body []byte, req *Request, auth func(http.Header)) (*http.Response, []byte, error) {
+	// Where the SDKs' WithJSONSet("stream", true) put it, at the end.
+	body = append(body[:len(body)-1:len(body)-1], `,"stream":true}`...)
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, bytes.NewReader(req.payload(body)))
+	if err != nil {
+		return nil, nil, err
 	}
+	hr.Header.Set("Content-Type", "application/json")
+	hr.Header.Set("Accept", "application/json")
+	auth(hr.Header)
+	resp, err := client.Do(hr)
+	if err != nil {
+		return nil, nil, err
+	}
+	if req.OnResponse != nil {
+		req.OnResponse(resp.StatusCode, resp.Header)
+	}
+	if resp.StatusCode < 400 {
+		return resp, nil, nil
+	}
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	_ = resp.Body.Close()
+	return resp, b, nil
 }
+
+// maxErrorBody bounds what is read of an error response.
+const maxErrorBody = 64 << 10
 
 // payload is body as before_provider_payload hands it back: a reply that is empty, too
 // large or not JSON leaves body as it was.

@@ -1,17 +1,17 @@
 package harness
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
+	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
 	"github.com/anthropics/anthropic-sdk-go"
-	"github.com/anthropics/anthropic-sdk-go/option"
-	"github.com/anthropics/anthropic-sdk-go/packages/ssestream"
 
 	"gateway/internal/llm"
 	"gateway/internal/media"
@@ -19,30 +19,36 @@ import (
 
 // anthropicProvider speaks the Anthropic Messages API, always streaming.
 type anthropicProvider struct {
-	msgs      anthropic.MessageService
+	http      *http.Client
+	endpoint  string // base_url + /v1/messages
+	apiKey    string
 	model     string
 	maxTokens int
 	timeout   time.Duration
 	redact    func(string) string
 }
 
+// anthropicBaseURL is the SDK's endpoint, used when base_url is not set.
+const anthropicBaseURL = "https://api.anthropic.com/"
+
+// anthropicVersion is the API version the SDK sends, and the events below are read as.
+const anthropicVersion = "2023-06-01"
+
 func newAnthropic(cfg Config, client *http.Client) *anthropicProvider {
-	// WithoutEnvironmentDefaults: the configuration is the only source of the key and URL
-	// (no ANTHROPIC_* variables, no profile files). Retries are ours.
-	opts := []option.RequestOption{
-		option.WithoutEnvironmentDefaults(),
-		option.WithHTTPClient(client),
-		option.WithMaxRetries(0),
+	// The configuration is the only source of the key and URL (no ANTHROPIC_* variables,
+	// no profile files).
+	base := cfg.BaseURL
+	if base == "" {
+		base = anthropicBaseURL
 	}
-	if cfg.BaseURL != "" {
-		opts = append(opts, option.WithBaseURL(cfg.BaseURL))
+	endpoint := strings.TrimRight(base, "/") + "/v1/messages"
+	if u, err := url.Parse(base); err == nil {
+		endpoint = u.JoinPath("v1/messages").String()
 	}
-	if cfg.APIKey.IsSet() {
-		opts = append(opts, option.WithAPIKey(cfg.APIKey.Reveal()))
-	}
-	c := anthropic.NewClient(opts...)
 	return &anthropicProvider{
-		msgs:      c.Messages,
+		http:      client,
+		endpoint:  endpoint,
+		apiKey:    cfg.APIKey.Reveal(),
 		model:     cfg.Model,
 		maxTokens: cfg.MaxTokens,
 		timeout:   cfg.Timeout,
@@ -53,8 +59,10 @@ func newAnthropic(cfg Config, client *http.Client) *anthropicProvider {
 func (p *anthropicProvider) Name() string { return "anthropic" }
 
 // Stream is split in small functions on purpose: the turn's goroutine waits in it for the
-// model, and its stack then holds every frame below. Params and events held by value made
-// its own frame 12 KB.
+// model, and its stack then holds every frame below. As for OpenAI (see open there), the
+// SDK builds the body, on a goroutine of its own, and the request and the event stream
+// are ours: the SDK's request path kept its config and clones for the whole wait, and its
+// Stream decoded each event, a union of every kind, in one deep call under the wait.
 func (p *anthropicProvider) Stream(ctx context.Context, req *Request, onDelta func(string)) (*Response, error) {
 	params, err := p.params(req)
 	if err != nil {
@@ -62,19 +70,102 @@ func (p *anthropicProvider) Stream(ctx context.Context, req *Request, onDelta fu
 	}
 	ctx, cancel := callContext(ctx, p.timeout)
 	defer cancel()
-	stream := p.open(ctx, params, req)
-	defer stream.Close()
+	body, err := apart(params.MarshalJSON)
+	if err != nil {
+		return nil, p.failed(ctx, err)
+	}
+	raw, err := p.open(ctx, body, req)
+	if err != nil {
+		return nil, err
+	}
+	return p.read(ctx, raw, onDelta)
+}
 
+// open posts body to v1/messages with "stream": true, as MessageService.NewStreaming does.
+func (p *anthropicProvider) open(ctx context.Context, body []byte, req *Request) (*http.Response, error) {
+	resp, errBody, err := postStreaming(ctx, p.http, p.endpoint, body, req, func(h http.Header) {
+		h.Set("anthropic-version", anthropicVersion)
+		if p.apiKey != "" {
+			h.Set("X-Api-Key", p.apiKey)
+		}
+	})
+	if err != nil {
+		return nil, p.failed(ctx, err)
+	}
+	if resp.StatusCode >= 400 {
+		return nil, p.apiError(ctx, resp.StatusCode, resp.Header, errBody)
+	}
+	return resp, nil
+}
+
+// read gathers the streamed answer as the SDK's Stream reads the events: "ping" and
+// unnamed events are skipped, an "error" event ends the stream in error.
+func (p *anthropicProvider) read(ctx context.Context, raw *http.Response, onDelta func(string)) (*Response, error) {
+	dec := newSSEDecoder(raw)
+	defer dec.Close()
 	acc := anthropicAccum{blocks: map[int64]*anthropicBlock{}}
-	for stream.Next() {
-		if d := acc.add(stream); d != "" {
+	for dec.Next() {
+		ev := dec.Event()
+		switch ev.Type {
+		case "ping", "":
+			continue
+		case "error":
+			return nil, p.apiError(ctx, 0, nil, ev.Data)
+		}
+		if len(bytes.TrimSpace(ev.Data)) == 0 {
+			continue
+		}
+		d, err := acc.decode(ev.Data)
+		if err != nil {
+			return nil, p.failed(ctx, err)
+		}
+		if d != "" {
 			onDelta(d)
 		}
 	}
-	if err := stream.Err(); err != nil {
-		return nil, p.classify(ctx, err)
+	if err := dec.Err(); err != nil {
+		return nil, p.failed(ctx, err)
 	}
 	return acc.response(), nil
+}
+
+// failed classifies a call that got no answer: refused, timed out, or broken off.
+func (p *anthropicProvider) failed(ctx context.Context, err error) error {
+	return classify("anthropic", ctx, 0, nil, "", err, p.redact)
+}
+
+// apiError is an error the API answered ({"type": "error", "error": {"type", "message"}}),
+// with the response's status, or in an "error" event of a stream (status 0), classified;
+// a body that is not that shape is the message itself.
+func (p *anthropicProvider) apiError(ctx context.Context, status int, h http.Header, b []byte) error {
+	var body struct {
+		Error struct {
+			Type    string `json:"type"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	msg := strings.TrimSpace(string(b))
+	if json.Unmarshal(b, &body) == nil && body.Error.Message != "" {
+		msg = body.Error.Message
+	}
+	err := fmt.Errorf("anthropic API error: %d %s", status, http.StatusText(status))
+	// An error event inside a 200 stream carries its kind only in the body.
+	if status < 400 {
+		err = fmt.Errorf("received error while streaming: %s", b)
+		switch body.Error.Type {
+		case "overloaded_error":
+			status = 529
+		case "rate_limit_error":
+			status = http.StatusTooManyRequests
+		case "authentication_error":
+			status = http.StatusUnauthorized
+		case "invalid_request_error":
+			status = http.StatusBadRequest
+		default:
+			status = http.StatusInternalServerError
+		}
+	}
+	return markOverflow(classify("anthropic", ctx, status, h, msg, err, p.redact))
 }
 
 // params is the request as the SDK takes it, on the heap rather than in Stream's frame.
@@ -120,11 +211,6 @@ func (p *anthropicProvider) params(req *Request) (*anthropic.MessageNewParams, e
 	return params, nil
 }
 
-// open sends the request; the SDK takes params by value, and the copy lives in this frame.
-func (p *anthropicProvider) open(ctx context.Context, params *anthropic.MessageNewParams, req *Request) *ssestream.Stream[anthropic.MessageStreamEventUnion] {
-	return p.msgs.NewStreaming(ctx, *params, option.WithMiddleware(hookMiddleware(req)))
-}
-
 // anthropicBlock is a content block of a streamed answer.
 type anthropicBlock struct {
 	tool bool
@@ -141,45 +227,119 @@ type anthropicAccum struct {
 	resp   Response
 }
 
-// add takes the stream's current event and returns its text delta. The event is copied
-// here, in a frame that is gone while the stream waits for the next one.
-func (a *anthropicAccum) add(stream *ssestream.Stream[anthropic.MessageStreamEventUnion]) string {
-	ev := stream.Current()
+// An event is decoded a level at a time, for the reason the OpenAI chunk is (see
+// openAIChunk): encoding/json's frames are large, and a turn waits for the model on an 8
+// KB stack. Numbers are json.Number, parsed after.
+
+// anthropicEvent is an event of the stream: its kind, and what that kind carries.
+type anthropicEvent struct {
+	Type         string          `json:"type"`
+	Index        json.Number     `json:"index"`
+	Message      json.RawMessage `json:"message"`       // message_start
+	ContentBlock json.RawMessage `json:"content_block"` // content_block_start
+	Delta        json.RawMessage `json:"delta"`         // content_block_delta, message_delta
+	Usage        json.RawMessage `json:"usage"`         // message_delta
+}
+
+// anthropicUsage is a message's token counts.
+type anthropicUsage struct {
+	InputTokens  json.Number `json:"input_tokens"`
+	OutputTokens json.Number `json:"output_tokens"`
+}
+
+// anthropicPart is a content block's start or a delta: the fields of every kind.
+type anthropicPart struct {
+	Type        string `json:"type"`
+	ID          string `json:"id"`
+	Name        string `json:"name"`
+	Text        string `json:"text"`
+	PartialJSON string `json:"partial_json"`
+	StopReason  string `json:"stop_reason"`
+}
+
+// decode takes one event and returns its text delta.
+func (a *anthropicAccum) decode(data []byte) (string, error) {
+	ev := new(anthropicEvent)
+	if err := json.Unmarshal(data, ev); err != nil {
+		return "", err
+	}
+	index := int64(number(ev.Index))
 	switch ev.Type {
 	case "message_start":
-		a.resp.Usage.InputTokens = int(ev.Message.Usage.InputTokens)
-		a.resp.Usage.OutputTokens = int(ev.Message.Usage.OutputTokens)
+		var m struct {
+			Usage json.RawMessage `json:"usage"`
+		}
+		if err := json.Unmarshal(ev.Message, &m); err != nil {
+			return "", err
+		}
+		u, err := anthropicUsageOf(m.Usage)
+		if err != nil {
+			return "", err
+		}
+		a.resp.Usage.InputTokens, a.resp.Usage.OutputTokens = number(u.InputTokens), number(u.OutputTokens)
 	case "content_block_start":
+		cb, err := anthropicPartOf(ev.ContentBlock)
+		if err != nil {
+			return "", err
+		}
 		b := &anthropicBlock{}
-		a.blocks[ev.Index] = b
-		a.order = append(a.order, ev.Index)
-		if ev.ContentBlock.Type == "tool_use" {
-			b.tool, b.id, b.name = true, ev.ContentBlock.ID, ev.ContentBlock.Name
-		} else if ev.ContentBlock.Text != "" {
-			a.text.WriteString(ev.ContentBlock.Text)
-			return ev.ContentBlock.Text
+		a.blocks[index] = b
+		a.order = append(a.order, index)
+		if cb.Type == "tool_use" {
+			b.tool, b.id, b.name = true, cb.ID, cb.Name
+		} else if cb.Text != "" {
+			a.text.WriteString(cb.Text)
+			return cb.Text, nil
 		}
 	case "content_block_delta":
-		switch ev.Delta.Type {
+		d, err := anthropicPartOf(ev.Delta)
+		if err != nil {
+			return "", err
+		}
+		switch d.Type {
 		case "text_delta":
-			if ev.Delta.Text != "" {
-				a.text.WriteString(ev.Delta.Text)
-				return ev.Delta.Text
-			}
+			a.text.WriteString(d.Text)
+			return d.Text, nil
 		case "input_json_delta":
-			if b := a.blocks[ev.Index]; b != nil {
-				b.args.WriteString(ev.Delta.PartialJSON)
+			if b := a.blocks[index]; b != nil {
+				b.args.WriteString(d.PartialJSON)
 			}
 		}
 	case "message_delta":
-		if ev.Delta.StopReason != "" {
-			a.resp.StopReason = string(ev.Delta.StopReason)
+		d, err := anthropicPartOf(ev.Delta)
+		if err != nil {
+			return "", err
 		}
-		if ev.Usage.OutputTokens > 0 {
-			a.resp.Usage.OutputTokens = int(ev.Usage.OutputTokens)
+		if d.StopReason != "" {
+			a.resp.StopReason = d.StopReason
+		}
+		u, err := anthropicUsageOf(ev.Usage)
+		if err != nil {
+			return "", err
+		}
+		if n := number(u.OutputTokens); n > 0 {
+			a.resp.Usage.OutputTokens = n
 		}
 	}
-	return ""
+	return "", nil
+}
+
+// anthropicPartOf decodes a content block or a delta; nothing gives a zero part.
+func anthropicPartOf(raw json.RawMessage) (*anthropicPart, error) {
+	p := new(anthropicPart)
+	if len(raw) == 0 {
+		return p, nil
+	}
+	return p, json.Unmarshal(raw, p)
+}
+
+// anthropicUsageOf decodes token counts; nothing gives zeros.
+func anthropicUsageOf(raw json.RawMessage) (*anthropicUsage, error) {
+	u := new(anthropicUsage)
+	if len(raw) == 0 {
+		return u, nil
+	}
+	return u, json.Unmarshal(raw, u)
 }
 
 // response is the answer once the stream ended: tool calls in block order.
@@ -198,44 +358,6 @@ func (a *anthropicAccum) response() *Response {
 		resp.Message.ToolCalls = append(resp.Message.ToolCalls, llm.ToolCall{ID: id, Name: b.name, Arguments: argsOrEmpty(json.RawMessage(b.args.String()))})
 	}
 	return &resp
-}
-
-func (p *anthropicProvider) classify(ctx context.Context, err error) error {
-	var apiErr *anthropic.Error
-	if !errors.As(err, &apiErr) {
-		return classify("anthropic", ctx, 0, nil, "", err, p.redact)
-	}
-	var body struct {
-		Error struct {
-			Type    string `json:"type"`
-			Message string `json:"message"`
-		} `json:"error"`
-	}
-	_ = json.Unmarshal([]byte(apiErr.RawJSON()), &body)
-	status := apiErr.StatusCode
-	var h http.Header
-	if apiErr.Response != nil {
-		h = apiErr.Response.Header
-		if status == 0 {
-			status = apiErr.Response.StatusCode
-		}
-	}
-	// An error event inside a 200 stream carries its kind only in the body.
-	if status < 400 {
-		switch body.Error.Type {
-		case "overloaded_error":
-			status = 529
-		case "rate_limit_error":
-			status = http.StatusTooManyRequests
-		case "authentication_error":
-			status = http.StatusUnauthorized
-		case "invalid_request_error":
-			status = http.StatusBadRequest
-		default:
-			status = http.StatusInternalServerError
-		}
-	}
-	return markOverflow(classify("anthropic", ctx, status, h, body.Error.Message, err, p.redact))
 }
 
 // anthropicMessages converts the conversation: system text goes to the system field, tool

@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"sort"
@@ -160,26 +159,16 @@ func (p *openAIProvider) params(req *Request) (*openai.ChatCompletionNewParams, 
 // Stream, open and the harness's frames above them are kept small for the same reason
 // (the wait for the headers is the deepest: see TestWaitingTurnHoldsASmallStack).
 func (p *openAIProvider) open(ctx context.Context, body []byte, req *Request) (*http.Response, error) {
-	// Where the SDK's option.WithJSONSet("stream", true) put it, at the end.
-	body = append(body[:len(body)-1:len(body)-1], `,"stream":true}`...)
-	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, p.endpoint, bytes.NewReader(req.payload(body)))
+	resp, errBody, err := postStreaming(ctx, p.http, p.endpoint, body, req, func(h http.Header) {
+		if p.apiKey != "" {
+			h.Set("Authorization", "Bearer "+p.apiKey)
+		}
+	})
 	if err != nil {
 		return nil, p.failed(ctx, err)
-	}
-	hr.Header.Set("Content-Type", "application/json")
-	hr.Header.Set("Accept", "application/json")
-	if p.apiKey != "" {
-		hr.Header.Set("Authorization", "Bearer "+p.apiKey)
-	}
-	resp, err := p.http.Do(hr)
-	if err != nil {
-		return nil, p.failed(ctx, err)
-	}
-	if req.OnResponse != nil {
-		req.OnResponse(resp.StatusCode, resp.Header)
 	}
 	if resp.StatusCode >= 400 {
-		return nil, p.apiError(ctx, resp)
+		return nil, p.apiError(ctx, resp.StatusCode, resp.Header, errBody)
 	}
 	return resp, nil
 }
@@ -189,14 +178,9 @@ func (p *openAIProvider) failed(ctx context.Context, err error) error {
 	return classify("openai", ctx, 0, nil, "", err, p.redact)
 }
 
-// maxErrorBody bounds what is read of an error response.
-const maxErrorBody = 64 << 10
-
 // apiError is an error response as the SDK reads it ({"error": {"message", "type",
 // "code"}}), classified; a body that is not that shape is the message itself.
-func (p *openAIProvider) apiError(ctx context.Context, resp *http.Response) error {
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
-	_ = resp.Body.Close()
+func (p *openAIProvider) apiError(ctx context.Context, status int, h http.Header, b []byte) error {
 	var e struct {
 		Error struct {
 			Message string          `json:"message"`
@@ -209,8 +193,8 @@ func (p *openAIProvider) apiError(ctx context.Context, resp *http.Response) erro
 		msg = e.Error.Message
 	}
 	code := strings.Trim(string(e.Error.Code), `"`)
-	err := fmt.Errorf("OpenAI API error: %d %s", resp.StatusCode, http.StatusText(resp.StatusCode))
-	return markOverflow(classify("openai", ctx, resp.StatusCode, resp.Header, msg, err, p.redact), code, e.Error.Type)
+	err := fmt.Errorf("OpenAI API error: %d %s", status, http.StatusText(status))
+	return markOverflow(classify("openai", ctx, status, h, msg, err, p.redact), code, e.Error.Type)
 }
 
 // A streamed chat.completion.chunk is decoded a level at a time: the chunk, then each

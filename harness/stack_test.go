@@ -22,8 +22,10 @@ import (
 // and decoders, and their params and events held by value in the provider's frame, had
 // grown it to 32 KB (OpenAI) or 64 KB (Anthropic), kept for the whole wait.
 func TestWaitingModelCallsHoldSmallStacks(t *testing.T) {
-	// Each waiting call: its own goroutine (16 KB), the HTTP connection's two and the fake
-	// server's side of it, about 42 KB in all; before, 58 KB (OpenAI) and 52 KB (Anthropic).
+	// Each waiting call: its own goroutine, the HTTP connection's two and the fake server's
+	// side of it, 30-40 KB in all (both providers, their requests and event streams read
+	// by the harness); 42 KB with the SDKs' request paths, before that 58 KB (OpenAI) and
+	// 52 KB (Anthropic).
 	// The race detector's instrumentation makes frames larger and these figures vary
 	// more: about 51 and 56-64 KB, before 66 and 90 KB.
 	bound := func(race uint64) uint64 {

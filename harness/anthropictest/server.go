@@ -37,6 +37,12 @@ type Reply struct {
 	Status     int
 	Message    string
 	RetryAfter string
+	// ErrorPage, with Status, is sent as a plain-text body instead of the API's JSON
+	// error, as a proxy in front of the API answers.
+	ErrorPage string
+	// StreamError, when set, is the type of an error event (overloaded_error, ...) that
+	// ends the stream after the first text block, as the API does when it fails mid-answer.
+	StreamError string
 }
 
 // Block is a decoded content block of a recorded request.
@@ -252,6 +258,12 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	if !s.wait(r, rep.Delay) {
 		return
 	}
+	if rep.Status >= 400 && rep.ErrorPage != "" {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(rep.Status)
+		_, _ = io.WriteString(w, rep.ErrorPage)
+		return
+	}
 	if rep.Status >= 400 {
 		writeError(w, rep.Status, rep.Message, rep.RetryAfter)
 		return
@@ -362,6 +374,10 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, id, model string
 		}
 		send("content_block_stop", map[string]any{"index": idx})
 		idx++
+	}
+	if rep.StreamError != "" {
+		send("error", map[string]any{"error": map[string]any{"type": rep.StreamError, "message": "the stream failed: " + rep.StreamError}})
+		return
 	}
 	for i, tu := range rep.ToolUses {
 		send("content_block_start", map[string]any{"index": idx, "content_block": map[string]any{"type": "tool_use", "id": toolID(tu, i), "name": tu.Name, "input": map[string]any{}}})
