@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -73,6 +74,26 @@ func postStreaming(ctx context.Context, client *http.Client, endpoint string, bo
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 	_ = resp.Body.Close()
 	return resp, b, nil
+}
+
+// endpointOf is path under base_url, or under def when base_url is not set.
+func endpointOf(base, def, path string) string {
+	if base == "" {
+		base = def
+	}
+	if u, err := url.Parse(base); err == nil {
+		return u.JoinPath(path).String()
+	}
+	return strings.TrimRight(base, "/") + "/" + path // the request reports the bad URL
+}
+
+// errorText is what an error response says: message, read from the body, or else the
+// body itself (a proxy's page).
+func errorText(body []byte, message string) string {
+	if message != "" {
+		return message
+	}
+	return strings.TrimSpace(string(body))
 }
 
 // maxErrorBody bounds what is read of an error response.

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 
@@ -37,17 +36,9 @@ const anthropicVersion = "2023-06-01"
 func newAnthropic(cfg Config, client *http.Client) *anthropicProvider {
 	// The configuration is the only source of the key and URL (no ANTHROPIC_* variables,
 	// no profile files).
-	base := cfg.BaseURL
-	if base == "" {
-		base = anthropicBaseURL
-	}
-	endpoint := strings.TrimRight(base, "/") + "/v1/messages"
-	if u, err := url.Parse(base); err == nil {
-		endpoint = u.JoinPath("v1/messages").String()
-	}
 	return &anthropicProvider{
 		http:      client,
-		endpoint:  endpoint,
+		endpoint:  endpointOf(cfg.BaseURL, anthropicBaseURL, "v1/messages"),
 		apiKey:    cfg.APIKey.Reveal(),
 		model:     cfg.Model,
 		maxTokens: cfg.MaxTokens,
@@ -144,10 +135,8 @@ func (p *anthropicProvider) apiError(ctx context.Context, status int, h http.Hea
 			Message string `json:"message"`
 		} `json:"error"`
 	}
-	msg := strings.TrimSpace(string(b))
-	if json.Unmarshal(b, &body) == nil && body.Error.Message != "" {
-		msg = body.Error.Message
-	}
+	_ = json.Unmarshal(b, &body)
+	msg := errorText(b, body.Error.Message)
 	err := fmt.Errorf("anthropic API error: %d %s", status, http.StatusText(status))
 	// An error event inside a 200 stream carries its kind only in the body.
 	if status < 400 {

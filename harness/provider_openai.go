@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -37,17 +36,9 @@ const openAIBaseURL = "https://api.openai.com/v1/"
 
 func newOpenAI(cfg Config, client *http.Client) *openAIProvider {
 	// No ambient OPENAI_* variable is read: the configuration alone says where and how.
-	base := cfg.BaseURL
-	if base == "" {
-		base = openAIBaseURL
-	}
-	endpoint := strings.TrimRight(base, "/") + "/chat/completions"
-	if u, err := url.Parse(base); err == nil {
-		endpoint = u.JoinPath("chat/completions").String()
-	}
 	return &openAIProvider{
 		http:      client,
-		endpoint:  endpoint,
+		endpoint:  endpointOf(cfg.BaseURL, openAIBaseURL, "chat/completions"),
 		apiKey:    cfg.APIKey.Reveal(),
 		model:     cfg.Model,
 		maxTokens: cfg.MaxTokens,
@@ -188,10 +179,8 @@ func (p *openAIProvider) apiError(ctx context.Context, status int, h http.Header
 			Code    json.RawMessage `json:"code"` // a string at OpenAI, a number at some servers
 		} `json:"error"`
 	}
-	msg := strings.TrimSpace(string(b))
-	if json.Unmarshal(b, &e) == nil && e.Error.Message != "" {
-		msg = e.Error.Message
-	}
+	_ = json.Unmarshal(b, &e)
+	msg := errorText(b, e.Error.Message)
 	code := strings.Trim(string(e.Error.Code), `"`)
 	err := fmt.Errorf("OpenAI API error: %d %s", status, http.StatusText(status))
 	return markOverflow(classify("openai", ctx, status, h, msg, err, p.redact), code, e.Error.Type)
