@@ -196,10 +196,12 @@ func syncs(db *DB) (int, bool) {
 	return db.log.syncs, db.log.unsynced
 }
 
-// A Done is written at once but synced with the next Accept: one sync a message, not two.
-func TestDoneIsSyncedWithTheNextAccept(t *testing.T) {
+// acceptThenDone opens a state, accepts one message and answers it; it returns the state
+// (closed when the test ends) and the syncs made before the Done.
+func acceptThenDone(t *testing.T) (*DB, int) {
+	t.Helper()
 	db, _ := open(t, t.TempDir(), Limits{})
-	defer db.Close()
+	t.Cleanup(func() { db.Close() })
 	seq, err := db.Accept("a", []byte("one"))
 	if err != nil {
 		t.Fatal(err)
@@ -208,6 +210,12 @@ func TestDoneIsSyncedWithTheNextAccept(t *testing.T) {
 	if err := db.Done(seq); err != nil {
 		t.Fatal(err)
 	}
+	return db, before
+}
+
+// A Done is written at once but synced with the next Accept: one sync a message, not two.
+func TestDoneIsSyncedWithTheNextAccept(t *testing.T) {
+	db, before := acceptThenDone(t)
 	if _, err := db.Accept("b", []byte("two")); err != nil {
 		t.Fatal(err)
 	}
@@ -220,16 +228,7 @@ func TestDoneIsSyncedWithTheNextAccept(t *testing.T) {
 
 // A Done with nothing after it is synced by the timer, soon.
 func TestLoneDoneIsSyncedSoon(t *testing.T) {
-	db, _ := open(t, t.TempDir(), Limits{})
-	defer db.Close()
-	seq, err := db.Accept("a", []byte("one"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	before, _ := syncs(db)
-	if err := db.Done(seq); err != nil {
-		t.Fatal(err)
-	}
+	db, before := acceptThenDone(t)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		n, unsynced := syncs(db)
