@@ -320,6 +320,7 @@ func (g *Gateway) control(key string, fn func(*session)) error {
 	}
 	select {
 	case s.ctl <- fn:
+		g.wakeLocked(s)
 		return nil
 	default:
 		return errors.New("the chat's queue is full")

@@ -142,7 +142,6 @@ type Gateway struct {
 	actors      sync.WaitGroup
 	ctx         context.Context // lives until Stop's deadline: cancelling it aborts turns
 	cancel      context.CancelCauseFunc
-	draining    chan struct{} // closed when Stop begins: actors finish their queue and exit
 
 	stateMu  sync.Mutex
 	started  bool
@@ -209,7 +208,6 @@ func New(cfg Config, rt *Runtime, deps Deps) (*Gateway, error) {
 		turnSem:     make(chan struct{}, cfg.MaxConcurrentTurns),
 		ctx:         ctx,
 		cancel:      cancel,
-		draining:    make(chan struct{}),
 		conn:        map[string]bool{},
 		lifecycle:   newOffload(1, lifecycleQueue),
 		notices:     newOffload(noticeWorkers, noticeQueue),
@@ -374,7 +372,15 @@ func (g *Gateway) Stop(ctx context.Context) error {
 		// A gateway that never started (a dry run, a failed start) announces no stop.
 		g.lifecycle.do(ctx, func(context.Context) { g.emitLifecycle(ctx, &hooks.GatewayStop{Reason: "shutdown"}) })
 	}
-	close(g.draining)
+	// The chats with nothing to do go now; the others finish what they have queued and go
+	// when their actor parks (see park).
+	g.mu.Lock()
+	for _, s := range g.sessions {
+		if s.idle {
+			g.dropSessionLocked(s)
+		}
+	}
+	g.mu.Unlock()
 
 	drained := make(chan struct{})
 	go func() { g.actors.Wait(); close(drained) }()
@@ -538,7 +544,8 @@ func (g *Gateway) queue(msg *channels.Message) {
 
 var errTooManyChats = fmt.Errorf("%w: too many active chats", channels.ErrNotAccepted)
 
-// enqueue puts msg on its session's mailbox, creating the session actor when needed.
+// enqueue puts msg on its session's mailbox, creating the session when needed, and wakes
+// its actor.
 func (g *Gateway) enqueue(key string, msg *channels.Message) (queued bool, err error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -548,14 +555,15 @@ func (g *Gateway) enqueue(key string, msg *channels.Message) (queued bool, err e
 	}
 	select {
 	case s.mailbox <- msg:
+		g.wakeLocked(s)
 		return true, nil
 	default:
 		return false, nil
 	}
 }
 
-// sessionLocked finds key's session actor, starting one when needed (making room by
-// evicting an idle one); g.mu is held.
+// sessionLocked finds key's session, creating one when needed (making room by evicting an
+// idle one); g.mu is held. Its actor starts with the first thing queued for it (wakeLocked).
 func (g *Gateway) sessionLocked(key string) (*session, error) {
 	if s, ok := g.sessions[key]; ok {
 		return s, nil
@@ -568,41 +576,37 @@ func (g *Gateway) sessionLocked(key string) (*session, error) {
 	if g.metrics != nil {
 		g.metrics.ActiveSessions.Set(float64(len(g.sessions)))
 	}
-	g.actors.Add(1)
-	go s.loop()
 	return s, nil
 }
 
-// evictOneLocked asks one idle session to go; it reports whether room was made.
+// evictOneLocked lets one idle session go; it reports whether room was made.
 func (g *Gateway) evictOneLocked() bool {
-	for key, s := range g.sessions {
-		if s.idle.Load() {
-			s.closed = true
-			close(s.evict)
-			delete(g.sessions, key)
+	for _, s := range g.sessions {
+		if s.idle {
+			g.dropSessionLocked(s)
 			return true
 		}
 	}
 	return false
 }
 
-// removeSession drops s from the map if it is idle and its mailbox is empty; it reports
-// whether s may exit. Holding g.mu makes this atomic with enqueue.
-func (g *Gateway) removeSession(s *session) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
+// dropSessionLocked takes s out of g.sessions: the next message for its chat starts a new
+// session, which reads the history from the store. g.mu is held; s's loop is not running
+// (parked, or ending).
+func (g *Gateway) dropSessionLocked(s *session) {
 	if s.closed {
-		return true
+		return
 	}
-	if len(s.mailbox) > 0 || len(s.ctl) > 0 {
-		return false
+	s.closed, s.idle = true, false
+	if s.evictTimer != nil {
+		s.evictTimer.Stop()
 	}
-	s.closed = true
-	delete(g.sessions, s.key)
+	if g.sessions[s.key] == s {
+		delete(g.sessions, s.key)
+	}
 	if g.metrics != nil {
 		g.metrics.ActiveSessions.Set(float64(len(g.sessions)))
 	}
-	return true
 }
 
 // provider returns a cached provider for the effective config.

@@ -147,14 +147,9 @@ func (g *Gateway) Forget(match func(sessionKey string) bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for key, s := range g.sessions {
-		if match(key) && s.idle.Load() {
-			s.closed = true
-			close(s.evict)
-			delete(g.sessions, key)
+		if match(key) && s.idle {
+			g.dropSessionLocked(s)
 		}
-	}
-	if g.metrics != nil {
-		g.metrics.ActiveSessions.Set(float64(len(g.sessions)))
 	}
 }
 

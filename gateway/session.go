@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"gateway/channels"
@@ -15,17 +14,23 @@ import (
 	"gateway/profiles"
 )
 
-// session is one chat's actor. Its loop goroutine owns every field below mailbox except
-// where noted; the running turn is a second goroutine the loop starts and waits for.
+// session is one chat's actor. Its loop goroutine owns every field below idle except
+// where noted; the running turn is a second goroutine the loop starts. The loop runs only
+// while the chat has work for it (see loop): a chat that is idle, or waiting on its model,
+// holds no goroutine of its own.
 type session struct {
 	g   *Gateway
 	key string
 
 	mailbox chan *channels.Message // bounded: Deliver never blocks on a busy chat
 	ctl     chan func(*session)    // work of the admin API, run on the actor (bounded)
-	evict   chan struct{}          // closed by the gateway to make room (only when idle)
-	closed  bool                   // guarded by g.mu
-	idle    atomic.Bool            // nothing running or queued
+	// Guarded by g.mu: whether a loop goroutine runs, whether the chat is idle (nothing
+	// running or queued; only while parked), whether it left g.sessions, and the timer
+	// that evicts it after sessions.idle_evict parked idle.
+	active     bool
+	idle       bool
+	closed     bool
+	evictTimer *time.Timer
 
 	pending  []*turnReq
 	running  *runningTurn
@@ -100,7 +105,6 @@ func newSession(g *Gateway, key string) *session {
 		key:      key,
 		mailbox:  make(chan *channels.Message, g.cfg.QueueSize),
 		ctl:      make(chan func(*session), 16),
-		evict:    make(chan struct{}),
 		turnDone: make(chan turnOutcome, 1),
 	}
 	if g.settings != nil {
@@ -114,44 +118,88 @@ func newSession(g *Gateway, key string) *session {
 }
 
 // loop is the actor: it takes messages in order, runs their receive hooks and commands,
-// queues turns per the queue mode and starts them one at a time.
+// queues turns per the queue mode and starts them one at a time. It runs while there is
+// work and then parks (returns): enqueue and control start it again with the next message
+// (wake), and a turn's end does with its outcome. A goroutine per known chat would hold a
+// stack for every chat that is idle or waiting on its model (docs/bench.md, seventh pass).
 func (s *session) loop() {
 	defer s.g.actors.Done()
-	idle := time.NewTimer(s.g.cfg.IdleEvict)
-	defer idle.Stop()
-	draining := s.g.draining // set to nil once Stop began: serve what is queued, then exit
 	for {
-		s.idle.Store(s.running == nil && len(s.pending) == 0 && len(s.mailbox) == 0 && len(s.ctl) == 0)
+		if s.g.ctx.Err() != nil { // past Stop's deadline
+			s.abortAll()
+			s.g.mu.Lock()
+			s.active = false
+			s.g.dropSessionLocked(s)
+			s.g.mu.Unlock()
+			return
+		}
 		select {
 		case fn := <-s.ctl:
-			s.idle.Store(false)
 			fn(s)
 			s.startNext()
 		case msg := <-s.mailbox:
-			s.idle.Store(false)
 			s.intake(msg)
 			s.startNext()
 		case out := <-s.turnDone:
 			s.turnEnded(out)
 			s.startNext()
-		case <-idle.C:
-			if s.running == nil && len(s.pending) == 0 && s.g.removeSession(s) {
-				return
-			}
-		case <-s.evict:
-			return
-		case <-draining:
-			draining = nil
-		case <-s.g.ctx.Done():
-			s.abortAll()
-			return
-		}
-		if s.running == nil && len(s.pending) == 0 {
-			idle.Reset(s.g.cfg.IdleEvict)
-			if s.g.stopping.Load() && len(s.mailbox) == 0 && len(s.ctl) == 0 && s.g.removeSession(s) {
+		default:
+			if s.park() {
 				return
 			}
 		}
+	}
+}
+
+// park ends the loop when nothing is left for it; it reports false when work arrived
+// meanwhile. It holds g.mu, as wake does, so that no message can be queued unseen between
+// the check and the loop's end. A chat with a turn running parks too: the turn's end wakes
+// it. An idle one is evicted after sessions.idle_evict, or at once once Stop began.
+func (s *session) park() bool {
+	g := s.g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(s.mailbox) > 0 || len(s.ctl) > 0 || len(s.turnDone) > 0 || g.ctx.Err() != nil {
+		return false
+	}
+	s.active = false
+	if s.running != nil {
+		return true
+	}
+	if g.stopping.Load() {
+		g.dropSessionLocked(s)
+		return true
+	}
+	s.idle = true
+	if s.evictTimer == nil {
+		s.evictTimer = time.AfterFunc(g.cfg.IdleEvict, func() { g.evictIdle(s) })
+	} else {
+		s.evictTimer.Reset(g.cfg.IdleEvict)
+	}
+	return true
+}
+
+// wakeLocked starts s's loop unless it runs; g.mu is held, and something was just queued
+// for it (a message, control work, a turn's outcome).
+func (g *Gateway) wakeLocked(s *session) {
+	if s.active || s.closed {
+		return
+	}
+	s.active, s.idle = true, false
+	if s.evictTimer != nil {
+		s.evictTimer.Stop()
+	}
+	g.actors.Add(1)
+	go s.loop()
+}
+
+// evictIdle frees the memory of a chat that stayed idle for sessions.idle_evict (its
+// history stays in the store).
+func (g *Gateway) evictIdle(s *session) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if s.idle {
+		g.dropSessionLocked(s)
 	}
 }
 
@@ -424,11 +472,16 @@ func (s *session) startNext() {
 	// The turn's snapshot: the agent's bus and the turn's hooks come from the runtime its
 	// message was taken with, held until the turn ends, whatever a reload does meanwhile.
 	agent, err := s.ensureAgent(req, req.rt)
+	s.g.actors.Add(1) // Stop waits for the turn: its chat's loop may be parked meanwhile
 	go func() {
+		defer s.g.actors.Done()
 		defer cancel(nil)
 		s.runTurn(ctx, req, req.rt, agent, err)
 		req.drop()
 		s.turnDone <- turnOutcome{cut: errors.Is(context.Cause(ctx), errShutdown)}
+		s.g.mu.Lock()
+		s.g.wakeLocked(s)
+		s.g.mu.Unlock()
 	}()
 }
 
