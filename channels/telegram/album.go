@@ -10,8 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-telegram/bot/models"
-
 	"gateway/channels"
 )
 
@@ -35,7 +33,7 @@ const (
 
 // item is one accepted update of an album.
 type item struct {
-	msg *models.Message
+	msg *message
 	m   *channels.Message // normalised, text only
 	key string            // its dedup key
 }
@@ -239,7 +237,7 @@ func (c *Channel) migrateInbox(ctx context.Context) {
 	for _, name := range names {
 		p := filepath.Join(dir, name)
 		b, err := os.ReadFile(p)
-		var u models.Update
+		var u update
 		if err == nil {
 			err = json.Unmarshal(b, &u)
 		}
@@ -266,7 +264,7 @@ func (c *Channel) migrateInbox(ctx context.Context) {
 
 // notifyLater sends an access notice off the intake, so that a chat held by a 429 does not
 // hold the intake; at most maxNotices are in flight, the rest are only logged.
-func (c *Channel) notifyLater(msg *models.Message, text string) {
+func (c *Channel) notifyLater(msg *message, text string) {
 	if c.notices.Add(1) > maxNotices {
 		c.notices.Add(-1)
 		c.log.Warn("telegram: too many notices in flight; one was not sent", "chat", msg.Chat.ID)

@@ -16,7 +16,7 @@ import (
 
 // safeHandle is take that survives a panic on a malformed update: the update is logged and
 // dropped (repeating it would only panic again), and the process lives on.
-func (c *Channel) safeHandle(ctx context.Context, u *models.Update) (a *album, err error) {
+func (c *Channel) safeHandle(ctx context.Context, u *update) (a *album, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			c.log.Error("telegram: dropped an update that could not be handled", "update", u.ID, "panic", fmt.Sprint(r))
@@ -31,7 +31,7 @@ func (c *Channel) safeHandle(ctx context.Context, u *models.Update) (a *album, e
 // means the update is done with (delivered or deliberately dropped) and may be
 // acknowledged; an album means it may be acknowledged once that album was delivered (see
 // album.go); an error means it must come again.
-func (c *Channel) take(ctx context.Context, u *models.Update) (*album, error) {
+func (c *Channel) take(ctx context.Context, u *update) (*album, error) {
 	msg := u.Message
 	if msg == nil || msg.From == nil || msg.From.IsBot || msg.Chat.Type == models.ChatTypeChannel {
 		return nil, nil // edits, channel posts, our own and other bots' messages
@@ -90,7 +90,7 @@ func (c *Channel) take(ctx context.Context, u *models.Update) (*album, error) {
 // fillEmpty makes sure a message a person sent reaches the agent as something: when
 // nothing of it could be shown, it says so. It reports false for service messages
 // (members joining, pins, topic changes), which nobody addressed to the bot.
-func fillEmpty(m *channels.Message, msg *models.Message) bool {
+func fillEmpty(m *channels.Message, msg *message) bool {
 	if len(m.Parts) > 0 {
 		return true
 	}
@@ -117,7 +117,7 @@ func (c *Channel) deliver(ctx context.Context, m *channels.Message) error {
 
 // notify answers msg in its chat with plain text (access refusals, media that could not be
 // fetched), quoting it in groups. Failures are logged: the update itself is done with.
-func (c *Channel) notify(ctx context.Context, msg *models.Message, text string) {
+func (c *Channel) notify(ctx context.Context, msg *message, text string) {
 	p := &bot.SendMessageParams{ChatID: msg.Chat.ID, Text: text}
 	if msg.IsTopicMessage {
 		p.MessageThreadID = msg.MessageThreadID
@@ -139,7 +139,7 @@ func (c *Channel) notify(ctx context.Context, msg *models.Message, text string) 
 
 // normalise turns a Telegram message into the gateway's model (text, mention, reply,
 // chat type, topic). forUs is false for a command addressed to another bot.
-func (c *Channel) normalise(msg *models.Message) (m *channels.Message, forUs bool) {
+func (c *Channel) normalise(msg *message) (m *channels.Message, forUs bool) {
 	me := c.bot()
 	m = &channels.Message{
 		ID:       strconv.Itoa(msg.ID),

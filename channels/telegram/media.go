@@ -35,7 +35,7 @@ type attachment struct {
 
 // attachments lists the files of msg worth downloading, and notes (as text) what arrived
 // that the agent cannot receive as a file, so that it is told even so.
-func attachments(msg *models.Message) (list []attachment, notes []string) {
+func attachments(msg *message) (list []attachment, notes []string) {
 	if v := msg.Voice; v != nil {
 		list = append(list, attachment{what: "voice note", typ: channels.PartAudio, fileID: v.FileID, size: v.FileSize,
 			mime: orDefault(v.MimeType, "audio/ogg"), voice: true, duration: float64(v.Duration)})
@@ -121,7 +121,7 @@ func attachments(msg *models.Message) (list []attachment, notes []string) {
 
 // isService reports a service message: something Telegram says about the chat (members,
 // pins, topics, payments), not something a person wrote to the bot.
-func isService(msg *models.Message) bool {
+func isService(msg *message) bool {
 	return len(msg.NewChatMembers) > 0 || msg.LeftChatMember != nil || msg.NewChatTitle != "" || len(msg.NewChatPhoto) > 0 ||
 		msg.DeleteChatPhoto || msg.GroupChatCreated || msg.SupergroupChatCreated || msg.ChannelChatCreated ||
 		msg.MessageAutoDeleteTimerChanged != nil || msg.MigrateToChatID != 0 || msg.MigrateFromChatID != 0 ||
@@ -162,7 +162,7 @@ type photoSize struct {
 
 // addMedia adds to m what msg carries besides its text: descriptions of what cannot be
 // passed on, and its files as references (Part.Ref), downloaded later by Fetch.
-func (c *Channel) addMedia(m *channels.Message, msg *models.Message) {
+func (c *Channel) addMedia(m *channels.Message, msg *message) {
 	list, notes := attachments(msg)
 	for _, n := range notes {
 		m.Parts = append(m.Parts, channels.TextPart(n))
@@ -233,10 +233,10 @@ func (c *Channel) fetchPart(ctx context.Context, p channels.Part) (channels.Part
 }
 
 // notifyTarget is msg as notify needs it: its chat, topic and id.
-func notifyTarget(msg *channels.Message) *models.Message {
+func notifyTarget(msg *channels.Message) *message {
 	chat, _ := strconv.ParseInt(msg.ChatID, 10, 64)
 	id, _ := strconv.Atoi(msg.ID)
-	m := &models.Message{ID: id, Chat: models.Chat{ID: chat, Type: models.ChatTypeSupergroup}}
+	m := &message{ID: id, Chat: models.Chat{ID: chat, Type: models.ChatTypeSupergroup}}
 	if msg.ChatType == channels.ChatDM {
 		m.Chat.Type = models.ChatTypePrivate
 	}

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/go-telegram/bot"
-	"github.com/go-telegram/bot/models"
 
 	"gateway/channels"
 )
@@ -169,11 +168,11 @@ func pollBackoff(n int) time.Duration {
 // redeliveries); refused reports a failed one.
 // tick is called after each update handed over: a slow batch that still progresses is not
 // a hung one.
-func (c *Channel) handleBatch(ctx context.Context, updates []*models.Update, offset int64, tick func()) (next int64, refused bool) {
+func (c *Channel) handleBatch(ctx context.Context, updates []*update, offset int64, tick func()) (next int64, refused bool) {
 	if len(updates) == 0 {
 		return offset, false
 	}
-	byChat := map[int64][]*models.Update{}
+	byChat := map[int64][]*update{}
 	var order []int64
 	for _, u := range updates {
 		var chat int64
@@ -243,11 +242,11 @@ func (c *Channel) handleBatch(ctx context.Context, updates []*models.Update, off
 // getUpdates makes one long-poll call. The SDK has no exported getUpdates, and its own
 // loop spawns a goroutine per update and ignores retry_after, so this is the SDK's wire
 // format over our client (callJSON), with the SDK's types.
-func (c *Channel) getUpdates(ctx context.Context, offset int64) ([]*models.Update, error) {
+func (c *Channel) getUpdates(ctx context.Context, offset int64) ([]*update, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.opts.PollTimeout+15*time.Second)
 	defer cancel()
 	params := map[string]any{"offset": offset, "timeout": int(c.opts.PollTimeout / time.Second), "allowed_updates": []string{"message"}}
-	var updates []*models.Update
+	var updates []*update
 	if err := c.callJSON(ctx, "getUpdates", params, &updates); err != nil {
 		return nil, c.scrub.wrap(err)
 	}

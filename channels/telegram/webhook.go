@@ -9,8 +9,6 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-
-	"github.com/go-telegram/bot/models"
 )
 
 // maxWebhookBody bounds one webhook POST; a Telegram update is a few KB.
@@ -44,7 +42,7 @@ func (c *Channel) serveWebhook(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "cannot read the update", http.StatusBadRequest)
 		return
 	}
-	var u models.Update
+	var u update
 	if err := json.Unmarshal(body, &u); err != nil {
 		http.Error(w, "the body is not a Telegram update", http.StatusBadRequest)
 		return
@@ -76,7 +74,7 @@ func (c *Channel) serveWebhook(w http.ResponseWriter, r *http.Request) {
 }
 
 // handleInOrder takes u while holding its chat's stripe.
-func (c *Channel) handleInOrder(ctx context.Context, u *models.Update) (*album, error) {
+func (c *Channel) handleInOrder(ctx context.Context, u *update) (*album, error) {
 	if u.Message != nil {
 		h := fnv.New32a()
 		h.Write([]byte(strconv.FormatInt(u.Message.Chat.ID, 10)))
