@@ -135,7 +135,8 @@ func isService(msg *message) bool {
 		msg.ChatOwnerLeft != nil || msg.ChatOwnerChanged != nil || msg.SuggestedPostApproved != nil ||
 		msg.SuggestedPostApprovalFailed != nil || msg.SuggestedPostDeclined != nil || msg.SuggestedPostPaid != nil ||
 		msg.SuggestedPostRefunded != nil || msg.VoiceChatScheduled != nil || msg.VoiceChatStarted != nil ||
-		msg.VoiceChatEnded != nil || msg.VoiceChatParticipantsInvited != nil
+		msg.VoiceChatEnded != nil || msg.VoiceChatParticipantsInvited != nil || msg.VideoChatScheduled != nil ||
+		msg.VideoChatStarted != nil || msg.VideoChatEnded != nil || msg.VideoChatParticipantsInvited != nil
 }
 
 func orDefault(s, def string) string {

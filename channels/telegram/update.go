@@ -104,6 +104,11 @@ type message struct {
 	VoiceChatStarted              *present  `json:"voice_chat_started,omitempty"`
 	VoiceChatEnded                *present  `json:"voice_chat_ended,omitempty"`
 	VoiceChatParticipantsInvited  *present  `json:"voice_chat_participants_invited,omitempty"`
+	// The Bot API's names for the four above since version 6.0, which the SDK does not read.
+	VideoChatScheduled           *present `json:"video_chat_scheduled,omitempty"`
+	VideoChatStarted             *present `json:"video_chat_started,omitempty"`
+	VideoChatEnded               *present `json:"video_chat_ended,omitempty"`
+	VideoChatParticipantsInvited *present `json:"video_chat_participants_invited,omitempty"`
 }
 
 // pollInfo, checklistInfo and titled are the parts of a poll, a checklist, a game and an

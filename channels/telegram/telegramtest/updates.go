@@ -146,6 +146,19 @@ func (s *Server) breakFiles(ids []string, status int, gone bool) {
 }
 
 // SendRaw queues an update as given (a zero ID gets the next one) and returns its id.
+// SendMessageJSON queues an update carrying message, written as JSON by hand: for what the
+// SDK's types cannot write (fields of the Bot API they lack). It returns the update's id.
+func (s *Server) SendMessageJSON(message string) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nextUpdate++
+	id := s.nextUpdate
+	raw := []byte(fmt.Sprintf(`{"update_id":%d,"message":%s}`, id, message))
+	s.sent[id] = raw
+	s.enqueue(id, raw)
+	return id
+}
+
 func (s *Server) SendRaw(u models.Update) int64 {
 	s.mu.Lock()
 	if u.ID == 0 {
