@@ -14,8 +14,8 @@ import (
 	"gateway/profiles"
 )
 
-// session is one chat's actor. Its loop goroutine owns every field below idle except
-// where noted; the running turn is a second goroutine the loop starts. The loop runs only
+// session is one chat's actor. Its loop goroutine owns every field below evictTimer
+// except where noted; the running turn is a second goroutine the loop starts. The loop runs only
 // while the chat has work for it (see loop): a chat that is idle, or waiting on its model,
 // holds no goroutine of its own.
 type session struct {

@@ -241,7 +241,7 @@ func (c *Channel) handleBatch(ctx context.Context, updates []*update, offset int
 
 // getUpdates makes one long-poll call. The SDK has no exported getUpdates, and its own
 // loop spawns a goroutine per update and ignores retry_after, so this is the SDK's wire
-// format over our client (callJSON), with the SDK's types.
+// format over our client (callJSON), decoded into the adapter's update (update.go).
 func (c *Channel) getUpdates(ctx context.Context, offset int64) ([]*update, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.opts.PollTimeout+15*time.Second)
 	defer cancel()
