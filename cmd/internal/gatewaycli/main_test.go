@@ -159,6 +159,18 @@ func TestRunServesWebChatAndHealth(t *testing.T) {
 	if code, body := get("/metrics"); code != 200 || !strings.Contains(body, "gateway_messages_in_total") && !strings.Contains(body, "gateway_active_sessions") {
 		t.Fatalf("/metrics = %d", code)
 	}
+	// Prometheus asks for gzip; the page is sent as it is (see gateway.Handler).
+	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/metrics", nil)
+	req.Header.Set("Accept-Encoding", "gzip")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if ce := resp.Header.Get("Content-Encoding"); ce != "" || !strings.Contains(string(b), "go_goroutines") {
+		t.Fatalf("/metrics asked for gzip: Content-Encoding %q, body %.80q", ce, b)
+	}
 	cancel()
 	select {
 	case code := <-done:
