@@ -14,6 +14,7 @@ import (
 
 	"gateway/channels"
 	"gateway/hooks"
+	"gateway/internal/llm"
 )
 
 // The admin API under /api/v1 (see DESIGN "Admin API"): JSON in and out, guarded like the
@@ -262,13 +263,10 @@ func (w *deliveryWatch) arm(bus *hooks.Bus) {
 			if c.SessionKey != w.key {
 				return nil, nil
 			}
-			for _, m := range c.Messages {
-				if strings.Contains(m.Content, w.text) {
-					w.mu.Lock()
-					w.armed = w.id == ""
-					w.mu.Unlock()
-					break
-				}
+			if carries(c.Messages, w.text) {
+				w.mu.Lock()
+				w.armed = w.id == ""
+				w.mu.Unlock()
 			}
 			return nil, nil
 		}),
@@ -295,6 +293,18 @@ func (w *deliveryWatch) arm(bus *hooks.Bus) {
 			return nil, nil
 		}),
 	)
+}
+
+// carries reports whether a request's messages bring text to the model for the first time:
+// it is among the user's messages after the model's last answer. The same words earlier
+// in the history (said before, or injected before) are not this message.
+func carries(msgs []llm.Message, text string) bool {
+	for i := len(msgs) - 1; i >= 0 && msgs[i].Role != llm.RoleAssistant; i-- {
+		if msgs[i].Role == llm.RoleUser && strings.Contains(msgs[i].Content, text) {
+			return true
+		}
+	}
+	return false
 }
 
 func (w *deliveryWatch) stop() {

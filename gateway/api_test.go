@@ -201,3 +201,90 @@ func TestAPIInjectWaitDelivered(t *testing.T) {
 		t.Fatalf("the model did not get the message: %+v", reqs)
 	}
 }
+
+// wait: delivered waits for a request that carries this message, not for one whose history
+// holds the same words from earlier: a next_turn message whose text the chat already had
+// is delivered by the next turn, not by a request of the turn that was running.
+func TestAPIInjectWaitDeliveredIgnoresTheSameWordsInHistory(t *testing.T) {
+	var mu sync.Mutex
+	var ids []string
+	e := newEnv(t, func(c *Config, rt *Runtime, d *Deps) {
+		rt.Bus.On(hooks.NameBeforeProviderRequest, "test:req", func(ctx context.Context, ev hooks.Event) (any, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			ids = append(ids, ev.(*hooks.BeforeProviderRequest).RequestID)
+			return nil, nil
+		})
+	})
+	requestIDs := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(ids)
+	}
+	e.fake.SetFunc(func(req *harness.Request) harness.FakeReply { return harness.FakeReply{Text: "ok"} })
+	e.mem.inject(t, "d1", "u1", "deploy finished")
+	e.mem.waitDone(t, 1)
+
+	// A long turn runs; a next_turn message with the same words waits for the turn after it.
+	started := make(chan struct{}, 1)
+	unsub := e.g.Runtime().Bus.On(hooks.NameTurnStart, "test", func(ctx context.Context, ev hooks.Event) (any, error) {
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+		return nil, nil
+	})
+	defer unsub()
+	e.fake.Push(harness.FakeReply{Text: "working", Delay: 300 * time.Millisecond})
+	e.mem.inject(t, "d1", "u2", "long task")
+	<-started
+	type result struct {
+		code int
+		out  map[string]any
+		err  error
+	}
+	waited := make(chan result, 1)
+	go func() {
+		b, _ := json.Marshal(map[string]any{"channel": "mem", "chat_id": "d1", "text": "deploy finished",
+			"deliver_as": "next_turn", "wait": "delivered"})
+		resp, err := http.Post(e.url+"/api/v1/inject", "application/json", bytes.NewReader(b))
+		if err != nil {
+			waited <- result{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		var out map[string]any
+		err = json.NewDecoder(resp.Body).Decode(&out)
+		waited <- result{code: resp.StatusCode, out: out, err: err}
+	}()
+	// The running turn makes a second request (a steer) whose history holds "deploy finished".
+	// The message is taken once its watch listens on the bus.
+	for deadline := time.Now().Add(30 * time.Second); !slices.ContainsFunc(e.g.Runtime().Bus.Handlers(),
+		func(h hooks.HandlerInfo) bool { return h.Source == "api:inject" }); {
+		if time.Now().After(deadline) {
+			t.Fatal("the next_turn message was not taken")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if code, out := apiPost(t, e.url+"/api/v1/inject", "", map[string]any{"channel": "mem", "chat_id": "d1",
+		"text": "also check the logs", "deliver_as": "steer"}); code != http.StatusAccepted {
+		t.Fatalf("steer: %d %v", code, out)
+	}
+	e.mem.waitDone(t, 1)
+	if n := len(requestIDs()); n != 3 {
+		t.Fatalf("%d model requests before the next turn; want 3", n)
+	}
+	e.mem.inject(t, "d1", "u3", "anything else?")
+	e.mem.waitDone(t, 1)
+	r := <-waited
+	if r.err != nil || r.code != http.StatusOK {
+		t.Fatalf("inject: %d %v %v", r.code, r.out, r.err)
+	}
+	got := requestIDs()
+	if id := r.out["request_id"]; len(got) != 4 || id != got[3] {
+		t.Fatalf("delivered by request %v; the requests were %v, and only the last carried the message", id, got)
+	}
+	if p := lastPrompt(e.fake); p != "deploy finished\n\nanything else?" {
+		t.Fatalf("next turn's prompt %q", p)
+	}
+}
