@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime/multipart"
 	"net/http"
 	"net/url"
 	"strings"
@@ -14,14 +15,16 @@ import (
 	"github.com/go-telegram/bot"
 )
 
-// The calls made on every answer and carrying no file (sendChatAction, sendMessage,
-// editMessageText, deleteMessage) go as JSON bodies over the gateway's HTTP client, with the
-// SDK's parameter types and errors. The SDK sends every call as multipart/form-data written
-// through an io.Pipe by a goroutine of its own: a streamed, chunked body whose every part
-// is a hand-over between two goroutines, a random boundary and a reflection walk of the
-// parameters, and it decodes a whole Message for an id. The Bot API takes JSON for any
-// call without a file upload. Uploads (voice, photo) and the calls made once at start stay
-// on the SDK.
+// The calls made on every answer (sendChatAction, sendMessage, editMessageText,
+// deleteMessage, and the uploads: sendVoice, sendAudio, sendPhoto, sendDocument) go over the
+// gateway's HTTP client, with the SDK's parameter types and errors. The SDK sends every call
+// as multipart/form-data written through an io.Pipe by a goroutine of its own: a streamed,
+// chunked body whose every part is a hand-over between two goroutines, a random boundary and
+// a reflection walk of the parameters, and it decodes a whole Message for an id, which makes
+// encoding/json build and keep its decoders for every type a Message reaches (~0.4 MB of
+// heap for the life of the process). The Bot API takes JSON for any call without a file
+// upload; an upload is one multipart body of known length around the file's bytes. The
+// calls made once at start stay on the SDK.
 
 // sendMessage sends a message and returns its id.
 func (c *Channel) sendMessage(ctx context.Context, p *bot.SendMessageParams) (int, error) {
@@ -52,12 +55,112 @@ func (c *Channel) callJSON(ctx context.Context, method string, params, dest any)
 	if err != nil {
 		return fmt.Errorf("error encode request for method %s, %w", method, err)
 	}
-	u := strings.TrimRight(c.cfg.APIURL, "/") + "/bot" + c.cfg.Token.Reveal() + "/" + method
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
+	req, err := c.newRequest(ctx, method, bytes.NewReader(body))
 	if err != nil {
-		return fmt.Errorf("error create request for method %s, %w", method, c.scrub.Wrap(err))
+		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	return c.do(req, method, dest)
+}
+
+// callMultipart makes one Bot API call that uploads data as the form file field, named
+// name, with params' other fields as the SDK sends them (see multipartForm), and decodes
+// the result like callJSON. The file is not copied: the body reads it in place between the
+// form's head and tail, and each call (each attempt of a retry) reads it whole again.
+func (c *Channel) callMultipart(ctx context.Context, method string, params any, field, name string, data []byte, dest any) error {
+	head, tail, ctype, err := multipartForm(params, field, name)
+	if err != nil {
+		return fmt.Errorf("error build request form for method %s, %w", method, err)
+	}
+	body := func() io.Reader {
+		return io.MultiReader(bytes.NewReader(head), bytes.NewReader(data), bytes.NewReader(tail))
+	}
+	req, err := c.newRequest(ctx, method, body())
+	if err != nil {
+		return err
+	}
+	// Known length, not chunked; GetBody lets net/http send it again on a stale connection.
+	req.ContentLength = int64(len(head) + len(data) + len(tail))
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(body()), nil }
+	req.Header.Set("Content-Type", ctype)
+	return c.do(req, method, dest)
+}
+
+// multipartForm is the form of an upload but for the file's bytes: head ends with the
+// header of the file part field (named name), tail holds the parts after it and the
+// closing boundary. Like the SDK's form, each json-tagged field of params (omitempty
+// respected) is a part holding its JSON text, strings bare; params' own field named field
+// (left nil by the caller) is where the file goes.
+func multipartForm(params any, field, name string) (head, tail []byte, ctype string, err error) {
+	js, err := json.Marshal(params)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	var buf bytes.Buffer
+	w := multipart.NewWriter(&buf)
+	dec := json.NewDecoder(bytes.NewReader(js))
+	if _, err := dec.Token(); err != nil { // the object's '{'
+		return nil, nil, "", err
+	}
+	split := -1
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, nil, "", err
+		}
+		key, _ := tok.(string)
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, nil, "", err
+		}
+		if key == field {
+			if _, err := w.CreateFormFile(field, name); err != nil {
+				return nil, nil, "", err
+			}
+			split = buf.Len()
+			continue
+		}
+		part, err := w.CreateFormField(key)
+		if err != nil {
+			return nil, nil, "", err
+		}
+		if len(v) > 0 && v[0] == '"' {
+			var s string
+			if err := json.Unmarshal(v, &s); err != nil {
+				return nil, nil, "", err
+			}
+			_, err = io.WriteString(part, s)
+		} else {
+			_, err = part.Write(v)
+		}
+		if err != nil {
+			return nil, nil, "", err
+		}
+	}
+	if split < 0 {
+		return nil, nil, "", fmt.Errorf("the parameters have no field %s for the file", field)
+	}
+	if err := w.Close(); err != nil {
+		return nil, nil, "", err
+	}
+	b := buf.Bytes()
+	return b[:split], b[split:], w.FormDataContentType(), nil
+}
+
+// newRequest is a POST of body to method; its URL holds the token, so an error is scrubbed.
+func (c *Channel) newRequest(ctx context.Context, method string, body io.Reader) (*http.Request, error) {
+	u := strings.TrimRight(c.cfg.APIURL, "/") + "/bot" + c.cfg.Token.Reveal() + "/" + method
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, body)
+	if err != nil {
+		return nil, fmt.Errorf("error create request for method %s, %w", method, c.scrub.Wrap(err))
+	}
+	return req, nil
+}
+
+// do sends req and decodes the Bot API's answer: the result into dest (when not nil), a
+// refusal into the SDK's error for it. The body read is bounded; the token is taken out of
+// a failed request's URL.
+func (c *Channel) do(req *http.Request, method string, dest any) error {
 	resp, err := c.opts.HTTPClient.Do(req)
 	if err != nil {
 		var ue *url.Error

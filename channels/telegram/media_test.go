@@ -3,7 +3,10 @@ package telegram_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,7 +18,9 @@ import (
 
 	"gateway/channels"
 	"gateway/channels/channeltest"
+	"gateway/channels/telegram"
 	"gateway/channels/telegram/telegramtest"
+	"gateway/internal/fakeserver"
 )
 
 // texts lists what the bot posted in chat.
@@ -273,4 +278,87 @@ func lastOffset(f *fixture) int64 {
 	}
 	off, _ := strconv.ParseInt(calls[len(calls)-1].Params["offset"], 10, 64)
 	return off
+}
+
+// Media answers carry what Telegram shows: in a group topic each file goes to the topic and
+// quotes the user, a voice note is named voice.ogg and says how long it is, a file keeps its
+// name (or its path's), and the bytes arrive whole. In a DM nothing quotes and no topic or
+// unknown duration is sent.
+func TestMediaAnswersCarryTheirFields(t *testing.T) {
+	f := newFixture(t)
+	ch := f.start(f.config(), f.options(), channeltest.NewSink())
+	voice := []byte("OggS\x00\x02 OpusHead a voice note")
+	song := bytes.Repeat([]byte("ID3 song "), 100)
+	chart := bytes.Repeat([]byte{0x89, 'P', 'N', 'G'}, 50)
+	chartPath := filepath.Join(t.TempDir(), "chart.png")
+	if err := os.WriteFile(chartPath, chart, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	notes := []byte("notes, unnamed")
+	group := channels.Target{Channel: telegram.Name, ChatID: "-100", ThreadID: "42", ChatType: channels.ChatGroup, ReplyToID: "77"}
+	answer(t, ch, group, channels.Frame{Type: channels.FrameParts, Parts: []channels.Part{
+		{Type: channels.PartAudio, MIME: "audio/ogg", Voice: true, Data: voice, Duration: 2.4},
+		{Type: channels.PartAudio, MIME: "audio/mpeg", Name: "song.mp3", Data: song, Duration: 61.6},
+		{Type: channels.PartImage, MIME: "image/png", Path: chartPath},
+		{Type: channels.PartFile, MIME: "text/plain", Data: notes},
+	}}, done(""))
+
+	want := []struct {
+		method, field, name, duration string
+		data                          []byte
+	}{
+		{"sendVoice", "voice", "voice.ogg", "2", voice},
+		{"sendAudio", "audio", "song.mp3", "62", song},
+		{"sendPhoto", "photo", "chart.png", "", chart},
+		{"sendDocument", "document", "file", "", notes},
+	}
+	for _, w := range want {
+		calls := f.srv.Calls(w.method)
+		if len(calls) != 1 {
+			t.Errorf("%s was called %d times; want once", w.method, len(calls))
+			continue
+		}
+		p := calls[0].Params
+		if p["chat_id"] != "-100" || p["message_thread_id"] != "42" || p["duration"] != w.duration {
+			t.Errorf("%s sent chat_id %q, message_thread_id %q, duration %q; want -100, 42, %q",
+				w.method, p["chat_id"], p["message_thread_id"], p["duration"], w.duration)
+		}
+		var reply struct {
+			MessageID int  `json:"message_id"`
+			Allow     bool `json:"allow_sending_without_reply"`
+		}
+		if err := json.Unmarshal([]byte(p["reply_parameters"]), &reply); err != nil || reply.MessageID != 77 || !reply.Allow {
+			t.Errorf("%s sent reply_parameters %q; want a quote of 77 that may go without it", w.method, p["reply_parameters"])
+		}
+		if p[w.field+".filename"] != w.name || !bytes.Equal(calls[0].Files[w.field], w.data) {
+			t.Errorf("%s sent %q (%d bytes); want %q with the part's %d bytes", w.method, p[w.field+".filename"], len(calls[0].Files[w.field]), w.name, len(w.data))
+		}
+	}
+	if msgs := f.srv.Messages(-100); len(msgs) != 4 || msgs[0].Kind != "voice" || msgs[0].ThreadID != 42 || msgs[0].ReplyTo != 77 {
+		t.Errorf("the topic shows %+v; want the four files, the voice note first, quoting 77", msgs)
+	}
+
+	// The first attempt fails (502): the retry uploads the whole file again.
+	f.srv.FailNext(1, fakeserver.Failure{Method: "sendVoice", Status: 502})
+	answer(t, ch, channels.Target{Channel: telegram.Name, ChatID: "1001", ChatType: channels.ChatDM},
+		channels.Frame{Type: channels.FrameParts, Parts: []channels.Part{{Type: channels.PartAudio, MIME: "audio/ogg", Voice: true, Data: voice}}}, done(""))
+	calls := f.srv.Calls("sendVoice")[1:]
+	if len(calls) != 2 || calls[0].Status != 502 || calls[1].Status != 200 {
+		t.Fatalf("the DM voice note took %d attempts; want the failed one and a retry", len(calls))
+	}
+	for i, c := range calls {
+		p := c.Params
+		for _, k := range []string{"message_thread_id", "reply_parameters", "duration"} {
+			if v, ok := p[k]; ok {
+				t.Errorf("a DM voice note without a known duration sent %s=%q; want it left out", k, v)
+			}
+		}
+		if p["chat_id"] != "1001" || p["voice.filename"] != "voice.ogg" || !bytes.Equal(c.Files["voice"], voice) {
+			t.Errorf("attempt %d of the DM voice note went to %q as %q with %d bytes; want 1001, voice.ogg, %d bytes",
+				i+1, p["chat_id"], p["voice.filename"], len(c.Files["voice"]), len(voice))
+		}
+	}
+	if msgs := f.srv.Messages(1001); len(msgs) != 1 || msgs[0].Kind != "voice" {
+		t.Errorf("the DM shows %+v; want the voice note once", msgs)
+	}
 }

@@ -1,7 +1,6 @@
 package telegram
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -528,22 +527,23 @@ func (s *stream) sendPart(ctx context.Context, p channels.Part) error {
 		name = "file"
 	}
 	reply := s.messageParams("", false).ReplyParameters
+	secs := int(p.Duration + 0.5)
+	var call string
+	var params any // the SDK's, its file left nil: callMultipart puts the file in its place
+	switch method {
+	case "voice":
+		call, params = "sendVoice", &bot.SendVoiceParams{ChatID: s.chat, MessageThreadID: s.thread, Duration: secs, ReplyParameters: reply}
+	case "audio":
+		call, params = "sendAudio", &bot.SendAudioParams{ChatID: s.chat, MessageThreadID: s.thread, Duration: secs, ReplyParameters: reply}
+	case "photo":
+		call, params = "sendPhoto", &bot.SendPhotoParams{ChatID: s.chat, MessageThreadID: s.thread, ReplyParameters: reply}
+	default:
+		call, params = "sendDocument", &bot.SendDocumentParams{ChatID: s.chat, MessageThreadID: s.thread, ReplyParameters: reply}
+	}
 	to, key := s.c.to(s.chat, 2*time.Minute)
 	err = to.Do(ctx, key, func(ctx context.Context) error {
-		// A fresh reader per attempt: a retry must upload the whole file again.
-		f := &models.InputFileUpload{Filename: name, Data: bytes.NewReader(data)}
-		var err error
-		switch method {
-		case "voice":
-			_, err = s.c.api.SendVoice(ctx, &bot.SendVoiceParams{ChatID: s.chat, MessageThreadID: s.thread, Voice: f, Duration: int(p.Duration + 0.5), ReplyParameters: reply})
-		case "audio":
-			_, err = s.c.api.SendAudio(ctx, &bot.SendAudioParams{ChatID: s.chat, MessageThreadID: s.thread, Audio: f, Duration: int(p.Duration + 0.5), ReplyParameters: reply})
-		case "photo":
-			_, err = s.c.api.SendPhoto(ctx, &bot.SendPhotoParams{ChatID: s.chat, MessageThreadID: s.thread, Photo: f, ReplyParameters: reply})
-		default:
-			_, err = s.c.api.SendDocument(ctx, &bot.SendDocumentParams{ChatID: s.chat, MessageThreadID: s.thread, Document: f, ReplyParameters: reply})
-		}
-		return err
+		// Not the SDK's upload: it decodes the answer into a whole models.Message.
+		return s.c.callMultipart(ctx, call, params, method, name, data, nil)
 	})
 	if err != nil {
 		return fmt.Errorf("telegram: sending a %s to chat %d: %w", method, s.chat, err)

@@ -112,8 +112,8 @@ func New(cfg Config, opts Options) (*Channel, error) {
 // Name returns "telegram".
 func (c *Channel) Name() string { return Name }
 
-// Start checks the token with getMe, prepares polling or the webhook, registers the bot's
-// commands and starts receiving. It returns once Telegram answered, or with an error that
+// Start checks the token with getMe, prepares polling or the webhook and starts receiving.
+// The command menu is the gateway's to set (SetCommands). It returns once Telegram answered, or with an error that
 // names the problem and never the token.
 func (c *Channel) Start(ctx context.Context, sink channels.Sink) error {
 	life, err := c.life.Begin()
@@ -153,7 +153,6 @@ func (c *Channel) start(ctx context.Context, life context.Context) error {
 	if err := os.MkdirAll(c.mediaDir, 0o700); err != nil {
 		return fmt.Errorf("telegram: cannot create a state directory: %w", err)
 	}
-	c.registerCommands(ctx)
 	c.life.Go(c.janitor)
 	c.migrateInbox(life)
 	if c.cfg.Mode == ModePolling {
@@ -208,20 +207,11 @@ func (c *Channel) connect(ctx context.Context) error {
 	return nil
 }
 
-// Commands are the native commands shown in Telegram's menu; the gateway handles them.
-func Commands() []models.BotCommand {
-	return []models.BotCommand{
-		{Command: "new", Description: "Start a new conversation"},
-		{Command: "stop", Description: "Stop the answer in progress"},
-		{Command: "status", Description: "Show this chat's session"},
-		{Command: "voice", Description: "Voice replies: on, off or auto"},
-		{Command: "compact", Description: "Summarise the conversation so far"},
-		{Command: "help", Description: "What this bot can do"},
-	}
-}
-
 // SetCommands replaces the command menu with cmds (the gateway's registry: builtins and
-// hooks' commands).
+// hooks' commands). It is the only call that sets the menu: the gateway makes it once every
+// channel started (and on a reload that changed the list), so Start sets none of its own,
+// which would cost a second setMyCommands on every start and show, until the gateway's
+// call, a menu without the hooks' commands.
 func (c *Channel) SetCommands(ctx context.Context, cmds []channels.Command) error {
 	return c.setCommands(ctx, nil, cmds)
 }
@@ -242,19 +232,6 @@ func (c *Channel) setCommands(ctx context.Context, scope models.BotCommandScope,
 		_, err := c.api.SetMyCommands(ctx, &bot.SetMyCommandsParams{Commands: list, Scope: scope})
 		return err
 	})
-}
-
-func (c *Channel) registerCommands(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	err := c.calls.Do(ctx, "", func(ctx context.Context) error {
-		_, err := c.api.SetMyCommands(ctx, &bot.SetMyCommandsParams{Commands: Commands()})
-		return err
-	})
-	if err != nil {
-		// The commands still work when typed; only the menu is missing.
-		c.log.Warn("telegram: setMyCommands failed; the command menu may be out of date", "err", err)
-	}
 }
 
 // Stop ends polling, the webhook handler and every goroutine the adapter started.

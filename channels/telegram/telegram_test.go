@@ -342,15 +342,30 @@ func TestBadTokenStartError(t *testing.T) {
 	}
 }
 
-func TestStartRegistersCommandsAndDeletesWebhook(t *testing.T) {
+// A start sets the command menu once, with the gateway's list: the gateway calls
+// SetCommands once the channel started, and Start itself sets none (it used to set a
+// built-in list first, a second setMyCommands on every start). Polling deletes a webhook
+// left set.
+func TestStartSetsTheMenuOnceAndDeletesWebhook(t *testing.T) {
 	f := newFixture(t)
-	f.start(f.config(), f.options(), channeltest.NewSink())
+	ch := f.start(f.config(), f.options(), channeltest.NewSink())
+	// What the gateway does after every channel's Start (gateway/commands.go, pushCommands).
+	menu := []channels.Command{{Name: "new", Description: "Start a new conversation"}, {Name: "stop", Description: "Stop the answer"},
+		{Name: "help", Description: "This list"}, {Name: "pop", Description: "Go back to an earlier turn"}}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := ch.SetCommands(ctx, menu); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(f.srv.Calls("setMyCommands")); n != 1 {
+		t.Errorf("a start called setMyCommands %d times; want once, with the gateway's menu", n)
+	}
 	var names []string
 	for _, c := range f.srv.Commands() {
 		names = append(names, c.Command)
 	}
-	if !slices.Equal(names, []string{"new", "stop", "status", "voice", "compact", "help"}) {
-		t.Errorf("setMyCommands registered %v", names)
+	if !slices.Equal(names, []string{"new", "stop", "help", "pop"}) {
+		t.Errorf("the menu shows %v; want the gateway's", names)
 	}
 	if len(f.srv.Calls("deleteWebhook")) != 1 {
 		t.Errorf("polling did not call deleteWebhook first")
