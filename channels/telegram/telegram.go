@@ -113,8 +113,8 @@ func New(cfg Config, opts Options) (*Channel, error) {
 func (c *Channel) Name() string { return Name }
 
 // Start checks the token with getMe, prepares polling or the webhook and starts receiving.
-// The command menu is the gateway's to set (SetCommands). It returns once Telegram answered, or with an error that
-// names the problem and never the token.
+// The command menu is the gateway's to set (SetCommands). It returns once Telegram
+// answered, or with an error that names the problem and never the token.
 func (c *Channel) Start(ctx context.Context, sink channels.Sink) error {
 	life, err := c.life.Begin()
 	if err != nil {
