@@ -24,7 +24,8 @@ import (
 // encoding/json build and keep its decoders for every type a Message reaches (~0.4 MB of
 // heap for the life of the process). The Bot API takes JSON for any call without a file
 // upload; an upload is one multipart body of known length around the file's bytes. The
-// calls made once at start stay on the SDK.
+// calls made once at start, and getFile for a download, stay on the SDK: their results are
+// small types.
 
 // sendMessage sends a message and returns its id.
 func (c *Channel) sendMessage(ctx context.Context, p *bot.SendMessageParams) (int, error) {
@@ -64,10 +65,10 @@ func (c *Channel) callJSON(ctx context.Context, method string, params, dest any)
 }
 
 // callMultipart makes one Bot API call that uploads data as the form file field, named
-// name, with params' other fields as the SDK sends them (see multipartForm), and decodes
-// the result like callJSON. The file is not copied: the body reads it in place between the
+// name, with params' other fields as the SDK sends them (see multipartForm); its result is
+// not read (the sent message's id is never used), only a refusal. The file is not copied: the body reads it in place between the
 // form's head and tail, and each call (each attempt of a retry) reads it whole again.
-func (c *Channel) callMultipart(ctx context.Context, method string, params any, field, name string, data []byte, dest any) error {
+func (c *Channel) callMultipart(ctx context.Context, method string, params any, field, name string, data []byte) error {
 	head, tail, ctype, err := multipartForm(params, field, name)
 	if err != nil {
 		return fmt.Errorf("error build request form for method %s, %w", method, err)
@@ -83,7 +84,7 @@ func (c *Channel) callMultipart(ctx context.Context, method string, params any, 
 	req.ContentLength = int64(len(head) + len(data) + len(tail))
 	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(body()), nil }
 	req.Header.Set("Content-Type", ctype)
-	return c.do(req, method, dest)
+	return c.do(req, method, nil)
 }
 
 // multipartForm is the form of an upload but for the file's bytes: head ends with the

@@ -543,7 +543,7 @@ func (s *stream) sendPart(ctx context.Context, p channels.Part) error {
 	to, key := s.c.to(s.chat, 2*time.Minute)
 	err = to.Do(ctx, key, func(ctx context.Context) error {
 		// Not the SDK's upload: it decodes the answer into a whole models.Message.
-		return s.c.callMultipart(ctx, call, params, method, name, data, nil)
+		return s.c.callMultipart(ctx, call, params, method, name, data)
 	})
 	if err != nil {
 		return fmt.Errorf("telegram: sending a %s to chat %d: %w", method, s.chat, err)
