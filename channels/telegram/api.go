@@ -66,8 +66,9 @@ func (c *Channel) callJSON(ctx context.Context, method string, params, dest any)
 
 // callMultipart makes one Bot API call that uploads data as the form file field, named
 // name, with params' other fields as the SDK sends them (see multipartForm); its result is
-// not read (the sent message's id is never used), only a refusal. The file is not copied: the body reads it in place between the
-// form's head and tail, and each call (each attempt of a retry) reads it whole again.
+// not read (the sent message's id is never used), only a refusal. The file is not copied:
+// the body reads it in place between the form's head and tail, and each call (each attempt
+// of a retry) reads it whole again.
 func (c *Channel) callMultipart(ctx context.Context, method string, params any, field, name string, data []byte) error {
 	head, tail, ctype, err := multipartForm(params, field, name)
 	if err != nil {
