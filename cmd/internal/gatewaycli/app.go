@@ -30,6 +30,7 @@ import (
 	"gateway/harness"
 	"gateway/harness/mcptools"
 	"gateway/hooks"
+	"gateway/internal/httptransport"
 	"gateway/internal/media"
 	"gateway/profiles"
 	"gateway/state"
@@ -117,7 +118,14 @@ func buildApp(cfg Config, cfgPath string, log *slog.Logger, getenv func(string) 
 	// response headers are small; a body larger than the buffer is read and written past
 	// it. 1 KB instead of 4 KB each: 6 KB less per connection (docs/bench.md, sixth pass).
 	tr.ReadBufferSize, tr.WriteBufferSize = 1<<10, 1<<10
-	a.client = &http.Client{Transport: tr}
+	// Calls to plain-HTTP endpoints (a local model, a local Bot API server) are made on
+	// the caller's goroutine, with no goroutines held per connection; TLS and proxies go
+	// through tr (docs/bench.md, tenth pass).
+	a.client = &http.Client{Transport: &httptransport.Transport{
+		Fallback: tr, Proxy: tr.Proxy, DialContext: tr.DialContext,
+		MaxIdlePerHost: tr.MaxIdleConnsPerHost, MaxIdle: tr.MaxIdleConns,
+		IdleTimeout: tr.IdleConnTimeout, BufferSize: tr.ReadBufferSize,
+	}}
 
 	var errs []error
 	tmp := filepath.Join(cfg.StateDir, "tmp")
