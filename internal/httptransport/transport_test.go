@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -436,4 +437,55 @@ func TestWhatItDoesNotMakeGoesToTheFallback(t *testing.T) {
 	if n := cc.opened.Load(); n != 1 {
 		t.Fatalf("the direct call opened %d connections", n)
 	}
+}
+
+// A call waiting for its answer holds its caller's goroutine and nothing more: with
+// net/http's Transport each open connection also holds a read and a write goroutine.
+func TestAWaitingCallHoldsOnlyItsCaller(t *testing.T) {
+	const calls = 20
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c := newClient(t, &Transport{})
+	var callers sync.WaitGroup
+	for range calls {
+		callers.Go(func() {
+			resp, err := c.Post("http://"+ln.Addr().String(), "text/plain", strings.NewReader("wait"))
+			if err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		})
+	}
+	var conns []net.Conn
+	for range calls {
+		nc, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		http.ReadRequest(bufio.NewReader(nc))
+		conns = append(conns, nc)
+	}
+	// Every request has arrived; each caller waits for its answer. Goroutines that
+	// run HTTP code for them, other than the callers themselves:
+	buf := make([]byte, 1<<20)
+	var helpers, waiting int
+	for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+		switch {
+		case strings.Contains(g, "TestAWaitingCallHoldsOnlyItsCaller.func"):
+			waiting++
+		case strings.Contains(g, "net/http.") || strings.Contains(g, "httptransport.(*"):
+			helpers++
+		}
+	}
+	if waiting != calls || helpers != 0 {
+		t.Errorf("%d calls waiting for their answers: %d callers, %d other goroutines; want %d and 0", calls, waiting, helpers, calls)
+	}
+	for _, nc := range conns {
+		io.WriteString(nc, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		nc.Close()
+	}
+	callers.Wait()
 }
