@@ -10,6 +10,10 @@
 // goroutines instead of one (docs/bench.md, issue 17, tenth pass). No library offers an
 // http.RoundTripper without them; the wire format is still net/http's own
 // (Request.Write, http.ReadResponse).
+//
+// One difference follows from it: a request's body is written whole before the response
+// is read. A server that answers early (a 413 to an upload) and stops reading holds the
+// call until its context ends; net/http would return that answer.
 package httptransport
 
 import (
