@@ -189,11 +189,7 @@ func (t *Transport) call(c *conn, addr string, req *http.Request) (*http.Respons
 	if resp.Body == http.NoBody {
 		// Nothing more to read: the connection is free now, whether or not the caller
 		// reads the empty body.
-		if stop() && keep {
-			t.put(addr, c)
-		} else {
-			c.nc.Close()
-		}
+		t.release(addr, c, stop() && keep)
 		return resp, nil
 	}
 	resp.Body = &body{rc: resp.Body, c: c, t: t, addr: addr, ctx: ctx, stop: stop, keep: keep}
@@ -219,11 +215,7 @@ func (b *body) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	if err == io.EOF {
 		if b.done.CompareAndSwap(false, true) {
-			if b.stop() && b.keep {
-				b.t.put(b.addr, b.c)
-			} else {
-				b.c.nc.Close()
-			}
+			b.t.release(b.addr, b.c, b.stop() && b.keep)
 		}
 		return n, err
 	}
@@ -285,11 +277,7 @@ func rewind(req *http.Request) (*http.Request, error) {
 
 func (t *Transport) get(ctx context.Context, addr string) (*conn, error) {
 	now := time.Now()
-	t.mu.Lock()
-	for l := t.idle[addr]; len(l) > 0; l = t.idle[addr] {
-		c := l[len(l)-1]
-		t.remove(addr, len(l)-1)
-		t.mu.Unlock()
+	for c := t.take(addr); c != nil; c = t.take(addr) {
 		// A connection kept too long, or one the server closed or wrote to while it
 		// was kept, is not used again.
 		if now.Sub(c.idleAt) < t.idleTimeout() && c.br.Buffered() == 0 && open(c.nc) {
@@ -297,9 +285,7 @@ func (t *Transport) get(ctx context.Context, addr string) (*conn, error) {
 			return c, nil
 		}
 		c.nc.Close()
-		t.mu.Lock()
 	}
-	t.mu.Unlock()
 	dial := t.DialContext
 	if dial == nil {
 		d := net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
@@ -318,6 +304,28 @@ func (t *Transport) get(ctx context.Context, addr string) (*conn, error) {
 	c.br = bufio.NewReaderSize(&c.lr, size)
 	c.bw = bufio.NewWriterSize(c, size)
 	return c, nil
+}
+
+// take is the connection to addr kept last, or nil.
+func (t *Transport) take(addr string) *conn {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	l := t.idle[addr]
+	if len(l) == 0 {
+		return nil
+	}
+	c := l[len(l)-1]
+	t.remove(addr, len(l)-1)
+	return c
+}
+
+// release is the end of a call on c: c is kept for a later call when it may carry one.
+func (t *Transport) release(addr string, c *conn, reusable bool) {
+	if reusable {
+		t.put(addr, c)
+	} else {
+		c.nc.Close()
+	}
 }
 
 // put keeps c for a later call to addr, or closes it when enough are kept.

@@ -315,11 +315,19 @@ func rawServer(t *testing.T) (addr string, seen func(path string) int) {
 	}
 }
 
+// warmedUp is a client whose one kept connection to a rawServer will hang up on the next
+// request.
+func warmedUp(t *testing.T) (addr string, c *http.Client, seen func(path string) int) {
+	t.Helper()
+	addr, seen = rawServer(t)
+	c = newClient(t, &Transport{})
+	text(t)(c.Get("http://" + addr + "/warm"))
+	return addr, c, seen
+}
+
 func TestAHangUpIsRetriedOnlyWhenTheCallCanBeMadeTwice(t *testing.T) {
 	t.Run("GET is made again", func(t *testing.T) {
-		addr, seen := rawServer(t)
-		c := newClient(t, &Transport{})
-		text(t)(c.Get("http://" + addr + "/warm"))
+		addr, c, seen := warmedUp(t)
 		if got := text(t)(c.Get("http://" + addr + "/x")); got != "ok" {
 			t.Fatalf("got %q", got)
 		}
@@ -328,9 +336,7 @@ func TestAHangUpIsRetriedOnlyWhenTheCallCanBeMadeTwice(t *testing.T) {
 		}
 	})
 	t.Run("POST is not: the server may have acted on it", func(t *testing.T) {
-		addr, seen := rawServer(t)
-		c := newClient(t, &Transport{})
-		text(t)(c.Get("http://" + addr + "/warm"))
+		addr, c, seen := warmedUp(t)
 		_, err := c.Post("http://"+addr+"/x", "text/plain", strings.NewReader("send once"))
 		if err == nil || !strings.Contains(err.Error(), "connection closed before the response") {
 			t.Fatalf("POST: %v, want the hang-up", err)
@@ -340,9 +346,7 @@ func TestAHangUpIsRetriedOnlyWhenTheCallCanBeMadeTwice(t *testing.T) {
 		}
 	})
 	t.Run("a POST with an idempotency key is", func(t *testing.T) {
-		addr, seen := rawServer(t)
-		c := newClient(t, &Transport{})
-		text(t)(c.Get("http://" + addr + "/warm"))
+		addr, c, seen := warmedUp(t)
 		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/x", strings.NewReader("k"))
 		req.Header.Set("Idempotency-Key", "k1")
 		if got := text(t)(c.Do(req)); got != "ok" {
