@@ -5,11 +5,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -797,7 +801,19 @@ func TestAnthropicStreamErrorsUsageAndErrorPages(t *testing.T) {
 		t.Fatalf("run broken off by an error event: %v; want the user told it stopped midway", err)
 	}
 
+	// A stream that ends cleanly before message_stop was cut: tried again before any
+	// text, reported as broken off after some.
 	n := len(srv.Requests())
+	srv.Push(anthropictest.Reply{Truncated: true}, anthropictest.Reply{Text: "whole again"})
+	if res, err := s.Run(context.Background(), "cut early", nil); err != nil || res.Text != "whole again" || len(srv.Requests())-n != 2 {
+		t.Fatalf("run after a stream cut before any text: %+v, %v, %d requests; want the whole answer on the second", res, err, len(srv.Requests())-n)
+	}
+	srv.Push(anthropictest.Reply{Chunks: []string{"half ", "an answer"}, Truncated: true})
+	if _, err := s.Run(context.Background(), "cut late", nil); err == nil || !strings.Contains(err.Error(), "midway") {
+		t.Fatalf("run of a stream cut after some text: %v; want the user told it stopped midway", err)
+	}
+
+	n = len(srv.Requests())
 	srv.Push(anthropictest.Reply{Status: 404, ErrorPage: "no route for /v1/messages on this proxy"})
 	_, err = s.Run(context.Background(), "once more", nil)
 	var pe *harness.ProviderError
@@ -806,6 +822,53 @@ func TestAnthropicStreamErrorsUsageAndErrorPages(t *testing.T) {
 	}
 	if got := len(srv.Requests()) - n; got != 1 {
 		t.Fatalf("%d attempts after a 404 page, want 1", got)
+	}
+}
+
+// A stream that ends cleanly but before the answer is closed ("[DONE]", a finish reason)
+// was cut by the server or a proxy: before any text the call is made again; after some,
+// the user is told the answer broke off, never handed the part as the whole answer.
+func TestOpenAIStreamEndingBeforeItsEndIsACutAnswer(t *testing.T) {
+	srv := newOpenAIServer(t)
+	srv.Push(openaitest.Reply{Truncated: true}, openaitest.Reply{Text: "whole answer"})
+	s := openSession(t, harness.SessionOptions{Provider: openAI(t, srv)})
+	res, err := s.Run(context.Background(), "hi", nil)
+	if err != nil || res.Text != "whole answer" {
+		t.Fatalf("run after a stream cut before any text: %+v, %v", res, err)
+	}
+	if n := len(srv.Requests()); n != 2 {
+		t.Fatalf("%d attempts, want 2", n)
+	}
+
+	srv.Push(openaitest.Reply{Chunks: []string{"The ", "answer ", "is "}, Truncated: true})
+	res, err = s.Run(context.Background(), "again", nil)
+	if err == nil || !strings.Contains(err.Error(), "midway") {
+		t.Fatalf("run of a stream cut after some text: %+v, %v; want the user told it stopped midway", res, err)
+	}
+	if n := len(srv.Requests()); n != 3 {
+		t.Fatalf("%d attempts in all, want 3: text already shown is not asked for again", n)
+	}
+}
+
+// A server that closes its answer with a finish reason but sends no "[DONE]" gave a whole
+// answer: only a stream with neither is cut.
+func TestOpenAIStreamWithAFinishReasonAndNoDoneIsWhole(t *testing.T) {
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, `data: {"choices":[{"index":0,"delta":{"role":"assistant","content":"all "}}]}`+"\n\n")
+		fmt.Fprint(w, `data: {"choices":[{"index":0,"delta":{"content":"of it"},"finish_reason":"stop"}]}`+"\n\n")
+	}))
+	t.Cleanup(srv.Close)
+	p, err := harness.NewProvider(harness.Config{Provider: "openai", Model: "m", BaseURL: srv.URL + "/v1", APIKey: secret.Secret(testKey)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := openSession(t, harness.SessionOptions{Provider: p})
+	res, err := s.Run(context.Background(), "hi", nil)
+	if err != nil || res.Text != "all of it" || calls.Load() != 1 {
+		t.Fatalf("run: %+v, %v after %d calls; want the whole answer from one call", res, err, calls.Load())
 	}
 }
 

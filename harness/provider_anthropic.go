@@ -95,6 +95,7 @@ func (p *anthropicProvider) read(ctx context.Context, raw *http.Response, onDelt
 	dec := newSSEDecoder(raw)
 	defer dec.Close()
 	acc := anthropicAccum{blocks: map[int64]*anthropicBlock{}}
+	stopped := false
 	for dec.Next() {
 		ev := dec.Event()
 		switch ev.Type {
@@ -102,6 +103,8 @@ func (p *anthropicProvider) read(ctx context.Context, raw *http.Response, onDelt
 			continue
 		case "error":
 			return nil, p.apiError(ctx, 0, nil, ev.Data)
+		case "message_stop":
+			stopped = true
 		}
 		if len(bytes.TrimSpace(ev.Data)) == 0 {
 			continue
@@ -116,6 +119,9 @@ func (p *anthropicProvider) read(ctx context.Context, raw *http.Response, onDelt
 	}
 	if err := dec.Err(); err != nil {
 		return nil, p.failed(ctx, err)
+	}
+	if !stopped && acc.resp.StopReason == "" {
+		return nil, p.failed(ctx, errStreamCut)
 	}
 	return acc.response(), nil
 }

@@ -80,9 +80,11 @@ func (p *openAIProvider) read(ctx context.Context, raw *http.Response, onDelta f
 	dec := newSSEDecoder(raw)
 	defer dec.Close()
 	var acc openAIAccum
+	done := false
 	for dec.Next() {
 		data := dec.Event().Data
 		if bytes.HasPrefix(data, sseDone) {
+			done = true
 			break
 		}
 		d, err := acc.decode(data)
@@ -95,6 +97,9 @@ func (p *openAIProvider) read(ctx context.Context, raw *http.Response, onDelta f
 	}
 	if err := dec.Err(); err != nil {
 		return nil, p.failed(ctx, err)
+	}
+	if !done && acc.resp.StopReason == "" {
+		return nil, p.failed(ctx, errStreamCut)
 	}
 	return acc.response(), nil
 }

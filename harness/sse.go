@@ -3,11 +3,18 @@ package harness
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"io"
 	"net/http"
 
 	"github.com/openai/openai-go/v3/packages/ssestream"
 )
+
+// errStreamCut is a model's event stream that ended, without an error, before the event
+// that closes an answer ("[DONE]", "message_stop") and before any stop reason: the server
+// or a proxy hung up midway. The answer is then incomplete and must not pass for a whole
+// one; the call is made again if nothing of it was shown yet, as for a broken connection.
+var errStreamCut = errors.New("the model's stream ended before the answer was complete")
 
 // sseReadBuffer is the read buffer of a model's event stream. A chunk's line is a few
 // hundred bytes; a longer line is gathered across reads.

@@ -43,6 +43,9 @@ type Reply struct {
 	// StreamError, when set, is the type of an error event (overloaded_error, ...) that
 	// ends the stream after the first text block, as the API does when it fails mid-answer.
 	StreamError string
+	// Truncated ends the response cleanly after the text, with no stop reason and no
+	// message_stop: a server or proxy that hung up between two events.
+	Truncated bool
 }
 
 // Block is a decoded content block of a recorded request.
@@ -374,6 +377,9 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, id, model string
 		}
 		send("content_block_stop", map[string]any{"index": idx})
 		idx++
+	}
+	if rep.Truncated {
+		return
 	}
 	if rep.StreamError != "" {
 		send("error", map[string]any{"error": map[string]any{"type": rep.StreamError, "message": "the stream failed: " + rep.StreamError}})

@@ -47,7 +47,10 @@ type Reply struct {
 	CutAfter int
 	// StreamError, when set, ends the stream after the chunks with an error event carrying
 	// this message, as a server that fails mid-answer does.
-	StreamError  string
+	StreamError string
+	// Truncated ends the response cleanly after the chunks, with no finish reason and no
+	// "[DONE]": a server or proxy that hung up between two events.
+	Truncated    bool
 	InputTokens  int
 	OutputTokens int
 	// FloatNumbers writes the stream's indexes and token counts as 3.0 rather than 3, as
@@ -411,6 +414,9 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, id, model string
 			return
 		}
 		send(map[string]any{"content": c}, nil, nil)
+	}
+	if rep.Truncated {
+		return
 	}
 	if rep.StreamError != "" {
 		b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": rep.StreamError, "type": "server_error"}})
