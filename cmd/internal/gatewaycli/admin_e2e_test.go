@@ -62,6 +62,12 @@ type liveGateway struct {
 // then extra (more top-level keys, e.g. bindings).
 func gatewayConfig(t *testing.T, root, addr, oaiURL, extra string) string {
 	t.Helper()
+	return gatewayConfigRetrying(t, root, addr, oaiURL, extra, 1)
+}
+
+// gatewayConfigRetrying is gatewayConfig with llm.max_retries set to retries.
+func gatewayConfigRetrying(t *testing.T, root, addr, oaiURL, extra string, retries int) string {
+	t.Helper()
 	yaml := fmt.Sprintf(`state_dir: %[1]s/data
 http:
   listen: %[2]s
@@ -72,13 +78,13 @@ llm:
   provider: openai
   model: test-model
   base_url: %[3]s
-  max_retries: 1
+  max_retries: %[4]d
 hooks:
   dirs: [%[1]s/hooks]
   timeout: 5s
 profiles:
   dir: %[1]s/profiles
-`, root, addr, oaiURL) + extra
+`, root, addr, oaiURL, retries) + extra
 	path := filepath.Join(root, "gateway.yaml")
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
@@ -90,10 +96,16 @@ profiles:
 // until it is ready. Lay out root/hooks and root/profiles before calling it.
 func startGateway(t *testing.T, root, extra string) *liveGateway {
 	t.Helper()
+	return startGatewayRetrying(t, root, extra, 1)
+}
+
+// startGatewayRetrying is startGateway with llm.max_retries set to retries.
+func startGatewayRetrying(t *testing.T, root, extra string, retries int) *liveGateway {
+	t.Helper()
 	oai := openaitest.NewServer()
 	t.Cleanup(oai.Close) // runs last: the gateway stops first
 	g := &liveGateway{t: t, root: root, addr: freePort(t), oai: oai, reload: make(chan struct{}, 1), log: &logBuffer{}}
-	g.cfgPath = gatewayConfig(t, root, g.addr, oai.URL(), extra)
+	g.cfgPath = gatewayConfigRetrying(t, root, g.addr, oai.URL(), extra, retries)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	exited := make(chan int, 1)
@@ -854,5 +866,25 @@ func TestReloadCommandReachesAWildcardListener(t *testing.T) {
 		if got := adminURL(listen); got != want {
 			t.Errorf("adminURL(%q) = %q; want %q", listen, got, want)
 		}
+	}
+}
+
+// llm.max_retries counts the calls made again after a failure: 0 is none, as the example
+// config says, not the default of 3; 1 is one more.
+func TestMaxRetriesZeroMakesOneCall(t *testing.T) {
+	for _, tc := range []struct{ retries, calls int }{{0, 1}, {1, 2}} {
+		t.Run(fmt.Sprint(tc.retries), func(t *testing.T) {
+			g := startGatewayRetrying(t, t.TempDir(), "", tc.retries)
+			for range 4 {
+				g.oai.Push(openaitest.Reply{Status: 500, Message: "the model fell over"})
+			}
+			got := g.user("chat-1").ask("hello")
+			if last := got[len(got)-1]; !strings.Contains(last.Text, "HTTP 500") {
+				t.Fatalf("answer %+v; want the user told the model failed", last)
+			}
+			if n := len(g.oai.Requests()); n != tc.calls {
+				t.Fatalf("max_retries %d made %d calls, want %d", tc.retries, n, tc.calls)
+			}
+		})
 	}
 }

@@ -332,7 +332,7 @@ func (a *app) buildRuntime(cfg Config) (*gateway.Runtime, hookReport, error) {
 		Bus:          bus,
 		Profiles:     profs,
 		Commands:     reg,
-		LLM:          cfg.LLM,
+		LLM:          sessionLLM(cfg.LLM),
 		Tools:        resolveTools,
 		MCPTools:     a.mcpTools,
 		VoiceReplies: a.tts != nil,
@@ -342,6 +342,15 @@ func (a *app) buildRuntime(cfg Config) (*gateway.Runtime, hookReport, error) {
 			}
 		},
 	}, report, nil
+}
+
+// sessionLLM is the llm section as sessions take it. max_retries 0 in the config means no
+// retries (the config's own default is 3), where the harness reads 0 as "its default".
+func sessionLLM(c harness.Config) harness.Config {
+	if c.MaxRetries == 0 {
+		c.MaxRetries = -1
+	}
+	return c
 }
 
 // resolveTools builds the tools a profile names. Profiles are checked against it when they

@@ -502,6 +502,9 @@ func (c Config) validate() error {
 	default:
 		add(fmt.Errorf("llm.provider: %q is not one of openai, anthropic, fake, echo", c.LLM.Provider))
 	}
+	if c.LLM.MaxRetries < 0 {
+		add(errors.New("llm.max_retries: must not be negative (0 makes one call and no retries)"))
+	}
 	if c.Hooks.Timeout < 0 {
 		add(errors.New("hooks.timeout: must not be negative"))
 	}
