@@ -7,6 +7,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"syscall"
@@ -210,6 +211,23 @@ func (e redactedError) Error() string {
 	return e.redact(e.err.Error())
 }
 func (e redactedError) Unwrap() error { return e.err }
+
+// urlSecrets are what a base URL may carry as a secret: its user info's password and its
+// query's values (a key in ?key=). Errors quote the URL of a failed call.
+func urlSecrets(raw string) []string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	if p, ok := u.User.Password(); ok {
+		out = append(out, p)
+	}
+	for _, vs := range u.Query() {
+		out = append(out, vs...)
+	}
+	return out
+}
 
 // redactor returns a func that replaces every occurrence of the secrets with ***.
 func redactor(secrets ...string) func(string) string {

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -1026,6 +1028,41 @@ func TestToolFailuresBecomeErrorResults(t *testing.T) {
 		if r.Role != llm.RoleTool || !r.IsError || !strings.Contains(r.Content, w) {
 			t.Fatalf("result %d = %+v, want error containing %q", i, r, w)
 		}
+	}
+}
+
+// A base URL may carry a password or a key in its query; a failed call's error quotes its
+// URL. Neither the user nor the log sees them.
+func TestSecretsInTheBaseURLStayOutOfErrorsAndLogs(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens: the call fails with an error that quotes the URL
+	for _, provider := range []string{"openai", "anthropic"} {
+		t.Run(provider, func(t *testing.T) {
+			base := "http://proxy:pass-in-url@" + addr + "/v1?key=key-in-query"
+			p, err := harness.NewProvider(harness.Config{Provider: provider, Model: "m", BaseURL: base, APIKey: secret.Secret(testKey)}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var log strings.Builder
+			s := openSession(t, harness.SessionOptions{Provider: p, MaxRetries: -1, Logger: slog.New(slog.NewTextHandler(&log, nil))})
+			_, err = s.Run(context.Background(), "hi", nil)
+			var pe *harness.ProviderError
+			if !errors.As(err, &pe) || !pe.Unreachable {
+				t.Fatalf("err = %v; want the model unreachable", err)
+			}
+			for _, text := range []string{err.Error(), pe.Err.Error(), log.String()} {
+				if strings.Contains(text, "pass-in-url") || strings.Contains(text, "key-in-query") {
+					t.Fatalf("a secret of the base URL shows: %q", text)
+				}
+			}
+			if !strings.Contains(log.String(), addr) {
+				t.Fatalf("the log does not name the failed call: %s", log.String())
+			}
+		})
 	}
 }
 

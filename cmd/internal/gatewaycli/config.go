@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"net/url"
 	"os"
 	"reflect"
 	"slices"
@@ -370,6 +371,26 @@ func (c Config) inUse(key string) bool {
 
 // toMap turns a config struct into nested maps keyed like the YAML file. With mask, secrets
 // print as <redacted>; durations print as strings either way.
+// maskURL hides what a URL may carry as a secret: the password of its user info and the
+// values of its query (an API key in ?key=). A value that is not a URL is shown as it is.
+func maskURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || (u.User == nil && u.RawQuery == "") {
+		return raw
+	}
+	if _, has := u.User.Password(); has {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	if u.RawQuery != "" {
+		q := u.Query()
+		for k := range q {
+			q[k] = []string{"xxxxx"}
+		}
+		u.RawQuery = q.Encode()
+	}
+	return u.String()
+}
+
 func toMap(v any, mask bool) any {
 	return toMapValue(reflect.ValueOf(v), mask)
 }
@@ -418,6 +439,10 @@ func toMapValue(rv reflect.Value, mask bool) any {
 			}
 			if name == "" {
 				name = strings.ToLower(f.Name)
+			}
+			if fv := rv.Field(i); mask && fv.Kind() == reflect.String && strings.HasSuffix(name, "url") {
+				out[name] = maskURL(fv.String())
+				continue
 			}
 			out[name] = toMapValue(rv.Field(i), mask)
 		}

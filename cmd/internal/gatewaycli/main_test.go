@@ -67,6 +67,7 @@ llm:
   provider: openai
   model: gpt-4o-mini
   api_key: "${MY_KEY}"
+  base_url: "http://proxy:pass-in-url@127.0.0.1:1/v1?key=key-in-query"
 channels:
   telegram:
     enabled: true
@@ -82,12 +83,12 @@ channels:
 	if code != 0 {
 		t.Fatalf("exit %d:\n%s", code, out)
 	}
-	for _, secret := range []string{"sk-very-secret-key", "telegram-secret-token"} {
+	for _, secret := range []string{"sk-very-secret-key", "telegram-secret-token", "pass-in-url", "key-in-query"} {
 		if strings.Contains(out, secret) {
 			t.Fatalf("check printed a secret:\n%s", out)
 		}
 	}
-	if !strings.Contains(out, "<redacted>") || !strings.Contains(out, "gpt-from-env") {
+	if !strings.Contains(out, "<redacted>") || !strings.Contains(out, "gpt-from-env") || !strings.Contains(out, "http://proxy:xxxxx@127.0.0.1:1/v1?key=xxxxx") {
 		t.Fatalf("output lacks the masked secret or the env override:\n%s", out)
 	}
 }
