@@ -4,6 +4,7 @@
 package gateway
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -71,13 +72,33 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Validate names the first bad key.
+// Validate names every bad key.
 func (c Config) Validate() error {
+	var errs []error
 	if c.QueueMode != "" && !profiles.ValidQueueMode(c.QueueMode) {
-		return fmt.Errorf("sessions.queue_mode: %q is not one of followup, steer, collect, interrupt", c.QueueMode)
+		errs = append(errs, fmt.Errorf("sessions.queue_mode: %q is not one of followup, steer, collect, interrupt", c.QueueMode))
 	}
-	if c.MaxConcurrentTurns < 0 || c.QueueSize < 0 || c.MaxSessions < 0 {
-		return fmt.Errorf("sessions: limits must not be negative")
+	d := Defaults()
+	for _, n := range []struct {
+		key       string
+		v, deflt  int64
+		formatted func(int64) string
+	}{
+		{"max_concurrent_turns", int64(c.MaxConcurrentTurns), int64(d.MaxConcurrentTurns), nil},
+		{"queue_size", int64(c.QueueSize), int64(d.QueueSize), nil},
+		{"max_sessions", int64(c.MaxSessions), int64(d.MaxSessions), nil},
+		{"idle_evict", int64(c.IdleEvict), int64(d.IdleEvict), duration},
+		{"turn_timeout", int64(c.TurnTimeout), int64(d.TurnTimeout), duration},
+	} {
+		if n.v < 0 {
+			show := func(v int64) string { return fmt.Sprint(v) }
+			if n.formatted != nil {
+				show = n.formatted
+			}
+			errs = append(errs, fmt.Errorf("sessions.%s: must not be negative (0 takes the default, %s)", n.key, show(n.deflt)))
+		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
+
+func duration(v int64) string { return time.Duration(v).String() }

@@ -48,6 +48,9 @@ func TestCheckNamesEachBadKey(t *testing.T) {
 		{"bad media size", "state_dir: STATE\nmedia:\n  max_bytes: lots\n", "media.max_bytes"},
 		{"missing stt program", "state_dir: STATE\nstt:\n  enabled: true\n  provider: command\n  command: [no-such-stt-program, \"{input}\"]\n", "no-such-stt-program"},
 		{"moved key", "state_dir: STATE\nstt:\n  echo_transcript: true\n", ".yaml:3: stt.echo_transcript: this key moved: write it as sessions.echo_transcript"},
+		{"negative queue size", "state_dir: STATE\nsessions:\n  queue_size: -5\n", ".yaml:3: sessions.queue_size: must not be negative (0 takes the default, 20)"},
+		{"negative turn timeout", "state_dir: STATE\nsessions:\n  turn_timeout: -1m\n", ".yaml:3: sessions.turn_timeout: must not be negative (0 takes the default, 10m0s)"},
+		{"negative retries", "state_dir: STATE\nllm:\n  max_retries: -1\n", ".yaml:3: llm.max_retries: must not be negative"},
 		{"key twice", "state_dir: STATE\nsessions:\n  queue_size: 3\n  queue_size: 4\n", ".yaml:4: sessions.queue_size: given twice"},
 		{"missing tts program", "state_dir: STATE\ntts:\n  mode: always\n  provider: command\n  command: [no-such-tts-program, -w, \"{output}\", \"{text}\"]\n", "no-such-tts-program"},
 	}
