@@ -557,6 +557,12 @@ func (c Config) validate() error {
 		if b.Profile == "" {
 			add(fmt.Errorf("bindings[%d].profile: must name a profile", i))
 		}
+		// A misspelt channel would make a binding that never matches, silently.
+		switch b.Match.Channel {
+		case "", telegram.Name, discord.Name, slack.Name, web.Name:
+		default:
+			add(fmt.Errorf("bindings[%d].match.channel: %q is not one of telegram, discord, slack, web", i, b.Match.Channel))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -51,6 +51,7 @@ func TestCheckNamesEachBadKey(t *testing.T) {
 		{"negative queue size", "state_dir: STATE\nsessions:\n  queue_size: -5\n", ".yaml:3: sessions.queue_size: must not be negative (0 takes the default, 20)"},
 		{"negative turn timeout", "state_dir: STATE\nsessions:\n  turn_timeout: -1m\n", ".yaml:3: sessions.turn_timeout: must not be negative (0 takes the default, 10m0s)"},
 		{"negative retries", "state_dir: STATE\nllm:\n  max_retries: -1\n", ".yaml:3: llm.max_retries: must not be negative"},
+		{"binding to no channel", "state_dir: STATE\nbindings:\n  - profile: default\n    match: {channel: webb}\n", ".yaml:4: bindings[0].match.channel: \"webb\" is not one of telegram, discord, slack, web"},
 		{"key twice", "state_dir: STATE\nsessions:\n  queue_size: 3\n  queue_size: 4\n", ".yaml:4: sessions.queue_size: given twice"},
 		{"missing tts program", "state_dir: STATE\ntts:\n  mode: always\n  provider: command\n  command: [no-such-tts-program, -w, \"{output}\", \"{text}\"]\n", "no-such-tts-program"},
 	}
