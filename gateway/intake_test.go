@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -45,19 +46,40 @@ func TestJournaledMessageIsAnsweredOnceAfterRestart(t *testing.T) {
 	seen := make(chan string, 10)
 	first.fake.SetFunc(func(req *harness.Request) harness.FakeReply {
 		seen <- lastUser(*req)
+		if lastUser(*req) == "and of Spain?" {
+			return harness.FakeReply{Chunks: []string{"The capital of Spain", " is Madrid."}, ChunkDelay: time.Hour}
+		}
 		return harness.FakeReply{Text: "never finished", Delay: time.Hour}
 	})
 	first.mem.inject(t, "c1", "m1", "what is the capital of France?")
-	select {
-	case <-seen: // the model is working on it
-	case <-time.After(30 * time.Second):
-		t.Fatal("the model never saw the message")
+	first.mem.inject(t, "c2", "m1", "and of Spain?")
+	for range 2 {
+		select {
+		case <-seen: // the model is working on it
+		case <-time.After(30 * time.Second):
+			t.Fatal("the model never saw the messages")
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !slices.ContainsFunc(first.mem.frames("c2"), func(f channels.Frame) bool { return f.Type == channels.FrameDelta }) {
+		if time.Now().After(deadline) {
+			t.Fatal("the second chat never streamed")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	_ = first.g.Stop(ctx) // past the deadline: the turn is cut, as a crash would cut it
+	_ = first.g.Stop(ctx) // past the deadline: the turns are cut, as a crash would cut them
 	cancel()
-	if p, _ := db.Pending(); len(p) != 1 {
-		t.Fatalf("journal after the cut turn holds %d messages; want 1", len(p))
+	if p, _ := db.Pending(); len(p) != 2 {
+		t.Fatalf("journal after the cut turns holds %d messages; want 2", len(p))
+	}
+	// Both users are told their message is answered after the restart, not asked to send it
+	// again (which would have it answered twice).
+	if got := first.mem.finals("c1"); len(got) != 1 || !strings.Contains(got[0], "I'll answer your message when I'm back") {
+		t.Fatalf("the chat cut before any answer got %q; want to hear it is answered after the restart", got)
+	}
+	if got := first.mem.finals("c2"); len(got) != 1 || !strings.HasPrefix(got[0], "done:The capital of Spain") || !strings.Contains(got[0], "I'll answer this again in full when I'm back") {
+		t.Fatalf("the chat cut mid-answer got %q; want what was said kept and the full answer promised", got)
 	}
 
 	// The model answers from the start: the journaled message is taken as Start returns.
@@ -68,7 +90,10 @@ func TestJournaledMessageIsAnsweredOnceAfterRestart(t *testing.T) {
 	second := newEnvIn(t, filepath.Join(dir, "sessions"), withDurable(db), func(_ *Config, _ *Runtime, d *Deps) {
 		d.NewProvider = func(harness.Config) (harness.Provider, error) { return model, nil }
 	})
-	second.mem.waitDone(t, 1)
+	second.mem.waitDone(t, 2)
+	if got := second.mem.finals("c2"); len(got) != 1 || got[0] != "done:answer to and of Spain?" {
+		t.Fatalf("the chat cut mid-answer got %q after restart; want its answer in full, once", got)
+	}
 	// The platform redelivers m1 (its acknowledgement was lost); then the user writes again.
 	second.mem.inject(t, "c1", "m1", "what is the capital of France?")
 	second.mem.inject(t, "c1", "m2", "and of Italy?")
@@ -78,10 +103,10 @@ func TestJournaledMessageIsAnsweredOnceAfterRestart(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("answers after restart %q; want %q", got, want)
 	}
-	if n := len(model.Requests()); n != 2 {
-		t.Fatalf("%d model calls after restart; want 2 (the journaled message once, then the new one)", n)
+	if n := len(model.Requests()); n != 3 {
+		t.Fatalf("%d model calls after restart; want 3 (the journaled messages once, then the new one)", n)
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline = time.Now().Add(10 * time.Second)
 	for {
 		p, err := db.Pending()
 		if err == nil && len(p) == 0 {

@@ -252,12 +252,23 @@ func (d *deliverer) finishCancelled(ctx context.Context, partial string) {
 	}
 	d.bus.Emit(d.ctx, &hooks.MessageCancel{Session: d.info, Reason: reason})
 	if errors.Is(cause, errShutdown) {
-		// Unlike /stop or a newer message, nothing the user did explains the cut.
+		// Unlike /stop or a newer message, nothing the user did explains the cut. A durable
+		// gateway keeps the message and answers it in full after the restart: asking the
+		// user to send it again would have it answered twice.
+		kept := d.g.durable()
 		if strings.TrimSpace(partial) == "" {
-			d.send(channels.Frame{Type: channels.FrameError, Text: "Sorry, I had to stop before answering because I'm restarting. Please send your message again in a minute."})
+			text := "Sorry, I had to stop before answering because I'm restarting. Please send your message again in a minute."
+			if kept {
+				text = "I'm restarting, so I had to stop before answering. I'll answer your message when I'm back in a moment."
+			}
+			d.send(channels.Frame{Type: channels.FrameError, Text: text})
 			return
 		}
-		partial += "\n\n(I had to stop here because I'm restarting. Ask me to go on in a minute.)"
+		if kept {
+			partial += "\n\n(I had to stop here because I'm restarting. I'll answer this again in full when I'm back.)"
+		} else {
+			partial += "\n\n(I had to stop here because I'm restarting. Ask me to go on in a minute.)"
+		}
 	}
 	d.send(channels.Frame{Type: channels.FrameDone, Text: partial})
 }
