@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -246,11 +247,42 @@ func (c *Channel) getUpdates(ctx context.Context, offset int64) ([]*update, erro
 	ctx, cancel := context.WithTimeout(ctx, c.opts.PollTimeout+15*time.Second)
 	defer cancel()
 	params := map[string]any{"offset": offset, "timeout": int(c.opts.PollTimeout / time.Second), "allowed_updates": []string{"message"}}
-	var updates []*update
-	if err := c.callJSON(ctx, "getUpdates", params, &updates); err != nil {
+	var raws []json.RawMessage
+	if err := c.callJSON(ctx, "getUpdates", params, &raws); err != nil {
 		return nil, c.scrub.wrap(err)
 	}
+	updates := make([]*update, 0, len(raws))
+	for _, raw := range raws {
+		if u := c.decodeUpdate(raw); u != nil {
+			updates = append(updates, u)
+		}
+	}
+	if len(updates) == 0 && len(raws) > 0 {
+		// Nothing to move the offset past: back off as from a failed call, not spin.
+		return nil, fmt.Errorf("telegram: getUpdates returned %d updates without an id it can read", len(raws))
+	}
 	return updates, nil
+}
+
+// decodeUpdate reads one update, each on its own: decoded with the batch, one the adapter
+// cannot read failed getUpdates as a whole, the offset never moved past it, and every chat
+// waited behind it for good. An update it cannot read is logged and kept as its id alone,
+// which moves the offset past it; nil when not even the id can be read.
+func (c *Channel) decodeUpdate(raw []byte) *update {
+	u := new(update)
+	err := json.Unmarshal(raw, u)
+	if err == nil {
+		return u
+	}
+	var id struct {
+		ID int64 `json:"update_id"`
+	}
+	if json.Unmarshal(raw, &id) != nil || id.ID == 0 {
+		c.log.Warn("telegram: skipping an update without an id it can read", "err", err, "bytes", len(raw))
+		return nil
+	}
+	c.log.Warn("telegram: skipping an update it cannot read", "update", id.ID, "err", err)
+	return &update{ID: id.ID}
 }
 
 // savedOffset is where the poll loop keeps the update offset: the state file's cursor when

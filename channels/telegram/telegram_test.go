@@ -217,6 +217,15 @@ func TestWebhook(t *testing.T) {
 	eventually(t, "the redelivery to be answered", func() bool { return f.srv.Pending() == 0 })
 	base.ExpectNone(t, 300*time.Millisecond)
 
+	// An update the adapter cannot read is acknowledged and skipped: refused, Telegram
+	// would post it again and again, the chat's next updates behind it.
+	f.srv.SendMessageJSON(unreadableMessage)
+	f.srv.Send(telegramtest.Update{ChatID: 1001, Text: "after the unreadable one"})
+	if m := base.Next(t); m.Text() != "after the unreadable one" {
+		t.Fatalf("delivered %q", m.Text())
+	}
+	eventually(t, "the unreadable update to be acknowledged", func() bool { return f.srv.Pending() == 0 })
+
 	// The gateway refuses twice: the webhook answers 5xx, Telegram sends again, delivered once.
 	tries := f.srv.WebhookTries()
 	f.srv.Send(telegramtest.Update{ChatID: 1001, Text: "flaky"})
@@ -229,6 +238,30 @@ func TestWebhook(t *testing.T) {
 	if got := f.srv.Calls("getUpdates"); len(got) != 0 {
 		t.Errorf("webhook mode called getUpdates %d times", len(got))
 	}
+}
+
+// unreadableMessage is a message no version of the Bot API sends (a message_id that is
+// not a number): what the adapter cannot decode.
+const unreadableMessage = `{"message_id":"abc","date":1,"chat":{"id":1001,"type":"private"},"text":"unreadable"}`
+
+// An update the adapter cannot read is skipped, alone: decoded with its batch, it failed
+// every getUpdates, the offset never moved, and no chat was answered again.
+func TestAnUnreadableUpdateIsSkippedAlone(t *testing.T) {
+	f := newFixture(t)
+	sink := channeltest.NewSink()
+	f.start(f.config(), f.options(), sink)
+	f.srv.SendMessageJSON(unreadableMessage)
+	f.srv.Send(telegramtest.Update{ChatID: 1001, Text: "after the unreadable one"})
+	f.srv.Send(telegramtest.Update{ChatID: 1002, Text: "another chat"})
+	got := map[string]bool{}
+	for range 2 {
+		got[sink.Next(t).Text()] = true
+	}
+	if !got["after the unreadable one"] || !got["another chat"] {
+		t.Fatalf("delivered %v; want both updates that came after the unreadable one", got)
+	}
+	eventually(t, "the offset to move past every update", func() bool { return f.srv.Pending() == 0 })
+	sink.ExpectNone(t, 200*time.Millisecond)
 }
 
 func TestOversizedVoiceIsRefusedInChat(t *testing.T) {

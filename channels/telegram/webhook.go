@@ -42,9 +42,16 @@ func (c *Channel) serveWebhook(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "cannot read the update", http.StatusBadRequest)
 		return
 	}
-	var u update
-	if err := json.Unmarshal(body, &u); err != nil {
+	if !json.Valid(body) {
+		c.log.Warn("telegram: webhook POST whose body is not JSON refused", "remote", r.RemoteAddr, "bytes", len(body))
 		http.Error(w, "the body is not a Telegram update", http.StatusBadRequest)
+		return
+	}
+	// An update the adapter cannot read is acknowledged, logged, and skipped: refused,
+	// Telegram would send it again and again, with every later update behind it.
+	u := c.decodeUpdate(body)
+	if u == nil {
+		w.WriteHeader(http.StatusOK)
 		return
 	}
 	life, ok := c.life.Enter()
@@ -59,7 +66,7 @@ func (c *Channel) serveWebhook(w http.ResponseWriter, r *http.Request) {
 	defer stop()
 
 	// Telegram may POST several updates at once; one chat's are handled in order.
-	a, err := c.handleInOrder(ctx, &u)
+	a, err := c.handleInOrder(ctx, u)
 	if err == nil && a != nil {
 		// An album's item is answered once the whole album was delivered; the chat's
 		// next items are taken meanwhile.
