@@ -17,6 +17,8 @@ import (
 	"gateway/channels/telegram"
 	"gateway/channels/telegram/telegramtest"
 	"gateway/harness"
+	"gateway/hooks"
+	"gateway/internal/fakeserver"
 	"gateway/internal/secret"
 	"gateway/state"
 )
@@ -307,5 +309,83 @@ func TestVoiceChoiceSurvivesEviction(t *testing.T) {
 	}
 	if got := e.say(t, "c1", "m2", "/voice"); !strings.Contains(got, "Voice replies: off") {
 		t.Fatalf("after eviction /voice answered %q; want the saved choice (off)", got)
+	}
+}
+
+// An answer Telegram keeps refusing with 5xx past the adapter's retries leaves its message
+// in the journal: the next start answers it, rather than the answer being lost unsaid.
+func TestAnAnswerThePlatformKeepsFailingStaysJournaled(t *testing.T) {
+	dir := t.TempDir()
+	db := openState(t, dir)
+	defer db.Close()
+	tg := telegramtest.NewServer(t)
+	newChannel := func() channels.Channel {
+		ch, err := telegram.New(telegram.Config{Enabled: true, Token: secret.Secret(tg.Token), APIURL: tg.URL, Mode: telegram.ModePolling,
+			Access: channels.Access{AllowFrom: []string{strconv.Itoa(telegramtest.UserID)}, DMPolicy: channels.DMAllowlist}},
+			telegram.Options{StateDir: t.TempDir(), State: db, PollTimeout: time.Second,
+				Pacing: telegram.Pacing{GlobalPerSecond: -1, PerChatInterval: -1, GroupInterval: -1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ch
+	}
+	const chat = 4243
+	var log *eventLog
+	first := newEnvWith(t, filepath.Join(dir, "sessions"), []channels.Channel{newChannel()}, withDurable(db), withObserver(&log))
+	first.fake.SetFunc(func(req *harness.Request) harness.FakeReply { return harness.FakeReply{Text: "first try"} })
+	tg.FailNext(100, fakeserver.Failure{Status: 500, Method: "sendMessage", Chat: strconv.Itoa(chat)})
+	tg.Send(telegramtest.Update{ChatID: chat, Text: "hello"})
+	deadline := time.Now().Add(30 * time.Second)
+	waitEvent(t, log, "gateway:error of the answer", func(ev *hooks.GatewayError) bool { return strings.Contains(ev.Error, "done frame") })
+	if n := len(tg.Calls("sendMessage")); n < 3 {
+		t.Fatalf("%d sendMessage calls; want the answer tried more than once", n)
+	}
+	if msgs := tg.Messages(chat); len(msgs) != 0 {
+		t.Fatalf("the chat got %+v while every send failed", msgs)
+	}
+	if p, _ := db.Pending(); len(p) != 1 {
+		t.Fatalf("journal holds %d messages after the answer failed to arrive; want it kept", len(p))
+	}
+	// A refusal that will not pass (the user blocked the bot) is not kept: a restart would
+	// only be refused again.
+	const blocked = 4244
+	// Three: the streaming preview may take one before the answer.
+	tg.FailNext(3, fakeserver.Failure{Status: 403, Method: "sendMessage", Chat: strconv.Itoa(blocked), Message: "Forbidden: bot was blocked by the user"})
+	tg.Send(telegramtest.Update{ChatID: blocked, Text: "hello"})
+	waitEvent(t, log, "gateway:error of the blocked chat's answer", func(ev *hooks.GatewayError) bool { return ev.ChatID == strconv.Itoa(blocked) })
+	time.Sleep(200 * time.Millisecond) // the turn ends just after its error is told
+	if p, _ := db.Pending(); len(p) != 1 {
+		t.Fatalf("journal holds %d messages; want only the one whose answer may still arrive", len(p))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_ = first.g.Stop(ctx)
+	cancel()
+
+	tg.ClearFailures()
+	model := harness.NewFake() // answers from the start: the journaled message is taken as Start returns
+	model.SetFunc(func(req *harness.Request) harness.FakeReply {
+		return harness.FakeReply{Text: "answered after the restart"}
+	})
+	newEnvWith(t, filepath.Join(dir, "sessions"), []channels.Channel{newChannel()}, withDurable(db), func(_ *Config, _ *Runtime, d *Deps) {
+		d.NewProvider = func(harness.Config) (harness.Provider, error) { return model, nil }
+	})
+	for {
+		msgs := tg.Messages(chat)
+		if len(msgs) == 1 && msgs[0].Text == "answered after the restart" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the restart the chat got %+v; want the answer once", msgs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for {
+		if p, _ := db.Pending(); len(p) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the journal still holds the message once its answer arrived")
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -89,14 +89,19 @@ type runningTurn struct {
 // turnEnded records the end of the running turn: unless shutdown cut it, the messages it
 // answered leave the intake journal (a cut one is answered again, in full, after restart).
 func (s *session) turnEnded(out turnOutcome) {
-	if s.running != nil && !out.cut {
+	switch {
+	case s.running == nil, out.cut:
+	case out.undelivered && s.g.durable():
+		s.g.log.Warn("the answer did not reach the chat; its message stays journaled and is answered again after a restart", "session", s.key)
+	default:
 		s.g.settle(s.running.seqs...)
 	}
 	s.running = nil
 }
 
 type turnOutcome struct {
-	cut bool // by shutdown: its messages stay journaled
+	cut         bool // by shutdown: its messages stay journaled
+	undelivered bool // its answer's last frame failed on what may pass: they stay journaled
 }
 
 func newSession(g *Gateway, key string) *session {
@@ -476,9 +481,9 @@ func (s *session) startNext() {
 	go func() {
 		defer s.g.actors.Done()
 		defer cancel(nil)
-		s.runTurn(ctx, req, req.rt, agent, err)
+		undelivered := s.runTurn(ctx, req, req.rt, agent, err)
 		req.drop()
-		s.turnDone <- turnOutcome{cut: errors.Is(context.Cause(ctx), errShutdown)}
+		s.turnDone <- turnOutcome{cut: errors.Is(context.Cause(ctx), errShutdown), undelivered: undelivered}
 		s.g.mu.Lock()
 		s.g.wakeLocked(s)
 		s.g.mu.Unlock()

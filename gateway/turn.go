@@ -14,6 +14,7 @@ import (
 	"gateway/harness"
 	"gateway/hooks"
 	"gateway/internal/llm"
+	"gateway/internal/pace"
 )
 
 type cancelled struct{ reason string }
@@ -27,7 +28,11 @@ var errShutdown = errCancelled("the gateway is shutting down")
 
 // runTurn runs one turn and delivers its frames: start, deltas/tools/status, the parts of
 // message:send, then done (or error). done is sent only after everything reached the chat.
-func (s *session) runTurn(ctx context.Context, req *turnReq, rt *Runtime, agent *harness.Session, openErr error) {
+//
+// undelivered tells that the answer's last frame could not reach the chat for a reason that
+// may pass (the platform's 5xx, the network, a rate limit outlasting the retries): its
+// message then stays journaled, to be answered after a restart rather than lost.
+func (s *session) runTurn(ctx context.Context, req *turnReq, rt *Runtime, agent *harness.Session, openErr error) (undelivered bool) {
 	g := s.g
 	started := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.TurnTimeout)
@@ -43,20 +48,21 @@ func (s *session) runTurn(ctx context.Context, req *turnReq, rt *Runtime, agent 
 	defer dcancel()
 	d := s.openDelivery(dctx, req, rt, openErr)
 	if d == nil {
-		return
+		return false
 	}
 
 	if !s.admit(ctx, d) {
-		return
+		return d.gaveUp
 	}
 	defer func() { <-g.turnSem }()
 
 	if !s.beforeRun(ctx, d, req, agent) {
-		return
+		return d.gaveUp
 	}
 	res, err := agent.RunWith(ctx, req.prompt, req.parts, d.update)
 	defer d.settle()()
 	s.answer(ctx, d, req, rt, agent, res, err, started)
+	return d.gaveUp
 }
 
 // admit waits for a place under the global bound on concurrent turns; false when the
@@ -185,6 +191,9 @@ type deliverer struct {
 	info hooks.Session
 	ctx  context.Context
 	err  error
+	// gaveUp is set when a final frame failed after its retries on a failure that may
+	// pass (pace.ErrGaveUp).
+	gaveUp bool
 }
 
 // settleBudget is the least time the end of a turn gets to reach the chat.
@@ -223,6 +232,9 @@ func (d *deliverer) failed(typ channels.FrameType, final bool, err error) {
 		d.g.deliveryFailed(d.bus, d.info, fmt.Errorf("%s frame: %w", typ, err))
 	}
 	d.err = err
+	if final && errors.Is(err, pace.ErrGaveUp) {
+		d.gaveUp = true
+	}
 }
 
 // fail ends the turn with an error frame the user can read and a gateway:error event.

@@ -218,6 +218,13 @@ func (s *Failures) Take(method, chat string, isDefault func(method string) bool)
 	return Failure{}, false
 }
 
+// Clear drops every failure still scripted: the platform is well again.
+func (s *Failures) Clear() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.q = nil
+}
+
 // Len is how many failures are still scripted.
 func (s *Failures) Len() int {
 	s.mu.Lock()

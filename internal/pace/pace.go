@@ -199,9 +199,21 @@ func Transient(err error) error { return &retryError{err: err} }
 // ErrRetryTooLong is returned when the platform asks for a wait longer than Policy.Max.
 var ErrRetryTooLong = errors.New("the platform asked to wait longer than the retry limit")
 
+// ErrGaveUp is in the error of a call that kept failing for a reason worth another try (a
+// 5xx, the network, a rate limit) until its attempts or its context ran out: unlike a
+// refusal, the platform may well take it later.
+var ErrGaveUp = errors.New("gave up after retrying")
+
+// gaveUpError is the last error of a call Do gave up on; errors.Is finds ErrGaveUp in it.
+type gaveUpError struct{ err error }
+
+func (e *gaveUpError) Error() string   { return e.err.Error() }
+func (e *gaveUpError) Unwrap() []error { return []error{e.err, ErrGaveUp} }
+
 // Do calls fn until it succeeds, returns an error not marked by RetryAfter/Transient, or
 // the attempts run out. A retry_after wait is honoured in full; it does not shorten.
-// The returned error is the last one, unwrapped from its retry mark.
+// The returned error is the last one, unwrapped from its retry mark; when Do gave up on a
+// retryable one, errors.Is(err, ErrGaveUp) holds too.
 func Do(ctx context.Context, pol Policy, fn func(ctx context.Context) error) error {
 	pol = pol.withDefaults()
 	backoff := pol.Base
@@ -215,20 +227,20 @@ func Do(ctx context.Context, pol Policy, fn func(ctx context.Context) error) err
 			return err
 		}
 		if attempt >= pol.Attempts {
-			return re.err
+			return &gaveUpError{re.err}
 		}
 		wait := re.after
 		if wait == 0 {
 			wait = backoff/2 + rand.N(backoff/2+1)
 			backoff = min(backoff*2, pol.Max)
 		} else if wait > pol.Max {
-			return errors.Join(ErrRetryTooLong, re.err)
+			return &gaveUpError{errors.Join(ErrRetryTooLong, re.err)}
 		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return errors.Join(ctx.Err(), re.err)
+			return &gaveUpError{errors.Join(ctx.Err(), re.err)}
 		case <-t.C:
 		}
 	}

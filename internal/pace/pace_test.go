@@ -31,14 +31,14 @@ func TestDoHonoursRetryAfterAndRetriesMoreThanOnce(t *testing.T) {
 func TestDoStopsAtPermanentErrorAndAfterAttempts(t *testing.T) {
 	n := 0
 	perm := errors.New("400 bad request")
-	if err := Do(context.Background(), Policy{}, func(context.Context) error { n++; return perm }); !errors.Is(err, perm) || n != 1 {
-		t.Fatalf("permanent: err=%v calls=%d", err, n)
+	if err := Do(context.Background(), Policy{}, func(context.Context) error { n++; return perm }); !errors.Is(err, perm) || errors.Is(err, ErrGaveUp) || n != 1 {
+		t.Fatalf("permanent: err=%v calls=%d; want the error at once, not marked as given up", err, n)
 	}
 	n = 0
 	tr := errors.New("502")
 	err := Do(context.Background(), Policy{Attempts: 3, Base: time.Millisecond}, func(context.Context) error { n++; return Transient(tr) })
-	if !errors.Is(err, tr) || n != 3 {
-		t.Fatalf("transient: err=%v calls=%d; want 3 attempts then the error", err, n)
+	if !errors.Is(err, tr) || !errors.Is(err, ErrGaveUp) || n != 3 {
+		t.Fatalf("transient: err=%v calls=%d; want 3 attempts then the error, marked as given up", err, n)
 	}
 }
 
@@ -46,7 +46,7 @@ func TestDoGivesUpOnTooLongRetryAfter(t *testing.T) {
 	err := Do(context.Background(), Policy{Max: time.Second}, func(context.Context) error {
 		return RetryAfter(errors.New("429"), time.Hour)
 	})
-	if !errors.Is(err, ErrRetryTooLong) {
+	if !errors.Is(err, ErrRetryTooLong) || !errors.Is(err, ErrGaveUp) {
 		t.Fatalf("err = %v", err)
 	}
 }
@@ -55,7 +55,7 @@ func TestDoStopsWhenContextEnds(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	err := Do(ctx, Policy{}, func(context.Context) error { return RetryAfter(errors.New("429"), 10*time.Second) })
-	if !errors.Is(err, context.DeadlineExceeded) {
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ErrGaveUp) {
 		t.Fatalf("err = %v", err)
 	}
 }

@@ -142,6 +142,9 @@ func isSend(method string) bool {
 // failure to one chat, as Telegram's per-chat flood limits do.
 func (s *Server) FailNext(n int, f fakeserver.Failure) { s.fails.Add(n, f) }
 
+// ClearFailures drops the failures FailNext scripted and no call has taken yet.
+func (s *Server) ClearFailures() { s.fails.Clear() }
+
 // failure renders a scripted failure as the Bot API answers it.
 func failure(f fakeserver.Failure) (int, any) {
 	desc := f.Message
