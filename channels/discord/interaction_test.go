@@ -5,11 +5,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"gateway/channels"
 	"gateway/channels/discord"
 	"gateway/channels/discord/discordtest"
+	"gateway/internal/fakeserver"
 )
 
 // longAnswer is n characters or so of numbered sentences in paragraphs, so that a reader
@@ -99,4 +101,23 @@ func lens(parts []string) []int {
 		n = append(n, utf8.RuneCountInString(p))
 	}
 	return n
+}
+
+// An interaction's answer that fails says which URL failed, with the interaction's token
+// (good for posting to the chat for 15 minutes) hidden.
+func TestFailedInteractionAnswerHidesItsToken(t *testing.T) {
+	t.Parallel()
+	srv := discordtest.New(t)
+	e := start(t, srv, discord.Config{Access: defaultAccess()})
+	srv.InjectCommand("722", user, "report", "", false)
+	cmd := e.sink.Next(t)
+	srv.FailNext(5, fakeserver.Failure{RetryAfter: 20 * time.Millisecond, Method: "interactionEdit"})
+	err := answer(t, e.ch, channels.TargetOf(cmd), channels.Frame{Type: channels.FrameDone, Text: "the report"})
+	if err == nil {
+		t.Fatal("the answer went through five 429s")
+	}
+	want := srv.URL + "/api/v9/webhooks/" + srv.Bot().ID + "/***/messages/@original"
+	if !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "itok-") {
+		t.Fatalf("error %q; want it to name %s, without the token", err, want)
+	}
 }

@@ -169,7 +169,7 @@ func (c *Channel) typing(ctx context.Context, dest string) {
 	ctx, cancel := context.WithTimeout(ctx, optionalTimeout)
 	defer cancel()
 	err := c.optional.Do(ctx, dest, func(ctx context.Context) error {
-		return c.s.ChannelTyping(dest, discordgo.WithContext(ctx))
+		return calledURL(c.api, c.s.ChannelTyping(dest, discordgo.WithContext(ctx)))
 	})
 	if err != nil && ctx.Err() == nil {
 		c.log.Debug("discord: typing failed", "chat_id", dest, "err", err)
@@ -266,7 +266,10 @@ func (c *Channel) callWith(ctx context.Context, s *channels.Sender, key, what st
 	if !c.life.Running() {
 		return errors.New("discord: the channel is not running")
 	}
-	if err := s.Do(ctx, key, fn); err != nil {
+	err := s.Do(ctx, key, func(ctx context.Context) error {
+		return calledURL(c.api, fn(ctx))
+	})
+	if err != nil {
 		return fmt.Errorf("discord: %s in channel %s: %w", what, key, err)
 	}
 	return nil

@@ -71,6 +71,9 @@ func (s *Server) editOriginal(w http.ResponseWriter, r *http.Request, _ Bot, _ *
 	var body struct {
 		Content *string `json:"content"`
 	}
+	if s.fail(w, r, "interactionEdit") {
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var rep *interaction
@@ -96,6 +99,9 @@ func (s *Server) editOriginal(w http.ResponseWriter, r *http.Request, _ Bot, _ *
 func (s *Server) followup(w http.ResponseWriter, r *http.Request, _ Bot, _ *Call) {
 	var body struct {
 		Content string `json:"content"`
+	}
+	if s.fail(w, r, "interactionFollowup") {
+		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
