@@ -140,19 +140,40 @@ func (c *Channel) respond(ctx context.Context, in *discordgo.Interaction, text s
 	})
 }
 
-// edit0 replaces a deferred interaction's response with text.
+// edit0 replaces a deferred interaction's response with text, at most maxLen characters.
 func (c *Channel) edit0(ctx context.Context, in *discordgo.Interaction, text string) error {
-	if r := []rune(text); len(r) > 2000 {
-		text = string(r[:1999]) + "…"
-	}
 	return c.call(ctx, "interaction", "answer an interaction", func(ctx context.Context) error {
-		_, err := c.s.InteractionResponseEdit(in, &discordgo.WebhookEdit{Content: &text}, discordgo.WithContext(ctx))
+		_, err := c.s.InteractionResponseEdit(in, &discordgo.WebhookEdit{Content: &text, AllowedMentions: noPings()}, discordgo.WithContext(ctx))
 		return err
 	})
 }
 
+// answerInteraction shows text as a deferred interaction's answer, split as any answer is:
+// the response is one message like any other, so its first part replaces "thinking…" and
+// the rest follow up on the interaction, in order.
+func (c *Channel) answerInteraction(ctx context.Context, in *discordgo.Interaction, text string) error {
+	parts := split(text)
+	if len(parts) == 0 {
+		parts = []string{"Done."}
+	}
+	if err := c.edit0(ctx, in, parts[0]); err != nil {
+		return err
+	}
+	for _, p := range parts[1:] {
+		err := c.call(ctx, "interaction", "follow up an interaction", func(ctx context.Context) error {
+			_, err := c.s.FollowupMessageCreate(in, true, &discordgo.WebhookParams{Content: p, AllowedMentions: noPings()}, discordgo.WithContext(ctx))
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // interactionStream renders an answer into a deferred interaction's response: the final
-// text replaces "thinking…"; parts go to the channel as usual.
+// text replaces "thinking…", split into follow-ups past one message; parts go to the
+// channel as usual.
 type interactionStream struct {
 	*stream
 	in   *discordgo.Interaction
@@ -176,10 +197,7 @@ func (st *interactionStream) Send(ctx context.Context, f channels.Frame) error {
 		if text == "" {
 			text = st.text.String()
 		}
-		if strings.TrimSpace(text) == "" {
-			text = "Done."
-		}
-		return st.c.edit0(ctx, st.in, text)
+		return st.c.answerInteraction(ctx, st.in, text)
 	}
 	return st.stream.Send(ctx, f)
 }

@@ -169,7 +169,7 @@ func (c *Channel) typing(ctx context.Context, dest string) {
 	ctx, cancel := context.WithTimeout(ctx, optionalTimeout)
 	defer cancel()
 	err := c.optional.Do(ctx, dest, func(ctx context.Context) error {
-		return c.s.ChannelTyping(dest, discordgo.WithContext(ctx))
+		return calledURL(c.api, c.s.ChannelTyping(dest, discordgo.WithContext(ctx)))
 	})
 	if err != nil && ctx.Err() == nil {
 		c.log.Debug("discord: typing failed", "chat_id", dest, "err", err)
@@ -181,12 +181,7 @@ func (c *Channel) typing(ctx context.Context, dest string) {
 // c.optional for a streaming preview.
 func (st *stream) render(ctx context.Context, s *channels.Sender, text string, final bool) error {
 	st.lastRender = time.Now()
-	var chunks []string
-	for _, ch := range markdown.Split(text, maxLen, utf8.RuneCountInString) {
-		if strings.TrimSpace(ch) != "" {
-			chunks = append(chunks, ch)
-		}
-	}
+	chunks := split(text)
 	for i, ch := range chunks {
 		if i < len(st.msgs) {
 			if st.msgs[i].text == ch {
@@ -218,12 +213,20 @@ func (st *stream) render(ctx context.Context, s *channels.Sender, text string, f
 	return nil
 }
 
+// split cuts text into the messages that show it, each within Discord's limit.
+func split(text string) []string {
+	var chunks []string
+	for _, ch := range markdown.Split(text, maxLen, utf8.RuneCountInString) {
+		if strings.TrimSpace(ch) != "" {
+			chunks = append(chunks, ch)
+		}
+	}
+	return chunks
+}
+
 // post sends text as new messages after whatever the answer showed so far.
 func (st *stream) post(ctx context.Context, text string) error {
-	for _, ch := range markdown.Split(text, maxLen, utf8.RuneCountInString) {
-		if strings.TrimSpace(ch) == "" {
-			continue
-		}
+	for _, ch := range split(text) {
 		if _, err := st.c.postText(ctx, &st.c.send, st.dest, ch, st.takeRef()); err != nil {
 			return err
 		}
@@ -263,7 +266,10 @@ func (c *Channel) callWith(ctx context.Context, s *channels.Sender, key, what st
 	if !c.life.Running() {
 		return errors.New("discord: the channel is not running")
 	}
-	if err := s.Do(ctx, key, fn); err != nil {
+	err := s.Do(ctx, key, func(ctx context.Context) error {
+		return calledURL(c.api, fn(ctx))
+	})
+	if err != nil {
 		return fmt.Errorf("discord: %s in channel %s: %w", what, key, err)
 	}
 	return nil

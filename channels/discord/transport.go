@@ -3,6 +3,7 @@ package discord
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -51,13 +52,9 @@ type transport struct {
 }
 
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if t.api != nil && (req.URL.Host == "discord.com" || req.URL.Host == "discordapp.com") {
-		u := *req.URL
-		u.Scheme, u.Host = t.api.Scheme, t.api.Host
-		u.Path = strings.TrimSuffix(t.api.Path, "/") + req.URL.Path
-		u.RawPath = ""
+	if u, ok := rebase(t.api, req.URL); ok {
 		r := req.Clone(req.Context())
-		r.URL, r.Host = &u, ""
+		r.URL, r.Host = u, ""
 		req = r
 	}
 	resp, err := t.base.RoundTrip(req)
@@ -75,6 +72,43 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 	}
 	return resp, nil
+}
+
+// rebase returns where a request for u goes: under api, when api is set and u is Discord's.
+func rebase(api, u *url.URL) (*url.URL, bool) {
+	if api == nil || (u.Host != "discord.com" && u.Host != "discordapp.com") {
+		return u, false
+	}
+	v := *u
+	v.Scheme, v.Host = api.Scheme, api.Host
+	v.Path = strings.TrimSuffix(api.Path, "/") + u.Path
+	v.RawPath = ""
+	return &v, true
+}
+
+// calledURL makes a REST error name the URL really called: net/http names the request's
+// own URL, discord.com, even when the transport sent it to api_url. An interaction's token
+// (a credential for 15 minutes) is hidden.
+func calledURL(api *url.URL, err error) error {
+	var ue *url.Error
+	if !errors.As(err, &ue) {
+		return err
+	}
+	u, perr := url.Parse(ue.URL)
+	if perr != nil {
+		return err
+	}
+	u, _ = rebase(api, u)
+	parts := strings.Split(u.Path, "/")
+	for i := 0; i+2 < len(parts); i++ {
+		if parts[i] == "webhooks" || parts[i] == "interactions" { // …/{id}/{token}/…
+			parts[i+2] = "***"
+		}
+	}
+	u.Path = strings.Join(parts, "/")
+	u.RawPath = u.Path  // so that *** reads as written, not %2A%2A%2A
+	ue.URL = u.String() // the error is this call's own, made by net/http for it
+	return err
 }
 
 // CloseIdleConnections closes the idle keep-alive connections, and so their goroutines,

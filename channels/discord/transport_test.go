@@ -5,8 +5,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
+
+	"gateway/channels"
+	"gateway/channels/discord/discordtest"
+	"gateway/internal/fakeserver"
 )
 
 func TestTransportRewritesAndClassifies(t *testing.T) {
@@ -70,5 +75,28 @@ func TestTransportClosesOnlyItsOwnIdleConnections(t *testing.T) {
 	(&http.Client{Transport: &transport{base: shared}}).CloseIdleConnections()
 	if own.closed != 1 || shared.closed != 0 {
 		t.Fatalf("closed own %d times, shared %d times; want 1 and 0", own.closed, shared.closed)
+	}
+}
+
+// A failed send's error names the URL the request went to (api_url), not discord.com,
+// whose address it never reached: an admin reading the log looks at the right server.
+func TestSendErrorNamesTheURLCalled(t *testing.T) {
+	t.Parallel()
+	srv := discordtest.New(t)
+	c, ctx := startFake(t, srv, time.Hour)
+	srv.FailNext(5, fakeserver.Failure{RetryAfter: 20 * time.Millisecond, Method: "createMessage", Chat: "dm-r"})
+	st, err := c.Open(ctx, channels.Target{ChatID: "dm-r", ChatType: channels.ChatDM})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = st.Send(ctx, channels.Frame{Type: channels.FrameDone, Text: "hello"})
+	if err == nil {
+		t.Fatal("the send succeeded through five 429s")
+	}
+	if want := srv.URL + "/api/v9/channels/dm-r/messages"; !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "discord.com") {
+		t.Fatalf("error %q; want it to name %s", err, want)
+	}
+	if !strings.Contains(err.Error(), "429") {
+		t.Errorf("error %q does not say Discord answered 429", err)
 	}
 }

@@ -308,12 +308,15 @@ func TestTypingSignals(t *testing.T) {
 	}
 }
 
+// Slack reads &, < and > as markup in all message text, code included, so they are
+// escaped everywhere: no <!channel> in a model's code pings anyone, and List<String>
+// shows as written (Slack renders &lt; as < inside code too).
 func TestMarkdownIsRenderedAsMrkdwn(t *testing.T) {
 	s := slacktest.New(t)
 	st := start(t, s, nil)
 	answer(t, st.ch, channels.Target{Channel: Name, ChatID: "D5", ChatType: channels.ChatDM},
-		channels.Frame{Type: channels.FrameDone, Text: "**bold** & [docs](https://example.com) <@U999>\n```\na < b\n```"})
-	want := "*bold* &amp; <https://example.com|docs> &lt;@U999&gt;\n\n```\na < b\n```"
+		channels.Frame{Type: channels.FrameDone, Text: "**bold** & [docs](https://example.com) <@U999> `<!channel>`\n```\nList<String> a && b\n```"})
+	want := "*bold* &amp; <https://example.com|docs> &lt;@U999&gt; `&lt;!channel&gt;`\n\n```\nList&lt;String&gt; a &amp;&amp; b\n```"
 	if p := s.Posted("D5"); len(p) != 1 || p[0].Text != want {
 		t.Fatalf("posted %+v; want %q", p, want)
 	}

@@ -12,10 +12,11 @@ import (
 
 // Mrkdwn renders Markdown as Slack's mrkdwn: **bold** becomes *bold*, _italic_ stays
 // _italic_, ~~strike~~ becomes ~strike~, [text](url) becomes <url|text>, headings become
-// bold lines, lists get bullets, code spans and fenced blocks are kept verbatim, and &, <
-// and > are escaped everywhere else so that model output cannot ping users (<!channel>,
-// <@U123>) or forge links. The output is well-formed for any input: an unclosed fence
-// runs to the end, as it does while an answer streams.
+// bold lines, lists get bullets, code spans and fenced blocks keep their text as written,
+// and &, < and > are escaped everywhere, code included (Slack parses them in all message
+// text and shows &lt; as < inside code too), so that model output cannot ping users
+// (<!channel>, <@U123>) or forge links. The output is well-formed for any input: an
+// unclosed fence runs to the end, as it does while an answer streams.
 func Mrkdwn(md string) string {
 	doc, src := parse(md)
 	r := &mrkdwnRenderer{src: src}
@@ -76,7 +77,7 @@ func (r *mrkdwnRenderer) block(n ast.Node) {
 
 // code writes a fenced block. The language is dropped: Slack would show it as code text.
 func (r *mrkdwnRenderer) code(lines *text.Segments) {
-	r.b.WriteString("```\n" + strings.TrimRight(segmentsText(lines, r.src), "\n") + "\n```")
+	r.b.WriteString("```\n" + EscapeMrkdwn(strings.TrimRight(segmentsText(lines, r.src), "\n")) + "\n```")
 }
 
 func (r *mrkdwnRenderer) list(l *ast.List) {
@@ -90,7 +91,8 @@ func (r *mrkdwnRenderer) list(l *ast.List) {
 	writeList(&r.b, l, indent, bullet, r.block)
 }
 
-// table becomes a code block with padded columns: Slack has no tables.
+// table becomes a code block with padded columns: Slack has no tables. Cells are padded
+// as read and escaped after, so that columns line up as Slack shows them.
 func (r *mrkdwnRenderer) table(t *east.Table) {
 	var rows [][]string
 	var widths []int
@@ -125,7 +127,7 @@ func (r *mrkdwnRenderer) table(t *east.Table) {
 			out = append(out, strings.Join(rule, "-+-"))
 		}
 	}
-	r.b.WriteString("```\n" + strings.Join(out, "\n") + "\n```")
+	r.b.WriteString("```\n" + EscapeMrkdwn(strings.Join(out, "\n")) + "\n```")
 }
 
 func (r *mrkdwnRenderer) inlines(n ast.Node) {
@@ -152,7 +154,7 @@ func (r *mrkdwnRenderer) inline(n ast.Node) {
 				s.Write(t.Value)
 			}
 		}
-		r.b.WriteString("`" + s.String() + "`")
+		r.b.WriteString("`" + EscapeMrkdwn(s.String()) + "`")
 	case *ast.Emphasis:
 		mark := "_"
 		if n.Level >= 2 {

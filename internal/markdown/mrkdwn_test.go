@@ -21,15 +21,17 @@ func TestMrkdwn(t *testing.T) {
 		{"bullets", "- one\n- two\n  - nested", "• one\n• two\n    ◦ nested"},
 		{"ordered", "3. c\n4. d", "3. c\n4. d"},
 		{"task list", "- [x] done\n- [ ] todo", "• ☑ done\n• ☐ todo"},
-		{"code span kept", "use `a < b && **c**`", "use `a < b && **c**`"},
-		{"code block kept", "```go\nif a < b && c > d {\n\t**x**\n}\n```", "```\nif a < b && c > d {\n\t**x**\n}\n```"},
-		{"unclosed fence", "```\nstill < code", "```\nstill < code\n```"},
+		{"code span kept, escaped", "use `a < b && **c**`", "use `a &lt; b &amp;&amp; **c**`"},
+		{"code block kept, escaped", "```go\nif a < b && c > d {\n\t**x**\n}\n```", "```\nif a &lt; b &amp;&amp; c &gt; d {\n\t**x**\n}\n```"},
+		{"no pings from code", "`<!channel>`\n\n```\n<!here> <@U123>\n```", "`&lt;!channel&gt;`\n\n```\n&lt;!here&gt; &lt;@U123&gt;\n```"},
+		{"unclosed fence", "```\nstill < code", "```\nstill &lt; code\n```"},
 		{"escapes outside code", "a & b < c > d", "a &amp; b &lt; c &gt; d"},
 		{"no pings", "hey <!channel> and <@U123>", "hey &lt;!channel&gt; and &lt;@U123&gt;"},
 		{"markdown escapes", `not \*bold\* &amp; fine`, "not *bold* &amp; fine"},
 		{"quote", "> quoted\n> more", "> quoted\n> more"},
 		{"line breaks kept", "line one\nline two", "line one\nline two"},
 		{"table", "| a | bb |\n|---|---|\n| ccc | d |", "```\na   | bb\n----+---\nccc | d\n```"},
+		{"table escaped, aligned as shown", "| a<b | c |\n|---|---|\n| <!here> | d |", "```\na&lt;b     | c\n--------+--\n&lt;!here&gt; | d\n```"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -2,8 +2,10 @@ package discordtest
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 )
 
 // AppCommand is an application command a bot registered.
@@ -18,11 +20,12 @@ type AppCommand struct {
 }
 
 // InteractionReply is what a bot answered an interaction: the callback's type and content,
-// then each edit of the original response.
+// then each edit of the original response, then the follow-up messages.
 type InteractionReply struct {
-	Type  int      // 4: message, 5: deferred
-	Text  string   // the callback's content
-	Edits []string // PATCH …/messages/@original
+	Type      int      // 4: message, 5: deferred
+	Text      string   // the callback's content
+	Edits     []string // PATCH …/messages/@original
+	Followups []string // POST /webhooks/{app}/{token}, in order
 }
 
 func (s *Server) putCommands(w http.ResponseWriter, r *http.Request, bot Bot, _ *Call) {
@@ -68,6 +71,9 @@ func (s *Server) editOriginal(w http.ResponseWriter, r *http.Request, _ Bot, _ *
 	var body struct {
 		Content *string `json:"content"`
 	}
+	if s.fail(w, r, "interactionEdit") {
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var rep *interaction
@@ -80,8 +86,45 @@ func (s *Server) editOriginal(w http.ResponseWriter, r *http.Request, _ Bot, _ *
 		writeErr(w, http.StatusNotFound, 10015, "Unknown Webhook")
 		return
 	}
+	if runeLen(*body.Content) > MaxContent {
+		invalidForm(w, "content", "BASE_TYPE_MAX_LENGTH", fmt.Sprintf("Must be %d or fewer in length.", MaxContent))
+		return
+	}
 	rep.reply.Edits = append(rep.reply.Edits, *body.Content)
 	writeJSON(w, http.StatusOK, map[string]any{"id": s.newIDLocked(), "channel_id": rep.channel, "content": *body.Content})
+}
+
+// followup creates a follow-up message of an interaction answered before (Discord's
+// "Create Followup Message"). The fake keeps it with the interaction, not in the channel.
+func (s *Server) followup(w http.ResponseWriter, r *http.Request, _ Bot, _ *Call) {
+	var body struct {
+		Content string `json:"content"`
+	}
+	if s.fail(w, r, "interactionFollowup") {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var rep *interaction
+	for _, x := range s.interactions {
+		if x.token == r.PathValue("token") && x.app == r.PathValue("app") {
+			rep = x
+		}
+	}
+	if err := json.NewDecoder(r.Body).Decode(&body); err != nil || rep == nil || !rep.answered {
+		writeErr(w, http.StatusNotFound, 10015, "Unknown Webhook")
+		return
+	}
+	if runeLen(body.Content) > MaxContent {
+		invalidForm(w, "content", "BASE_TYPE_MAX_LENGTH", fmt.Sprintf("Must be %d or fewer in length.", MaxContent))
+		return
+	}
+	if strings.TrimSpace(body.Content) == "" {
+		writeErr(w, http.StatusBadRequest, 50006, "Cannot send an empty message")
+		return
+	}
+	rep.reply.Followups = append(rep.reply.Followups, body.Content)
+	writeJSON(w, http.StatusOK, map[string]any{"id": s.newIDLocked(), "channel_id": rep.channel, "content": body.Content})
 }
 
 type interaction struct {
@@ -104,6 +147,7 @@ func (s *Server) Interaction(id string) InteractionReply {
 	if x, ok := s.interactions[id]; ok {
 		r := x.reply
 		r.Edits = slices.Clone(r.Edits)
+		r.Followups = slices.Clone(r.Followups)
 		return r
 	}
 	return InteractionReply{}

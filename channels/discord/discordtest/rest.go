@@ -65,6 +65,7 @@ func (s *Server) routes() http.Handler {
 	api("PUT /api/{v}/applications/{app}/commands", true, s.putCommands)
 	api("POST /api/{v}/interactions/{iid}/{token}/callback", false, s.interactionCallback)
 	api("PATCH /api/{v}/webhooks/{app}/{token}/messages/{mid}", false, s.editOriginal)
+	api("POST /api/{v}/webhooks/{app}/{token}", false, s.followup)
 	api("/", false, func(w http.ResponseWriter, r *http.Request, _ Bot, _ *Call) {
 		writeErr(w, http.StatusNotFound, 0, "404: Not Found")
 	})

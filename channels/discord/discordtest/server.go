@@ -252,8 +252,8 @@ func (s *Server) SetRoles(userID string, roles ...string) {
 // FailNext makes the next n calls f applies to fail as Discord fails them: f.Code() 429
 // with retry_after in the JSON body and the rate-limit headers, any other status with
 // Discord's error JSON. f.Method "" applies to message creates and edits; "createMessage",
-// "editMessage", "typing" and "getAttachment" (a download) name one call. f.Chat limits it
-// to one channel id.
+// "editMessage", "typing", "getAttachment" (a download), "interactionEdit" (of the original
+// response) and "interactionFollowup" name one call. f.Chat limits it to one channel id.
 func (s *Server) FailNext(n int, f fakeserver.Failure) { s.fails.Add(n, f) }
 
 // RejectNextResume answers the next RESUME with INVALID_SESSION (d: false) and forgets
