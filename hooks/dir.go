@@ -44,8 +44,8 @@ type DirOptions struct {
 	Profile string
 	// Timeout is the default for hooks whose HOOK.yaml sets none (zero: the bus default).
 	Timeout time.Duration
-	// HTTPClient is used by url hooks. Default: a client with the hook's timeout that
-	// does not follow redirects.
+	// HTTPClient is used by url hooks (default: one with the hook's timeout). Either
+	// way a url hook never follows a redirect.
 	HTTPClient *http.Client
 	Logger     *slog.Logger
 	// Getenv expands ${VAR} in HOOK.yaml; nil means os.Getenv.
