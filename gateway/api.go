@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -49,13 +52,30 @@ type InjectRequest struct {
 	Wait      string `json:"wait"`       // "" or "delivered"
 }
 
-func decodeBody(r *http.Request, v any) error {
-	dec := json.NewDecoder(io.LimitReader(r.Body, maxAPIBody))
+// decodeBody reads the request's one JSON object into v. The status it returns with an
+// error is 413 for a body over maxAPIBody, else 400.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) (int, error) {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxAPIBody))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("the body is not the expected JSON: %w", err)
+	err := dec.Decode(v)
+	if err == nil {
+		// One object per request: text after it is a mistake in the caller, and reading
+		// only the first object would act on half of what was meant.
+		if err = dec.Decode(new(json.RawMessage)); err == io.EOF {
+			return 0, nil
+		} else if err == nil || !isTooLarge(err) {
+			return http.StatusBadRequest, errors.New("the body has more after the JSON object; send exactly one object")
+		}
 	}
-	return nil
+	if isTooLarge(err) {
+		return http.StatusRequestEntityTooLarge, fmt.Errorf("the body is larger than %d MiB", maxAPIBody>>20)
+	}
+	return http.StatusBadRequest, fmt.Errorf("the body is not the expected JSON: %w", err)
+}
+
+func isTooLarge(err error) bool {
+	var tl *http.MaxBytesError
+	return errors.As(err, &tl)
 }
 
 func (g *Gateway) apiRoutes(mux *http.ServeMux, opts HTTPOptions) {
@@ -92,24 +112,25 @@ func (g *Gateway) apiTarget(channel, chat, thread string) (channels.Target, erro
 // apiSend delivers a message to a chat without the model, paced like any answer.
 func (g *Gateway) apiSend(w http.ResponseWriter, r *http.Request) {
 	var req SendRequest
-	if err := decodeBody(r, &req); err != nil {
-		writeJSON(w, http.StatusBadRequest, map[string]any{"error": err.Error()})
+	if status, err := decodeBody(w, r, &req); err != nil {
+		writeJSON(w, status, map[string]any{"error": err.Error()})
 		return
 	}
 	target, err := g.apiTarget(req.Channel, req.ChatID, req.ThreadID)
 	if err == nil && req.Text == "" && len(req.Parts) == 0 {
 		err = errors.New(`"text" or "parts" is required`)
 	}
-	if err == nil {
-		for i, p := range req.Parts {
-			if p.Type != channels.PartText && p.Path == "" {
-				err = fmt.Errorf("part %d: media travel by \"path\" (a file the gateway can read)", i)
-			}
-		}
-	}
 	if err != nil {
 		writeJSON(w, http.StatusBadRequest, map[string]any{"error": err.Error()})
 		return
+	}
+	// Every part is checked before anything is sent: a chat never gets half a message, and
+	// the caller learns what was wrong from the answer rather than from the gateway's log.
+	for i := range req.Parts {
+		if status, err := g.checkSendPart(i, &req.Parts[i]); err != nil {
+			writeJSON(w, status, map[string]any{"error": err.Error()})
+			return
+		}
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Minute)
 	defer cancel()
@@ -141,8 +162,8 @@ type injection struct {
 // apiInject puts a message into a chat's session (the seed's sendMessage).
 func (g *Gateway) apiInject(w http.ResponseWriter, r *http.Request) {
 	var req InjectRequest
-	if err := decodeBody(r, &req); err != nil {
-		writeJSON(w, http.StatusBadRequest, map[string]any{"error": err.Error()})
+	if status, err := decodeBody(w, r, &req); err != nil {
+		writeJSON(w, status, map[string]any{"error": err.Error()})
 		return
 	}
 	if g.forward != nil {
@@ -419,4 +440,52 @@ func (g *Gateway) apiStatus(w http.ResponseWriter, r *http.Request) {
 		out["cluster"] = g.cluster(r.Context())
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// checkSendPart tells what is wrong with part i of a send, and the status to answer with.
+// A media part's Path becomes the absolute, symlink-free path of the file checked, so the
+// adapter reads that file and not whatever a link points to by then.
+func (g *Gateway) checkSendPart(i int, p *channels.Part) (int, error) {
+	switch p.Type {
+	case channels.PartText:
+		return 0, nil
+	case channels.PartAudio, channels.PartImage, channels.PartFile:
+	default:
+		return http.StatusBadRequest, fmt.Errorf("part %d: unknown type %q (use text, audio, image or file)", i, p.Type)
+	}
+	if p.Path == "" {
+		return http.StatusBadRequest, fmt.Errorf("part %d (%s): media travel by \"path\", a file on the gateway's host", i, p.Type)
+	}
+	abs, err := filepath.Abs(p.Path)
+	if err != nil {
+		return http.StatusBadRequest, fmt.Errorf("part %d (%s %s): %v", i, p.Type, p.Path, err)
+	}
+	what := fmt.Sprintf("part %d (%s %s)", i, p.Type, abs)
+	real, err := filepath.EvalSymlinks(abs)
+	var fi os.FileInfo
+	if err == nil {
+		fi, err = os.Stat(real)
+	}
+	if err == nil && !fi.Mode().IsRegular() {
+		return http.StatusBadRequest, fmt.Errorf("%s: not a regular file; the gateway sends only ordinary files", what)
+	}
+	if err == nil {
+		var f *os.File
+		if f, err = os.Open(real); err == nil {
+			f.Close()
+		}
+	}
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return http.StatusBadRequest, fmt.Errorf("%s: the file does not exist on the gateway's host", what)
+	case errors.Is(err, fs.ErrPermission):
+		return http.StatusBadRequest, fmt.Errorf("%s: the gateway may not read the file (permission denied)", what)
+	case err != nil:
+		return http.StatusBadRequest, fmt.Errorf("%s: the gateway cannot read the file: %v", what, err)
+	}
+	if p.Name == "" {
+		p.Name = filepath.Base(abs) // the name the caller gave, not the link's target
+	}
+	p.Path = real
+	return 0, nil
 }

@@ -7,12 +7,15 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"gateway/channels"
 	"gateway/harness"
 	"gateway/harness/openaitest"
 	"gateway/hooks"
@@ -286,5 +289,85 @@ func TestAPIInjectWaitDeliveredIgnoresTheSameWordsInHistory(t *testing.T) {
 	}
 	if p := lastPrompt(e.fake); p != "deploy finished\n\nanything else?" {
 		t.Fatalf("next turn's prompt %q", p)
+	}
+}
+
+// apiPostRaw sends body as it is, so a test can send what json.Marshal never would.
+func apiPostRaw(t *testing.T, url string, body io.Reader) (int, string) {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Error string `json:"error"`
+	}
+	data, _ := io.ReadAll(resp.Body)
+	if err := json.Unmarshal(data, &out); err != nil {
+		t.Fatalf("the answer is not JSON: %q", data)
+	}
+	return resp.StatusCode, out.Error
+}
+
+// A send that cannot be delivered as asked is refused up front with the reason, naming the
+// part, and nothing reaches the chat: the caller (a cron job, a hook) learns it from the
+// answer, not from the gateway's log.
+func TestAPISendRefusesBadRequests(t *testing.T) {
+	e := newEnv(t)
+	dir := t.TempDir()
+	report := filepath.Join(dir, "report.txt")
+	if err := os.WriteFile(report, []byte("all good"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	send := func(parts ...map[string]any) string {
+		b, _ := json.Marshal(map[string]any{"channel": "mem", "chat_id": "bad", "text": "hi", "parts": parts})
+		return string(b)
+	}
+	for name, c := range map[string]struct {
+		body   string
+		status int
+		want   []string
+	}{
+		"missing file":   {send(map[string]any{"type": "image", "path": "/nonexistent.png"}), 400, []string{"part 0", "image", "/nonexistent.png", "does not exist"}},
+		"unknown type":   {send(map[string]any{"type": "text", "text": "x"}, map[string]any{"type": "video", "path": report}), 400, []string{"part 1", `"video"`, "text, audio, image or file"}},
+		"a directory":    {send(map[string]any{"type": "file", "path": dir}), 400, []string{"part 0", dir, "not a regular file"}},
+		"no path":        {send(map[string]any{"type": "file", "name": "x.pdf"}), 400, []string{"part 0", `"path"`}},
+		"trailing data":  {`{"channel": "mem", "chat_id": "bad", "text": "hi"} and more`, 400, []string{"after the JSON object"}},
+		"second object":  {`{"channel": "mem", "chat_id": "bad", "text": "hi"}{"text": "again"}`, 400, []string{"after the JSON object"}},
+		"too large":      {`{"channel": "mem", "chat_id": "bad", "text": "` + strings.Repeat("a", maxAPIBody) + `"}`, 413, []string{"the body is larger than 1 MiB"}},
+		"too large tail": {`{"channel": "mem", "chat_id": "bad", "text": "hi"}` + strings.Repeat(" ", maxAPIBody), 413, []string{"the body is larger than 1 MiB"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			code, msg := apiPostRaw(t, e.url+"/api/v1/send", strings.NewReader(c.body))
+			if code != c.status {
+				t.Errorf("status %d (%q), want %d", code, msg, c.status)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error %q does not say %q", msg, w)
+				}
+			}
+		})
+	}
+	if got := e.mem.frames("bad"); len(got) != 0 {
+		t.Errorf("a refused send reached the chat: %+v", got)
+	}
+	// inject reads its body the same way.
+	if code, msg := apiPostRaw(t, e.url+"/api/v1/inject", strings.NewReader(`{"channel": "mem", "chat_id": "bad", "text": "hi"} x`)); code != 400 || !strings.Contains(msg, "after the JSON object") {
+		t.Errorf("inject with trailing data: %d %q", code, msg)
+	}
+
+	// What is fine still goes: a file part and trailing white space after the object.
+	code, msg := apiPostRaw(t, e.url+"/api/v1/send", strings.NewReader(send(map[string]any{"type": "file", "path": report})+"\n\n"))
+	if code != http.StatusOK {
+		t.Fatalf("a good send: %d %q", code, msg)
+	}
+	fs := e.mem.frames("bad")
+	if len(fs) != 2 || fs[0].Type != channels.FrameParts || len(fs[0].Parts) != 1 || fs[1].Text != "hi" {
+		t.Fatalf("the chat got %+v", fs)
+	}
+	if b, err := channels.ReadPart(fs[0].Parts[0], 0); err != nil || string(b) != "all good" || fs[0].Parts[0].Name != "report.txt" {
+		t.Errorf("the file part delivered: %+v (%q, %v)", fs[0].Parts[0], b, err)
 	}
 }
