@@ -461,12 +461,19 @@ func (g *Gateway) checkSendPart(i int, p *channels.Part) (int, error) {
 		return http.StatusBadRequest, fmt.Errorf("part %d (%s %s): %v", i, p.Type, p.Path, err)
 	}
 	what := fmt.Sprintf("part %d (%s %s)", i, p.Type, abs)
+	ownState := fmt.Errorf("%s: the gateway does not send its own state; under state_dir it sends only files in state_dir/media", what)
+	if g.ownState(abs) { // before looking at the file: a refusal tells nothing about it
+		return http.StatusForbidden, ownState
+	}
 	real, err := filepath.EvalSymlinks(abs)
+	if err == nil && g.ownState(real) {
+		return http.StatusForbidden, ownState
+	}
 	var fi os.FileInfo
 	if err == nil {
 		fi, err = os.Stat(real)
 	}
-	if err == nil && !fi.Mode().IsRegular() {
+	if err == nil && (!fi.Mode().IsRegular() || kernelFile(real)) {
 		return http.StatusBadRequest, fmt.Errorf("%s: not a regular file; the gateway sends only ordinary files", what)
 	}
 	if err == nil {
@@ -488,4 +495,55 @@ func (g *Gateway) checkSendPart(i int, p *channels.Part) (int, error) {
 	}
 	p.Path = real
 	return 0, nil
+}
+
+// ownState reports whether path (absolute) is a file of the gateway's own that send must
+// never hand out, even to the admin token: it would make the token, which any api: true
+// hook holds too, a key to the state database (the intake journal, pairings), every chat's
+// history and the adapters' files. Under state_dir only the media store may be sent: the
+// files chats shared, which hooks and histories name by path. state_dir is the media
+// store's parent (cmd/gateway keeps media in state_dir/media); the session store's
+// folder is refused wherever it is.
+func (g *Gateway) ownState(path string) bool {
+	var refused, allowed []string
+	if g.media != nil {
+		m := g.media.Dir()
+		allowed = append(allowed, m)
+		if filepath.Base(m) == "media" {
+			refused = append(refused, filepath.Dir(m))
+		}
+	}
+	if s, ok := g.store.(interface{ Dir() string }); ok && s.Dir() != "" {
+		refused = append(refused, s.Dir())
+	}
+	under := func(dirs []string) bool {
+		for _, d := range dirs {
+			for _, d := range resolved(d) {
+				if rel, err := filepath.Rel(d, path); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	return under(refused) && !under(allowed)
+}
+
+// resolved is dir as written (made absolute) and with its symlinks resolved, when they differ:
+// a path the caller wrote may reach the folder either way.
+func resolved(dir string) []string {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return []string{dir}
+	}
+	if real, err := filepath.EvalSymlinks(abs); err == nil && real != abs {
+		return []string{abs, real}
+	}
+	return []string{abs}
+}
+
+// kernelFile reports whether path is in a kernel pseudo-filesystem, whose files pass for
+// regular ones (/proc/self/environ holds the gateway's tokens).
+func kernelFile(path string) bool {
+	return strings.HasPrefix(path, "/proc/") || strings.HasPrefix(path, "/sys/")
 }

@@ -19,6 +19,7 @@ import (
 	"gateway/harness"
 	"gateway/harness/openaitest"
 	"gateway/hooks"
+	"gateway/internal/media"
 )
 
 func apiPost(t *testing.T, url, token string, body any) (int, map[string]any) {
@@ -369,5 +370,64 @@ func TestAPISendRefusesBadRequests(t *testing.T) {
 	}
 	if b, err := channels.ReadPart(fs[0].Parts[0], 0); err != nil || string(b) != "all good" || fs[0].Parts[0].Name != "report.txt" {
 		t.Errorf("the file part delivered: %+v (%q, %v)", fs[0].Parts[0], b, err)
+	}
+}
+
+// send hands out files from the gateway's host, so it must not become a way to read the
+// gateway's own state: under state_dir only the media store may be sent (the files chats
+// shared, which hooks see by path), never the state database, the histories or an
+// adapter's files, by whatever path or link they are named; nor pseudo-files such as
+// /proc/self/environ, which holds the gateway's tokens. A file of the admin's elsewhere
+// (a backup script's report) still goes.
+func TestAPISendKeepsTheGatewaysOwnFiles(t *testing.T) {
+	state := t.TempDir()
+	store, err := media.OpenStore(filepath.Join(state, "media"), media.StoreConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnvIn(t, filepath.Join(state, "sessions"), func(_ *Config, _ *Runtime, d *Deps) { d.Media = store })
+	write := func(path, content string) string {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	db := write(filepath.Join(state, "state.db"), "the journal")
+	history := write(filepath.Join(state, "sessions", "web_chat-1.jsonl"), `{"type":"session"}`)
+	download := write(filepath.Join(state, "telegram", "media", "dl.ogg"), "a voice note in transit")
+	shared := write(filepath.Join(state, "media", "2026-11-24", "k3j9-photo.jpg"), "a photo a user sent")
+	outside := t.TempDir()
+	report := write(filepath.Join(outside, "report.pdf"), "the nightly report")
+	link := filepath.Join(outside, "innocent.pdf")
+	if err := os.Symlink(db, link); err != nil {
+		t.Fatal(err)
+	}
+	send := func(chat, path string) (int, string) {
+		b, _ := json.Marshal(map[string]any{"channel": "mem", "chat_id": chat, "parts": []map[string]any{{"type": "file", "path": path}}})
+		return apiPostRaw(t, e.url+"/api/v1/send", bytes.NewReader(b))
+	}
+	for _, path := range []string{db, history, download, link, filepath.Join(state, "media", "..", "state.db")} {
+		code, msg := send("kept", path)
+		if code != http.StatusForbidden || !strings.Contains(msg, "part 0") || !strings.Contains(msg, "state_dir/media") {
+			t.Errorf("send %s: %d %q; want 403 naming the rule", path, code, msg)
+		}
+	}
+	if code, msg := send("kept", "/proc/self/environ"); code != http.StatusBadRequest || !strings.Contains(msg, "not a regular file") {
+		t.Errorf("send /proc/self/environ: %d %q; want 400", code, msg)
+	}
+	if got := e.mem.frames("kept"); len(got) != 0 {
+		t.Errorf("the gateway's own files reached the chat: %+v", got)
+	}
+	for _, path := range []string{report, shared} {
+		if code, msg := send("fine", path); code != http.StatusOK {
+			t.Errorf("send %s: %d %q; want 200", path, code, msg)
+		}
+	}
+	if got := e.mem.frames("fine"); len(got) != 4 {
+		t.Errorf("the chat got %d frames, want the two files and two dones: %+v", len(got), got)
 	}
 }

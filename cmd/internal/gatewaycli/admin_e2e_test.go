@@ -856,3 +856,30 @@ func TestReloadCommandReachesAWildcardListener(t *testing.T) {
 		}
 	}
 }
+
+// TestAdminSendKeepsTheStateDir: as `gateway run` wires it, POST /api/v1/send refuses the
+// files under state_dir that are not media (here the state database it really opened), and
+// `gateway send` prints the gateway's refusal and exits 1.
+func TestAdminSendKeepsTheStateDir(t *testing.T) {
+	root := t.TempDir()
+	g := startGateway(t, root, "")
+	db := filepath.Join(root, "data", "state.db")
+	if _, err := os.Stat(db); err != nil {
+		t.Fatalf("the gateway keeps no state.db where this test expects it: %v", err)
+	}
+	body := `{"channel": "web", "chat_id": "c1", "parts": [{"type": "file", "path": "` + db + `"}]}`
+	resp, err := http.Post("http://"+g.addr+"/api/v1/send", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(out), "state_dir/media") {
+		t.Errorf("send state.db: %d %s; want 403 naming the rule", resp.StatusCode, out)
+	}
+
+	code, printed := cli(t, context.Background(), nil, "send", "--config", g.cfgPath, "--channel", "nope", "--chat", "1", "hi")
+	if code != 1 || !strings.Contains(printed, "no channel") || !strings.Contains(printed, "nope") {
+		t.Errorf("gateway send to an unknown channel: exit %d, printed %q", code, printed)
+	}
+}
