@@ -408,31 +408,25 @@ const maxNextTurn = 32
 
 // apiStatus reports channels, sessions with their queues, and the loaded hooks and commands.
 func (g *Gateway) apiStatus(w http.ResponseWriter, r *http.Request) {
-	type sessionStatus struct {
-		Key     string `json:"key"`
-		Mailbox int    `json:"mailbox"`
-	}
-	g.mu.Lock()
-	sessions := make([]sessionStatus, 0, len(g.sessions))
-	for k, s := range g.sessions {
-		sessions = append(sessions, sessionStatus{Key: k, Mailbox: len(s.mailbox) + len(s.ctl)})
-	}
-	g.mu.Unlock()
-	slices.SortFunc(sessions, func(a, b sessionStatus) int { return strings.Compare(a.Key, b.Key) })
 	rt := g.Runtime()
-	var cmds []map[string]string
+	// Empty lists are [], not null: a client iterates them without a nil check.
+	cmds := []map[string]string{}
 	for _, c := range rt.Commands.Commands("") {
 		cmds = append(cmds, map[string]string{"name": c.Name, "source": c.Source})
 	}
-	var tools []map[string]string
+	tools := []map[string]string{}
 	for _, t := range rt.Commands.Tools("") {
 		tools = append(tools, map[string]string{"name": t.Name, "source": t.Source})
+	}
+	handlers := rt.Bus.Handlers()
+	if handlers == nil {
+		handlers = []hooks.HandlerInfo{}
 	}
 	out := map[string]any{
 		"ready":    g.notReady(r.Context()) == "",
 		"channels": g.connState(),
-		"sessions": sessions,
-		"hooks":    rt.Bus.Handlers(),
+		"sessions": g.sessionStatus(r.Context()),
+		"hooks":    handlers,
 		"commands": cmds,
 		"tools":    tools,
 	}
@@ -440,6 +434,71 @@ func (g *Gateway) apiStatus(w http.ResponseWriter, r *http.Request) {
 		out["cluster"] = g.cluster(r.Context())
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// sessionState is one chat in /api/v1/status. Running and Queued are what /status in the
+// chat tells (an answer in progress; turns waiting behind it), NextTurn the messages
+// injected for its next turn; all three are null when the chat was too busy to tell in
+// time (its actor was running a message's receive hooks, say).
+type sessionState struct {
+	Key      string `json:"key"`
+	Mailbox  int    `json:"mailbox"` // messages and admin calls the chat has not taken yet
+	Running  *bool  `json:"running"`
+	Queued   *int   `json:"queued"`
+	NextTurn *int   `json:"next_turn"`
+}
+
+// statusWait bounds how long status waits for busy chats to tell their queues.
+const statusWait = time.Second
+
+// sessionStatus lists the chats in memory with their queues. The running turn and the
+// waiting ones belong to the chat's actor. A parked actor (not active, under g.mu) touches
+// none of them until it is woken, which also takes g.mu, so they are read here directly;
+// no chat is woken for it, which would put off an idle one's eviction. An actor at work is
+// asked on its control queue, between two of its steps.
+func (g *Gateway) sessionStatus(ctx context.Context) []sessionState {
+	type answer struct {
+		i                 int
+		running           bool
+		queued, nextTurns int
+	}
+	g.mu.Lock()
+	out := make([]sessionState, 0, len(g.sessions))
+	answers := make(chan answer, len(g.sessions)) // never blocks an actor
+	expect := 0
+	for k, s := range g.sessions {
+		i := len(out)
+		out = append(out, sessionState{Key: k, Mailbox: len(s.mailbox) + len(s.ctl)})
+		tell := func(s *session) {
+			answers <- answer{i: i, running: s.running != nil, queued: len(s.pending), nextTurns: len(s.nextTurn)}
+		}
+		if !s.active {
+			tell(s)
+			expect++
+			continue
+		}
+		select {
+		case s.ctl <- tell:
+			expect++
+		default: // its control queue is full: busy, and left unknown
+		}
+	}
+	g.mu.Unlock()
+	timeout := time.NewTimer(statusWait)
+	defer timeout.Stop()
+collect:
+	for ; expect > 0; expect-- {
+		select {
+		case a := <-answers:
+			out[a.i].Running, out[a.i].Queued, out[a.i].NextTurn = &a.running, &a.queued, &a.nextTurns
+		case <-timeout.C: // the chats still at work stay unknown
+			break collect
+		case <-ctx.Done():
+			break collect
+		}
+	}
+	slices.SortFunc(out, func(a, b sessionState) int { return strings.Compare(a.Key, b.Key) })
+	return out
 }
 
 // checkSendPart tells what is wrong with part i of a send, and the status to answer with.

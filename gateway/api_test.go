@@ -431,3 +431,117 @@ func TestAPISendKeepsTheGatewaysOwnFiles(t *testing.T) {
 		t.Errorf("the chat got %d frames, want the two files and two dones: %+v", len(got), got)
 	}
 }
+
+// getStatus is GET /api/v1/status, decoded.
+func getStatus(t *testing.T, url string) map[string]any {
+	t.Helper()
+	resp, err := http.Get(url + "/api/v1/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// sessionStatus is the entry of key in a status answer, or nil.
+func sessionStatus(st map[string]any, key string) map[string]any {
+	list, _ := st["sessions"].([]any)
+	for _, s := range list {
+		if m, _ := s.(map[string]any); m["key"] == key {
+			return m
+		}
+	}
+	return nil
+}
+
+// /api/v1/status tells, per chat, what /status in that chat tells: whether an answer is
+// running and how many messages wait behind it. Empty lists are [] (a client iterates
+// them without a nil check).
+func TestAPIStatusShowsQueues(t *testing.T) {
+	e := newEnv(t)
+	release := make(chan struct{})
+	e.fake.SetFunc(func(req *harness.Request) harness.FakeReply {
+		if lastUser(*req) == "one" {
+			<-release
+		}
+		return harness.FakeReply{Text: "answer to " + lastUser(*req)}
+	})
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	}()
+	st := getStatus(t, e.url)
+	for _, k := range []string{"sessions", "commands", "tools", "hooks"} {
+		if l, ok := st[k].([]any); !ok || len(l) != 0 {
+			t.Errorf("%s = %#v with nothing loaded; want []", k, st[k])
+		}
+	}
+
+	e.mem.inject(t, "qs2", "1", "one")
+	waitRequests(t, e.fake, 1)
+	e.mem.inject(t, "qs2", "2", "two")
+	e.mem.inject(t, "qs2", "3", "three")
+	var s map[string]any
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		s = sessionStatus(getStatus(t, e.url), "mem:qs2")
+		if s != nil && s["queued"] == 2.0 && s["mailbox"] == 0.0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if s == nil || s["running"] != true || s["queued"] != 2.0 || s["mailbox"] != 0.0 {
+		t.Fatalf("status of mem:qs2 = %v; want running, 2 queued, mailbox 0", s)
+	}
+	e.mem.inject(t, "qs2", "4", "/status")
+	e.mem.waitDone(t, 1)
+	if f := e.mem.finals("qs2"); len(f) != 1 || !strings.Contains(f[0], "State: answering, 2 queued") {
+		t.Fatalf("/status in the chat said %q", f)
+	}
+
+	close(release)
+	e.mem.waitDone(t, 3)
+	// The last done reaches the chat a moment before its turn has ended on the actor.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		s = sessionStatus(getStatus(t, e.url), "mem:qs2")
+		if s != nil && s["running"] == false || time.Now().After(deadline) {
+			break
+		}
+	}
+	if s == nil || s["running"] != false || s["queued"] != 0.0 {
+		t.Errorf("status of mem:qs2 after the answers = %v; want idle, nothing queued", s)
+	}
+}
+
+// A chat busy taking a message (its receive hooks run on its actor) cannot tell its queue
+// at once: status does not wait for it past a second, and says it does not know.
+func TestAPIStatusDoesNotWaitForABusyChat(t *testing.T) {
+	e := newEnv(t)
+	entered, release := make(chan struct{}), make(chan struct{})
+	e.bus.On(hooks.NameMessageReceive, "test:slow", func(ctx context.Context, ev hooks.Event) (any, error) {
+		close(entered)
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil, nil
+	})
+	e.mem.inject(t, "busy", "1", "hello")
+	<-entered
+	start := time.Now()
+	s := sessionStatus(getStatus(t, e.url), "mem:busy")
+	took := time.Since(start)
+	close(release)
+	if took > 3*time.Second {
+		t.Errorf("status took %v behind a busy chat", took)
+	}
+	if s == nil || s["running"] != nil || s["queued"] != nil {
+		t.Errorf("status of the busy chat = %v; want running and queued null (unknown)", s)
+	}
+	e.mem.waitDone(t, 1)
+}
