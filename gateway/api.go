@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -49,13 +52,30 @@ type InjectRequest struct {
 	Wait      string `json:"wait"`       // "" or "delivered"
 }
 
-func decodeBody(r *http.Request, v any) error {
-	dec := json.NewDecoder(io.LimitReader(r.Body, maxAPIBody))
+// decodeBody reads the request's one JSON object into v. The status it returns with an
+// error is 413 for a body over maxAPIBody, else 400.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) (int, error) {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxAPIBody))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("the body is not the expected JSON: %w", err)
+	err := dec.Decode(v)
+	if err == nil {
+		// One object per request: text after it is a mistake in the caller, and reading
+		// only the first object would act on half of what was meant.
+		if err = dec.Decode(new(json.RawMessage)); err == io.EOF {
+			return 0, nil
+		} else if err == nil || !isTooLarge(err) {
+			return http.StatusBadRequest, errors.New("the body has more after the JSON object; send exactly one object")
+		}
 	}
-	return nil
+	if isTooLarge(err) {
+		return http.StatusRequestEntityTooLarge, fmt.Errorf("the body is larger than %d MiB", maxAPIBody>>20)
+	}
+	return http.StatusBadRequest, fmt.Errorf("the body is not the expected JSON: %w", err)
+}
+
+func isTooLarge(err error) bool {
+	var tl *http.MaxBytesError
+	return errors.As(err, &tl)
 }
 
 func (g *Gateway) apiRoutes(mux *http.ServeMux, opts HTTPOptions) {
@@ -92,24 +112,25 @@ func (g *Gateway) apiTarget(channel, chat, thread string) (channels.Target, erro
 // apiSend delivers a message to a chat without the model, paced like any answer.
 func (g *Gateway) apiSend(w http.ResponseWriter, r *http.Request) {
 	var req SendRequest
-	if err := decodeBody(r, &req); err != nil {
-		writeJSON(w, http.StatusBadRequest, map[string]any{"error": err.Error()})
+	if status, err := decodeBody(w, r, &req); err != nil {
+		writeJSON(w, status, map[string]any{"error": err.Error()})
 		return
 	}
 	target, err := g.apiTarget(req.Channel, req.ChatID, req.ThreadID)
 	if err == nil && req.Text == "" && len(req.Parts) == 0 {
 		err = errors.New(`"text" or "parts" is required`)
 	}
-	if err == nil {
-		for i, p := range req.Parts {
-			if p.Type != channels.PartText && p.Path == "" {
-				err = fmt.Errorf("part %d: media travel by \"path\" (a file the gateway can read)", i)
-			}
-		}
-	}
 	if err != nil {
 		writeJSON(w, http.StatusBadRequest, map[string]any{"error": err.Error()})
 		return
+	}
+	// Every part is checked before anything is sent: a chat never gets half a message, and
+	// the caller learns what was wrong from the answer rather than from the gateway's log.
+	for i := range req.Parts {
+		if status, err := g.checkSendPart(i, &req.Parts[i]); err != nil {
+			writeJSON(w, status, map[string]any{"error": err.Error()})
+			return
+		}
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Minute)
 	defer cancel()
@@ -141,8 +162,8 @@ type injection struct {
 // apiInject puts a message into a chat's session (the seed's sendMessage).
 func (g *Gateway) apiInject(w http.ResponseWriter, r *http.Request) {
 	var req InjectRequest
-	if err := decodeBody(r, &req); err != nil {
-		writeJSON(w, http.StatusBadRequest, map[string]any{"error": err.Error()})
+	if status, err := decodeBody(w, r, &req); err != nil {
+		writeJSON(w, status, map[string]any{"error": err.Error()})
 		return
 	}
 	if g.forward != nil {
@@ -387,31 +408,25 @@ const maxNextTurn = 32
 
 // apiStatus reports channels, sessions with their queues, and the loaded hooks and commands.
 func (g *Gateway) apiStatus(w http.ResponseWriter, r *http.Request) {
-	type sessionStatus struct {
-		Key     string `json:"key"`
-		Mailbox int    `json:"mailbox"`
-	}
-	g.mu.Lock()
-	sessions := make([]sessionStatus, 0, len(g.sessions))
-	for k, s := range g.sessions {
-		sessions = append(sessions, sessionStatus{Key: k, Mailbox: len(s.mailbox) + len(s.ctl)})
-	}
-	g.mu.Unlock()
-	slices.SortFunc(sessions, func(a, b sessionStatus) int { return strings.Compare(a.Key, b.Key) })
 	rt := g.Runtime()
-	var cmds []map[string]string
+	// Empty lists are [], not null: a client iterates them without a nil check.
+	cmds := []map[string]string{}
 	for _, c := range rt.Commands.Commands("") {
 		cmds = append(cmds, map[string]string{"name": c.Name, "source": c.Source})
 	}
-	var tools []map[string]string
+	tools := []map[string]string{}
 	for _, t := range rt.Commands.Tools("") {
 		tools = append(tools, map[string]string{"name": t.Name, "source": t.Source})
+	}
+	handlers := rt.Bus.Handlers()
+	if handlers == nil {
+		handlers = []hooks.HandlerInfo{}
 	}
 	out := map[string]any{
 		"ready":    g.notReady(r.Context()) == "",
 		"channels": g.connState(),
-		"sessions": sessions,
-		"hooks":    rt.Bus.Handlers(),
+		"sessions": g.sessionStatus(r.Context()),
+		"hooks":    handlers,
 		"commands": cmds,
 		"tools":    tools,
 	}
@@ -419,4 +434,175 @@ func (g *Gateway) apiStatus(w http.ResponseWriter, r *http.Request) {
 		out["cluster"] = g.cluster(r.Context())
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// sessionState is one chat in /api/v1/status. Running and Queued are what /status in the
+// chat tells (an answer in progress; turns waiting behind it), NextTurn the messages
+// injected for its next turn; all three are null when the chat was too busy to tell in
+// time (its actor was running a message's receive hooks, say).
+type sessionState struct {
+	Key      string `json:"key"`
+	Mailbox  int    `json:"mailbox"` // messages and admin calls the chat has not taken yet
+	Running  *bool  `json:"running"`
+	Queued   *int   `json:"queued"`
+	NextTurn *int   `json:"next_turn"`
+}
+
+// statusWait bounds how long status waits for busy chats to tell their queues.
+const statusWait = time.Second
+
+// sessionStatus lists the chats in memory with their queues. The running turn and the
+// waiting ones belong to the chat's actor. A parked actor (not active, under g.mu) touches
+// none of them until it is woken, which also takes g.mu, so they are read here directly;
+// no chat is woken for it, which would put off an idle one's eviction. An actor at work is
+// asked on its control queue, between two of its steps.
+func (g *Gateway) sessionStatus(ctx context.Context) []sessionState {
+	type answer struct {
+		i                 int
+		running           bool
+		queued, nextTurns int
+	}
+	g.mu.Lock()
+	out := make([]sessionState, 0, len(g.sessions))
+	answers := make(chan answer, len(g.sessions)) // never blocks an actor
+	expect := 0
+	for k, s := range g.sessions {
+		i := len(out)
+		out = append(out, sessionState{Key: k, Mailbox: len(s.mailbox) + len(s.ctl)})
+		tell := func(s *session) {
+			answers <- answer{i: i, running: s.running != nil, queued: len(s.pending), nextTurns: len(s.nextTurn)}
+		}
+		if !s.active {
+			tell(s)
+			expect++
+			continue
+		}
+		select {
+		case s.ctl <- tell:
+			expect++
+		default: // its control queue is full: busy, and left unknown
+		}
+	}
+	g.mu.Unlock()
+	timeout := time.NewTimer(statusWait)
+	defer timeout.Stop()
+collect:
+	for ; expect > 0; expect-- {
+		select {
+		case a := <-answers:
+			out[a.i].Running, out[a.i].Queued, out[a.i].NextTurn = &a.running, &a.queued, &a.nextTurns
+		case <-timeout.C: // the chats still at work stay unknown
+			break collect
+		case <-ctx.Done():
+			break collect
+		}
+	}
+	slices.SortFunc(out, func(a, b sessionState) int { return strings.Compare(a.Key, b.Key) })
+	return out
+}
+
+// checkSendPart tells what is wrong with part i of a send, and the status to answer with.
+// A media part's Path becomes the absolute, symlink-free path of the file checked, so the
+// adapter reads that file and not whatever a link points to by then.
+func (g *Gateway) checkSendPart(i int, p *channels.Part) (int, error) {
+	switch p.Type {
+	case channels.PartText:
+		return 0, nil
+	case channels.PartAudio, channels.PartImage, channels.PartFile:
+	default:
+		return http.StatusBadRequest, fmt.Errorf("part %d: unknown type %q (use text, audio, image or file)", i, p.Type)
+	}
+	if p.Path == "" {
+		return http.StatusBadRequest, fmt.Errorf("part %d (%s): media travel by \"path\", a file on the gateway's host", i, p.Type)
+	}
+	abs, err := filepath.Abs(p.Path)
+	if err != nil {
+		return http.StatusBadRequest, fmt.Errorf("part %d (%s %s): %v", i, p.Type, p.Path, err)
+	}
+	what := fmt.Sprintf("part %d (%s %s)", i, p.Type, abs)
+	ownState := fmt.Errorf("%s: the gateway does not send its own state; under state_dir it sends only files in state_dir/media", what)
+	if g.ownState(abs) { // before looking at the file: a refusal tells nothing about it
+		return http.StatusForbidden, ownState
+	}
+	real, err := filepath.EvalSymlinks(abs)
+	if err == nil && g.ownState(real) {
+		return http.StatusForbidden, ownState
+	}
+	var fi os.FileInfo
+	if err == nil {
+		fi, err = os.Stat(real)
+	}
+	if err == nil && (!fi.Mode().IsRegular() || kernelFile(real)) {
+		return http.StatusBadRequest, fmt.Errorf("%s: not a regular file; the gateway sends only ordinary files", what)
+	}
+	if err == nil {
+		var f *os.File
+		if f, err = os.Open(real); err == nil {
+			f.Close()
+		}
+	}
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return http.StatusBadRequest, fmt.Errorf("%s: the file does not exist on the gateway's host", what)
+	case errors.Is(err, fs.ErrPermission):
+		return http.StatusBadRequest, fmt.Errorf("%s: the gateway may not read the file (permission denied)", what)
+	case err != nil:
+		return http.StatusBadRequest, fmt.Errorf("%s: the gateway cannot read the file: %v", what, err)
+	}
+	if p.Name == "" {
+		p.Name = filepath.Base(abs) // the name the caller gave, not the link's target
+	}
+	p.Path = real
+	return 0, nil
+}
+
+// ownState reports whether path (absolute) is a file of the gateway's own that send must
+// never hand out, even to the admin token: it would make the token, which any api: true
+// hook holds too, a key to the state database (the intake journal, pairings), every chat's
+// history and the adapters' files. Under state_dir only the media store may be sent: the
+// files chats shared, which hooks and histories name by path. state_dir is the media
+// store's parent (cmd/gateway keeps media in state_dir/media); the session store's
+// folder is refused wherever it is.
+func (g *Gateway) ownState(path string) bool {
+	var refused, allowed []string
+	if g.media != nil {
+		m := g.media.Dir()
+		allowed = append(allowed, m)
+		if filepath.Base(m) == "media" {
+			refused = append(refused, filepath.Dir(m))
+		}
+	}
+	if s, ok := g.store.(interface{ Dir() string }); ok && s.Dir() != "" {
+		refused = append(refused, s.Dir())
+	}
+	under := func(dirs []string) bool {
+		for _, d := range dirs {
+			for _, d := range resolved(d) {
+				if rel, err := filepath.Rel(d, path); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	return under(refused) && !under(allowed)
+}
+
+// resolved is dir as written (made absolute) and with its symlinks resolved, when they differ:
+// a path the caller wrote may reach the folder either way.
+func resolved(dir string) []string {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return []string{dir}
+	}
+	if real, err := filepath.EvalSymlinks(abs); err == nil && real != abs {
+		return []string{abs, real}
+	}
+	return []string{abs}
+}
+
+// kernelFile reports whether path is in a kernel pseudo-filesystem, whose files pass for
+// regular ones (/proc/self/environ holds the gateway's tokens).
+func kernelFile(path string) bool {
+	return strings.HasPrefix(path, "/proc/") || strings.HasPrefix(path, "/sys/")
 }

@@ -7,15 +7,19 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"gateway/channels"
 	"gateway/harness"
 	"gateway/harness/openaitest"
 	"gateway/hooks"
+	"gateway/internal/media"
 )
 
 func apiPost(t *testing.T, url, token string, body any) (int, map[string]any) {
@@ -287,4 +291,257 @@ func TestAPIInjectWaitDeliveredIgnoresTheSameWordsInHistory(t *testing.T) {
 	if p := lastPrompt(e.fake); p != "deploy finished\n\nanything else?" {
 		t.Fatalf("next turn's prompt %q", p)
 	}
+}
+
+// apiPostRaw sends body as it is, so a test can send what json.Marshal never would.
+func apiPostRaw(t *testing.T, url string, body io.Reader) (int, string) {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Error string `json:"error"`
+	}
+	data, _ := io.ReadAll(resp.Body)
+	if err := json.Unmarshal(data, &out); err != nil {
+		t.Fatalf("the answer is not JSON: %q", data)
+	}
+	return resp.StatusCode, out.Error
+}
+
+// A send that cannot be delivered as asked is refused up front with the reason, naming the
+// part, and nothing reaches the chat: the caller (a cron job, a hook) learns it from the
+// answer, not from the gateway's log.
+func TestAPISendRefusesBadRequests(t *testing.T) {
+	e := newEnv(t)
+	dir := t.TempDir()
+	report := filepath.Join(dir, "report.txt")
+	if err := os.WriteFile(report, []byte("all good"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	send := func(parts ...map[string]any) string {
+		b, _ := json.Marshal(map[string]any{"channel": "mem", "chat_id": "bad", "text": "hi", "parts": parts})
+		return string(b)
+	}
+	for name, c := range map[string]struct {
+		body   string
+		status int
+		want   []string
+	}{
+		"missing file":   {send(map[string]any{"type": "image", "path": "/nonexistent.png"}), 400, []string{"part 0", "image", "/nonexistent.png", "does not exist"}},
+		"unknown type":   {send(map[string]any{"type": "text", "text": "x"}, map[string]any{"type": "video", "path": report}), 400, []string{"part 1", `"video"`, "text, audio, image or file"}},
+		"a directory":    {send(map[string]any{"type": "file", "path": dir}), 400, []string{"part 0", dir, "not a regular file"}},
+		"no path":        {send(map[string]any{"type": "file", "name": "x.pdf"}), 400, []string{"part 0", `"path"`}},
+		"trailing data":  {`{"channel": "mem", "chat_id": "bad", "text": "hi"} and more`, 400, []string{"after the JSON object"}},
+		"second object":  {`{"channel": "mem", "chat_id": "bad", "text": "hi"}{"text": "again"}`, 400, []string{"after the JSON object"}},
+		"too large":      {`{"channel": "mem", "chat_id": "bad", "text": "` + strings.Repeat("a", maxAPIBody) + `"}`, 413, []string{"the body is larger than 1 MiB"}},
+		"too large tail": {`{"channel": "mem", "chat_id": "bad", "text": "hi"}` + strings.Repeat(" ", maxAPIBody), 413, []string{"the body is larger than 1 MiB"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			code, msg := apiPostRaw(t, e.url+"/api/v1/send", strings.NewReader(c.body))
+			if code != c.status {
+				t.Errorf("status %d (%q), want %d", code, msg, c.status)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error %q does not say %q", msg, w)
+				}
+			}
+		})
+	}
+	if got := e.mem.frames("bad"); len(got) != 0 {
+		t.Errorf("a refused send reached the chat: %+v", got)
+	}
+	// inject reads its body the same way.
+	if code, msg := apiPostRaw(t, e.url+"/api/v1/inject", strings.NewReader(`{"channel": "mem", "chat_id": "bad", "text": "hi"} x`)); code != 400 || !strings.Contains(msg, "after the JSON object") {
+		t.Errorf("inject with trailing data: %d %q", code, msg)
+	}
+
+	// What is fine still goes: a file part and trailing white space after the object.
+	code, msg := apiPostRaw(t, e.url+"/api/v1/send", strings.NewReader(send(map[string]any{"type": "file", "path": report})+"\n\n"))
+	if code != http.StatusOK {
+		t.Fatalf("a good send: %d %q", code, msg)
+	}
+	fs := e.mem.frames("bad")
+	if len(fs) != 2 || fs[0].Type != channels.FrameParts || len(fs[0].Parts) != 1 || fs[1].Text != "hi" {
+		t.Fatalf("the chat got %+v", fs)
+	}
+	if b, err := channels.ReadPart(fs[0].Parts[0], 0); err != nil || string(b) != "all good" || fs[0].Parts[0].Name != "report.txt" {
+		t.Errorf("the file part delivered: %+v (%q, %v)", fs[0].Parts[0], b, err)
+	}
+}
+
+// send hands out files from the gateway's host, so it must not become a way to read the
+// gateway's own state: under state_dir only the media store may be sent (the files chats
+// shared, which hooks see by path), never the state database, the histories or an
+// adapter's files, by whatever path or link they are named; nor pseudo-files such as
+// /proc/self/environ, which holds the gateway's tokens. A file of the admin's elsewhere
+// (a backup script's report) still goes.
+func TestAPISendKeepsTheGatewaysOwnFiles(t *testing.T) {
+	state := t.TempDir()
+	store, err := media.OpenStore(filepath.Join(state, "media"), media.StoreConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnvIn(t, filepath.Join(state, "sessions"), func(_ *Config, _ *Runtime, d *Deps) { d.Media = store })
+	write := func(path, content string) string {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	db := write(filepath.Join(state, "state.db"), "the journal")
+	history := write(filepath.Join(state, "sessions", "web_chat-1.jsonl"), `{"type":"session"}`)
+	download := write(filepath.Join(state, "telegram", "media", "dl.ogg"), "a voice note in transit")
+	shared := write(filepath.Join(state, "media", "2026-11-24", "k3j9-photo.jpg"), "a photo a user sent")
+	outside := t.TempDir()
+	report := write(filepath.Join(outside, "report.pdf"), "the nightly report")
+	link := filepath.Join(outside, "innocent.pdf")
+	if err := os.Symlink(db, link); err != nil {
+		t.Fatal(err)
+	}
+	send := func(chat, path string) (int, string) {
+		b, _ := json.Marshal(map[string]any{"channel": "mem", "chat_id": chat, "parts": []map[string]any{{"type": "file", "path": path}}})
+		return apiPostRaw(t, e.url+"/api/v1/send", bytes.NewReader(b))
+	}
+	for _, path := range []string{db, history, download, link, filepath.Join(state, "media", "..", "state.db")} {
+		code, msg := send("kept", path)
+		if code != http.StatusForbidden || !strings.Contains(msg, "part 0") || !strings.Contains(msg, "state_dir/media") {
+			t.Errorf("send %s: %d %q; want 403 naming the rule", path, code, msg)
+		}
+	}
+	if code, msg := send("kept", "/proc/self/environ"); code != http.StatusBadRequest || !strings.Contains(msg, "not a regular file") {
+		t.Errorf("send /proc/self/environ: %d %q; want 400", code, msg)
+	}
+	if got := e.mem.frames("kept"); len(got) != 0 {
+		t.Errorf("the gateway's own files reached the chat: %+v", got)
+	}
+	for _, path := range []string{report, shared} {
+		if code, msg := send("fine", path); code != http.StatusOK {
+			t.Errorf("send %s: %d %q; want 200", path, code, msg)
+		}
+	}
+	if got := e.mem.frames("fine"); len(got) != 4 {
+		t.Errorf("the chat got %d frames, want the two files and two dones: %+v", len(got), got)
+	}
+}
+
+// getStatus is GET /api/v1/status, decoded.
+func getStatus(t *testing.T, url string) map[string]any {
+	t.Helper()
+	resp, err := http.Get(url + "/api/v1/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// sessionStatus is the entry of key in a status answer, or nil.
+func sessionStatus(st map[string]any, key string) map[string]any {
+	list, _ := st["sessions"].([]any)
+	for _, s := range list {
+		if m, _ := s.(map[string]any); m["key"] == key {
+			return m
+		}
+	}
+	return nil
+}
+
+// /api/v1/status tells, per chat, what /status in that chat tells: whether an answer is
+// running and how many messages wait behind it. Empty lists are [] (a client iterates
+// them without a nil check).
+func TestAPIStatusShowsQueues(t *testing.T) {
+	e := newEnv(t)
+	release := make(chan struct{})
+	e.fake.SetFunc(func(req *harness.Request) harness.FakeReply {
+		if lastUser(*req) == "one" {
+			<-release
+		}
+		return harness.FakeReply{Text: "answer to " + lastUser(*req)}
+	})
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	}()
+	st := getStatus(t, e.url)
+	for _, k := range []string{"sessions", "commands", "tools", "hooks"} {
+		if l, ok := st[k].([]any); !ok || len(l) != 0 {
+			t.Errorf("%s = %#v with nothing loaded; want []", k, st[k])
+		}
+	}
+
+	e.mem.inject(t, "qs2", "1", "one")
+	waitRequests(t, e.fake, 1)
+	e.mem.inject(t, "qs2", "2", "two")
+	e.mem.inject(t, "qs2", "3", "three")
+	var s map[string]any
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		s = sessionStatus(getStatus(t, e.url), "mem:qs2")
+		if s != nil && s["queued"] == 2.0 && s["mailbox"] == 0.0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if s == nil || s["running"] != true || s["queued"] != 2.0 || s["mailbox"] != 0.0 {
+		t.Fatalf("status of mem:qs2 = %v; want running, 2 queued, mailbox 0", s)
+	}
+	e.mem.inject(t, "qs2", "4", "/status")
+	e.mem.waitDone(t, 1)
+	if f := e.mem.finals("qs2"); len(f) != 1 || !strings.Contains(f[0], "State: answering, 2 queued") {
+		t.Fatalf("/status in the chat said %q", f)
+	}
+
+	close(release)
+	e.mem.waitDone(t, 3)
+	// The last done reaches the chat a moment before its turn has ended on the actor.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		s = sessionStatus(getStatus(t, e.url), "mem:qs2")
+		if s != nil && s["running"] == false || time.Now().After(deadline) {
+			break
+		}
+	}
+	if s == nil || s["running"] != false || s["queued"] != 0.0 {
+		t.Errorf("status of mem:qs2 after the answers = %v; want idle, nothing queued", s)
+	}
+}
+
+// A chat busy taking a message (its receive hooks run on its actor) cannot tell its queue
+// at once: status does not wait for it past a second, and says it does not know.
+func TestAPIStatusDoesNotWaitForABusyChat(t *testing.T) {
+	e := newEnv(t)
+	entered, release := make(chan struct{}), make(chan struct{})
+	e.bus.On(hooks.NameMessageReceive, "test:slow", func(ctx context.Context, ev hooks.Event) (any, error) {
+		close(entered)
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil, nil
+	})
+	e.mem.inject(t, "busy", "1", "hello")
+	<-entered
+	start := time.Now()
+	s := sessionStatus(getStatus(t, e.url), "mem:busy")
+	took := time.Since(start)
+	close(release)
+	if took > 3*time.Second {
+		t.Errorf("status took %v behind a busy chat", took)
+	}
+	if s == nil || s["running"] != nil || s["queued"] != nil {
+		t.Errorf("status of the busy chat = %v; want running and queued null (unknown)", s)
+	}
+	e.mem.waitDone(t, 1)
 }

@@ -44,8 +44,8 @@ type DirOptions struct {
 	Profile string
 	// Timeout is the default for hooks whose HOOK.yaml sets none (zero: the bus default).
 	Timeout time.Duration
-	// HTTPClient is used by url hooks. Default: a client with the hook's timeout that
-	// does not follow redirects.
+	// HTTPClient is used by url hooks (default: one with the hook's timeout). Either
+	// way a url hook never follows a redirect.
 	HTTPClient *http.Client
 	Logger     *slog.Logger
 	// Getenv expands ${VAR} in HOOK.yaml; nil means os.Getenv.
@@ -116,17 +116,19 @@ func LoadDir(bus *Bus, dir string, opts DirOptions) *Dir {
 		opts.Logger.Warn("hook not loaded", "path", e.Path, "err", e.Err)
 	}
 	for _, s := range specs {
-		d.hooks = append(d.hooks, s.LoadedHook)
 		if !s.Enabled {
+			d.hooks = append(d.hooks, s.LoadedHook)
 			opts.Logger.Info("hook disabled", "source", s.Source)
 			continue
 		}
 		scope, err := register(bus, s, opts)
 		if err != nil {
+			// Not among Hooks: a listing built from them would show as loaded what never runs.
 			d.errs = append(d.errs, LoadError{Path: s.Dir, Err: err})
 			opts.Logger.Warn("hook not loaded", "path", s.Dir, "err", err)
 			continue
 		}
+		d.hooks = append(d.hooks, s.LoadedHook)
 		d.scopes = append(d.scopes, scope)
 		opts.Logger.Info("hook loaded", "source", s.Source, "kind", s.Kind, "events", s.Events)
 	}
@@ -136,7 +138,8 @@ func LoadDir(bus *Bus, dir string, opts DirOptions) *Dir {
 // Path is the directory that was loaded.
 func (d *Dir) Path() string { return d.path }
 
-// Hooks lists the hooks that loaded, disabled ones included, in folder-name order.
+// Hooks lists the hooks that loaded, disabled ones included, in folder-name order; a hook
+// that failed to load is in Errors only.
 func (d *Dir) Hooks() []LoadedHook { return slices.Clone(d.hooks) }
 
 // Errors lists the hooks that failed to load.

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -550,4 +551,35 @@ func scanOnly(dir string) ([]LoadedHook, []LoadError) {
 		hooks = append(hooks, s.LoadedHook)
 	}
 	return hooks, errs
+}
+
+// A URL hook's redirect is the hook's failure, never a second request: a followed 302
+// would resend the event as a GET to wherever the hook's server points. The gateway hands
+// LoadDir its own shared client, which follows redirects, so both cases are checked.
+func TestURLHookDoesNotFollowRedirects(t *testing.T) {
+	for name, client := range map[string]*http.Client{"default client": nil, "gateway's client": {}} {
+		t.Run(name, func(t *testing.T) {
+			var other atomic.Int32
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/other" {
+					other.Add(1)
+					io.WriteString(w, `{"parts": [{"type": "text", "text": "from the redirect"}]}`)
+					return
+				}
+				http.Redirect(w, r, "/other", http.StatusFound)
+			}))
+			defer srv.Close()
+			root := t.TempDir()
+			writeHook(t, root, "urlhook", "events: [message:send]\nurl: "+srv.URL+"/hook\n", "")
+			b := newTestBus(t, 10*time.Second)
+			loadOne(t, b, root, DirOptions{Source: "dir:hooks", HTTPClient: client})
+			if parts := b.Send(ctxT(t), &MessageSend{}); parts != nil {
+				t.Errorf("parts = %+v, want none from a redirecting hook", parts)
+			}
+			if n := other.Load(); n != 0 {
+				t.Errorf("the redirect target got %d requests, want 0", n)
+			}
+			b.onlyFailure(t, "dir:hooks/urlhook", "status 302", "/hook")
+		})
+	}
 }

@@ -34,6 +34,10 @@ func TestRegistryClashNamesBothSources(t *testing.T) {
 	if c, ok := reg.Command("pop", ""); !ok || c.Source != "dir:x/a-first" {
 		t.Errorf("pop = %+v, %v", c, ok)
 	}
+	// What loaded is what runs: a hook that clashed is among the errors only.
+	if h := d.Hooks(); len(h) != 1 || h[0].Source != "dir:x/a-first" {
+		t.Errorf("loaded hooks = %+v; want only dir:x/a-first", h)
+	}
 }
 
 // A declared command runs the program with the command event; its result decodes.

@@ -24,12 +24,16 @@ func newURLRunner(s hookSpec, timeout time.Duration, client *http.Client) *urlRu
 		if timeout <= 0 {
 			timeout = 30 * time.Second // the bus's timeout normally ends the call earlier
 		}
-		client = &http.Client{
-			Timeout: timeout,
-			// A redirected POST would turn into a GET; a hook URL should answer itself.
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		}
+		client = &http.Client{Timeout: timeout}
+	} else {
+		// The caller's client is shared (the gateway passes the one its providers and
+		// channels use, which follows redirects); this copy keeps its transport.
+		c := *client
+		client = &c
 	}
+	// A redirected POST would turn into a GET elsewhere; a hook URL answers itself, and a
+	// 3xx is a failed hook like any other non-2xx (docs/hooks.md, URL hooks).
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	return &urlRunner{name: s.Name, url: s.url.String(), shown: redactURL(s.url), client: client}
 }
 

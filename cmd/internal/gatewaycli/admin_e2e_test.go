@@ -888,3 +888,64 @@ func TestMaxRetriesZeroMakesOneCall(t *testing.T) {
 		})
 	}
 }
+
+// TestAdminSendKeepsTheStateDir: as `gateway run` wires it, POST /api/v1/send refuses the
+// files under state_dir that are not media (here the state database it really opened), and
+// `gateway send` prints the gateway's refusal and exits 1.
+func TestAdminSendKeepsTheStateDir(t *testing.T) {
+	root := t.TempDir()
+	g := startGateway(t, root, "")
+	db := filepath.Join(root, "data", "state.db")
+	if _, err := os.Stat(db); err != nil {
+		t.Fatalf("the gateway keeps no state.db where this test expects it: %v", err)
+	}
+	body := `{"channel": "web", "chat_id": "c1", "parts": [{"type": "file", "path": "` + db + `"}]}`
+	resp, err := http.Post("http://"+g.addr+"/api/v1/send", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(out), "state_dir/media") {
+		t.Errorf("send state.db: %d %s; want 403 naming the rule", resp.StatusCode, out)
+	}
+
+	code, printed := cli(t, context.Background(), nil, "send", "--config", g.cfgPath, "--channel", "nope", "--chat", "1", "hi")
+	if code != 1 || !strings.Contains(printed, "no channel") || !strings.Contains(printed, "nope") {
+		t.Errorf("gateway send to an unknown channel: exit %d, printed %q", code, printed)
+	}
+}
+
+// TestHooksListShowsWhatRuns: a hook whose command clashes (with another hook's, or with
+// a builtin) does not run, so `hooks list` shows it under "not loaded" only, and a
+// gateway whose hooks serve only commands does not read "no hooks loaded".
+func TestHooksListShowsWhatRuns(t *testing.T) {
+	root := t.TempDir()
+	hooksDir := filepath.Join(root, "hooks")
+	writeHook(t, hooksDir, "10-ping", "commands: [{name: ping, description: answers pong}]\ncommand: [./run.sh]\n", "echo '{\"text\":\"pong\"}'\n")
+	writeHook(t, hooksDir, "20-ping-again", "commands: [{name: ping, description: also pong}]\ncommand: [./run.sh]\n", "echo '{\"text\":\"pong\"}'\n")
+	writeHook(t, hooksDir, "30-new", "commands: [{name: new, description: my own new}]\ncommand: [./run.sh]\n", "exit 0\n")
+	path := gatewayConfig(t, root, "127.0.0.1:1", "http://127.0.0.1:1/v1", "")
+
+	code, out := cli(t, context.Background(), nil, "hooks", "list", "--config", path)
+	if code != 0 {
+		t.Fatalf("hooks list exit %d:\n%s", code, out)
+	}
+	if strings.Contains(out, "no hooks loaded") || !strings.HasPrefix(out, "no event handlers: the 1 hook(s) loaded serve only commands or tools") {
+		t.Errorf("hooks list's headline is not true: 10-ping loaded and serves a command:\n%s", out)
+	}
+	i, j := strings.Index(out, "commands and tools:"), strings.Index(out, "not loaded:")
+	if i < 0 || j < i {
+		t.Fatalf("hooks list has no 'commands and tools:' before 'not loaded:':\n%s", out)
+	}
+	running, notLoaded := out[i:j], out[j:]
+	if !hasLine(running, "dir:"+hooksDir+"/10-ping", "command /ping") {
+		t.Errorf("the /ping that runs is not listed:\n%s", out)
+	}
+	if strings.Contains(running, "20-ping-again") || strings.Contains(running, "30-new") || strings.Contains(running, "/new") {
+		t.Errorf("commands that do not run are listed as loaded:\n%s", out)
+	}
+	if !strings.Contains(notLoaded, "20-ping-again") || !strings.Contains(notLoaded, "30-new") {
+		t.Errorf("the clashing hooks are not under 'not loaded':\n%s", out)
+	}
+}

@@ -145,7 +145,15 @@ func newHooksCmd(path func() string, out io.Writer, getenv func(string) string) 
 			defer a.gw.Stop(context.Background())
 			list := a.gw.Runtime().Bus.Handlers()
 			sort.SliceStable(list, func(i, j int) bool { return list[i].Source < list[j].Source })
-			if len(list) == 0 {
+			loaded := 0 // hooks that run: a hook may serve only commands or tools, with no event
+			for _, h := range a.hooks {
+				if h.Enabled {
+					loaded++
+				}
+			}
+			if len(list) == 0 && loaded > 0 {
+				fmt.Fprintf(out, "no event handlers: the %d hook(s) loaded serve only commands or tools (below)\n", loaded)
+			} else if len(list) == 0 {
 				// An empty table reads like a failure; say what was looked at instead.
 				fmt.Fprintf(out, "no hooks loaded (looked in hooks.dirs %s and each profile's hooks/ folder under %s; speech hooks are off)\n",
 					strings.Join(a.cfg.Hooks.Dirs, ", "), a.cfg.Profiles.Dir)
