@@ -143,3 +143,46 @@ func TestMessageSentDuringShutdownIsAnsweredAfterRestart(t *testing.T) {
 	}
 	waitUntil(t, "empty journal once everything was answered", func() bool { return pending(db) == 0 })
 }
+
+// A gateway without a journal cannot keep a message for after the restart: while it drains,
+// the web chat tells the user that it is shutting down and to send the message again, not
+// that the assistant is busy (which invites a retry before the restart).
+func TestWebMessageDuringShutdownWithoutJournalSaysShuttingDown(t *testing.T) {
+	e := newEnv(t)
+	release := make(chan struct{})
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	working := make(chan struct{}, 1)
+	e.fake.SetFunc(func(req *harness.Request) harness.FakeReply {
+		working <- struct{}{}
+		select { // the slow turn: it ends when the test says
+		case <-release:
+		case <-time.After(30 * time.Second):
+		}
+		return harness.FakeReply{Text: "ok"}
+	})
+	busy, later := e.client(t, "busy"), e.client(t, "later")
+	busy.say("a long question")
+	select {
+	case <-working:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the model never saw the first message")
+	}
+	stopped := stopInBackground(t, e.g)
+	id := later.say("hello?")
+	fs := later.until("error", "done")
+	last := fs[len(fs)-1]
+	if last.Type != "error" || last.ReplyTo != id || !strings.Contains(last.Text, "shutting down") {
+		t.Fatalf("the user was told %+v; want an error for %s saying that the gateway is shutting down", last, id)
+	}
+	once.Do(func() { close(release) })
+	if fs := busy.until("done", "error"); fs[len(fs)-1].Type != "done" {
+		t.Fatalf("the running turn ended with %+v; want it finished during the drain", fs[len(fs)-1])
+	}
+	if err := <-stopped; err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	if n := len(e.fake.Requests()); n != 1 {
+		t.Fatalf("%d model calls; want only the first message's", n)
+	}
+}
