@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +14,8 @@ import (
 	"gateway/channels/discord/discordtest"
 	"gateway/channels/slack"
 	"gateway/channels/slack/slacktest"
+	"gateway/channels/telegram"
+	"gateway/channels/telegram/telegramtest"
 	"gateway/harness"
 	"gateway/internal/secret"
 	"gateway/state"
@@ -38,17 +41,19 @@ func stopInBackground(t *testing.T, g *Gateway) <-chan error {
 	return done
 }
 
-// A message sent on Discord or Slack while the gateway drains a slow turn before it stops
-// is answered after the restart on the same state, exactly once. Refused, it was lost:
-// Discord never offers a message again (and its catch-up cursor had passed it), and Slack
-// offered it only to the closing connection until it gave up.
+// A message sent on Discord, Slack or Telegram while the gateway drains a slow turn before
+// it stops is answered after the restart on the same state, exactly once. Refused, it was
+// lost on the first two: Discord never offers a message again (and its catch-up cursor had
+// passed it), and Slack offered it only to the closing connection until it gave up.
+// (Telegram kept it, its offset held, but polled it again and again meanwhile.)
 func TestMessageSentDuringShutdownIsAnsweredAfterRestart(t *testing.T) {
 	dir := t.TempDir()
 	db := openState(t, dir)
 	defer db.Close()
-	access := channels.Access{AllowFrom: []string{"4242"}, DMPolicy: channels.DMAllowlist}
+	access := channels.Access{AllowFrom: []string{"4242", strconv.Itoa(telegramtest.UserID)}, DMPolicy: channels.DMAllowlist}
 	dc := discordtest.New(t)
 	sl := slacktest.New(t)
+	tg := telegramtest.NewServer(t)
 	adapters := func() []channels.Channel {
 		dcCh, err := discord.New(discord.Config{Enabled: true, Token: secret.Secret(dc.Bot().Token), APIURL: dc.URL, Access: access},
 			discord.Options{StateDir: t.TempDir(), State: db})
@@ -60,9 +65,15 @@ func TestMessageSentDuringShutdownIsAnsweredAfterRestart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return []channels.Channel{dcCh, slCh}
+		tgCh, err := telegram.New(telegram.Config{Enabled: true, Token: secret.Secret(tg.Token), APIURL: tg.URL, Mode: telegram.ModePolling, Access: access},
+			telegram.Options{StateDir: t.TempDir(), State: db, PollTimeout: time.Second,
+				Pacing: telegram.Pacing{GlobalPerSecond: -1, PerChatInterval: -1, GroupInterval: -1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return []channels.Channel{dcCh, slCh, tgCh}
 	}
-	const dm, slackDM = "dm-1", "D4242"
+	const dm, slackDM, tgChat = "dm-1", "D4242", 4242
 	bot := dc.Bot().ID
 
 	first := newEnvWith(t, filepath.Join(dir, "sessions"), adapters(), withDurable(db))
@@ -80,7 +91,8 @@ func TestMessageSentDuringShutdownIsAnsweredAfterRestart(t *testing.T) {
 	})
 	dc.InjectDM(dm, "4242", "first on discord")
 	sl.DM(slackDM, "4242", "first on slack")
-	for range 2 {
+	tg.Send(telegramtest.Update{ChatID: tgChat, Text: "first on telegram"})
+	for range 3 {
 		select {
 		case <-working:
 		case <-time.After(15 * time.Second):
@@ -91,7 +103,8 @@ func TestMessageSentDuringShutdownIsAnsweredAfterRestart(t *testing.T) {
 	stopped := stopInBackground(t, first.g)
 	dc.InjectDM(dm, "4242", "second on discord")
 	sl.DM(slackDM, "4242", "second on slack")
-	waitUntil(t, "journal entry for each message sent during shutdown", func() bool { return pending(db) == 4 })
+	tg.Send(telegramtest.Update{ChatID: tgChat, Text: "second on telegram"})
+	waitUntil(t, "journal entry for each message sent during shutdown", func() bool { return pending(db) == 6 })
 	waitUntil(t, "ack of the Slack envelope sent during shutdown", func() bool {
 		envs := sl.Envelopes()
 		for _, e := range envs {
@@ -116,8 +129,14 @@ func TestMessageSentDuringShutdownIsAnsweredAfterRestart(t *testing.T) {
 	if got := sl.Posted(slackDM); len(got) != 1 || !strings.Contains(got[0].Text, "first on slack") {
 		t.Fatalf("Slack got %+v before the restart; want the answer to the first message only", got)
 	}
-	if n := pending(db); n != 2 {
-		t.Fatalf("the journal holds %d messages after Stop; want the 2 sent during shutdown", n)
+	if got := tg.Messages(tgChat); len(got) != 1 || !strings.Contains(got[0].Text, "first on telegram") {
+		t.Fatalf("Telegram got %+v before the restart; want the answer to the first message only", got)
+	}
+	if n := pending(db); n != 3 {
+		t.Fatalf("the journal holds %d messages after Stop; want the 3 sent during shutdown", n)
+	}
+	if n := tg.Pending(); n != 0 {
+		t.Fatalf("Telegram holds %d unconfirmed updates; want the one sent during shutdown confirmed, it is journaled", n)
 	}
 
 	model := harness.NewFake()
@@ -128,18 +147,21 @@ func TestMessageSentDuringShutdownIsAnsweredAfterRestart(t *testing.T) {
 		d.NewProvider = func(harness.Config) (harness.Provider, error) { return model, nil }
 	})
 	waitUntil(t, "answer after the restart to the messages sent during shutdown", func() bool {
-		return len(dc.PostedBy(bot, dm)) >= 2 && len(sl.Posted(slackDM)) >= 2
+		return len(dc.PostedBy(bot, dm)) >= 2 && len(sl.Posted(slackDM)) >= 2 && len(tg.Messages(tgChat)) >= 2
 	})
 	time.Sleep(time.Second) // a second answer (a catch-up or a redelivery taken again) would come now
-	dcGot, slGot := dc.PostedBy(bot, dm), sl.Posted(slackDM)
+	dcGot, slGot, tgGot := dc.PostedBy(bot, dm), sl.Posted(slackDM), tg.Messages(tgChat)
 	if len(dcGot) != 2 || !strings.Contains(dcGot[1].Content, "second on discord") {
 		t.Errorf("Discord answers %+v; want the message sent during shutdown answered once", dcGot)
 	}
 	if len(slGot) != 2 || !strings.Contains(slGot[1].Text, "second on slack") {
 		t.Errorf("Slack answers %+v; want the message sent during shutdown answered once", slGot)
 	}
-	if n := len(model.Requests()); n != 2 {
-		t.Errorf("%d model calls after the restart; want 2", n)
+	if len(tgGot) != 2 || !strings.Contains(tgGot[1].Text, "second on telegram") {
+		t.Errorf("Telegram answers %+v; want the message sent during shutdown answered once", tgGot)
+	}
+	if n := len(model.Requests()); n != 3 {
+		t.Errorf("%d model calls after the restart; want 3", n)
 	}
 	waitUntil(t, "empty journal once everything was answered", func() bool { return pending(db) == 0 })
 }
