@@ -3,6 +3,7 @@ package channels
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 )
@@ -38,9 +39,11 @@ type Stream interface {
 // Sink is the gateway side of an adapter.
 type Sink interface {
 	// Deliver hands over one inbound message that passed the adapter's access policy.
-	// It returns once the gateway has queued the message, so the adapter may then
+	// It returns once the gateway has taken the message (journaled it, or queued it
+	// where there is no journal), so the adapter may then
 	// acknowledge it to the platform (advance an offset, ack an envelope). An error
-	// means the message was not taken (shutting down, chat queue full): do not ack.
+	// means the message was not taken (shutting down without a journal, the journal
+	// failing): do not ack, and do not move any cursor past it.
 	Deliver(ctx context.Context, msg *Message) error
 	// Connected reports a platform connection really made (true) or lost (false, err).
 	Connected(channel string, up bool, err error)
@@ -67,6 +70,11 @@ type HTTPChannel interface {
 
 // ErrNotAccepted is returned by Sink.Deliver when the gateway cannot take the message now.
 var ErrNotAccepted = errors.New("message not accepted")
+
+// ErrStopping is the ErrNotAccepted of a gateway that is shutting down and has nowhere to
+// keep the message for after the restart (no intake journal): the user must send it again
+// once the gateway is back, and an adapter that can tell them should say so in those words.
+var ErrStopping = fmt.Errorf("%w: the gateway is shutting down", ErrNotAccepted)
 
 // Command is a slash command offered in a platform's native command menu.
 type Command struct {

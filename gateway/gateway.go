@@ -347,7 +347,8 @@ func (g *Gateway) notReady(ctx context.Context) string {
 	return ""
 }
 
-// Stop shuts down: intake stops, queued and running turns get until ctx's deadline (at
+// Stop shuts down: intake stops queuing (a new message is still journaled, for the next
+// start to answer; see Deliver), queued and running turns get until ctx's deadline (at
 // most 30s when ctx has none) to finish and are then cancelled, notices still queued are
 // sent (cut at the same deadline), channels are stopped, the lifecycle events they caused
 // are emitted, and Stop returns when every goroutine it owns has ended. It is idempotent,
@@ -467,11 +468,21 @@ func SessionKey(channel, chat, thread string) string {
 // waits on hooks or on the platform. An error means the message was not taken: the adapter
 // must not acknowledge it, so the platform delivers it again.
 func (g *Gateway) Deliver(ctx context.Context, msg *channels.Message) error {
-	if g.stopping.Load() {
-		return channels.ErrNotAccepted
+	shared := g.intake != nil && !channels.IsPinned(g.byName[msg.Channel])
+	// While Stop drains, a message is still taken where it outlives this process (the
+	// journal, the shared intake) and answered after the restart: refused, Discord would
+	// never offer it again and Slack would offer it only to this closing connection. With
+	// neither, the adapter is told to send the user away (ErrStopping).
+	draining := g.stopping.Load()
+	if draining && !shared && g.journal == nil {
+		return channels.ErrStopping
 	}
-	if err := g.waitGate(ctx, msg.Channel); err != nil {
-		return fmt.Errorf("%w: %w", channels.ErrNotAccepted, err)
+	if !draining {
+		// Journaled messages of before the restart go first; a draining gateway queues
+		// nothing, so there is no order to keep.
+		if err := g.waitGate(ctx, msg.Channel); err != nil {
+			return fmt.Errorf("%w: %w", channels.ErrNotAccepted, err)
+		}
 	}
 	dedupKey := ""
 	if msg.ID != "" {
@@ -486,7 +497,6 @@ func (g *Gateway) Deliver(ctx context.Context, msg *channels.Message) error {
 	}
 	var dup bool
 	var err error
-	shared := g.intake != nil && !channels.IsPinned(g.byName[msg.Channel])
 	if shared {
 		dup, err = g.publish(ctx, msg, dedupKey)
 	} else {
@@ -521,25 +531,44 @@ func (g *Gateway) Deliver(ctx context.Context, msg *channels.Message) error {
 	if g.metrics != nil {
 		g.metrics.MessagesIn.WithLabelValues(msg.Channel).Inc()
 	}
-	g.queue(msg)
+	if draining {
+		g.log.Info("message taken while shutting down; it is answered after the restart", "channel", msg.Channel, "chat", msg.ChatID, "id", msg.ID)
+		return nil
+	}
+	if err := g.queue(msg); err != nil { // Stop began since the check above
+		if g.journal != nil {
+			g.log.Info("message taken while shutting down; it is answered after the restart", "channel", msg.Channel, "chat", msg.ChatID, "id", msg.ID)
+			return nil
+		}
+		if dedupKey != "" {
+			g.dedup.Forget(dedupKey)
+		}
+		return err
+	}
 	return nil
 }
 
 // queue puts an accepted (journaled) message on its chat's session, or answers why it
-// cannot; either way the message is taken: it stays journaled until answered.
-func (g *Gateway) queue(msg *channels.Message) {
+// cannot; either way the message is taken: it stays journaled until answered. Once Stop
+// began it queues nothing and returns channels.ErrStopping: the message stays where it is (the
+// journal, the shared intake) for after the restart.
+func (g *Gateway) queue(msg *channels.Message) error {
 	key := SessionKey(msg.Channel, msg.ChatID, msg.ThreadID)
 	queued, err := g.enqueue(key, msg)
+	if errors.Is(err, channels.ErrStopping) {
+		return err
+	}
 	if err != nil {
 		// Every chat slot is busy: tell the user rather than leave them unanswered.
 		g.refuse(msg, "capacity", fmt.Sprintf("too many active chats (sessions.max_sessions: %d); the message was not taken", g.cfg.MaxSessions),
 			"I'm talking with too many people at once right now. Please send this again in a few minutes.")
-		return
+		return nil
 	}
 	if !queued {
 		g.refuse(msg, "queue_full", fmt.Sprintf("the chat's queue is full (sessions.queue_size: %d); the message was not taken", g.cfg.QueueSize),
 			"I'm still working through your earlier messages, so I couldn't take this one. Please send it again in a moment.")
 	}
+	return nil
 }
 
 var errTooManyChats = fmt.Errorf("%w: too many active chats", channels.ErrNotAccepted)
@@ -549,6 +578,11 @@ var errTooManyChats = fmt.Errorf("%w: too many active chats", channels.ErrNotAcc
 func (g *Gateway) enqueue(key string, msg *channels.Message) (queued bool, err error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	// Checked under g.mu, which Stop takes after setting stopping: a message either is
+	// queued before Stop looks at the sessions (and is drained with them), or not at all.
+	if g.stopping.Load() {
+		return false, channels.ErrStopping
+	}
 	s, err := g.sessionLocked(key)
 	if err != nil {
 		return false, err

@@ -136,7 +136,9 @@ func (g *Gateway) Take(seq uint64, body []byte) error {
 	if g.metrics != nil {
 		g.metrics.MessagesIn.WithLabelValues(msg.Channel).Inc()
 	}
-	g.queue(msg)
+	if err := g.queue(msg); err != nil {
+		return err // Stop began: it stays in the intake for whoever holds the chat next
+	}
 	return nil
 }
 
@@ -233,7 +235,7 @@ func (g *Gateway) openGate(channel string) {
 		if m.ID != "" {
 			g.dedup.Seen(m.Channel + "|" + m.ChatID + "|" + m.ID)
 		}
-		g.queue(m)
+		_ = g.queue(m) // refused only when Stop began: then it stays journaled
 	}
 	if gate != nil {
 		select {

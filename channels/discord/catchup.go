@@ -38,6 +38,10 @@ type cursor struct {
 	last   string    // the newest message id seen there
 	guild  string    // "" for a DM; REST messages carry no guild_id
 	active time.Time // when the bot last took a message there
+	// held is the oldest message there the gateway refused (it was stopping, or could not
+	// store it): last stays before it until it is taken, so that a catch-up, this
+	// process's next or the next process's, reads it again. Discord never sends it again.
+	held string
 }
 
 // cursors tracks, per chat the bot is active in, the last message id seen. The book
@@ -47,17 +51,44 @@ type cursors map[string]*cursor
 // saw advances the cursor of channel, if the bot is active there, to id; it says whether
 // the cursor moved.
 func (cs cursors) saw(channel, id string) bool {
-	if c := cs[channel]; c != nil && snowLess(c.last, id) {
-		c.last = id
-		return true
+	c := cs[channel]
+	if c == nil || !snowLess(c.last, id) || (c.held != "" && !snowLess(id, c.held)) {
+		return false
 	}
-	return false
+	c.last = id
+	return true
 }
 
 // took marks channel active now, at message id.
 func (cs cursors) took(channel, guild, id string, now time.Time) {
 	c := cs.add(channel, id)
 	c.guild, c.active = guild, now
+	if c.held == id {
+		c.held = "" // read again and taken this time
+	}
+	cs.saw(channel, id)
+}
+
+// refused holds channel's cursor before message id, which the gateway did not take, and
+// marks the chat active now, so that the next catch-up reads the message again.
+func (cs cursors) refused(channel, guild, id string, now time.Time) {
+	prev := snowBefore(id)
+	c := cs.add(channel, prev)
+	c.guild, c.active = guild, now
+	if c.held == "" || snowLess(id, c.held) {
+		c.held = id
+	}
+	if !snowLess(c.last, id) {
+		c.last = prev
+	}
+}
+
+// skip moves channel's cursor to id even past a refused message: catch-up gave up on
+// what lies before id.
+func (cs cursors) skip(channel, id string) {
+	if c := cs[channel]; c != nil {
+		c.held = ""
+	}
 	cs.saw(channel, id)
 }
 
@@ -114,6 +145,16 @@ func (cs cursors) recent(now time.Time) []chatCursor {
 	return out[:min(len(out), catchUpChats)]
 }
 
+// snowBefore is the snowflake just before id, so that a read "after" it starts at id; ""
+// (read from the start) when id is not a snowflake.
+func snowBefore(id string) string {
+	n, err := strconv.ParseUint(id, 10, 64)
+	if err != nil || n == 0 {
+		return ""
+	}
+	return strconv.FormatUint(n-1, 10)
+}
+
 // snowLess orders snowflakes (decimal, no leading zeros) by value; "" comes first.
 func snowLess(a, b string) bool {
 	if len(a) != len(b) {
@@ -156,7 +197,7 @@ func (c *Channel) catchUp(ctx context.Context) {
 			// Skipped for good: a later catch-up starts after the newest message, not
 			// in the middle of stale ones.
 			if newest, _, err := c.history(ctx, cc.channel, url.Values{"limit": {"1"}}); err == nil && len(newest) > 0 {
-				c.book.saw(cc.channel, newest[len(newest)-1].ID)
+				c.book.skip(cc.channel, newest[len(newest)-1].ID)
 			}
 		}
 	}

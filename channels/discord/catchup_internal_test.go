@@ -60,3 +60,31 @@ func TestSnowLess(t *testing.T) {
 		}
 	}
 }
+
+// A message the gateway refused holds its chat's cursor before it, whatever is taken after
+// it, until it is taken itself; only a catch-up that gives up (skip) passes it.
+func TestRefusedMessageHoldsTheCursor(t *testing.T) {
+	now := time.Now()
+	cs := cursors{}
+	cs.took("dm", "", "1000", now)
+	cs.refused("dm", "", "1005", now)
+	cs.saw("dm", "1005") // the message itself, once handled
+	cs.took("dm", "", "1007", now)
+	if c := cs["dm"]; c.last != "1000" {
+		t.Fatalf("cursor = %s after a refused 1005 and a taken 1007; want 1000, so that 1005 is read again", c.last)
+	}
+	cs.took("dm", "", "1005", now) // read again by a catch-up, and taken
+	cs.saw("dm", "1007")
+	if c := cs["dm"]; c.last != "1007" || c.held != "" {
+		t.Fatalf("cursor = %s (held %q) once 1005 was taken; want 1007", c.last, c.held)
+	}
+
+	cs.refused("new", "", "2000", now) // a chat first seen with a refused message
+	if got := cs.recent(now); len(got) != 2 || cs["new"].last != "1999" {
+		t.Fatalf("cursor of a new chat = %q, recent %d; want 1999 and the chat read at the next catch-up", cs["new"].last, len(got))
+	}
+	cs.skip("new", "2050")
+	if c := cs["new"]; c.last != "2050" || c.held != "" {
+		t.Fatalf("cursor = %s (held %q) after a skip; want 2050", c.last, c.held)
+	}
+}

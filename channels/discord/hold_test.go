@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -291,5 +292,55 @@ func TestReadyAgainWhenTheHoldGoes(t *testing.T) {
 	waitFor(t, "it to ask for the hold again", func() bool { return h.AskedBy("a") > 1 })
 	if n := srv.Connected(); n != 0 {
 		t.Fatalf("%d sessions", n)
+	}
+}
+
+// gate is the gateway side of an adapter that refuses messages while shut is set, as a
+// gateway that is stopping with no journal does, and counts the refusals.
+type gate struct {
+	*channeltest.Sink
+	shut    atomic.Bool
+	refused atomic.Int32
+}
+
+func (g *gate) Deliver(ctx context.Context, m *channels.Message) error {
+	if g.shut.Load() {
+		g.refused.Add(1)
+		return channels.ErrStopping
+	}
+	return g.Sink.Deliver(ctx, m)
+}
+
+// A message the gateway refused (it was shutting down) does not move the chat's catch-up
+// cursor: Discord never sends it again, so the next process reads it back from the DM's
+// history and it is delivered then, once; what was taken before is not read again.
+func TestRefusedMessageIsReadBackAfterRestart(t *testing.T) {
+	t.Parallel()
+	srv := discordtest.New(t)
+	db := openState(t)
+	logs := &channeltest.LogBuffer{}
+	ch, err := discord.New(discord.Config{Token: secret.Secret(srv.Bot().Token), APIURL: srv.URL, Access: defaultAccess()},
+		discord.Options{Logger: logs.Logger(), StateDir: t.TempDir(), State: db})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gate{Sink: channeltest.NewSink()}
+	channeltest.Start(t, ch, g)
+	srv.InjectDM("706", user, "taken")
+	expectNext(t, g.Sink, "taken")
+	g.shut.Store(true)
+	srv.InjectDM("706", user, "sent while stopping")
+	waitFor(t, "the refusal", func() bool { return g.refused.Load() == 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := ch.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	second := startProc(t, srv, discord.Options{State: db})
+	expectNext(t, second.sink, "sent while stopping")
+	second.sink.ExpectNone(t, time.Second)
+	if n := g.refused.Load(); n != 1 {
+		t.Fatalf("%d refusals; want the one before the restart (and the message delivered after it, a second attempt)", n)
 	}
 }

@@ -43,7 +43,14 @@ func (c *Channel) handle(ctx context.Context, dm *discordgo.Message) {
 		}
 	}()
 	bot := c.bot()
-	c.book.saw(dm.ChannelID, dm.ID)
+	// The cursor passes a message once it is done with: taken by the gateway, or not for
+	// it. One the gateway refused holds the cursor before it instead (see below).
+	refused := false
+	defer func() {
+		if !refused {
+			c.book.saw(dm.ChannelID, dm.ID)
+		}
+	}()
 	if dm.Author == nil || dm.Author.ID == bot {
 		return
 	}
@@ -77,9 +84,6 @@ func (c *Channel) handle(ctx context.Context, dm *discordgo.Message) {
 		c.log.Info("discord: ignoring bots in this chat until a human writes", "chat_id", msg.ChatID, "thread_id", msg.ThreadID, "limit", BotStreak)
 		return
 	}
-	if msg.ChatType == channels.ChatDM || msg.ThreadID != "" {
-		c.book.took(dm.ChannelID, dm.GuildID, dm.ID, time.Now()) // read again after a lost session
-	}
 	if msg.ReplyTo != nil && dm.ReferencedMessage != nil {
 		ro := opts
 		ro.mentions, ro.stripBot = dm.ReferencedMessage.Mentions, false
@@ -91,9 +95,19 @@ func (c *Channel) handle(ctx context.Context, dm *discordgo.Message) {
 		msg.Parts = append(msg.Parts, p)
 		msg.IsVoice = msg.IsVoice || p.Voice
 	}
+	tracked := msg.ChatType == channels.ChatDM || msg.ThreadID != "" // read again after a lost session
 	if err := c.sink.Deliver(ctx, msg); err != nil {
 		c.dedup.Forget(dm.ID)
-		c.log.Warn("discord: the gateway did not take a message", "message_id", dm.ID, "err", err)
+		if tracked {
+			// Discord never sends it again: only a catch-up can read it back.
+			refused = true
+			c.book.refused(dm.ChannelID, dm.GuildID, dm.ID, time.Now())
+		}
+		c.log.Warn("discord: the gateway did not take a message", "message_id", dm.ID, "read_again_at_catch_up", tracked, "err", err)
+		return
+	}
+	if tracked {
+		c.book.took(dm.ChannelID, dm.GuildID, dm.ID, time.Now())
 	}
 }
 

@@ -45,6 +45,20 @@ func (b *book) took(channel, guild, id string, now time.Time) {
 	b.touch()
 }
 
+func (b *book) refused(channel, guild, id string, now time.Time) {
+	b.mu.Lock()
+	b.cs.refused(channel, guild, id, now)
+	b.mu.Unlock()
+	b.touch()
+}
+
+func (b *book) skip(channel, id string) {
+	b.mu.Lock()
+	b.cs.skip(channel, id)
+	b.mu.Unlock()
+	b.touch()
+}
+
 func (b *book) recent(now time.Time) []chatCursor {
 	b.mu.Lock()
 	defer b.mu.Unlock()

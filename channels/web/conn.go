@@ -412,7 +412,9 @@ func (c *Channel) handle(ctx context.Context, k *conn, data []byte) {
 // deliverFailure explains a refused message to the user.
 func deliverFailure(err error, ctx context.Context) string {
 	switch {
-	case ctx.Err() != nil:
+	case ctx.Err() != nil, errors.Is(err, channels.ErrStopping):
+		// ErrStopping: the gateway drains its turns before it restarts and has no journal
+		// to keep the message in; "busy" would send the user back too soon.
 		return "The gateway is shutting down, so your message was not taken. Please send it again in a moment."
 	case errors.Is(err, channels.ErrNotAccepted):
 		return "The assistant is busy and could not take your message right now. Please try again in a moment."
