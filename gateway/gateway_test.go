@@ -122,7 +122,8 @@ func TestStopCancelsSlowTurnAndEmitsCancel(t *testing.T) {
 		cancels <- ev
 		return nil, nil
 	})
-	e.fake.Push(harness.FakeReply{Chunks: []string{"thinking…"}, Delay: 50 * time.Millisecond, ChunkDelay: time.Hour})
+	// Two chunks: the hour between them keeps the turn running (one chunk ends it at once).
+	e.fake.Push(harness.FakeReply{Chunks: []string{"thinking…", " and more"}, Delay: 50 * time.Millisecond, ChunkDelay: time.Hour})
 	c := e.client(t, "chat5")
 	c.say("write a novel")
 	c.until("delta")
