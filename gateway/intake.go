@@ -235,7 +235,7 @@ func (g *Gateway) openGate(channel string) {
 		if m.ID != "" {
 			g.dedup.Seen(m.Channel + "|" + m.ChatID + "|" + m.ID)
 		}
-		_ = g.queue(m) // refused only when Stop began: then it stays journaled
+		_ = g.queueReplayed(m) // refused only when Stop began: then it stays journaled
 	}
 	if gate != nil {
 		select {
@@ -244,6 +244,25 @@ func (g *Gateway) openGate(channel string) {
 			close(gate)
 		}
 	}
+}
+
+// queueReplayed puts a message journaled before the restart on its chat's session. Unlike
+// queue, the chat's queue_size does not turn it away: the message was taken before the
+// restart (a running turn and a full queue are one more than the queue holds), and
+// refusing it now would drop what the platform was told was kept.
+func (g *Gateway) queueReplayed(msg *channels.Message) error {
+	key := SessionKey(msg.Channel, msg.ChatID, msg.ThreadID)
+	g.mu.Lock()
+	s, err := g.sessionLocked(key)
+	if err != nil || g.stopping.Load() {
+		g.mu.Unlock()
+		return g.queue(msg) // too many chats, or stopping: as any message
+	}
+	s.replayed = append(s.replayed, msg)
+	s.replaying.Add(1)
+	g.wakeLocked(s)
+	g.mu.Unlock()
+	return nil
 }
 
 // waitGate holds a new message of channel until its journaled messages are queued.

@@ -389,3 +389,40 @@ func TestAnAnswerThePlatformKeepsFailingStaysJournaled(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// A chat whose turn ran with a full queue behind it when the gateway stopped has one more
+// message journaled than its queue holds: the next start answers every one, in order, and
+// turns none away as "queue full".
+func TestAFullQueueIsAnsweredWholeAfterRestart(t *testing.T) {
+	dir := t.TempDir()
+	db := openState(t, dir)
+	defer db.Close()
+	small := func(c *Config, _ *Runtime, _ *Deps) { c.QueueSize = 2 }
+	first := newEnvIn(t, filepath.Join(dir, "sessions"), withDurable(db), small)
+	first.fake.SetFunc(func(req *harness.Request) harness.FakeReply {
+		return harness.FakeReply{Text: "never finished", Delay: time.Hour}
+	})
+	for i := range 3 { // one running, two queued: the queue is full
+		first.mem.inject(t, "c1", fmt.Sprint("m", i), fmt.Sprint("question ", i))
+	}
+	waitRequests(t, first.fake, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	_ = first.g.Stop(ctx)
+	cancel()
+	if p, _ := db.Pending(); len(p) != 3 {
+		t.Fatalf("journal holds %d messages; want the running one and the two queued", len(p))
+	}
+
+	model := harness.NewFake()
+	model.SetFunc(func(req *harness.Request) harness.FakeReply {
+		return harness.FakeReply{Text: "answer to " + lastUser(*req)}
+	})
+	second := newEnvIn(t, filepath.Join(dir, "sessions"), withDurable(db), small, func(_ *Config, _ *Runtime, d *Deps) {
+		d.NewProvider = func(harness.Config) (harness.Provider, error) { return model, nil }
+	})
+	second.mem.waitDone(t, 3)
+	want := []string{"done:answer to question 0", "done:answer to question 1", "done:answer to question 2"}
+	if got := second.mem.finals("c1"); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("answers after restart %q; want %q", got, want)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"gateway/channels"
@@ -31,6 +32,12 @@ type session struct {
 	idle       bool
 	closed     bool
 	evictTimer *time.Timer
+	// replayed are messages journaled before the restart, older than any in the mailbox
+	// (Deliver waits for its channel's replay): taken first, and not bounded by
+	// queue_size, which let them in before the restart; the journal bounds them. Guarded
+	// by g.mu; replaying counts them, so that the loop looks without the lock.
+	replayed  []*channels.Message
+	replaying atomic.Int32
 
 	pending  []*turnReq
 	running  *runningTurn
@@ -138,6 +145,11 @@ func (s *session) loop() {
 			s.g.mu.Unlock()
 			return
 		}
+		if msg := s.takeReplayed(); msg != nil {
+			s.intake(msg)
+			s.startNext()
+			continue
+		}
 		select {
 		case fn := <-s.ctl:
 			fn(s)
@@ -164,7 +176,7 @@ func (s *session) park() bool {
 	g := s.g
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if len(s.mailbox) > 0 || len(s.ctl) > 0 || len(s.turnDone) > 0 || g.ctx.Err() != nil {
+	if len(s.mailbox) > 0 || len(s.ctl) > 0 || len(s.turnDone) > 0 || len(s.replayed) > 0 || g.ctx.Err() != nil {
 		return false
 	}
 	s.active = false
@@ -182,6 +194,20 @@ func (s *session) park() bool {
 		s.evictTimer.Reset(g.cfg.IdleEvict)
 	}
 	return true
+}
+
+// takeReplayed returns the oldest message replayed from the journal, nil when none waits.
+func (s *session) takeReplayed() *channels.Message {
+	if s.replaying.Load() == 0 {
+		return nil
+	}
+	s.g.mu.Lock()
+	defer s.g.mu.Unlock()
+	msg := s.replayed[0]
+	s.replayed[0] = nil
+	s.replayed = s.replayed[1:]
+	s.replaying.Add(-1)
+	return msg
 }
 
 // wakeLocked starts s's loop unless it runs; g.mu is held, and something was just queued
