@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"gateway/harness"
 	"gateway/hooks"
@@ -90,4 +91,56 @@ func TestCustomEntries(t *testing.T) {
 	if len(files) != 1 {
 		t.Fatalf("files %v", files)
 	}
+}
+
+// The entries hooks see are the history file's: each message entry has its id, its parent
+// (the one before it; null for the first) and its timestamp, in memory as after a reopen.
+func TestEntriesCarryParentAndTimestamp(t *testing.T) {
+	st, err := harness.OpenStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := func() *harness.Session {
+		s, err := harness.OpenSession(harness.SessionOptions{Key: "t:1", Store: st, Provider: harness.NewFake()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	check := func(when string, s *harness.Session) {
+		t.Helper()
+		got, err := s.Entries()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 4 {
+			t.Fatalf("%s: %d entries, want 4", when, len(got))
+		}
+		var prev *string
+		for i, raw := range got {
+			var e struct {
+				ID        string  `json:"id"`
+				ParentID  *string `json:"parentId"`
+				Timestamp string  `json:"timestamp"`
+			}
+			if err := json.Unmarshal(raw, &e); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := time.Parse(time.RFC3339Nano, e.Timestamp); err != nil {
+				t.Errorf("%s: entry %d has timestamp %q: %s", when, i, e.Timestamp, raw)
+			}
+			if (prev == nil) != (e.ParentID == nil) || prev != nil && *prev != *e.ParentID {
+				t.Errorf("%s: entry %d has parentId %v, want the entry before it (%v): %s", when, i, e.ParentID, prev, raw)
+			}
+			prev = &e.ID
+		}
+	}
+	s := open()
+	for _, q := range []string{"one", "two"} {
+		if _, err := s.Run(context.Background(), q, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check("in memory", s)
+	check("after a reopen", open())
 }

@@ -243,9 +243,12 @@ func strPtr(s string) *string {
 
 // entry is a message of the active branch that the model may see.
 type entry struct {
-	id     string
-	msg    llm.Message
-	tokens int // estimate
+	id      string
+	parent  *string // as in the file: the hooks' entries are its form
+	stamp   string
+	aborted bool
+	msg     llm.Message
+	tokens  int // estimate
 }
 
 // customEntry is an entry of a type the core does not use, kept as it is in the file.
@@ -520,7 +523,7 @@ func (h *history) load() error {
 		if err := json.Unmarshal(bytes.TrimSpace(buf), &e); err != nil {
 			return fmt.Errorf("re-reading an entry: %w", err)
 		}
-		h.push(entry{id: e.ID, msg: e.Message, tokens: estimateMessage(e.Message)})
+		h.push(entry{id: e.ID, parent: e.ParentID, stamp: e.Timestamp, aborted: e.Aborted, msg: e.Message, tokens: estimateMessage(e.Message)})
 	}
 	if comp != nil {
 		buf = growBuf(buf, comp.n)
@@ -587,11 +590,12 @@ func (h *history) add(m llm.Message, aborted bool) {
 	}
 	id := newID()
 	now := time.Now()
-	h.encode(messageEntry{Type: entryMessage, ID: id, ParentID: strPtr(h.leaf), Timestamp: stamp(now), Message: m, Aborted: aborted})
+	e := messageEntry{Type: entryMessage, ID: id, ParentID: strPtr(h.leaf), Timestamp: stamp(now), Message: m, Aborted: aborted}
+	h.encode(e)
 	h.leaf = id
 	h.total++
 	h.lastActivity = now
-	h.push(entry{id: id, msg: m, tokens: estimateMessage(m)})
+	h.push(entry{id: id, parent: e.ParentID, stamp: e.Timestamp, aborted: aborted, msg: m, tokens: estimateMessage(m)})
 	if h.held > 2*h.maxTokens {
 		// Compaction keeps being refused: let go of what could never be sent.
 		h.drop(cutPoint(h.entries, h.maxTokens))
@@ -693,7 +697,7 @@ func (h *history) branch() []json.RawMessage {
 		for ; c < len(h.custom) && h.custom[c].at <= i; c++ {
 			out = append(out, h.custom[c].raw)
 		}
-		b, err := json.Marshal(messageEntry{Type: entryMessage, ID: e.id, Message: e.msg})
+		b, err := json.Marshal(messageEntry{Type: entryMessage, ID: e.id, ParentID: e.parent, Timestamp: e.stamp, Message: e.msg, Aborted: e.aborted})
 		if err == nil {
 			out = append(out, b)
 		}
