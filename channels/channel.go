@@ -76,6 +76,15 @@ var ErrNotAccepted = errors.New("message not accepted")
 // once the gateway is back, and an adapter that can tell them should say so in those words.
 var ErrStopping = fmt.Errorf("%w: the gateway is shutting down", ErrNotAccepted)
 
+// CommandNamer is a channel whose platform has users type some commands under other names
+// (Slack reserves /status, so its app registers /agent-status): /help lists them so.
+type CommandNamer interface {
+	// CommandName is what a user of the platform types for the gateway's command name.
+	CommandName(name string) string
+	// HelpNote, unless "", ends /help: what else to know of commands on the platform.
+	HelpNote() string
+}
+
 // Command is a slash command offered in a platform's native command menu.
 type Command struct {
 	Name        string // without the slash: "pop"

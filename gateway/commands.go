@@ -116,8 +116,9 @@ func (g *Gateway) pushCommands(ctx context.Context, rt *Runtime) {
 	}
 }
 
-// helpText lists the commands a chat of the profile can use: builtins, then hooks'.
-func helpText(reg *hooks.Registry, profile string) string {
+// helpText lists the commands a chat of the profile can use: builtins, then hooks', each
+// under the name its platform has users type (namer, may be nil).
+func helpText(reg *hooks.Registry, profile string, namer channels.CommandNamer) string {
 	cmds := reg.Commands(profile)
 	if reg == nil {
 		cmds = BuiltinCommands()
@@ -128,12 +129,19 @@ func helpText(reg *hooks.Registry, profile string) string {
 		if slices.ContainsFunc(reservedCommands, func(r hooks.RegisteredCommand) bool { return r.Name == c.Name && c.Run == nil }) {
 			continue
 		}
+		name := c.Name
+		if namer != nil {
+			name = namer.CommandName(name)
+		}
 		d := c.Description
 		if args, rest, ok := strings.Cut(d, " "); ok && c.Run == nil && (strings.HasPrefix(args, "[") || strings.Contains(args, "|")) {
-			fmt.Fprintf(&b, "\n/%s %s — %s", c.Name, args, rest)
+			fmt.Fprintf(&b, "\n/%s %s — %s", name, args, rest)
 			continue
 		}
-		fmt.Fprintf(&b, "\n/%s — %s", c.Name, d)
+		fmt.Fprintf(&b, "\n/%s — %s", name, d)
+	}
+	if namer != nil && namer.HelpNote() != "" {
+		b.WriteString("\n\n" + namer.HelpNote())
 	}
 	return b.String()
 }
@@ -157,7 +165,8 @@ func (s *session) command(cmd, arg string, msg *channels.Message, rt *Runtime, p
 	reply := func(text string) { g.notify(g.ctx, rt.Bus, target, text) }
 	switch cmd {
 	case "help", "start":
-		reply(helpText(rt.Commands, prof.Name))
+		namer, _ := g.byName[msg.Channel].(channels.CommandNamer)
+		reply(helpText(rt.Commands, prof.Name, namer))
 	case "stop":
 		dropped := len(s.pending)
 		s.dropPending()

@@ -184,3 +184,35 @@ func TestTelegramMenuPerBoundChat(t *testing.T) {
 		t.Fatalf("chat 4242's menu %q", got)
 	}
 }
+
+// /help on Slack names the commands as Slack users type them (/agent-status: Slack keeps
+// /status for itself) and says how to stop or start over in a thread.
+func TestSlackHelpNamesItsOwnCommands(t *testing.T) {
+	sl := slacktest.New(t)
+	ch, err := slack.New(slack.Config{Enabled: true, BotToken: secret.Secret(slacktest.BotToken), AppToken: secret.Secret(slacktest.AppToken),
+		APIURL: sl.APIURL(), Access: channels.Access{AllowFrom: []string{"U4242"}, DMPolicy: channels.DMAllowlist}}, slack.Options{StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	newEnvWith(t, t.TempDir(), []channels.Channel{ch})
+	sl.SlashCommand(slacktest.Command{Channel: "D77", User: "U4242", Command: "/help"})
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var help string
+		for _, p := range sl.Posted("D77") {
+			if strings.HasPrefix(p.Text, "Commands:") {
+				help = p.Text
+			}
+		}
+		if help != "" {
+			if !strings.Contains(help, "/agent-status") || strings.Contains(help, "\n/status") || !strings.Contains(help, "write stop or new") {
+				t.Fatalf("/help on Slack:\n%s\nwant /agent-status, no /status, and the thread words", help)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no help posted: %+v", sl.Posted("D77"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -44,6 +44,21 @@ func commandName(registered string) string {
 	return name
 }
 
+// CommandName is the slash command a Slack user types for the gateway's command name: the
+// inverse of commandName.
+func (c *Channel) CommandName(name string) string {
+	switch name {
+	case "status":
+		return "agent-status"
+	}
+	return name
+}
+
+// HelpNote tells what /help's list cannot: Slack allows no slash command in a thread.
+func (c *Channel) HelpNote() string {
+	return "In a thread, where Slack allows no slash commands, write stop or new to me instead."
+}
+
 // onSlash turns a slash command into an inbound message with the text "/stop", "/new
 // topic" and so on, through the same access policy as messages; the gateway parses the
 // command from the text. It returns a text to answer the user with at once (privately),
