@@ -168,7 +168,7 @@ func (s *session) command(cmd, arg string, msg *channels.Message, rt *Runtime, p
 		namer, _ := g.byName[msg.Channel].(channels.CommandNamer)
 		reply(helpText(rt.Commands, prof.Name, namer))
 	case "stop":
-		dropped := len(s.pending)
+		dropped := len(s.pending) + int(s.stopDropped.Swap(0))
 		s.dropPending()
 		switch {
 		case s.cancelRunning("stopped by the user"):

@@ -306,3 +306,32 @@ func TestFullQueueEmitsReceiveError(t *testing.T) {
 	close(block)
 	e.mem.waitDone(t, 3)
 }
+
+// /stop does not wait behind a message whose receive hooks are still running (a slow
+// filter, speech to text): it cuts them, the message is dropped and never reaches the
+// model, and the user hears so at once.
+func TestStopOvertakesAMessageInItsReceiveHooks(t *testing.T) {
+	e := newEnv(t, func(c *Config, rt *Runtime, d *Deps) { c.TurnTimeout = time.Hour })
+	entered := make(chan struct{}, 10)
+	hooks.Handle(e.bus.Scope("test:slow"), func(ctx context.Context, ev *hooks.MessageReceive) (*hooks.ReceiveResult, error) {
+		if ev.Text == "slow to take in" {
+			entered <- struct{}{}
+			<-ctx.Done()
+		}
+		return nil, nil
+	}, hooks.WithTimeout(time.Hour))
+	e.mem.inject(t, "st", "1", "slow to take in")
+	select {
+	case <-entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the receive hook was never called")
+	}
+	e.mem.inject(t, "st", "2", "/stop")
+	e.mem.waitDone(t, 1)
+	if got := e.mem.finals("st"); len(got) != 1 || got[0] != "done:Dropped 1 queued message(s)." {
+		t.Fatalf("after /stop the chat got %q; want the message in its hooks dropped, and told", got)
+	}
+	if n := len(e.fake.Requests()); n != 0 {
+		t.Fatalf("the model was called %d times with the message /stop dropped", n)
+	}
+}

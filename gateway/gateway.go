@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -587,12 +588,31 @@ func (g *Gateway) enqueue(key string, msg *channels.Message) (queued bool, err e
 	if err != nil {
 		return false, err
 	}
+	if isStop(msg) {
+		s.stopAhead()
+	}
 	select {
 	case s.mailbox <- msg:
 		g.wakeLocked(s)
 		return true, nil
 	default:
 		return false, nil
+	}
+}
+
+// isStop reports whether msg is the /stop command.
+func isStop(msg *channels.Message) bool {
+	cmd, _, ok := parseCommand(strings.TrimSpace(msg.Text()))
+	return ok && cmd == "stop"
+}
+
+// stopAhead lets a /stop overtake the message the chat is taking in (control commands
+// bypass the queue, DESIGN's rule 2): its receive hooks, which may run for seconds (a slow
+// filter, speech to text), are cancelled and the message dropped, as /stop drops the
+// queued ones.
+func (s *session) stopAhead() {
+	if f := s.stopIntake.Load(); f != nil {
+		(*f)(errStopIntake)
 	}
 }
 

@@ -38,6 +38,11 @@ type session struct {
 	// by g.mu; replaying counts them, so that the loop looks without the lock.
 	replayed  []*channels.Message
 	replaying atomic.Int32
+	// stopIntake cancels the receive hooks of the message the actor is taking in, for a
+	// /stop that arrives meanwhile (control commands do not wait behind the queue);
+	// stopDropped counts the messages so dropped, for the /stop's answer.
+	stopIntake  atomic.Pointer[context.CancelCauseFunc]
+	stopDropped atomic.Int32
 
 	pending  []*turnReq
 	running  *runningTurn
@@ -196,6 +201,9 @@ func (s *session) park() bool {
 	return true
 }
 
+// errStopIntake is the cause a /stop gives the receive hooks of a message it drops.
+var errStopIntake = errCancelled("stopped by the user")
+
 // takeReplayed returns the oldest message replayed from the journal, nil when none waits.
 func (s *session) takeReplayed() *channels.Message {
 	if s.replaying.Load() == 0 {
@@ -304,14 +312,24 @@ func (s *session) intake(msg *channels.Message) {
 	// A handler that fails is skipped (the error policy) but reported for this chat: a
 	// filter that crashed lets through what it should have stopped, which an admin must learn.
 	var failures []string
-	ctx, cancel := context.WithTimeout(g.ctx, g.cfg.TurnTimeout)
+	stopCtx, stop := context.WithCancelCause(g.ctx)
+	s.stopIntake.Store(&stop)
+	ctx, cancel := context.WithTimeout(stopCtx, g.cfg.TurnTimeout)
 	rejected := rt.Bus.Receive(hooks.WithFailureReport(ctx, func(source string, err error) {
 		failures = append(failures, fmt.Sprintf("message:receive hook %s failed: %v", source, err))
 	}), ev)
 	chainErr := ctx.Err()
+	s.stopIntake.Store(nil)
 	cancel()
+	stopped := errors.Is(context.Cause(stopCtx), errStopIntake)
+	stop(nil)
 	for _, f := range failures { // the bus has logged and counted them
 		rt.Bus.Emit(g.ctx, &hooks.GatewayError{Session: info, Stage: "receive", Error: f})
+	}
+	if stopped && rejected == nil {
+		g.log.Info("message dropped by /stop while its receive hooks ran", "session", s.key, "id", msg.ID)
+		s.stopDropped.Add(1) // the /stop, next in the mailbox, tells it
+		return
 	}
 	if chainErr != nil && rejected == nil {
 		if g.ctx.Err() != nil {
