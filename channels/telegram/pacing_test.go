@@ -2,6 +2,8 @@ package telegram_test
 
 import (
 	"context"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -244,5 +246,52 @@ func TestRateLimitedAnswerWaitsOutTheHold(t *testing.T) {
 	}
 	if len(got) != 2 || strings.Join(got, " ") != text || files != 1 {
 		t.Errorf("the chat shows %d text messages (%d characters) and %d files; want the answer once, in two messages, and the file", len(got), len(strings.Join(got, " ")), files)
+	}
+}
+
+// Answers due in many chats at once go out at the bot's rate, 30 a second, in every second
+// (5 may go at once): a burst allowance of a second's worth let the first second carry
+// nearly twice that, which Telegram answers with 429s.
+func TestManyChatsAnsweredAtOnceKeepTheBotsRate(t *testing.T) {
+	f := newFixture(t)
+	opts := f.options()
+	opts.Pacing = telegram.Pacing{} // the defaults: 30 a second for the bot
+	ch := f.start(f.config(), opts, channeltest.NewSink())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const chats = 45
+	errs := make(chan error, chats)
+	for i := range chats {
+		go func() {
+			st, err := ch.Open(ctx, channels.Target{Channel: telegram.Name, ChatID: strconv.Itoa(2000 + i), ChatType: channels.ChatDM})
+			if err == nil {
+				err = st.Send(ctx, done("answer"))
+			}
+			errs <- err
+		}()
+	}
+	for range chats {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	var times []time.Time
+	for i := range chats {
+		for _, m := range f.srv.Messages(int64(2000 + i)) {
+			times = append(times, m.Time)
+		}
+	}
+	if len(times) != chats {
+		t.Fatalf("%d answers sent, want %d", len(times), chats)
+	}
+	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
+	for i := range times {
+		j := i
+		for j < len(times) && times[j].Sub(times[i]) < time.Second {
+			j++
+		}
+		if n := j - i; n > 30+5 {
+			t.Fatalf("%d answers went out within one second from the %dth; the bot's rate is 30 a second, and 5 at once", n, i)
+		}
 	}
 }

@@ -265,12 +265,19 @@ func (c *Channel) bot() models.User {
 	return c.me
 }
 
+// globalBurst is how many sends the bot may make at once above its rate.
+const globalBurst = 5
+
 // newSenders makes the Senders every Bot API call goes through.
 func (c *Channel) newSenders() {
 	p := c.opts.Pacing
 	var global *pace.Pacer
 	if p.GlobalPerSecond > 0 {
-		global = pace.New(pace.Limits{Global: rate.Limit(p.GlobalPerSecond), GlobalBurst: max(1, int(p.GlobalPerSecond))})
+		// A small burst: a second's worth on top of the rate let the first second of many
+		// answers due at once carry nearly twice Telegram's 30, which it answers with 429s;
+		// none at all would make answers that happen to come close together wait their
+		// 33 ms turn.
+		global = pace.New(pace.Limits{Global: rate.Limit(p.GlobalPerSecond), GlobalBurst: globalBurst})
 	}
 	// A 429 holds the chat for its retry_after: until it passes nothing goes there,
 	// whichever path sends next (a preview, the final text, a split part, a voice note,
