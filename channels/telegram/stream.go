@@ -421,7 +421,7 @@ func (s *stream) edit(ctx context.Context, i int, chunk string) error {
 	err := try(chunk, models.ParseModeHTML)
 	if isParseError(err) {
 		s.c.log.Warn("telegram: Telegram refused the HTML of an answer; sending it as plain text", "chat", s.chat, "err", err)
-		err = try(markdown.TelegramText(chunk), "")
+		err = try(markdown.TelegramPlain(chunk, MaxText), "")
 	}
 	if err != nil {
 		return fmt.Errorf("telegram: editing the answer in chat %d: %w", s.chat, err)
@@ -455,7 +455,7 @@ func (s *stream) post(ctx context.Context, p *bot.SendMessageParams) (id int, er
 // postPlain sends a chunk whose HTML Telegram refused as plain text instead.
 func (s *stream) postPlain(ctx context.Context, chunk string, refused error) (int, error) {
 	s.c.log.Warn("telegram: Telegram refused the HTML of an answer; sending it as plain text", "chat", s.chat, "err", refused)
-	return s.post(ctx, s.messageParams(markdown.TelegramText(chunk), false))
+	return s.post(ctx, s.messageParams(markdown.TelegramPlain(chunk, MaxText), false))
 }
 
 // messageParams builds a new message of the answer; its first message quotes the user in groups.
