@@ -726,6 +726,40 @@ func TestVoiceOutConvertsToOggOpus(t *testing.T) {
 	}
 }
 
+// A user whose privacy settings refuse voice notes (sendVoice answers 400
+// VOICE_MESSAGES_FORBIDDEN) still gets the spoken answer, as an audio file they can play,
+// after its text; the answer does not fail, and the refusal is logged as expected, not as
+// an error. Telegram refusing the file as well is still a failure.
+func TestRefusedVoiceNoteIsSentAsAFile(t *testing.T) {
+	f := newFixture(t)
+	ch := f.start(f.config(), f.options(), channeltest.NewSink())
+	voice := []byte("OggS\x00\x02 OpusHead the spoken answer")
+	forbidden := fakeserver.Failure{Status: 400, Method: "sendVoice", Chat: "1001", Message: "Bad Request: VOICE_MESSAGES_FORBIDDEN"}
+	f.srv.FailNext(1, forbidden)
+	target := channels.Target{Channel: "telegram", ChatID: "1001", ChatType: channels.ChatDM}
+	answer(t, ch, target, channels.Frame{Type: channels.FrameDelta, Text: "Here you go."},
+		channels.Frame{Type: channels.FrameParts, Parts: []channels.Part{{Type: channels.PartAudio, MIME: "audio/ogg", Voice: true, Data: voice, Duration: 2}}},
+		done(""))
+	msgs := f.srv.Messages(1001)
+	if len(msgs) != 2 || msgs[0].Text != "Here you go." || msgs[1].Kind != "document" || msgs[1].FileName != "voice.ogg" || !bytes.Equal(msgs[1].File, voice) {
+		t.Fatalf("the chat shows %+v; want the text, then the voice as the file voice.ogg", msgs)
+	}
+	if logs := f.logs.String(); strings.Contains(logs, "level=ERROR") || strings.Contains(logs, "level=WARN") {
+		t.Errorf("an expected refusal was logged as a problem:\n%s", logs)
+	}
+
+	f.srv.FailNext(1, forbidden)
+	f.srv.FailNext(1, fakeserver.Failure{Status: 400, Method: "sendDocument", Chat: "1001", Message: "Bad Request: not enough rights"})
+	st, err := ch.Open(context.Background(), target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = st.Send(context.Background(), channels.Frame{Type: channels.FrameParts, Parts: []channels.Part{{Type: channels.PartAudio, MIME: "audio/ogg", Voice: true, Data: voice}}})
+	if err == nil || !strings.Contains(err.Error(), "not enough rights") {
+		t.Errorf("sending when the file was refused too: %v; want Telegram's refusal", err)
+	}
+}
+
 func TestErrorFrameIsSentAsText(t *testing.T) {
 	f := newFixture(t)
 	ch := f.start(f.config(), f.options(), channeltest.NewSink())
