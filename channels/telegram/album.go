@@ -208,8 +208,9 @@ func (c *Channel) deliverAlbum(ctx context.Context, items []*item) error {
 	if c.cfg.Access.Check(&m) == channels.NotMentioned {
 		return nil // the gate applies to the whole album
 	}
+	captioned := len(m.Parts) > 0 // only captions so far; addMedia adds notes of its own
 	for _, it := range items {
-		c.addMedia(&m, it.msg)
+		c.addMedia(&m, it.msg, captioned)
 	}
 	if !fillEmpty(&m, items[0].msg) {
 		return nil

@@ -93,3 +93,9 @@ func isNotModified(err error) bool {
 func isParseError(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "can't parse entities")
 }
+
+// isVoiceForbidden reports Telegram refusing a voice note because the user's privacy
+// settings do not accept voice messages (Telegram Premium users may set so).
+func isVoiceForbidden(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "VOICE_MESSAGES_FORBIDDEN")
+}

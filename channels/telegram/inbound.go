@@ -76,7 +76,7 @@ func (c *Channel) take(ctx context.Context, u *update) (*album, error) {
 		c.dedup.Forget(key)
 		return nil, err
 	}
-	c.addMedia(m, msg)
+	c.addMedia(m, msg, len(m.Parts) > 0)
 	if !fillEmpty(m, msg) {
 		return nil, nil // a service message
 	}

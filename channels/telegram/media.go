@@ -10,6 +10,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -154,6 +155,10 @@ type fileRef struct {
 	Msg     int         `json:"msg"`
 	Idx     int         `json:"idx"`
 	Smaller []photoSize `json:"smaller,omitempty"` // a photo's other sizes, largest first
+	// Caption: the message carries text the user wrote, which must reach the agent even
+	// when no file of it can be fetched. (Journaled with the reference: Fetch may run
+	// after a restart, when the text parts no longer tell a caption from our own notes.)
+	Caption bool `json:"caption,omitempty"`
 }
 
 type photoSize struct {
@@ -162,14 +167,15 @@ type photoSize struct {
 }
 
 // addMedia adds to m what msg carries besides its text: descriptions of what cannot be
-// passed on, and its files as references (Part.Ref), downloaded later by Fetch.
-func (c *Channel) addMedia(m *channels.Message, msg *message) {
+// passed on, and its files as references (Part.Ref), downloaded later by Fetch. captioned
+// says m already holds text the user wrote.
+func (c *Channel) addMedia(m *channels.Message, msg *message, captioned bool) {
 	list, notes := attachments(msg)
 	for _, n := range notes {
 		m.Parts = append(m.Parts, channels.TextPart(n))
 	}
 	for i, a := range list {
-		r := fileRef{What: a.what, FileID: a.fileID, Chat: msg.Chat.ID, Msg: msg.ID, Idx: i}
+		r := fileRef{What: a.what, FileID: a.fileID, Chat: msg.Chat.ID, Msg: msg.ID, Idx: i, Caption: captioned}
 		if a.what == "photo" {
 			for j := len(msg.Photo) - 2; j >= 0; j-- {
 				r.Smaller = append(r.Smaller, photoSize{FileID: msg.Photo[j].FileID, Size: int64(msg.Photo[j].FileSize)})
@@ -186,22 +192,58 @@ func (c *Channel) addMedia(m *channels.Message, msg *message) {
 
 // Fetch downloads msg's referenced files (see channels.Fetcher) under the media directory,
 // with getFile and the file URL, within max_file_bytes. A file over the limit, or one that
-// could not be fetched (gone, expired, Telegram failing past the retries), fails the
-// message with what to tell the user; in an album the user is told about the items that
-// failed and the rest goes on, with a note for the agent.
+// could not be fetched (gone, expired, Telegram failing past the retries), is told to the
+// user in plain words. When nothing is left for the agent (no other item, no caption) the
+// message fails with those words; otherwise the rest goes on, with a note for the agent,
+// so that a caption is never lost with its photo.
 func (c *Channel) Fetch(ctx context.Context, msg *channels.Message) error {
 	f := channels.FetchRefs(msg.Parts, func(p channels.Part) (channels.Part, string) { return c.fetchPart(ctx, p) })
-	switch failed := len(f.Refused); {
+	failed := len(f.Refused)
+	if failed > 0 && ctx.Err() != nil {
+		// Out of time, or the gateway is stopping: msg keeps its references, so a restart
+		// fetches it whole again rather than passing on what happened to arrive.
+		for _, p := range f.Saved {
+			_ = os.Remove(p)
+		}
+		return errors.New(strings.Join(f.Refusals, "\n"))
+	}
+	switch {
 	case failed == 0:
 		msg.Parts = f.Parts
 		return nil
-	case failed == f.Total:
+	case failed == f.Total && !captioned(f.Refused):
 		return errors.New(strings.Join(f.Refusals, "\n"))
-	default:
-		c.notify(ctx, notifyTarget(msg), strings.Join(f.Refusals, "\n"))
-		msg.Parts = append(f.Parts, channels.TextPart(fmt.Sprintf("[%d of the %d items of this album could not be downloaded]", failed, f.Total)))
-		return nil
 	}
+	c.notify(ctx, notifyTarget(msg), strings.Join(f.Refusals, "\n"))
+	msg.Parts = append(f.Parts, channels.TextPart(missingNote(f)))
+	// A voice note that never arrived was not heard: its caption is no transcript, and
+	// the answer is not one to speak.
+	msg.IsVoice = slices.ContainsFunc(msg.Parts, func(p channels.Part) bool { return p.Type == channels.PartAudio && p.Voice })
+	return nil
+}
+
+// captioned reports whether the message of these referenced parts carries a caption.
+func captioned(refs []channels.Part) bool {
+	for _, p := range refs {
+		var r fileRef
+		if json.Unmarshal([]byte(p.Ref), &r) == nil && r.Caption {
+			return true
+		}
+	}
+	return false
+}
+
+// missingNote tells the agent that media it does not see came with the message.
+func missingNote(f channels.Fetched) string {
+	if f.Total > 1 {
+		return fmt.Sprintf("[%d of the %d items of this album could not be downloaded]", len(f.Refused), f.Total)
+	}
+	what := string(f.Refused[0].Type)
+	var r fileRef
+	if json.Unmarshal([]byte(f.Refused[0].Ref), &r) == nil && r.What != "" {
+		what = r.What
+	}
+	return fmt.Sprintf("[The user also sent a %s, which could not be downloaded]", what)
 }
 
 // fetchPart downloads one referenced part; refusal, when set, is what to tell the user.

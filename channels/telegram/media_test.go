@@ -71,7 +71,7 @@ func TestFailedDownloadIsToldAndHoldsUpNobody(t *testing.T) {
 	sink.ExpectNone(t, 100*time.Millisecond)
 
 	f.srv.Slow("file", 0)
-	f.srv.Send(telegramtest.Update{ChatID: 1001, Photo: []byte("\xff\xd8 a photo"), Caption: "look", FileGone: true})
+	f.srv.Send(telegramtest.Update{ChatID: 1001, Photo: []byte("\xff\xd8 a photo"), FileGone: true})
 	f.srv.Send(telegramtest.Update{ChatID: 1001, Text: "and this"})
 	if m := sink.Next(t); m.Text() != "and this" {
 		t.Fatalf("delivered %q; want the text after the expired photo", m.Text())
@@ -82,21 +82,93 @@ func TestFailedDownloadIsToldAndHoldsUpNobody(t *testing.T) {
 	sink.ExpectNone(t, 200*time.Millisecond)
 }
 
+// A caption is never lost with its file: when a captioned photo, document or voice note
+// cannot be fetched (gone, failing, too big), the sender is told in plain words as before,
+// and the caption still reaches the agent with a note of what did not arrive, as an album
+// with a failed item does. An album none of whose items arrived keeps its caption too. A
+// voice note that never arrived is not a voice message: its caption is no transcript.
+// Without a caption nothing is left for the agent, and only the sender is told.
+func TestCaptionOfFailedMediaReachesTheAgent(t *testing.T) {
+	f := newFixture(t)
+	sink := channeltest.NewSink()
+	f.start(f.config(), f.options(), sink)
+	cases := []struct {
+		name   string
+		u      telegramtest.Update
+		notice string
+		note   string
+	}{
+		{"photo gone (404)", telegramtest.Update{Photo: []byte("\xff\xd8 a photo"), Caption: "gone photo", DownloadStatus: 404},
+			"I couldn't download that photo from Telegram, so I haven't seen it. Please send it again.",
+			"[The user also sent a photo, which could not be downloaded]"},
+		{"document failing (500)", telegramtest.Update{Document: []byte("%PDF-1.4"), DocumentName: "r.pdf", DocumentMIME: "application/pdf",
+			Caption: "gone doc", DownloadStatus: 500},
+			"I couldn't download that document from Telegram, so I haven't seen it. Please send it again.",
+			"[The user also sent a document, which could not be downloaded]"},
+		{"voice note too big", telegramtest.Update{Voice: []byte("OggS tiny"), FileSize: 31 << 20, Caption: "big voice"},
+			"That voice note is 31 MB; the limit is 20 MB.",
+			"[The user also sent a voice note, which could not be downloaded]"},
+	}
+	for _, tc := range cases {
+		tc.u.ChatID = 1001
+		before := len(f.srv.Messages(1001))
+		f.srv.Send(tc.u)
+		m := sink.Next(t)
+		if want := tc.u.Caption + "\n" + tc.note; m.Text() != want {
+			t.Errorf("%s: the agent got %q; want %q", tc.name, m.Text(), want)
+		}
+		if len(m.Parts) != 2 || m.IsVoice || m.HasRefs() {
+			t.Errorf("%s: delivered parts %+v (voice %v); want the caption and the note only", tc.name, m.Parts, m.IsVoice)
+		}
+		if got := texts(f, 1001)[before:]; !slices.Equal(got, []string{tc.notice}) {
+			t.Errorf("%s: the sender was told %q; want %q", tc.name, got, tc.notice)
+		}
+	}
+
+	before := len(f.srv.Messages(1001))
+	for i := range 2 {
+		u := telegramtest.Update{ChatID: 1001, MediaGroupID: "lost", Photo: []byte{0xff, 0xd8, byte(i)}, DownloadStatus: 404}
+		if i == 1 {
+			u.Caption = "both gone"
+		}
+		f.srv.Send(u)
+	}
+	m := sink.Next(t)
+	if want := "both gone\n[2 of the 2 items of this album could not be downloaded]"; m.Text() != want {
+		t.Errorf("the album that did not arrive reached the agent as %q; want %q", m.Text(), want)
+	}
+	if got := texts(f, 1001)[before:]; len(got) != 1 || !strings.Contains(got[0], "couldn't download that photo") {
+		t.Errorf("after the album the sender was told %q", got)
+	}
+
+	before = len(f.srv.Messages(1001))
+	f.srv.Send(telegramtest.Update{ChatID: 1001, Photo: []byte("\xff\xd8 no caption"), DownloadStatus: 404})
+	f.srv.Send(telegramtest.Update{ChatID: 1001, Text: "after"})
+	if m := sink.Next(t); m.Text() != "after" {
+		t.Errorf("delivered %q; a photo without a caption that did not arrive leaves nothing for the agent", m.Text())
+	}
+	if got := texts(f, 1001)[before:]; !slices.Equal(got, []string{"I couldn't download that photo from Telegram, so I haven't seen it. Please send it again."}) {
+		t.Errorf("after the uncaptioned photo the sender was told %q", got)
+	}
+	sink.ExpectNone(t, 200*time.Millisecond)
+}
+
 // rawSink is a channeltest.Sink that does not fetch: the test sees what the gateway journals.
 type rawSink struct{ *channeltest.Sink }
 
 // A message with media is handed to the gateway (which journals it) as a reference before
 // its update is confirmed to Telegram; its download happens later, on the gateway's side.
 // A download still under way when the channel stopped is not lost: after the restart the
-// gateway fetches the journaled message again, and Telegram does not send it again.
+// gateway fetches the journaled message again, and Telegram does not send it again. Its
+// caption does not go on alone with the download cut short: the message stays whole.
 func TestMediaInFlightAtStopIsDeliveredAfterRestart(t *testing.T) {
 	f := newFixture(t)
 	f.srv.Slow("file", time.Minute)
 	first := channeltest.NewSink()
 	ch := f.start(f.config(), f.options(), rawSink{first})
-	voiceUpdate, _ := f.srv.Send(telegramtest.Update{ChatID: 1001, Voice: []byte("OggS hello")})
+	voiceUpdate, _ := f.srv.Send(telegramtest.Update{ChatID: 1001, Voice: []byte("OggS hello"), Caption: "listen"})
 	m := first.Next(t)
-	if !m.HasRefs() || len(m.Parts) != 1 || m.Parts[0].Type != channels.PartAudio || m.Parts[0].Path != "" || !m.IsVoice {
+	if !m.HasRefs() || len(m.Parts) != 2 || m.Parts[1].Type != channels.PartAudio || m.Parts[1].Path != "" || !m.IsVoice {
 		t.Fatalf("delivered %+v; want the voice note as a reference, not yet downloaded", m.Parts)
 	}
 	if n := len(f.srv.Calls("file")); n != 0 {
@@ -116,8 +188,8 @@ func TestMediaInFlightAtStopIsDeliveredAfterRestart(t *testing.T) {
 	eventually(t, "the download to start", func() bool { return len(f.srv.Calls("file")) > 0 })
 	stop(t, ch)
 	cancel()
-	if err := <-fetched; err == nil {
-		t.Fatal("the download cut by the stop succeeded")
+	if err := <-fetched; err == nil || !inFlight.HasRefs() {
+		t.Fatalf("the download cut by the stop left %+v (err %v); want a failure, the reference kept", inFlight.Parts, err)
 	}
 
 	f.srv.Slow("file", 0)
@@ -129,7 +201,8 @@ func TestMediaInFlightAtStopIsDeliveredAfterRestart(t *testing.T) {
 	if err := ch.Fetch(fctx, m); err != nil {
 		t.Fatalf("fetching the journaled message after the restart: %v", err)
 	}
-	if len(m.Parts) != 1 || m.Parts[0].Ref != "" || !bytes.Equal(channeltest.PartBytes(t, m.Parts[0]), []byte("OggS hello")) {
+	if len(m.Parts) != 2 || m.Text() != "listen" || m.Parts[1].Ref != "" || !m.IsVoice ||
+		!bytes.Equal(channeltest.PartBytes(t, m.Parts[1]), []byte("OggS hello")) {
 		t.Fatalf("after the restart fetched %+v; want the voice note", m.Parts)
 	}
 	second.ExpectNone(t, 300*time.Millisecond)

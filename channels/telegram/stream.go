@@ -421,7 +421,7 @@ func (s *stream) edit(ctx context.Context, i int, chunk string) error {
 	err := try(chunk, models.ParseModeHTML)
 	if isParseError(err) {
 		s.c.log.Warn("telegram: Telegram refused the HTML of an answer; sending it as plain text", "chat", s.chat, "err", err)
-		err = try(markdown.TelegramText(chunk), "")
+		err = try(markdown.TelegramPlain(chunk, MaxText), "")
 	}
 	if err != nil {
 		return fmt.Errorf("telegram: editing the answer in chat %d: %w", s.chat, err)
@@ -455,7 +455,7 @@ func (s *stream) post(ctx context.Context, p *bot.SendMessageParams) (id int, er
 // postPlain sends a chunk whose HTML Telegram refused as plain text instead.
 func (s *stream) postPlain(ctx context.Context, chunk string, refused error) (int, error) {
 	s.c.log.Warn("telegram: Telegram refused the HTML of an answer; sending it as plain text", "chat", s.chat, "err", refused)
-	return s.post(ctx, s.messageParams(markdown.TelegramText(chunk), false))
+	return s.post(ctx, s.messageParams(markdown.TelegramPlain(chunk, MaxText), false))
 }
 
 // messageParams builds a new message of the answer; its first message quotes the user in groups.
@@ -487,7 +487,8 @@ func (s *stream) sendPlain(ctx context.Context, text string) error {
 }
 
 // sendPart delivers one extra part: audio as a native voice note (Ogg/Opus, converted when
-// needed) or an audio file, images as photos, other files as documents, text as a message.
+// needed; a file when the user refuses voice notes) or an audio file, images as photos,
+// other files as documents, text as a message.
 func (s *stream) sendPart(ctx context.Context, p channels.Part) error {
 	if p.Type == channels.PartText {
 		if strings.TrimSpace(p.Text) == "" {
@@ -540,15 +541,27 @@ func (s *stream) sendPart(ctx context.Context, p channels.Part) error {
 	default:
 		call, params = "sendDocument", &bot.SendDocumentParams{ChatID: s.chat, MessageThreadID: s.thread, ReplyParameters: reply}
 	}
-	to, key := s.c.to(s.chat, 2*time.Minute)
-	err = to.Do(ctx, key, func(ctx context.Context) error {
-		// Not the SDK's upload: it decodes the answer into a whole models.Message.
-		return s.c.callMultipart(ctx, call, params, method, name, data)
-	})
+	err = s.upload(ctx, call, params, method, name, data)
+	if method == "voice" && isVoiceForbidden(err) {
+		// The user's privacy settings refuse voice notes: an expected refusal, not a
+		// failed delivery. The same sound as a file is still theirs to play.
+		s.c.log.Info("telegram: the user does not accept voice notes; sending the audio as a file", "chat", s.chat)
+		method = "document"
+		err = s.upload(ctx, "sendDocument", &bot.SendDocumentParams{ChatID: s.chat, MessageThreadID: s.thread, ReplyParameters: reply}, method, name, data)
+	}
 	if err != nil {
 		return fmt.Errorf("telegram: sending a %s to chat %d: %w", method, s.chat, err)
 	}
 	return nil
+}
+
+// upload makes one media call with data as its file field, paced and retried.
+func (s *stream) upload(ctx context.Context, call string, params any, field, name string, data []byte) error {
+	to, key := s.c.to(s.chat, 2*time.Minute)
+	return to.Do(ctx, key, func(ctx context.Context) error {
+		// Not the SDK's upload: it decodes the answer into a whole models.Message.
+		return s.c.callMultipart(ctx, call, params, field, name, data)
+	})
 }
 
 // partData reads a media part, refusing what Telegram would refuse anyway.

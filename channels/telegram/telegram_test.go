@@ -355,6 +355,57 @@ func TestMarkdownAsHTMLWithPlainFallback(t *testing.T) {
 	}
 }
 
+// When Telegram refuses the HTML of an answer, the plain text sent instead reads as the
+// HTML would have: entities the rendering made are characters again, what the model wrote
+// shows as it would have in HTML (its own "&amp;" included), and a link keeps its address
+// after its label, since plain text cannot hide it behind the label. This holds for a new
+// message (after the preview's and the answer's HTML were both refused) and for an edit.
+func TestPlainFallbackKeepsLinksAndShowsWhatHTMLWould(t *testing.T) {
+	f := newFixture(t)
+	opts := f.options()
+	opts.EditInterval = 10 * time.Millisecond
+	ch := f.start(f.config(), opts, channeltest.NewSink())
+	target := channels.Target{Channel: "telegram", ChatID: "1001", ChatType: channels.ChatDM}
+	cases := []struct{ md, html, plain string }{
+		{`click [ok](https://example.com/a?b=1&c="2")`, "click ok", `click ok (https://example.com/a?b=1&c="2")`},
+		{"Tom &amp; Jerry & co: 2 < 3, `x>y` and <b>raw</b>", "Tom &amp; Jerry & co: 2 < 3, x>y and <b>raw</b>",
+			"Tom &amp; Jerry & co: 2 < 3, x>y and <b>raw</b>"},
+		{"see <https://example.com/q?a=1&b=2> or [mail](mailto:a@example.com)", "see https://example.com/q?a=1&b=2 or mail",
+			"see https://example.com/q?a=1&b=2 or mail (mailto:a@example.com)"},
+	}
+	for _, tc := range cases {
+		before := len(f.srv.Messages(1001))
+		answer(t, ch, target, done(tc.md))
+		if msgs := f.srv.Messages(1001)[before:]; len(msgs) != 1 || msgs[0].ParseMode != "HTML" || msgs[0].Text != tc.html {
+			t.Fatalf("%q as HTML: posted %+v; want a user to see %q", tc.md, msgs, tc.html)
+		}
+		f.srv.RejectHTML(2) // the preview's and the answer's
+		answer(t, ch, target, channels.Frame{Type: channels.FrameDelta, Text: tc.md}, done(""))
+		if msgs := f.srv.Messages(1001)[before+1:]; len(msgs) != 1 || msgs[0].ParseMode != "" || msgs[0].Text != tc.plain {
+			t.Errorf("%q after the HTML was refused: posted %+v; want %q, plain", tc.md, msgs, tc.plain)
+		}
+	}
+
+	// The preview went out as HTML; the final edit's HTML is refused.
+	st, err := ch.Open(context.Background(), target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := len(f.srv.Messages(1001))
+	if err := st.Send(context.Background(), channels.Frame{Type: channels.FrameDelta, Text: "Here: "}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the preview", func() bool { return len(f.srv.Messages(1001)) > before })
+	f.srv.RejectHTML(1)
+	if err := st.Send(context.Background(), done("Here: [the report](https://example.com/r?id=7&x=1) &amp; more")); err != nil {
+		t.Fatal(err)
+	}
+	want := "Here: the report (https://example.com/r?id=7&x=1) &amp; more"
+	if msgs := f.srv.Messages(1001)[before:]; len(msgs) != 1 || msgs[0].ParseMode != "" || msgs[0].Text != want {
+		t.Errorf("after the edit's HTML was refused the chat shows %+v; want %q, plain", msgs, want)
+	}
+}
+
 func TestBadTokenStartError(t *testing.T) {
 	f := newFixture(t)
 	cfg := f.config()
@@ -672,6 +723,40 @@ func TestVoiceOutConvertsToOggOpus(t *testing.T) {
 	msgs := f.srv.Messages(1001)
 	if len(msgs) != 1 || msgs[0].Kind != "voice" || !msgs[0].Opus {
 		t.Fatalf("posted %+v; want one native voice note in Ogg/Opus", msgs)
+	}
+}
+
+// A user whose privacy settings refuse voice notes (sendVoice answers 400
+// VOICE_MESSAGES_FORBIDDEN) still gets the spoken answer, as an audio file they can play,
+// after its text; the answer does not fail, and the refusal is logged as expected, not as
+// an error. Telegram refusing the file as well is still a failure.
+func TestRefusedVoiceNoteIsSentAsAFile(t *testing.T) {
+	f := newFixture(t)
+	ch := f.start(f.config(), f.options(), channeltest.NewSink())
+	voice := []byte("OggS\x00\x02 OpusHead the spoken answer")
+	forbidden := fakeserver.Failure{Status: 400, Method: "sendVoice", Chat: "1001", Message: "Bad Request: VOICE_MESSAGES_FORBIDDEN"}
+	f.srv.FailNext(1, forbidden)
+	target := channels.Target{Channel: "telegram", ChatID: "1001", ChatType: channels.ChatDM}
+	answer(t, ch, target, channels.Frame{Type: channels.FrameDelta, Text: "Here you go."},
+		channels.Frame{Type: channels.FrameParts, Parts: []channels.Part{{Type: channels.PartAudio, MIME: "audio/ogg", Voice: true, Data: voice, Duration: 2}}},
+		done(""))
+	msgs := f.srv.Messages(1001)
+	if len(msgs) != 2 || msgs[0].Text != "Here you go." || msgs[1].Kind != "document" || msgs[1].FileName != "voice.ogg" || !bytes.Equal(msgs[1].File, voice) {
+		t.Fatalf("the chat shows %+v; want the text, then the voice as the file voice.ogg", msgs)
+	}
+	if logs := f.logs.String(); strings.Contains(logs, "level=ERROR") || strings.Contains(logs, "level=WARN") {
+		t.Errorf("an expected refusal was logged as a problem:\n%s", logs)
+	}
+
+	f.srv.FailNext(1, forbidden)
+	f.srv.FailNext(1, fakeserver.Failure{Status: 400, Method: "sendDocument", Chat: "1001", Message: "Bad Request: not enough rights"})
+	st, err := ch.Open(context.Background(), target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = st.Send(context.Background(), channels.Frame{Type: channels.FrameParts, Parts: []channels.Part{{Type: channels.PartAudio, MIME: "audio/ogg", Voice: true, Data: voice}}})
+	if err == nil || !strings.Contains(err.Error(), "not enough rights") {
+		t.Errorf("sending when the file was refused too: %v; want Telegram's refusal", err)
 	}
 }
 

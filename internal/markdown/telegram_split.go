@@ -58,7 +58,7 @@ func runeUnits(r rune) int8 {
 }
 
 // TelegramText is what a user sees of Telegram HTML: the text without tags, entities
-// decoded. It is the plain-text fallback when Telegram refuses the HTML.
+// decoded.
 func TelegramText(s string) string {
 	var b strings.Builder
 	for _, a := range atomize(s) {
@@ -68,6 +68,48 @@ func TelegramText(s string) string {
 	}
 	return b.String()
 }
+
+// TelegramPlain is the plain-text fallback for Telegram HTML that Telegram refused: what a
+// user would have seen of it (TelegramText), with each link's address written after its
+// label, "ok (https://...)", since plain text cannot hide an address behind a label and the
+// address is the point of the link. Addresses are added only while the text stays within
+// limit UTF-16 units (the HTML was split to fit it); the label alone is kept past that.
+func TelegramPlain(s string, limit int) string {
+	atoms := atomize(s)
+	room := limit
+	for _, a := range atoms {
+		room -= int(a.units)
+	}
+	var b strings.Builder
+	href, label := "", -1 // the open link's address and where its label starts in b
+	for _, a := range atoms {
+		switch {
+		case a.tag == "":
+			b.WriteRune(a.ch)
+		case a.tag == "a" && !a.closing:
+			href, label = hrefOf(a.raw), b.Len()
+		case a.tag == "a" && label >= 0:
+			text := strings.TrimSpace(b.String()[label:])
+			if add := " (" + href + ")"; href != "" && text != href && "mailto:"+text != href && UTF16Len(add) <= room {
+				b.WriteString(add)
+				room -= UTF16Len(add)
+			}
+			href, label = "", -1
+		}
+	}
+	return b.String()
+}
+
+// hrefOf is the decoded href attribute of an opening a tag, "" when it has none.
+func hrefOf(tag string) string {
+	m := hrefAttr.FindStringSubmatch(tag)
+	if m == nil {
+		return ""
+	}
+	return html.UnescapeString(m[1])
+}
+
+var hrefAttr = regexp.MustCompile(`\bhref="([^"]*)"`)
 
 // TelegramLen is the visible length of Telegram HTML in UTF-16 units, the measure of
 // Telegram's 4096 limit ("after entities parsing").

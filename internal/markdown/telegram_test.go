@@ -43,6 +43,21 @@ func TestTelegramTextAndLen(t *testing.T) {
 	}
 }
 
+// The plain-text fallback keeps each link's address after its label, unless the label is
+// the address, and decodes entities, the href's too; addresses are left out, in order, once
+// they would take the text past the limit the HTML was split to.
+func TestTelegramPlain(t *testing.T) {
+	h := TelegramHTML(`[ok](https://e.com/a?b=1&c="2") & <https://e.com/x?a&b> [me](mailto:me@e.com) <me@e.com> [**b**](tg://user?id=1)`)
+	want := `ok (https://e.com/a?b=1&c="2") & https://e.com/x?a&b me (mailto:me@e.com) me@e.com b (tg://user?id=1)`
+	if got := TelegramPlain(h, 4096); got != want {
+		t.Errorf("TelegramPlain(%q) = %q; want %q", h, got, want)
+	}
+	h = `<a href="https://e.com/1">one</a> <a href="https://e.com/2">two</a>`
+	if got, want := TelegramPlain(h, 30), "one (https://e.com/1) two"; got != want {
+		t.Errorf("TelegramPlain within 30 units = %q; want %q", got, want)
+	}
+}
+
 // balanced reports whether every tag in s is closed in order.
 func balanced(s string) bool {
 	var stack []string
