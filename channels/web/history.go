@@ -40,6 +40,9 @@ type transcript struct {
 	entries []historyEntry
 	bytes   int
 	used    uint64 // recency stamp for eviction
+	// gen changes when /new starts the transcript over, so that an answer of the ended
+	// conversation (stopped by that /new, its done sent after the clear) stays out of it.
+	gen uint64
 }
 
 type histories struct {
@@ -52,9 +55,14 @@ func newHistories() *histories { return &histories{byChat: map[string]*transcrip
 
 // add appends e to chat's transcript, dropping the oldest entries past the bounds.
 func (h *histories) add(chat string, e historyEntry) {
-	e.Text = clipText(e.Text, historyEntryMax)
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.addLocked(h.chatLocked(chat), e)
+}
+
+// chatLocked returns chat's transcript, made (and the least recently used one forgotten) if
+// need be, marked as just used.
+func (h *histories) chatLocked(chat string) *transcript {
 	t := h.byChat[chat]
 	if t == nil {
 		if len(h.byChat) >= historyChats {
@@ -65,6 +73,11 @@ func (h *histories) add(chat string, e historyEntry) {
 	}
 	h.clock++
 	t.used = h.clock
+	return t
+}
+
+func (h *histories) addLocked(t *transcript, e historyEntry) {
+	e.Text = clipText(e.Text, historyEntryMax)
 	t.entries = append(t.entries, e)
 	t.bytes += e.size()
 	for len(t.entries) > 1 && (len(t.entries) > historyEntries || t.bytes > historyBytes) {
@@ -103,11 +116,34 @@ func (h *histories) remove(chat, id string) {
 	}
 }
 
-// clear forgets chat's transcript (/new).
+// clear starts chat's transcript over (/new).
 func (h *histories) clear(chat string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	delete(h.byChat, chat)
+	// Kept even when empty: the new generation must outlive the answers of the old one.
+	t := h.chatLocked(chat)
+	*t = transcript{used: t.used, gen: t.used}
+}
+
+// generation names chat's conversation as of now; an answer takes it when its stream opens
+// and hands it to addAnswer.
+func (h *histories) generation(chat string) uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if t := h.byChat[chat]; t != nil {
+		return t.gen
+	}
+	return 0
+}
+
+// addAnswer adds an answer (done or error) unless its stream opened in a conversation that
+// /new has ended since: the page dropped that answer when the user started over.
+func (h *histories) addAnswer(chat string, gen uint64, e historyEntry) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if t := h.byChat[chat]; t == nil || t.gen == gen {
+		h.addLocked(h.chatLocked(chat), e)
+	}
 }
 
 // get returns a copy of chat's transcript, oldest first.

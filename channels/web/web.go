@@ -205,7 +205,7 @@ func (c *Channel) Open(ctx context.Context, target channels.Target) (channels.St
 	if !c.life.Running() {
 		return nil, errors.New("web: open: the channel is not running")
 	}
-	return &stream{c: c, chatID: target.ChatID, replyTo: target.ReplyToID}, nil
+	return &stream{c: c, chatID: target.ChatID, replyTo: target.ReplyToID, gen: c.history.generation(target.ChatID)}, nil
 }
 
 // stream is one answer. It gathers what the page will show of it (streamed text, parts) so
@@ -214,6 +214,7 @@ type stream struct {
 	c       *Channel
 	chatID  string
 	replyTo string
+	gen     uint64 // the conversation the answer belongs to (see histories.clear)
 
 	mu    sync.Mutex
 	text  strings.Builder // deltas so far, bounded by historyEntryMax
@@ -259,7 +260,7 @@ func (s *stream) remember(t channels.FrameType, text string, parts []wirePart) {
 		s.text.Reset()
 		s.parts = nil
 		if e.Text != "" || len(e.Parts) > 0 {
-			s.c.history.add(s.chatID, e)
+			s.c.history.addAnswer(s.chatID, s.gen, e)
 		}
 	}
 }
