@@ -68,8 +68,9 @@
 // # History
 //
 // hello carries the chat's recent transcript (the user's messages the gateway took and the
-// finished answers, oldest first), so a reloaded page shows the conversation again; the
-// page renders it on the first hello of a page load. The transcript is kept by the channel,
+// finished answers, oldest first, each answer right after its question as the page shows it
+// live), so a reloaded page shows the conversation again; the page renders it on the first
+// hello of a page load. The transcript is kept by the channel,
 // in memory and bounded (see history.go), because only the server sees answers that finish
 // while no tab is open; /new (or /reset) starts it over.
 package web

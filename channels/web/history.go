@@ -1,6 +1,7 @@
 package web
 
 import (
+	"slices"
 	"strings"
 	"sync"
 )
@@ -43,6 +44,10 @@ type transcript struct {
 	// gen changes when /new starts the transcript over, so that an answer of the ended
 	// conversation (stopped by that /new, its done sent after the clear) stays out of it.
 	gen uint64
+	// trimmed are the ids of the latest questions cut from the front (at most
+	// historyEntries): an answer to one of them, arriving late after a long queue, would sit
+	// before everything kept, so it is not kept either.
+	trimmed []string
 }
 
 type histories struct {
@@ -76,15 +81,36 @@ func (h *histories) chatLocked(chat string) *transcript {
 	return t
 }
 
+// addLocked appends e and trims the oldest exchanges (a question with its answers) past
+// the bounds, so that the transcript never starts with an answer whose question was cut.
 func (h *histories) addLocked(t *transcript, e historyEntry) {
+	h.insertLocked(t, len(t.entries), e)
+}
+
+func (h *histories) insertLocked(t *transcript, at int, e historyEntry) {
 	e.Text = clipText(e.Text, historyEntryMax)
-	t.entries = append(t.entries, e)
+	t.entries = slices.Insert(t.entries, at, e)
 	t.bytes += e.size()
 	for len(t.entries) > 1 && (len(t.entries) > historyEntries || t.bytes > historyBytes) {
-		t.bytes -= t.entries[0].size()
-		t.entries[0] = historyEntry{}
-		t.entries = t.entries[1:]
+		head := t.entries[0]
+		t.dropFront()
+		if head.Role != "user" || head.ID == "" {
+			continue
+		}
+		for len(t.entries) > 0 && t.entries[0].Role == "assistant" && t.entries[0].ReplyTo == head.ID {
+			t.dropFront()
+		}
+		if len(t.trimmed) >= historyEntries {
+			t.trimmed = slices.Delete(t.trimmed, 0, 1)
+		}
+		t.trimmed = append(t.trimmed, head.ID)
 	}
+}
+
+func (t *transcript) dropFront() {
+	t.bytes -= t.entries[0].size()
+	t.entries[0] = historyEntry{}
+	t.entries = t.entries[1:]
 }
 
 // evictLocked forgets the least recently used chat.
@@ -138,12 +164,35 @@ func (h *histories) generation(chat string) uint64 {
 
 // addAnswer adds an answer (done or error) unless its stream opened in a conversation that
 // /new has ended since: the page dropped that answer when the user started over.
+//
+// An answer goes right after its question (and that question's earlier answers), where the
+// page shows it, not after the questions queued behind it meanwhile; so each question is
+// followed by its own answer and the bounds cut whole exchanges. An answer whose question
+// the transcript never had (one sent after a restart, a notice) goes at the end.
 func (h *histories) addAnswer(chat string, gen uint64, e historyEntry) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if t := h.byChat[chat]; t == nil || t.gen == gen {
-		h.addLocked(h.chatLocked(chat), e)
+	if t := h.byChat[chat]; t != nil && t.gen != gen {
+		return
 	}
+	t := h.chatLocked(chat)
+	if e.ReplyTo == "" {
+		h.addLocked(t, e)
+		return
+	}
+	if slices.Contains(t.trimmed, e.ReplyTo) {
+		return
+	}
+	q := slices.IndexFunc(t.entries, func(x historyEntry) bool { return x.Role == "user" && x.ID == e.ReplyTo })
+	if q < 0 {
+		h.addLocked(t, e)
+		return
+	}
+	at := q + 1
+	for at < len(t.entries) && t.entries[at].Role == "assistant" && t.entries[at].ReplyTo == e.ReplyTo {
+		at++
+	}
+	h.insertLocked(t, at, e)
 }
 
 // get returns a copy of chat's transcript, oldest first.

@@ -178,3 +178,46 @@ func TestHistoryNewDropsTheAnswerItCut(t *testing.T) {
 		t.Errorf("history after /new cut an answer:\n%s\nwant:\n%s", got, want)
 	}
 }
+
+// A burst of questions queued behind a slow model: the answers come long after the
+// questions sent behind them. A reloaded page shows the newest exchanges, each question
+// followed by its own answer, as the page shows them live, never an answer without its
+// question.
+func TestHistoryKeepsQuestionsWithTheirAnswers(t *testing.T) {
+	ch, base, sink := started(t, web.Config{Enabled: true})
+	tb, err := openTab(t, base, "burst")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 120
+	answered := 0
+	reply := func() {
+		answered++
+		id := fmt.Sprint("e", answered)
+		answer(t, ch, "burst", id, channels.Frame{Type: channels.FrameStart},
+			channels.Frame{Type: channels.FrameDone, Text: "you said: " + id})
+	}
+	for i := 1; i <= n; i++ {
+		id := fmt.Sprint("e", i)
+		tb.write(t, clientMsg{Type: "message", ID: id, ChatID: "burst", Text: id})
+		sink.Next(t)
+		if i%3 == 0 { // the model answers one while three more arrive
+			reply()
+		}
+	}
+	for answered < n {
+		reply()
+	}
+
+	_, _, hello, err := dialHello(t, base, "burst", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for i := n - 49; i <= n; i++ {
+		want = append(want, fmt.Sprintf("user:e%d", i), fmt.Sprintf("assistant:you said: e%d", i))
+	}
+	if got := transcript(hello.History); got != strings.Join(want, "\n") {
+		t.Errorf("history after a burst of %d (%d entries):\n%s\nwant the last 50 exchanges:\n%s", n, len(hello.History), got, strings.Join(want, "\n"))
+	}
+}
