@@ -391,3 +391,40 @@ func TestBrowserQueuedQuestionsKeepTheirAnswers(t *testing.T) {
 	}
 	waitShown(t, ctx, want+" after a reload", done)
 }
+
+// Two tabs on one chat: what the user types in one shows in the other as the user's
+// message, above its answer, and /new from one starts the other over too.
+func TestBrowserSecondTabShowsTheQuestion(t *testing.T) {
+	base, sink := serveAnswering(t, func(ctx context.Context, st channels.Stream, m *channels.Message) error {
+		text := "you said: " + m.Text()
+		if m.Text() == "/new" {
+			text = "Started a new conversation."
+		}
+		return sendAll(ctx, st, 0, channels.Frame{Type: channels.FrameStart}, channels.Frame{Type: channels.FrameDone, Text: text})
+	})
+	first := webtest.Browser(t)
+	if err := chromedp.Do(first, webtest.Open(base)); err != nil {
+		t.Fatal(err)
+	}
+	second, cancel := chromedp.NewContext(first) // another tab of the same browser
+	defer cancel()
+	if err := chromedp.Do(second, webtest.Open(base)); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(first, webtest.Say("question from tab one")); err != nil {
+		t.Fatal(err)
+	}
+	sink.next(t)
+	want := "user:question from tab one | assistant:you said: question from tab one"
+	got := waitShown(t, second, want+" in the second tab", func(bs []shown) bool { return texts(bs) == want && bs[1].State == "done" })
+	if got[0].State != "sent" {
+		t.Errorf("the second tab shows the question as %+v; want it sent", got[0])
+	}
+
+	if err := chromedp.Do(first, chromedp.Click(chromedp.CSS("#new"))); err != nil {
+		t.Fatal(err)
+	}
+	sink.next(t)
+	wantNew := "user:/new | assistant:Started a new conversation."
+	waitShown(t, second, wantNew+" in the second tab", func(bs []shown) bool { return texts(bs) == wantNew })
+}

@@ -268,10 +268,17 @@ func (s *stream) remember(t channels.FrameType, text string, parts []wirePart) {
 // broadcast writes one frame to every socket of chat. A socket that fails is closed (the page
 // reconnects); that is not the answer's failure.
 func (c *Channel) broadcast(ctx context.Context, chat string, f wireFrame) {
+	c.broadcastExcept(ctx, chat, nil, f)
+}
+
+// broadcastExcept is broadcast to every socket of chat but skip.
+func (c *Channel) broadcastExcept(ctx context.Context, chat string, skip *conn, f wireFrame) {
 	c.mu.Lock()
 	targets := make([]*conn, 0, len(c.byChat[chat]))
 	for k := range c.byChat[chat] {
-		targets = append(targets, k)
+		if k != skip {
+			targets = append(targets, k)
+		}
 	}
 	c.mu.Unlock()
 	for _, k := range targets {
