@@ -330,3 +330,101 @@ func jsString(s string) string {
 	r := strings.NewReplacer(`\`, `\\`, `'`, `\'`, "\n", `\n`, "\r", `\r`, "<", `\x3c`)
 	return "'" + r.Replace(s) + "'"
 }
+
+// Questions sent while an answer streams wait their turn; each answer shows right after
+// its own question, live and after a reload.
+func TestBrowserQueuedQuestionsKeepTheirAnswers(t *testing.T) {
+	release := make(chan struct{})
+	turns := map[string]chan struct{}{"one": make(chan struct{}), "two": make(chan struct{}), "three": make(chan struct{})}
+	after := map[string]string{"two": "one", "three": "two"}
+	base, sink := serveAnswering(t, func(ctx context.Context, st channels.Stream, m *channels.Message) error {
+		// One turn at a time, in order, as the gateway runs a chat's queue.
+		if prev, ok := after[m.Text()]; ok {
+			select {
+			case <-turns[prev]:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		defer close(turns[m.Text()])
+		text := "you said: " + m.Text()
+		if err := sendAll(ctx, st, 0, channels.Frame{Type: channels.FrameStart}, channels.Frame{Type: channels.FrameDelta, Text: text}); err != nil {
+			return err
+		}
+		if m.Text() == "one" {
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return st.Send(ctx, channels.Frame{Type: channels.FrameDone, Text: text})
+	})
+	ctx := webtest.Browser(t)
+	if err := chromedp.Do(ctx, webtest.Open(base), webtest.Say("one")); err != nil {
+		t.Fatal(err)
+	}
+	sink.next(t)
+	waitShown(t, ctx, "the first answer streaming", func(bs []shown) bool { return len(bs) == 2 && bs[1].Text == "you said: one" })
+	for _, q := range []string{"two", "three"} {
+		if err := chromedp.Do(ctx, webtest.Say(q)); err != nil {
+			t.Fatal(err)
+		}
+		sink.next(t)
+	}
+	close(release)
+	want := "user:one | assistant:you said: one | user:two | assistant:you said: two | user:three | assistant:you said: three"
+	done := func(bs []shown) bool {
+		if texts(bs) != want {
+			return false
+		}
+		for _, b := range bs {
+			if b.Role == "assistant" && b.State != "done" {
+				return false
+			}
+		}
+		return true
+	}
+	waitShown(t, ctx, want, done)
+	if err := chromedp.Do(ctx, chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS("#input")), webtest.WaitOnline()); err != nil {
+		t.Fatal(err)
+	}
+	waitShown(t, ctx, want+" after a reload", done)
+}
+
+// Two tabs on one chat: what the user types in one shows in the other as the user's
+// message, above its answer, and /new from one starts the other over too.
+func TestBrowserSecondTabShowsTheQuestion(t *testing.T) {
+	base, sink := serveAnswering(t, func(ctx context.Context, st channels.Stream, m *channels.Message) error {
+		text := "you said: " + m.Text()
+		if m.Text() == "/new" {
+			text = "Started a new conversation."
+		}
+		return sendAll(ctx, st, 0, channels.Frame{Type: channels.FrameStart}, channels.Frame{Type: channels.FrameDone, Text: text})
+	})
+	first := webtest.Browser(t)
+	if err := chromedp.Do(first, webtest.Open(base)); err != nil {
+		t.Fatal(err)
+	}
+	second, cancel := chromedp.NewContext(first) // another tab of the same browser
+	defer cancel()
+	if err := chromedp.Do(second, webtest.Open(base)); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(first, webtest.Say("question from tab one")); err != nil {
+		t.Fatal(err)
+	}
+	sink.next(t)
+	want := "user:question from tab one | assistant:you said: question from tab one"
+	got := waitShown(t, second, want+" in the second tab", func(bs []shown) bool { return texts(bs) == want && bs[1].State == "done" })
+	if got[0].State != "sent" {
+		t.Errorf("the second tab shows the question as %+v; want it sent", got[0])
+	}
+
+	if err := chromedp.Do(first, chromedp.Click(chromedp.CSS("#new"))); err != nil {
+		t.Fatal(err)
+	}
+	sink.next(t)
+	wantNew := "user:/new | assistant:Started a new conversation."
+	waitShown(t, second, wantNew+" in the second tab", func(bs []shown) bool { return texts(bs) == wantNew })
+}

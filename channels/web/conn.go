@@ -46,6 +46,8 @@ type wireFrame struct {
 	Tool           *channels.ToolInfo `json:"tool,omitempty"`
 	Parts          []wirePart         `json:"parts,omitempty"`
 	ReplyTo        string             `json:"reply_to,omitempty"`
+	ID             string             `json:"id,omitempty"`               // user: the client's message id
+	Voice          bool               `json:"voice,omitempty"`            // user: a voice note
 	ChatID         string             `json:"chat_id,omitempty"`          // hello
 	MaxUploadBytes int64              `json:"max_upload_bytes,omitempty"` // hello
 	History        []historyEntry     `json:"history,omitempty"`          // hello: the chat so far
@@ -392,12 +394,17 @@ func (c *Channel) handle(ctx context.Context, k *conn, data []byte) {
 		c.history.clear(chat)
 	}
 	c.history.add(chat, historyEntry{Role: "user", ID: in.ID, Text: in.Text, Voice: audio != nil, Parts: shown})
+	// The chat's other tabs show the message as the user's too, written before the gateway
+	// has it so that it comes before its answer there as well.
+	c.broadcastExcept(ctx, chat, k, wireFrame{Type: "user", ID: in.ID, Text: in.Text, Voice: audio != nil, Parts: shown})
 
 	dctx, cancel := context.WithTimeout(ctx, deliverTimeout)
 	err := c.sink.Deliver(dctx, msg)
 	cancel()
 	if err != nil {
 		c.history.remove(chat, in.ID)
+		// The other tabs showed it: they say why it went nowhere, as the sender's tab does.
+		c.broadcastExcept(ctx, chat, k, wireFrame{Type: string(channels.FrameError), Text: deliverFailure(err, ctx), ReplyTo: in.ID})
 		c.dedup.Forget(key) // so that the user's retry is taken
 		for _, p := range saved {
 			c.media.forget(p)

@@ -54,6 +54,8 @@
 //	            {"role":"assistant","reply_to":"<client msg id>","text":"...","error":false,
 //	             "parts":[...]}]}
 //	{"type":"ack","reply_to":"<client msg id>"}                     the gateway took the message
+//	{"type":"user","id":"<client msg id>","text":"hi","voice":false,  sent from another tab of
+//	 "parts":[...]}                                                  the chat (not the sender's)
 //	{"type":"start|delta|tool|status|parts|done|error","text":"...",
 //	 "tool":{"id":"...","name":"current_time","phase":"start|end","is_error":false,"summary":"..."},
 //	 "parts":[{"type":"audio","mime":"audio/ogg","url":"/media/<id>","voice":true,"duration":1.5}],
@@ -61,15 +63,18 @@
 //
 // The answer frames are channels.Frame with reply_to added (the user's message id, when the
 // answer has one). An error frame also reports a message that was not taken (too large,
-// malformed, gateway busy or stopping), with reply_to naming it and a plain-language text.
+// malformed, gateway busy or stopping), with reply_to naming it and a plain-language text;
+// the chat's other tabs, which were sent the message as a user frame, get it too when the
+// gateway refused it.
 // A message larger than the socket's read limit (a little above max_upload_bytes*4/3) closes
 // the socket with status 1009 (message too big); nothing of it is delivered.
 //
 // # History
 //
 // hello carries the chat's recent transcript (the user's messages the gateway took and the
-// finished answers, oldest first), so a reloaded page shows the conversation again; the
-// page renders it on the first hello of a page load. The transcript is kept by the channel,
+// finished answers, oldest first, each answer right after its question as the page shows it
+// live), so a reloaded page shows the conversation again; the page renders it on the first
+// hello of a page load. The transcript is kept by the channel,
 // in memory and bounded (see history.go), because only the server sees answers that finish
 // while no tab is open; /new (or /reset) starts it over.
 package web

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"slices"
 	"strings"
 	"sync"
 )
@@ -40,6 +41,13 @@ type transcript struct {
 	entries []historyEntry
 	bytes   int
 	used    uint64 // recency stamp for eviction
+	// gen changes when /new starts the transcript over, so that an answer of the ended
+	// conversation (stopped by that /new, its done sent after the clear) stays out of it.
+	gen uint64
+	// trimmed are the ids of the latest questions cut from the front (at most
+	// historyEntries): an answer to one of them, arriving late after a long queue, would sit
+	// before everything kept, so it is not kept either.
+	trimmed []string
 }
 
 type histories struct {
@@ -52,9 +60,14 @@ func newHistories() *histories { return &histories{byChat: map[string]*transcrip
 
 // add appends e to chat's transcript, dropping the oldest entries past the bounds.
 func (h *histories) add(chat string, e historyEntry) {
-	e.Text = clipText(e.Text, historyEntryMax)
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.addLocked(h.chatLocked(chat), e)
+}
+
+// chatLocked returns chat's transcript, made (and the least recently used one forgotten) if
+// need be, marked as just used.
+func (h *histories) chatLocked(chat string) *transcript {
 	t := h.byChat[chat]
 	if t == nil {
 		if len(h.byChat) >= historyChats {
@@ -65,13 +78,39 @@ func (h *histories) add(chat string, e historyEntry) {
 	}
 	h.clock++
 	t.used = h.clock
-	t.entries = append(t.entries, e)
+	return t
+}
+
+// addLocked appends e and trims the oldest exchanges (a question with its answers) past
+// the bounds, so that the transcript never starts with an answer whose question was cut.
+func (h *histories) addLocked(t *transcript, e historyEntry) {
+	h.insertLocked(t, len(t.entries), e)
+}
+
+func (h *histories) insertLocked(t *transcript, at int, e historyEntry) {
+	e.Text = clipText(e.Text, historyEntryMax)
+	t.entries = slices.Insert(t.entries, at, e)
 	t.bytes += e.size()
 	for len(t.entries) > 1 && (len(t.entries) > historyEntries || t.bytes > historyBytes) {
-		t.bytes -= t.entries[0].size()
-		t.entries[0] = historyEntry{}
-		t.entries = t.entries[1:]
+		head := t.entries[0]
+		t.dropFront()
+		if head.Role != "user" || head.ID == "" {
+			continue
+		}
+		for len(t.entries) > 0 && t.entries[0].Role == "assistant" && t.entries[0].ReplyTo == head.ID {
+			t.dropFront()
+		}
+		if len(t.trimmed) >= historyEntries {
+			t.trimmed = slices.Delete(t.trimmed, 0, 1)
+		}
+		t.trimmed = append(t.trimmed, head.ID)
 	}
+}
+
+func (t *transcript) dropFront() {
+	t.bytes -= t.entries[0].size()
+	t.entries[0] = historyEntry{}
+	t.entries = t.entries[1:]
 }
 
 // evictLocked forgets the least recently used chat.
@@ -103,11 +142,57 @@ func (h *histories) remove(chat, id string) {
 	}
 }
 
-// clear forgets chat's transcript (/new).
+// clear starts chat's transcript over (/new).
 func (h *histories) clear(chat string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	delete(h.byChat, chat)
+	// Kept even when empty: the new generation must outlive the answers of the old one.
+	t := h.chatLocked(chat)
+	*t = transcript{used: t.used, gen: t.used}
+}
+
+// generation names chat's conversation as of now; an answer takes it when its stream opens
+// and hands it to addAnswer.
+func (h *histories) generation(chat string) uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if t := h.byChat[chat]; t != nil {
+		return t.gen
+	}
+	return 0
+}
+
+// addAnswer adds an answer (done or error) unless its stream opened in a conversation that
+// /new has ended since: the page dropped that answer when the user started over.
+//
+// An answer goes right after its question (and that question's earlier answers), where the
+// page shows it, not after the questions queued behind it meanwhile; so each question is
+// followed by its own answer and the bounds cut whole exchanges. An answer whose question
+// the transcript never had (one sent after a restart, a notice) goes at the end.
+func (h *histories) addAnswer(chat string, gen uint64, e historyEntry) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if t := h.byChat[chat]; t != nil && t.gen != gen {
+		return
+	}
+	t := h.chatLocked(chat)
+	if e.ReplyTo == "" {
+		h.addLocked(t, e)
+		return
+	}
+	if slices.Contains(t.trimmed, e.ReplyTo) {
+		return
+	}
+	q := slices.IndexFunc(t.entries, func(x historyEntry) bool { return x.Role == "user" && x.ID == e.ReplyTo })
+	if q < 0 {
+		h.addLocked(t, e)
+		return
+	}
+	at := q + 1
+	for at < len(t.entries) && t.entries[at].Role == "assistant" && t.entries[at].ReplyTo == e.ReplyTo {
+		at++
+	}
+	h.insertLocked(t, at, e)
 }
 
 // get returns a copy of chat's transcript, oldest first.

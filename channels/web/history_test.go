@@ -136,3 +136,88 @@ func TestHistoryIsBounded(t *testing.T) {
 		t.Errorf("oldest of 200 chats still has history %+v; want the chats bounded", f.History)
 	}
 }
+
+// An answer that /new cut short (its done, without text, is sent after the /new arrived)
+// belongs to the conversation that /new ended: a reloaded page shows only the new one, as
+// the live page did.
+func TestHistoryNewDropsTheAnswerItCut(t *testing.T) {
+	ch, base, sink := started(t, web.Config{Enabled: true})
+	tb, err := openTab(t, base, "cut")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	tb.write(t, clientMsg{Type: "message", ID: "m1", ChatID: "cut", Text: "please be slow"})
+	sink.Next(t)
+	slow, err := ch.Open(ctx, channels.Target{Channel: "web", ChatID: "cut", ReplyToID: "m1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []channels.Frame{{Type: channels.FrameStart}, {Type: channels.FrameDelta, Text: "model=fake a long"}} {
+		if err := slow.Send(ctx, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tb.write(t, clientMsg{Type: "message", ID: "m2", ChatID: "cut", Text: "/new"})
+	sink.Next(t)
+	// The stopped turn ends after the /new was taken, as the gateway's /new stops it.
+	if err := slow.Send(ctx, channels.Frame{Type: channels.FrameDone}); err != nil {
+		t.Fatal(err)
+	}
+	answer(t, ch, "cut", "m2", channels.Frame{Type: channels.FrameDone, Text: "Started a new conversation."})
+	tb.write(t, clientMsg{Type: "message", ID: "m3", ChatID: "cut", Text: "after new"})
+	sink.Next(t)
+	answer(t, ch, "cut", "m3", channels.Frame{Type: channels.FrameStart}, channels.Frame{Type: channels.FrameDone, Text: "you said: after new"})
+
+	_, _, hello, err := dialHello(t, base, "cut", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "user:/new\nassistant:Started a new conversation.\nuser:after new\nassistant:you said: after new"
+	if got := transcript(hello.History); got != want {
+		t.Errorf("history after /new cut an answer:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// A burst of questions queued behind a slow model: the answers come long after the
+// questions sent behind them. A reloaded page shows the newest exchanges, each question
+// followed by its own answer, as the page shows them live, never an answer without its
+// question.
+func TestHistoryKeepsQuestionsWithTheirAnswers(t *testing.T) {
+	ch, base, sink := started(t, web.Config{Enabled: true})
+	tb, err := openTab(t, base, "burst")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 120
+	answered := 0
+	reply := func() {
+		answered++
+		id := fmt.Sprint("e", answered)
+		answer(t, ch, "burst", id, channels.Frame{Type: channels.FrameStart},
+			channels.Frame{Type: channels.FrameDone, Text: "you said: " + id})
+	}
+	for i := 1; i <= n; i++ {
+		id := fmt.Sprint("e", i)
+		tb.write(t, clientMsg{Type: "message", ID: id, ChatID: "burst", Text: id})
+		sink.Next(t)
+		if i%3 == 0 { // the model answers one while three more arrive
+			reply()
+		}
+	}
+	for answered < n {
+		reply()
+	}
+
+	_, _, hello, err := dialHello(t, base, "burst", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for i := n - 49; i <= n; i++ {
+		want = append(want, fmt.Sprintf("user:e%d", i), fmt.Sprintf("assistant:you said: e%d", i))
+	}
+	if got := transcript(hello.History); got != strings.Join(want, "\n") {
+		t.Errorf("history after a burst of %d (%d entries):\n%s\nwant the last 50 exchanges:\n%s", n, len(hello.History), got, strings.Join(want, "\n"))
+	}
+}

@@ -205,7 +205,7 @@ func (c *Channel) Open(ctx context.Context, target channels.Target) (channels.St
 	if !c.life.Running() {
 		return nil, errors.New("web: open: the channel is not running")
 	}
-	return &stream{c: c, chatID: target.ChatID, replyTo: target.ReplyToID}, nil
+	return &stream{c: c, chatID: target.ChatID, replyTo: target.ReplyToID, gen: c.history.generation(target.ChatID)}, nil
 }
 
 // stream is one answer. It gathers what the page will show of it (streamed text, parts) so
@@ -214,6 +214,7 @@ type stream struct {
 	c       *Channel
 	chatID  string
 	replyTo string
+	gen     uint64 // the conversation the answer belongs to (see histories.clear)
 
 	mu    sync.Mutex
 	text  strings.Builder // deltas so far, bounded by historyEntryMax
@@ -259,7 +260,7 @@ func (s *stream) remember(t channels.FrameType, text string, parts []wirePart) {
 		s.text.Reset()
 		s.parts = nil
 		if e.Text != "" || len(e.Parts) > 0 {
-			s.c.history.add(s.chatID, e)
+			s.c.history.addAnswer(s.chatID, s.gen, e)
 		}
 	}
 }
@@ -267,10 +268,17 @@ func (s *stream) remember(t channels.FrameType, text string, parts []wirePart) {
 // broadcast writes one frame to every socket of chat. A socket that fails is closed (the page
 // reconnects); that is not the answer's failure.
 func (c *Channel) broadcast(ctx context.Context, chat string, f wireFrame) {
+	c.broadcastExcept(ctx, chat, nil, f)
+}
+
+// broadcastExcept is broadcast to every socket of chat but skip.
+func (c *Channel) broadcastExcept(ctx context.Context, chat string, skip *conn, f wireFrame) {
 	c.mu.Lock()
 	targets := make([]*conn, 0, len(c.byChat[chat]))
 	for k := range c.byChat[chat] {
-		targets = append(targets, k)
+		if k != skip {
+			targets = append(targets, k)
+		}
 	}
 	c.mu.Unlock()
 	for _, k := range targets {

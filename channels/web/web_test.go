@@ -192,6 +192,8 @@ type serverFrame struct {
 	Tool           *channels.ToolInfo `json:"tool"`
 	Parts          []serverPart       `json:"parts"`
 	ReplyTo        string             `json:"reply_to"`
+	ID             string             `json:"id"`
+	Voice          bool               `json:"voice"`
 	ChatID         string             `json:"chat_id"`
 	MaxUploadBytes int64              `json:"max_upload_bytes"`
 	History        []historyEntry     `json:"history"`
@@ -833,5 +835,53 @@ func TestOpenSocketsAreBounded(t *testing.T) {
 	}
 	if _, err := openTab(t, base, "another"); err != nil {
 		t.Errorf("a tab on another chat was refused: %v", err)
+	}
+}
+
+// A message sent from one tab shows in the chat's other tabs as the user's, before its
+// answer, as a reload of them would show it; a message the gateway refused is reported there
+// too. The sending tab is not sent its own message back, and another chat sees nothing.
+func TestMessageReachesTheChatsOtherTabs(t *testing.T) {
+	ch, base, sink := started(t, web.Config{})
+	one, err := openTab(t, base, "pair")
+	if err != nil {
+		t.Fatal(err)
+	}
+	two, err := openTab(t, base, "pair")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := openTab(t, base, "elsewhere")
+	if err != nil {
+		t.Fatal(err)
+	}
+	one.write(t, map[string]any{"type": "message", "id": "t1", "chat_id": "pair", "text": "question from tab one",
+		"files": []map[string]string{{"mime": "image/png", "name": "a.png", "data": base64.StdEncoding.EncodeToString([]byte("\x89PNG pretend"))}}})
+	sink.Next(t)
+	one.waitFor(t, func() bool { return one.replies("t1") > 0 }, "the ack of t1")
+	answer(t, ch, "pair", "t1", channels.Frame{Type: channels.FrameStart}, channels.Frame{Type: channels.FrameDone, Text: "you said: question from tab one"})
+
+	u := two.next(t, "user")
+	if u.ID != "t1" || u.Text != "question from tab one" || len(u.Parts) != 1 || u.Parts[0].URL == "" {
+		t.Errorf("the other tab got %+v; want the question t1 with its picture", u)
+	}
+	if d := two.next(t, "done"); d.ReplyTo != "t1" {
+		t.Errorf("after the question the other tab got %+v; want its answer", d)
+	}
+	one.next(t, "done")
+	if n := one.count("user"); n != 0 {
+		t.Errorf("the sending tab got its own message back %d times", n)
+	}
+	if n := other.count("user"); n != 0 {
+		t.Errorf("a tab on another chat got %d messages of this one", n)
+	}
+
+	sink.refuse = []error{channels.ErrNotAccepted}
+	one.write(t, clientMsg{Type: "message", ID: "t2", ChatID: "pair", Text: "refused"})
+	if u := two.next(t, "user"); u.ID != "t2" {
+		t.Errorf("the other tab got %+v; want the message t2", u)
+	}
+	if e := two.next(t, "error"); e.ReplyTo != "t2" || !strings.Contains(e.Text, "busy") {
+		t.Errorf("the other tab got %+v; want to be told t2 was not taken", e)
 	}
 }
