@@ -265,7 +265,8 @@ func (c *Channel) bot() models.User {
 	return c.me
 }
 
-// globalBurst is how many sends the bot may make at once above its rate.
+// globalBurst is how many sends the bot may make at once above its rate (a rate below it,
+// set for tests, is its own burst).
 const globalBurst = 5
 
 // newSenders makes the Senders every Bot API call goes through.
@@ -277,7 +278,7 @@ func (c *Channel) newSenders() {
 		// answers due at once carry nearly twice Telegram's 30, which it answers with 429s;
 		// none at all would make answers that happen to come close together wait their
 		// 33 ms turn.
-		global = pace.New(pace.Limits{Global: rate.Limit(p.GlobalPerSecond), GlobalBurst: globalBurst})
+		global = pace.New(pace.Limits{Global: rate.Limit(p.GlobalPerSecond), GlobalBurst: min(globalBurst, max(1, int(p.GlobalPerSecond)))})
 	}
 	// A 429 holds the chat for its retry_after: until it passes nothing goes there,
 	// whichever path sends next (a preview, the final text, a split part, a voice note,
