@@ -317,10 +317,20 @@ func callAPI(ctx context.Context, cfgPath string, out io.Writer, getenv func(str
 	}
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	out.Write(data)
 	if resp.StatusCode/100 != 2 {
+		// The API's refusal in plain words, not its JSON: {"error": ..., "status": ...}.
+		var e struct{ Error, Status string }
+		if json.Unmarshal(data, &e) == nil && e.Error != "" {
+			fmt.Fprintf(out, "the gateway refused (HTTP %d): %s\n", resp.StatusCode, e.Error)
+			if e.Status != "" {
+				fmt.Fprintf(out, "(%s)\n", e.Status)
+			}
+		} else {
+			fmt.Fprintf(out, "the gateway answered HTTP %d: %s\n", resp.StatusCode, bytes.TrimSpace(data))
+		}
 		return exitCode(1)
 	}
+	out.Write(data)
 	return nil
 }
 

@@ -50,7 +50,7 @@ func TestSendCommandUsesTheAPI(t *testing.T) {
 		t.Fatalf("the chat got %+v", f)
 	}
 	code, out = cli(t, context.Background(), nil, "send", "--config", g.cfgPath, "--channel", "nope", "--chat", "x", "hi")
-	if code != 1 || !strings.Contains(out, `no channel \"nope\"`) {
+	if code != 1 || !strings.Contains(out, `the gateway refused (HTTP 400): no channel "nope"`) {
 		t.Fatalf("`gateway send` to an unknown channel = %d:\n%s", code, out)
 	}
 }
