@@ -249,7 +249,7 @@ func load(path string, getenv func(string) string) (Config, *yaml.Node, config.E
 }
 
 // graft sets key (a dotted path) to val in the document, creating the mappings on the way;
-// list values are split at commas. The new nodes are marked with their origin.
+// list values are split at commas, or read as a list when written as one ([a, b]). The new nodes are marked with their origin.
 func graft(root *yaml.Node, key, val string, list bool, from string, origin map[*yaml.Node]string) *yaml.Node {
 	if root == nil {
 		root = &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
@@ -265,6 +265,17 @@ func graft(root *yaml.Node, key, val string, list bool, from string, origin map[
 		}
 		if i == len(parts)-1 {
 			leaf := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: val}
+			if list && strings.HasPrefix(strings.TrimSpace(val), "[") {
+				// A list written as YAML or JSON (["1","2"]) is read as one, not cut at commas.
+				var doc yaml.Node
+				if yaml.Unmarshal([]byte(val), &doc) == nil && len(doc.Content) == 1 && doc.Content[0].Kind == yaml.SequenceNode {
+					leaf = doc.Content[0]
+					for _, c := range leaf.Content {
+						origin[c] = from
+					}
+					list = false
+				}
+			}
 			if list {
 				leaf = &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
 				for _, item := range strings.Split(val, ",") {

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 )
 
 // cli runs the gateway command in-process in a temp dir with the given environment.
@@ -94,6 +96,32 @@ channels:
 	}
 	if !strings.Contains(out, "<redacted>") || !strings.Contains(out, "gpt-from-env") || !strings.Contains(out, "http://proxy:xxxxx@127.0.0.1:1/v1?key=xxxxx") {
 		t.Fatalf("output lacks the masked secret or the env override:\n%s", out)
+	}
+}
+
+// A list key set from the environment is read as a list when written as one, and split
+// at commas otherwise.
+func TestEnvironmentListsAsWrittenOrCommaSeparated(t *testing.T) {
+	path := writeConfig(t, "state_dir: STATE\nchannels:\n  telegram:\n    enabled: true\n    token: \"123456:abcdefghijklmnopqrstuvwxyz\"\n")
+	for _, val := range []string{`["1","2"]`, `[1, 2]`, `1, 2`} {
+		code, out := cli(t, context.Background(), map[string]string{"GATEWAY_CHANNELS_TELEGRAM_ALLOW_FROM": val}, "check", "--config", path)
+		if code != 0 {
+			t.Fatalf("%s: exit %d:\n%s", val, code, out)
+		}
+		var got struct {
+			Channels struct {
+				Telegram struct {
+					AllowFrom []string `yaml:"allow_from"`
+				} `yaml:"telegram"`
+			} `yaml:"channels"`
+		}
+		body, _, _ := strings.Cut(out, "\nconfig OK")
+		if err := yaml.Unmarshal([]byte(body), &got); err != nil {
+			t.Fatalf("%s: %v\n%s", val, err, out)
+		}
+		if a := got.Channels.Telegram.AllowFrom; len(a) != 2 || a[0] != "1" || a[1] != "2" {
+			t.Fatalf("%s gave allow_from %q; want [1 2]", val, a)
+		}
 	}
 }
 
