@@ -7,6 +7,7 @@ package gatewaycli
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -947,5 +948,34 @@ func TestHooksListShowsWhatRuns(t *testing.T) {
 	}
 	if !strings.Contains(notLoaded, "20-ping-again") || !strings.Contains(notLoaded, "30-new") {
 		t.Errorf("the clashing hooks are not under 'not loaded':\n%s", out)
+	}
+}
+
+// A reload applies profiles, bindings and hooks; a change elsewhere in the file (here the
+// model) is not applied, and the log says which sections wait for a restart.
+func TestReloadNamesWhatWaitsForARestart(t *testing.T) {
+	root := t.TempDir()
+	g := startGateway(t, root, "")
+	const warn = "reload: these sections of the config file changed and apply only after a restart"
+	if code, out := cli(t, context.Background(), nil, "reload", "--config", g.cfgPath); code != 0 {
+		t.Fatalf("`gateway reload` = %d:\n%s", code, out)
+	}
+	g.waitLog("reloaded profiles and hooks", 1)
+	if n := len(g.log.entries(warn)); n != 0 {
+		t.Fatalf("a reload of an unchanged file warned %d times", n)
+	}
+	data, err := os.ReadFile(g.cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(g.cfgPath, bytes.Replace(data, []byte("model: test-model"), []byte("model: other-model"), 1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := cli(t, context.Background(), nil, "reload", "--config", g.cfgPath); code != 0 {
+		t.Fatalf("`gateway reload` = %d:\n%s", code, out)
+	}
+	recs := g.waitLog(warn, 1)
+	if got := fmt.Sprint(recs[0]["sections"]); got != "llm" {
+		t.Fatalf("the warning names %q; want llm", got)
 	}
 }

@@ -7,10 +7,14 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -424,7 +428,27 @@ func (a *app) tryReload() error {
 	a.cfg, a.hooks, a.loadErrs = next, report.hooks, report.errs
 	a.gw.Swap(rt)
 	a.log.Info("reloaded profiles and hooks", "hooks", len(report.hooks), "handlers", len(rt.Bus.Handlers()))
+	if changed := restartOnly(next, cfg); len(changed) > 0 {
+		a.log.Warn("reload: these sections of the config file changed and apply only after a restart", "sections", strings.Join(changed, ", "))
+	}
 	return nil
+}
+
+// restartOnly names the config's top-level sections that differ between running and file
+// among those a reload does not apply (all but profiles, bindings and hooks).
+func restartOnly(running, file Config) []string {
+	was, now := configMap(running, false), configMap(file, false)
+	var changed []string
+	for _, k := range slices.Sorted(maps.Keys(now)) {
+		switch k {
+		case "profiles", "bindings", "hooks":
+			continue
+		}
+		if !reflect.DeepEqual(was[k], now[k]) {
+			changed = append(changed, k)
+		}
+	}
+	return changed
 }
 
 // runGateway runs until ctx ends (SIGINT/SIGTERM), then shuts down within the grace period.
