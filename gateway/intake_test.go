@@ -402,10 +402,11 @@ func TestAFullQueueIsAnsweredWholeAfterRestart(t *testing.T) {
 	first.fake.SetFunc(func(req *harness.Request) harness.FakeReply {
 		return harness.FakeReply{Text: "never finished", Delay: time.Hour}
 	})
-	for i := range 3 { // one running, two queued: the queue is full
+	first.mem.inject(t, "c1", "m0", "question 0")
+	waitRequests(t, first.fake, 1) // running: the next two fill the queue
+	for i := 1; i < 3; i++ {
 		first.mem.inject(t, "c1", fmt.Sprint("m", i), fmt.Sprint("question ", i))
 	}
-	waitRequests(t, first.fake, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	_ = first.g.Stop(ctx)
 	cancel()
