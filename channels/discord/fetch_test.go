@@ -209,7 +209,8 @@ func TestExpiredAttachmentURLIsRenewed(t *testing.T) {
 	}
 }
 
-// A download that fails is told to the user in plain words; in a message with several
+// A download that fails is told to the user in plain words, and what the user wrote with
+// it still reaches the agent, with a word about the missing file; in a message with several
 // attachments the others go on. Neither the told words nor the logs carry the file's URL.
 func TestFailedDownloadIsToldInPlainWords(t *testing.T) {
 	t.Parallel()
@@ -218,8 +219,12 @@ func TestFailedDownloadIsToldInPlainWords(t *testing.T) {
 	const told = "Sorry, I could not download your attachment. Please send it again."
 
 	srv.FailNext(1, fakeserver.Failure{Method: "getAttachment", Chat: "800", Status: 500})
-	srv.Inject(discordtest.Incoming{ChannelID: "800", AuthorID: user, Content: "one file",
+	srv.Inject(discordtest.Incoming{ChannelID: "800", AuthorID: user, Content: "what does this say?",
 		Files: []discordtest.File{{Name: "a.txt", ContentType: "text/plain", Data: []byte("a")}}})
+	m := e.sink.Next(t)
+	if want := "what does this say?\n[The user also sent a file (a.txt), which could not be downloaded]"; m.Text() != want || m.HasRefs() {
+		t.Fatalf("delivered %+v; want the text %q and no reference", m.Parts, want)
+	}
 	waitFor(t, "the user told", func() bool { return len(srv.Posted("800")) == 1 })
 	if got := srv.Posted("800")[0].Content; got != told {
 		t.Errorf("told %q; want %q", got, told)
@@ -230,7 +235,7 @@ func TestFailedDownloadIsToldInPlainWords(t *testing.T) {
 		{Name: "gone.txt", ContentType: "text/plain", Data: []byte("gone")},
 		{Name: "here.txt", ContentType: "text/plain", Data: []byte("here")},
 	}})
-	m := e.sink.Next(t)
+	m = e.sink.Next(t)
 	if len(m.Parts) != 3 || m.Parts[1].Name != "here.txt" || m.Parts[2].Text != "[1 of the 2 attachments of this message could not be downloaded]" {
 		t.Fatalf("delivered %+v; want the text, the file that came and a note", m.Parts)
 	}
@@ -238,7 +243,44 @@ func TestFailedDownloadIsToldInPlainWords(t *testing.T) {
 	if got := srv.Posted("800")[1].Content; got != told {
 		t.Errorf("told %q; want %q", got, told)
 	}
+
+	// A file alone: the user is told, and the agent has nothing to answer.
+	srv.FailNext(1, fakeserver.Failure{Method: "getAttachment", Chat: "801", Status: 500})
+	srv.Inject(discordtest.Incoming{ChannelID: "801", AuthorID: user,
+		Files: []discordtest.File{{Name: "b.png", ContentType: "image/png", Data: []byte("\x89PNG b")}}})
+	waitFor(t, "the user told", func() bool { return len(srv.Posted("801")) == 1 })
+	if got := srv.Posted("801")[0].Content; got != told {
+		t.Errorf("told %q; want %q", got, told)
+	}
+	e.sink.ExpectNone(t, 200*time.Millisecond)
 	if l := e.logs.String(); strings.Contains(l, "/attachments/") {
 		t.Errorf("an attachment URL is in the logs:\n%s", l)
+	}
+}
+
+// Whether a message had text travels in its journaled reference: fetched after a restart,
+// when the text part could be the adapter's own words, a failed file still lets the text
+// through; an image over the limit is told and named to the agent the same way.
+func TestTextOutlivesItsFailedAttachmentAfterARestart(t *testing.T) {
+	t.Parallel()
+	srv := discordtest.New(t)
+	cfg := discord.Config{Access: defaultAccess(), MaxFileBytes: 1_000_000}
+	_, sink, _ := startBare(t, srv, cfg)
+	srv.Inject(discordtest.Incoming{ChannelID: "810", AuthorID: user, Content: "is this too big?",
+		Files: []discordtest.File{{Name: "huge.png", ContentType: "image/png", Data: bytes.Repeat([]byte{7}, 1_500_000)}}})
+	m := roundTrip(t, sink.Next(t))
+
+	other, _, _ := startBare(t, srv, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := other.Fetch(ctx, m); err != nil {
+		t.Fatalf("Fetch: %v; want the text to go on", err)
+	}
+	if want := "is this too big?\n[The user also sent an image (huge.png), which could not be downloaded]"; m.Text() != want || m.HasRefs() {
+		t.Fatalf("fetched %+v; want the text %q and no reference", m.Parts, want)
+	}
+	waitFor(t, "the user told", func() bool { return len(srv.Posted("810")) == 1 })
+	if got, want := srv.Posted("810")[0].Content, "Sorry, that file is too large for me (1.5 MB; the limit is 1.0 MB)."; got != want {
+		t.Errorf("told %q; want %q", got, want)
 	}
 }

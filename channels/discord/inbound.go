@@ -175,7 +175,8 @@ func (c *Channel) content(ctx context.Context, dm *discordgo.Message, msg *chann
 		lines = append(lines, t)
 	}
 	lines = append(lines, c.notes(ctx, dm, o, "The user sent")...)
-	if len(lines) > 0 {
+	text := len(lines) > 0 // what the user sent besides files; forward headers are ours
+	if text {
 		parts = append(parts, channels.TextPart(strings.Join(lines, "\n")))
 	}
 	n := 0 // numbers the files of this message
@@ -195,9 +196,13 @@ func (c *Channel) content(ctx context.Context, dm *discordgo.Message, msg *chann
 			body = append(body, t)
 		}
 		body = append(body, c.notes(ctx, fm, fo, "")...)
+		text = text || len(body) > 0
 		parts = append(parts, channels.TextPart(forwardHeader(body, len(fm.Attachments))))
 		// A forwarded voice message is audio to transcribe, but the user did not speak.
 		parts = append(parts, attachmentRefs(dm.ChannelID, dm.ID, fm.Attachments, false, &n)...)
+	}
+	if text {
+		markText(parts)
 	}
 	if len(parts) == 0 {
 		what := "[The user sent a message with nothing in it that can be shown as text]"

@@ -46,6 +46,11 @@ type fileRef struct {
 	// when the signed one has expired (Discord's expire after about a day).
 	Channel string `json:"channel"`
 	Msg     string `json:"msg"`
+	// Text: the message carries something for the agent besides its files (the user's
+	// words, a sticker, a poll, a forwarded text), which must reach the agent even when no
+	// file can be fetched. Journaled with the reference: after a restart the text parts no
+	// longer tell it from our own notes (a forward's header).
+	Text bool `json:"text,omitempty"`
 }
 
 // attachmentRefs makes the parts of atts, each with a reference to download it by.
@@ -78,18 +83,33 @@ func attachmentRefs(channel, msgID string, atts []*discordgo.MessageAttachment, 
 	return parts
 }
 
+// markText flags the referenced parts as belonging to a message with text (fileRef.Text).
+func markText(parts []channels.Part) {
+	for i, p := range parts {
+		var r fileRef
+		if p.Ref == "" || json.Unmarshal([]byte(p.Ref), &r) != nil {
+			continue
+		}
+		r.Text = true
+		ref, _ := json.Marshal(r)
+		parts[i].Ref = string(ref)
+	}
+}
+
 // Fetch downloads msg's referenced attachments (see channels.Fetcher) to the media
 // directory, each within max_file_bytes: a file announced over the limit is refused
-// without a download. When every attachment fails the message fails with what to tell the
-// user; otherwise the user is told about the ones that failed and the rest goes on, with a
-// note for the agent. It needs no gateway connection: any process may fetch.
+// without a download. The user is told in plain words about any that failed. When nothing
+// is left for the agent (no other attachment, no text) the message fails with those
+// words; otherwise the rest goes on with a note for the agent, so that the text is never
+// lost with its file. It needs no gateway connection: any process may fetch.
 func (c *Channel) Fetch(ctx context.Context, msg *channels.Message) error {
 	limit := c.cfg.maxFileBytes()
 	f := channels.FetchRefs(msg.Parts, func(p channels.Part) (channels.Part, string) { return c.fetchPart(ctx, p, limit) })
 	failed := len(f.Refused)
 	if failed > 0 && ctx.Err() != nil {
 		// Out of time, or the gateway is stopping: msg keeps its references (a restart
-		// fetches it again) and the user, if anyone is left to tell, is told it failed.
+		// fetches it whole again, rather than passing on what happened to arrive) and the
+		// user, if anyone is left to tell, is told it failed.
 		for _, p := range f.Saved {
 			_ = os.Remove(p)
 		}
@@ -99,12 +119,46 @@ func (c *Channel) Fetch(ctx context.Context, msg *channels.Message) error {
 	case failed == 0:
 		msg.Parts = f.Parts
 		return nil
-	case failed == f.Total:
+	case failed == f.Total && !withText(f.Refused):
 		return errors.New(strings.Join(f.Refusals, "\n"))
 	}
 	c.notice(ctx, msg, strings.Join(f.Refusals, "\n"))
-	msg.Parts = append(f.Parts, channels.TextPart(fmt.Sprintf("[%d of the %d attachments of this message could not be downloaded]", failed, f.Total)))
+	msg.Parts = append(f.Parts, channels.TextPart(missingNote(f)))
+	// A voice message that never arrived was not heard: the answer is not one to speak.
+	msg.IsVoice = slices.ContainsFunc(msg.Parts, func(p channels.Part) bool { return p.Voice })
 	return nil
+}
+
+// withText reports whether the message of these referenced parts carries text.
+func withText(refs []channels.Part) bool {
+	for _, p := range refs {
+		var r fileRef
+		if json.Unmarshal([]byte(p.Ref), &r) == nil && r.Text {
+			return true
+		}
+	}
+	return false
+}
+
+// missingNote tells the agent that attachments it does not see came with the message.
+func missingNote(f channels.Fetched) string {
+	if f.Total > 1 {
+		return fmt.Sprintf("[%d of the %d attachments of this message could not be downloaded]", len(f.Refused), f.Total)
+	}
+	p := f.Refused[0]
+	what := "a file"
+	switch {
+	case p.Voice:
+		what = "a voice message"
+	case p.Type == channels.PartAudio:
+		what = "an audio file"
+	case p.Type == channels.PartImage:
+		what = "an image"
+	}
+	if p.Name != "" && !p.Voice {
+		what += " (" + p.Name + ")"
+	}
+	return fmt.Sprintf("[The user also sent %s, which could not be downloaded]", what)
 }
 
 // fetchPart downloads one referenced part; refusal, when set, is what to tell the user.

@@ -10,6 +10,7 @@ import (
 	"gateway/channels"
 	"gateway/channels/discord"
 	"gateway/channels/discord/discordtest"
+	"gateway/internal/fakeserver"
 )
 
 // The payloads below have the shape of MESSAGE_CREATE data as Discord's gateway sends it
@@ -146,4 +147,42 @@ func TestGuildMarkupBecomesWords(t *testing.T) {
 	if roles != 1 || chans != 1 {
 		t.Errorf("%d role and %d channel look-ups; want one each, then the cache", roles, chans)
 	}
+}
+
+// A forward of a file alone, as Discord sends it: the forward's header is the adapter's
+// word, not the user's.
+const forwardFileAlone = `{"type":0,"tts":false,"timestamp":"2025-03-02T10:22:00.000000+00:00","pinned":false,"nonce":"1345680400000000000","message_snapshots":[{"message":{"type":0,"timestamp":"2025-02-28T09:00:00.000000+00:00","mentions":[],"mention_roles":[],"flags":0,"embeds":[],"edited_timestamp":null,"content":"","components":[],"attachments":[{"width":640,"url":"{{FILE}}","size":9,"proxy_url":"{{FILE}}","id":"1345000000000000125","height":480,"filename":"chart.png","content_type":"image/png"}]}}],"message_reference":{"type":1,"message_id":"1345400000000000100","channel_id":"1345400000000000001"},"mentions":[],"mention_roles":[],"mention_everyone":false,"id":"1345680400500000007","flags":16384,"embeds":[],"edited_timestamp":null,"content":"","components":[],"channel_id":"{{DM}}","author":` + author + `,"attachments":[]}`
+
+// A forward whose file cannot be downloaded: with a comment (or forwarded text) the words
+// go on to the agent with a note; a forwarded file alone is only told to the user, as the
+// forward's header is no text of theirs.
+func TestForwardedFileThatFailsKeepsTheWords(t *testing.T) {
+	t.Parallel()
+	srv := discordtest.New(t)
+	e := start(t, srv, discord.Config{Access: defaultAccess()})
+	const dm = "1345000000000000002"
+	const told = "Sorry, I could not download your attachment. Please send it again."
+	png := []byte("\x89PNG\r\n\x1a\nx")
+
+	srv.FailNext(1, fakeserver.Failure{Method: "getAttachment", Status: 500})
+	replay(t, srv, forwardFileWithComment, "{{DM}}", dm, "{{FILE}}", srv.HostFile(discordtest.File{Name: "screenshot.png", ContentType: "image/png", Data: png}))
+	m := e.sink.Next(t)
+	want := "what does this mean?\n" +
+		"[The user forwarded a message]\n" +
+		"> [Embed: Build failed — main: 3 tests failing — Job: lint]\n" +
+		"[The user also sent an image (screenshot.png), which could not be downloaded]"
+	if m.Text() != want || m.HasRefs() {
+		t.Errorf("forward with a comment:\n got %q\nwant %q", m.Text(), want)
+	}
+	waitFor(t, "the user told", func() bool { return len(srv.Posted(dm)) == 1 })
+
+	srv.FailNext(1, fakeserver.Failure{Method: "getAttachment", Status: 500})
+	replay(t, srv, forwardFileAlone, "{{DM}}", dm, "{{FILE}}", srv.HostFile(discordtest.File{Name: "chart.png", ContentType: "image/png", Data: png}))
+	waitFor(t, "the user told", func() bool { return len(srv.Posted(dm)) == 2 })
+	for i, p := range srv.Posted(dm) {
+		if p.Content != told {
+			t.Errorf("told %d: %q; want %q", i, p.Content, told)
+		}
+	}
+	e.sink.ExpectNone(t, 200*time.Millisecond)
 }

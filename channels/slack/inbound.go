@@ -116,11 +116,12 @@ func (c *Channel) handleCallback(ctx context.Context, cb *slackevents.EventsAPIC
 		// the names, since Slack wants its ack within 3s.
 		nctx, cancel := context.WithTimeout(ctx, nameTimeout)
 		msg.UserName = c.names.get(nctx, ev.User)
-		msg.Parts = c.textParts(ev, text, c.mentionedNames(nctx, textsOf(ev, text)...))
+		var words bool
+		msg.Parts, words = c.textParts(ev, text, c.mentionedNames(nctx, textsOf(ev, text)...))
 		cancel()
 		// Files go as references, fetched later on the chat's session (see Fetch): the
 		// intake never waits on a download.
-		parts := fileRefs(ev)
+		parts := fileRefs(ev, words)
 		msg.Parts = append(msg.Parts, parts...)
 		for _, p := range parts {
 			if p.Type == channels.PartAudio {
@@ -203,9 +204,9 @@ func textsOf(ev inner, text string) []string {
 }
 
 // textParts is the message's text in plain words: its own text, a forwarded message in
-// it, and a word about each file that will not be downloaded.
-func (c *Channel) textParts(ev inner, text string, name func(string) string) []channels.Part {
-	var parts []channels.Part
+// it, and a word about each file that will not be downloaded. words says it has more than
+// those words about files: something the user wrote or forwarded.
+func (c *Channel) textParts(ev inner, text string, name func(string) string) (parts []channels.Part, words bool) {
 	add := func(s string) {
 		if s = strings.TrimSpace(s); s != "" {
 			parts = append(parts, channels.TextPart(s))
@@ -219,12 +220,13 @@ func (c *Channel) textParts(ev inner, text string, name func(string) string) []c
 	for _, a := range ev.Attachments {
 		add(describeAttachment(a, name))
 	}
+	words = len(parts) > 0 // the notes below are ours, about files
 	for _, f := range ev.Files {
 		if !downloadable(f) {
 			add(fmt.Sprintf("[shared a file I cannot open: %s%s]", displayName(f.Name), orEmpty(" ", f.Permalink)))
 		}
 	}
-	return parts
+	return parts, words
 }
 
 // describeAttachment puts an attachment in words: a forwarded message with its author

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -26,11 +27,16 @@ type fileRef struct {
 	Size int64  `json:"size"` // as Slack announced it
 	MIME string `json:"mime,omitempty"`
 	Idx  int    `json:"idx"` // the file's place in the message, for a distinct path
+	// Text: the message carries words besides its files (its own text, a forwarded
+	// message), which must reach the agent even when no file can be fetched. Journaled
+	// with the reference: after a restart the text parts no longer tell them from our
+	// own notes (a file that cannot be opened).
+	Text bool `json:"text,omitempty"`
 }
 
 // fileRefs lists the message's downloadable files as parts holding a reference (Part.Ref);
-// the others are described in words by textParts.
-func fileRefs(ev inner) []channels.Part {
+// the others are described in words by textParts. text says the message has words of its own.
+func fileRefs(ev inner, text bool) []channels.Part {
 	var parts []channels.Part
 	for i, f := range ev.Files {
 		if !downloadable(f) {
@@ -40,7 +46,7 @@ func fileRefs(ev inner) []channels.Part {
 		if u == "" {
 			u = f.URLPrivate
 		}
-		ref, _ := json.Marshal(fileRef{ID: f.ID, URL: u, Name: f.Name, Size: int64(f.Size), MIME: f.Mimetype, Idx: i})
+		ref, _ := json.Marshal(fileRef{ID: f.ID, URL: u, Name: f.Name, Size: int64(f.Size), MIME: f.Mimetype, Idx: i, Text: text})
 		p := channels.Part{Type: channels.PartFile, MIME: f.Mimetype, Name: f.Name, Size: int64(f.Size), Ref: string(ref)}
 		switch {
 		case strings.HasPrefix(f.Mimetype, "audio/") || f.MediaDisplayType == "audio":
@@ -56,9 +62,10 @@ func fileRefs(ev inner) []channels.Part {
 }
 
 // Fetch downloads msg's referenced files (see channels.Fetcher) with the bot token, within
-// max_file_bytes. A file over the limit is refused before any download. When every file
-// fails, the error is what to tell the user; when only some do, the user is told about
-// those, and the rest goes on with a note for the agent.
+// max_file_bytes. A file over the limit is refused before any download. The user is told
+// in plain words about the files that failed. When nothing is left for the agent (no other
+// file, no text) the error is what to tell the user; otherwise the rest goes on with a
+// note for the agent, so that the text is never lost with its file.
 func (c *Channel) Fetch(ctx context.Context, msg *channels.Message) error {
 	if !msg.HasRefs() {
 		return nil
@@ -70,11 +77,7 @@ func (c *Channel) Fetch(ctx context.Context, msg *channels.Message) error {
 	c.prune()
 	f := channels.FetchRefs(msg.Parts, func(p channels.Part) (channels.Part, string) { return c.fetchPart(ctx, msg, p) })
 	failed := len(f.Refused)
-	switch {
-	case failed == 0:
-		msg.Parts = f.Parts
-		return nil
-	case failed == f.Total || ctx.Err() != nil:
+	if failed > 0 && ctx.Err() != nil {
 		// Out of time (or shutting down, and then fetched again after the restart): the
 		// message fails as a whole rather than going on without files it had.
 		for _, p := range f.Saved {
@@ -82,14 +85,54 @@ func (c *Channel) Fetch(ctx context.Context, msg *channels.Message) error {
 		}
 		return errors.New(strings.Join(f.Refusals, "\n"))
 	}
-	names := make([]string, failed)
-	for i, p := range f.Refused {
-		names[i] = displayName(p.Name)
+	switch {
+	case failed == 0:
+		msg.Parts = f.Parts
+		return nil
+	case failed == f.Total && !withText(f.Refused):
+		return errors.New(strings.Join(f.Refusals, "\n"))
 	}
 	c.notice(ctx, channels.TargetOf(msg), strings.Join(f.Refusals, "\n"))
-	msg.Parts = append(f.Parts, channels.TextPart(fmt.Sprintf("[%d of the %d files of this message could not be downloaded: %s]",
-		failed, f.Total, strings.Join(names, ", "))))
+	msg.Parts = append(f.Parts, channels.TextPart(missingNote(f)))
+	// Audio that never arrived was not heard: the answer is not one to speak.
+	msg.IsVoice = slices.ContainsFunc(msg.Parts, func(p channels.Part) bool { return p.Type == channels.PartAudio })
 	return nil
+}
+
+// withText reports whether the message of these referenced parts carries words of its own.
+func withText(refs []channels.Part) bool {
+	for _, p := range refs {
+		var r fileRef
+		if json.Unmarshal([]byte(p.Ref), &r) == nil && r.Text {
+			return true
+		}
+	}
+	return false
+}
+
+// missingNote tells the agent that files it does not see came with the message.
+func missingNote(f channels.Fetched) string {
+	if f.Total > 1 {
+		names := make([]string, len(f.Refused))
+		for i, p := range f.Refused {
+			names[i] = displayName(p.Name)
+		}
+		return fmt.Sprintf("[%d of the %d files of this message could not be downloaded: %s]", len(f.Refused), f.Total, strings.Join(names, ", "))
+	}
+	p := f.Refused[0]
+	what := "a file"
+	switch {
+	case p.Voice:
+		what = "an audio clip"
+	case p.Type == channels.PartAudio:
+		what = "an audio file"
+	case p.Type == channels.PartImage:
+		what = "an image"
+	}
+	if p.Name != "" {
+		what += " (" + p.Name + ")"
+	}
+	return fmt.Sprintf("[The user also sent %s, which could not be downloaded]", what)
 }
 
 // fetchPart downloads one referenced part; refusal, when set, is what to tell the user.

@@ -15,6 +15,7 @@ import (
 	"gateway/channels"
 	"gateway/channels/channeltest"
 	"gateway/channels/slack/slacktest"
+	"gateway/internal/fakeserver"
 )
 
 // A file whose download is slow holds up no other chat: its message is handed to the
@@ -147,8 +148,8 @@ func TestFileReferenceSurvivesTheJournal(t *testing.T) {
 }
 
 // A file over max_file_bytes is refused in plain words, as before, without a download.
-// Among several files, the user is told about the ones refused and the rest goes on, with
-// a word to the agent; when every file is refused the message is answered by the refusals.
+// The user is told about the files refused and the rest (other files, the text) goes on,
+// with a word to the agent; when nothing else is left the message is answered by the refusals.
 func TestOversizedFileIsRefusedWithoutDownload(t *testing.T) {
 	s := slacktest.New(t)
 	st := start(t, s, func(c *Config) { c.MaxFileBytes = 1 << 20 })
@@ -157,6 +158,9 @@ func TestOversizedFileIsRefusedWithoutDownload(t *testing.T) {
 	refusal := "Sorry, huge.mov is too large (3.0 MB); I can take files up to 1.0 MB."
 
 	s.Send(slacktest.UserMessage{Channel: "D50", User: user, Text: "watch", Files: []slacktest.UserFile{huge}})
+	if m := st.sink.Next(t); m.ChatID != "D50" || m.HasRefs() || m.Text() != "watch\n[The user also sent a file (huge.mov), which could not be downloaded]" {
+		t.Fatalf("delivered %q in %s; want the text and a note", m.Text(), m.ChatID)
+	}
 	eventually(t, "the refusal", func() bool { return len(s.Posted("D50")) == 1 })
 	if got := s.Posted("D50")[0].Text; got != refusal {
 		t.Fatalf("told %q; want %q", got, refusal)
@@ -215,4 +219,83 @@ func TestFileReferenceOutsideSlackIsNotFetched(t *testing.T) {
 	if n := hits.Load(); n != 0 {
 		t.Fatalf("the token's request went to a host outside Slack (%d requests)", n)
 	}
+}
+
+// A file whose download keeps failing is told to the user, and the words they sent with it
+// still reach the agent, with a note of the missing file; the audio that never arrived
+// does not make the answer a spoken one. A file sent alone is only told, as before.
+func TestTextOutlivesItsFailedDownload(t *testing.T) {
+	s := slacktest.New(t)
+	st := start(t, s, nil)
+	s.FailNext(4, fakeserver.Failure{Method: "files.download"}) // every attempt
+	s.Send(slacktest.UserMessage{Channel: "D60", User: user, Text: "what is said here?",
+		Files: []slacktest.UserFile{{Name: "memo.m4a", MIME: "audio/mp4", Data: randomBytes(t, 500)}}})
+	m := st.sink.Next(t)
+	if want := "what is said here?\n[The user also sent an audio file (memo.m4a), which could not be downloaded]"; m.ChatID != "D60" || m.HasRefs() || m.Text() != want {
+		t.Fatalf("delivered %+v in %s; want the text %q", m.Parts, m.ChatID, want)
+	}
+	if m.IsVoice {
+		t.Errorf("the message is marked as spoken, but its audio never arrived")
+	}
+	eventually(t, "the user told", func() bool { return len(s.Posted("D60")) == 1 })
+	if got, want := s.Posted("D60")[0].Text, "Sorry, I could not download memo.m4a. Please send it again."; got != want {
+		t.Errorf("told %q; want %q", got, want)
+	}
+
+	s.FailNext(4, fakeserver.Failure{Method: "files.download"})
+	s.Send(slacktest.UserMessage{Channel: "D61", User: user, Files: []slacktest.UserFile{{Name: "pic.png", MIME: "image/png", Data: randomBytes(t, 500)}}})
+	eventually(t, "the user told", func() bool { return len(s.Posted("D61")) == 1 })
+	if got, want := s.Posted("D61")[0].Text, "Sorry, I could not download pic.png. Please send it again."; got != want {
+		t.Errorf("told %q; want %q", got, want)
+	}
+	st.sink.ExpectNone(t, 200*time.Millisecond)
+}
+
+// Whether a message had words travels in its journaled reference: fetched after a restart,
+// a note of ours about a file that cannot be opened is not taken for the user's words.
+func TestJournaledFileRefKeepsWhetherThereWasText(t *testing.T) {
+	s := slacktest.New(t)
+	st := startWith(t, s, func(c *Config) { c.MaxFileBytes = 1 << 20 }, false)
+	huge := slacktest.UserFile{Name: "huge.mov", MIME: "video/quicktime", Data: []byte("not really 3 MB"), Size: 3 << 20}
+	linked := slacktest.UserFile{Name: "plan.gdoc", MIME: "application/vnd.google-apps.document", Mode: "external"}
+	s.Send(slacktest.UserMessage{Channel: "D62", User: user, Text: "see the video", Files: []slacktest.UserFile{huge}})
+	s.Send(slacktest.UserMessage{Channel: "D63", User: user, Files: []slacktest.UserFile{linked, huge}})
+	for range 2 {
+		m := st.sink.Next(t)
+		refs := make([]string, len(m.Parts))
+		for i, p := range m.Parts {
+			refs[i] = p.Ref
+		}
+		body, err := json.Marshal(struct {
+			Message *channels.Message `json:"message"`
+			Refs    []string          `json:"refs"`
+		}{m, refs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back struct {
+			Message *channels.Message `json:"message"`
+			Refs    []string          `json:"refs"`
+		}
+		if err := json.Unmarshal(body, &back); err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range back.Refs {
+			back.Message.Parts[i].Ref = r
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err = st.ch.Fetch(ctx, back.Message)
+		cancel()
+		switch m.ChatID {
+		case "D62":
+			if want := "see the video\n[The user also sent a file (huge.mov), which could not be downloaded]"; err != nil || back.Message.Text() != want {
+				t.Errorf("text and a file too large: Fetch %v, text %q; want %q", err, back.Message.Text(), want)
+			}
+		case "D63":
+			if err == nil || !strings.Contains(err.Error(), "too large") {
+				t.Errorf("a file too large beside one that cannot be opened: Fetch %v, text %q; want the refusal alone", err, back.Message.Text())
+			}
+		}
+	}
+	eventually(t, "the user told", func() bool { return len(s.Posted("D62")) == 1 })
 }
