@@ -247,11 +247,21 @@ func (c *Channel) getUpdates(ctx context.Context, offset int64) ([]*update, erro
 	ctx, cancel := context.WithTimeout(ctx, c.opts.PollTimeout+15*time.Second)
 	defer cancel()
 	params := map[string]any{"offset": offset, "timeout": int(c.opts.PollTimeout / time.Second), "allowed_updates": []string{"message"}}
-	var raws []json.RawMessage
-	if err := c.callJSON(ctx, "getUpdates", params, &raws); err != nil {
+	var batch json.RawMessage
+	if err := c.callJSON(ctx, "getUpdates", params, &batch); err != nil {
 		return nil, c.scrub.wrap(err)
 	}
-	updates := make([]*update, 0, len(raws))
+	var updates []*update
+	if json.Unmarshal(batch, &updates) == nil {
+		return updates, nil
+	}
+	// One update (or more) the adapter cannot read: each is decoded on its own, so that the
+	// others still go on.
+	var raws []json.RawMessage
+	if err := json.Unmarshal(batch, &raws); err != nil {
+		return nil, fmt.Errorf("error decode response result for method getUpdates, %w", err)
+	}
+	updates = make([]*update, 0, len(raws))
 	for _, raw := range raws {
 		if u := c.decodeUpdate(raw); u != nil {
 			updates = append(updates, u)
@@ -264,7 +274,7 @@ func (c *Channel) getUpdates(ctx context.Context, offset int64) ([]*update, erro
 	return updates, nil
 }
 
-// decodeUpdate reads one update, each on its own: decoded with the batch, one the adapter
+// decodeUpdate reads one update on its own: decoded with its batch only, one the adapter
 // cannot read failed getUpdates as a whole, the offset never moved past it, and every chat
 // waited behind it for good. An update it cannot read is logged and kept as its id alone,
 // which moves the offset past it; nil when not even the id can be read.
