@@ -577,6 +577,7 @@ var errTooManyChats = fmt.Errorf("%w: too many active chats", channels.ErrNotAcc
 // enqueue puts msg on its session's mailbox, creating the session when needed, and wakes
 // its actor.
 func (g *Gateway) enqueue(key string, msg *channels.Message) (queued bool, err error) {
+	stop := isStop(msg) // outside g.mu: it joins the message's text
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	// Checked under g.mu, which Stop takes after setting stopping: a message either is
@@ -588,7 +589,7 @@ func (g *Gateway) enqueue(key string, msg *channels.Message) (queued bool, err e
 	if err != nil {
 		return false, err
 	}
-	if isStop(msg) {
+	if stop {
 		s.stopAhead()
 	}
 	select {
