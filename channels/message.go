@@ -3,6 +3,9 @@
 package channels
 
 import (
+	"context"
+	"errors"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -96,9 +99,39 @@ type Fetched struct {
 	Total    int      // the referenced parts
 }
 
+// Settle makes f msg's outcome, by the rule every adapter keeps. With nothing refused, msg
+// takes f's parts. A fetch cut by ctx (out of time, or the gateway stopping) fails msg
+// whole: it keeps its references, so a restart fetches it again, and what was saved is
+// removed. Otherwise the user is told (tell) what could not be fetched; with nothing left
+// for the agent (no other part, and no words of the message's own: hasText) msg fails with
+// that, else it goes on with note(f) in place of the missing files. The returned error's
+// text is what the user reads when msg fails.
+func (f Fetched) Settle(ctx context.Context, msg *Message, hasText bool, note func(Fetched) string, tell func(string)) error {
+	if len(f.Refused) == 0 {
+		msg.Parts = f.Parts
+		return nil
+	}
+	refusal := strings.Join(f.Refusals, "\n")
+	if ctx.Err() != nil {
+		for _, p := range f.Saved {
+			_ = os.Remove(p)
+		}
+		return errors.New(refusal)
+	}
+	if len(f.Refused) == f.Total && !hasText {
+		return errors.New(refusal)
+	}
+	tell(refusal)
+	msg.Parts = append(f.Parts, TextPart(note(f)))
+	// Voice that never arrived was not heard: its caption is no transcript, and the answer
+	// is not one to speak.
+	msg.IsVoice = msg.IsVoice && slices.ContainsFunc(msg.Parts, func(p Part) bool { return p.Type == PartAudio })
+	return nil
+}
+
 // FetchRefs runs fetch on each of parts that is a reference (see Fetcher), in order, and
 // gathers the outcome; fetch returns the downloaded part, or a refusal: what to tell the
-// user. What a failure then means for the message is the adapter's to say.
+// user. Settle then says what the failures mean for the message.
 func FetchRefs(parts []Part, fetch func(Part) (Part, string)) Fetched {
 	var f Fetched
 	for _, p := range parts {

@@ -105,28 +105,11 @@ func markText(parts []channels.Part) {
 func (c *Channel) Fetch(ctx context.Context, msg *channels.Message) error {
 	limit := c.cfg.maxFileBytes()
 	f := channels.FetchRefs(msg.Parts, func(p channels.Part) (channels.Part, string) { return c.fetchPart(ctx, p, limit) })
-	failed := len(f.Refused)
-	if failed > 0 && ctx.Err() != nil {
-		// Out of time, or the gateway is stopping: msg keeps its references (a restart
-		// fetches it whole again, rather than passing on what happened to arrive) and the
-		// user, if anyone is left to tell, is told it failed.
-		for _, p := range f.Saved {
-			_ = os.Remove(p)
-		}
-		return errors.New(notFetched)
+	err := f.Settle(ctx, msg, withText(f.Refused), missingNote, func(text string) { c.notice(ctx, msg, text) })
+	if err != nil && ctx.Err() != nil {
+		return errors.New(notFetched) // whatever the parts said, the download was cut
 	}
-	switch {
-	case failed == 0:
-		msg.Parts = f.Parts
-		return nil
-	case failed == f.Total && !withText(f.Refused):
-		return errors.New(strings.Join(f.Refusals, "\n"))
-	}
-	c.notice(ctx, msg, strings.Join(f.Refusals, "\n"))
-	msg.Parts = append(f.Parts, channels.TextPart(missingNote(f)))
-	// A voice message that never arrived was not heard: the answer is not one to speak.
-	msg.IsVoice = slices.ContainsFunc(msg.Parts, func(p channels.Part) bool { return p.Voice })
-	return nil
+	return err
 }
 
 // withText reports whether the message of these referenced parts carries text.

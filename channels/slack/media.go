@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -76,27 +75,7 @@ func (c *Channel) Fetch(ctx context.Context, msg *channels.Message) error {
 	}
 	c.prune()
 	f := channels.FetchRefs(msg.Parts, func(p channels.Part) (channels.Part, string) { return c.fetchPart(ctx, msg, p) })
-	failed := len(f.Refused)
-	if failed > 0 && ctx.Err() != nil {
-		// Out of time (or shutting down, and then fetched again after the restart): the
-		// message fails as a whole rather than going on without files it had.
-		for _, p := range f.Saved {
-			os.Remove(p)
-		}
-		return errors.New(strings.Join(f.Refusals, "\n"))
-	}
-	switch {
-	case failed == 0:
-		msg.Parts = f.Parts
-		return nil
-	case failed == f.Total && !withText(f.Refused):
-		return errors.New(strings.Join(f.Refusals, "\n"))
-	}
-	c.notice(ctx, channels.TargetOf(msg), strings.Join(f.Refusals, "\n"))
-	msg.Parts = append(f.Parts, channels.TextPart(missingNote(f)))
-	// Audio that never arrived was not heard: the answer is not one to speak.
-	msg.IsVoice = slices.ContainsFunc(msg.Parts, func(p channels.Part) bool { return p.Type == channels.PartAudio })
-	return nil
+	return f.Settle(ctx, msg, withText(f.Refused), missingNote, func(text string) { c.notice(ctx, channels.TargetOf(msg), text) })
 }
 
 // withText reports whether the message of these referenced parts carries words of its own.

@@ -3,14 +3,12 @@ package telegram
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -198,28 +196,7 @@ func (c *Channel) addMedia(m *channels.Message, msg *message, captioned bool) {
 // so that a caption is never lost with its photo.
 func (c *Channel) Fetch(ctx context.Context, msg *channels.Message) error {
 	f := channels.FetchRefs(msg.Parts, func(p channels.Part) (channels.Part, string) { return c.fetchPart(ctx, p) })
-	failed := len(f.Refused)
-	if failed > 0 && ctx.Err() != nil {
-		// Out of time, or the gateway is stopping: msg keeps its references, so a restart
-		// fetches it whole again rather than passing on what happened to arrive.
-		for _, p := range f.Saved {
-			_ = os.Remove(p)
-		}
-		return errors.New(strings.Join(f.Refusals, "\n"))
-	}
-	switch {
-	case failed == 0:
-		msg.Parts = f.Parts
-		return nil
-	case failed == f.Total && !captioned(f.Refused):
-		return errors.New(strings.Join(f.Refusals, "\n"))
-	}
-	c.notify(ctx, notifyTarget(msg), strings.Join(f.Refusals, "\n"))
-	msg.Parts = append(f.Parts, channels.TextPart(missingNote(f)))
-	// A voice note that never arrived was not heard: its caption is no transcript, and
-	// the answer is not one to speak.
-	msg.IsVoice = slices.ContainsFunc(msg.Parts, func(p channels.Part) bool { return p.Type == channels.PartAudio && p.Voice })
-	return nil
+	return f.Settle(ctx, msg, captioned(f.Refused), missingNote, func(text string) { c.notify(ctx, notifyTarget(msg), text) })
 }
 
 // captioned reports whether the message of these referenced parts carries a caption.
