@@ -221,6 +221,20 @@ func TestJournalFailureRefusesWithoutAck(t *testing.T) {
 	}
 }
 
+// pollingTelegram is the Telegram adapter polling tg, unpaced, its offset kept in db, for
+// the test user.
+func pollingTelegram(t *testing.T, tg *telegramtest.Server, db *state.DB) channels.Channel {
+	t.Helper()
+	ch, err := telegram.New(telegram.Config{Enabled: true, Token: secret.Secret(tg.Token), APIURL: tg.URL, Mode: telegram.ModePolling,
+		Access: channels.Access{AllowFrom: []string{strconv.Itoa(telegramtest.UserID)}, DMPolicy: channels.DMAllowlist}},
+		telegram.Options{StateDir: t.TempDir(), State: db, PollTimeout: time.Second,
+			Pacing: telegram.Pacing{GlobalPerSecond: -1, PerChatInterval: -1, GroupInterval: -1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ch
+}
+
 // The same through the Telegram adapter against its fake: while the journal cannot write,
 // the user is told and the update stays unconfirmed at Telegram (the offset did not move
 // past it); once the journal writes again, the update comes again and is answered once.
@@ -231,14 +245,7 @@ func TestJournalFailureKeepsTheTelegramUpdate(t *testing.T) {
 	j := &failingJournal{DB: db}
 	j.fail.Store(true)
 	tg := telegramtest.NewServer(t)
-	ch, err := telegram.New(telegram.Config{Enabled: true, Token: secret.Secret(tg.Token), APIURL: tg.URL, Mode: telegram.ModePolling,
-		Access: channels.Access{AllowFrom: []string{strconv.Itoa(telegramtest.UserID)}, DMPolicy: channels.DMAllowlist}},
-		telegram.Options{StateDir: t.TempDir(), State: db, PollTimeout: time.Second,
-			Pacing: telegram.Pacing{GlobalPerSecond: -1, PerChatInterval: -1, GroupInterval: -1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := newEnvWith(t, filepath.Join(dir, "sessions"), []channels.Channel{ch}, func(_ *Config, _ *Runtime, d *Deps) { d.Journal, d.Settings = j, db })
+	e := newEnvWith(t, filepath.Join(dir, "sessions"), []channels.Channel{pollingTelegram(t, tg, db)}, func(_ *Config, _ *Runtime, d *Deps) { d.Journal, d.Settings = j, db })
 	e.fake.SetFunc(func(req *harness.Request) harness.FakeReply { return harness.FakeReply{Text: "ok"} })
 	const chat = 4242
 	tg.Send(telegramtest.Update{ChatID: chat, Text: "hello"})
@@ -319,19 +326,9 @@ func TestAnAnswerThePlatformKeepsFailingStaysJournaled(t *testing.T) {
 	db := openState(t, dir)
 	defer db.Close()
 	tg := telegramtest.NewServer(t)
-	newChannel := func() channels.Channel {
-		ch, err := telegram.New(telegram.Config{Enabled: true, Token: secret.Secret(tg.Token), APIURL: tg.URL, Mode: telegram.ModePolling,
-			Access: channels.Access{AllowFrom: []string{strconv.Itoa(telegramtest.UserID)}, DMPolicy: channels.DMAllowlist}},
-			telegram.Options{StateDir: t.TempDir(), State: db, PollTimeout: time.Second,
-				Pacing: telegram.Pacing{GlobalPerSecond: -1, PerChatInterval: -1, GroupInterval: -1}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ch
-	}
 	const chat = 4243
 	var log *eventLog
-	first := newEnvWith(t, filepath.Join(dir, "sessions"), []channels.Channel{newChannel()}, withDurable(db), withObserver(&log))
+	first := newEnvWith(t, filepath.Join(dir, "sessions"), []channels.Channel{pollingTelegram(t, tg, db)}, withDurable(db), withObserver(&log))
 	first.fake.SetFunc(func(req *harness.Request) harness.FakeReply { return harness.FakeReply{Text: "first try"} })
 	tg.FailNext(100, fakeserver.Failure{Status: 500, Method: "sendMessage", Chat: strconv.Itoa(chat)})
 	tg.Send(telegramtest.Update{ChatID: chat, Text: "hello"})
@@ -366,7 +363,7 @@ func TestAnAnswerThePlatformKeepsFailingStaysJournaled(t *testing.T) {
 	model.SetFunc(func(req *harness.Request) harness.FakeReply {
 		return harness.FakeReply{Text: "answered after the restart"}
 	})
-	newEnvWith(t, filepath.Join(dir, "sessions"), []channels.Channel{newChannel()}, withDurable(db), func(_ *Config, _ *Runtime, d *Deps) {
+	newEnvWith(t, filepath.Join(dir, "sessions"), []channels.Channel{pollingTelegram(t, tg, db)}, withDurable(db), func(_ *Config, _ *Runtime, d *Deps) {
 		d.NewProvider = func(harness.Config) (harness.Provider, error) { return model, nil }
 	})
 	for {
