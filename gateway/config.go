@@ -80,25 +80,19 @@ func (c Config) Validate() error {
 	}
 	d := Defaults()
 	for _, n := range []struct {
-		key       string
-		v, deflt  int64
-		formatted func(int64) string
+		key   string
+		v     int64
+		deflt string
 	}{
-		{"max_concurrent_turns", int64(c.MaxConcurrentTurns), int64(d.MaxConcurrentTurns), nil},
-		{"queue_size", int64(c.QueueSize), int64(d.QueueSize), nil},
-		{"max_sessions", int64(c.MaxSessions), int64(d.MaxSessions), nil},
-		{"idle_evict", int64(c.IdleEvict), int64(d.IdleEvict), duration},
-		{"turn_timeout", int64(c.TurnTimeout), int64(d.TurnTimeout), duration},
+		{"max_concurrent_turns", int64(c.MaxConcurrentTurns), fmt.Sprint(d.MaxConcurrentTurns)},
+		{"queue_size", int64(c.QueueSize), fmt.Sprint(d.QueueSize)},
+		{"max_sessions", int64(c.MaxSessions), fmt.Sprint(d.MaxSessions)},
+		{"idle_evict", int64(c.IdleEvict), d.IdleEvict.String()},
+		{"turn_timeout", int64(c.TurnTimeout), d.TurnTimeout.String()},
 	} {
 		if n.v < 0 {
-			show := func(v int64) string { return fmt.Sprint(v) }
-			if n.formatted != nil {
-				show = n.formatted
-			}
-			errs = append(errs, fmt.Errorf("sessions.%s: must not be negative (0 takes the default, %s)", n.key, show(n.deflt)))
+			errs = append(errs, fmt.Errorf("sessions.%s: must not be negative (0 takes the default, %s)", n.key, n.deflt))
 		}
 	}
 	return errors.Join(errs...)
 }
-
-func duration(v int64) string { return time.Duration(v).String() }
