@@ -20,6 +20,14 @@ type Access struct {
 	RequireMention bool     `mapstructure:"require_mention" json:"require_mention" yaml:"require_mention"`
 }
 
+// WithDefaults is the policy as Check applies it: no dm_policy is the allowlist.
+func (a Access) WithDefaults() Access {
+	if a.DMPolicy == "" {
+		a.DMPolicy = DMAllowlist
+	}
+	return a
+}
+
 // Verdict is the outcome of an access check.
 type Verdict int
 

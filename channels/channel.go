@@ -10,15 +10,28 @@ import (
 
 // Channel is one chat platform adapter. Implementations are safe for concurrent use.
 //
-// Start connects to the platform and returns once the connection is really made (so the
-// gateway can emit gateway:startup after every channel is up), or with an error that names
-// the channel and the problem (bad token, unreachable API) without revealing secrets. After
-// Start returns nil the adapter delivers inbound messages to sink from goroutines it owns,
-// reconnecting on its own after drops, until Stop. The ctx given to Start bounds only the
-// connect step.
+// Start connects to the platform and returns once the connection is really made, or with an
+// error that names the channel and the problem (bad token, unreachable API) without
+// revealing secrets. A failure that will not pass without the admin (a rejected token, a
+// setting the platform refuses) is marked with Permanent; any other (network, timeout, 5xx,
+// 429) may pass, and the gateway calls Start again later, so a failed Start leaves nothing
+// running and may be called again. After Start returns nil the adapter delivers inbound
+// messages to sink from goroutines it owns, reconnecting on its own after drops, until Stop.
+// The ctx given to Start bounds only the connect step.
 //
 // Open starts one answer to target; the gateway writes the answer's frames to the returned
 // Stream in order, from a single goroutine.
+//
+// An answer cut by a crash must not leave its streaming preview beside a second, full
+// answer. So a stream that posts messages reports where they are through target.Placed
+// (when set) each time that changes: a placement, the adapter's own string (its message
+// ids), opaque to the gateway, which keeps it with the message. When the message is
+// answered again after the restart, target.Resume carries the last one reported: the
+// stream then edits those messages into the new answer instead of posting new ones,
+// deletes those the answer no longer needs, and posts the rest as usual. One it can no
+// longer edit (the user deleted it, or it is too old) is left aside and the answer goes on
+// in new messages. Placed may be called from any goroutine the stream owns, never two at
+// once, and should not be slow. An adapter that never posts (the web chat) ignores both.
 //
 // Stop disconnects and returns once every goroutine the adapter started has ended, or ctx is done.
 type Channel interface {
@@ -68,8 +81,40 @@ type HTTPChannel interface {
 	Routes(mux *http.ServeMux)
 }
 
+// ErrPermanent marks a Start failure that will not pass without the admin: the gateway
+// fails its own start with it at once instead of trying again. Test with errors.Is.
+var ErrPermanent = errors.New("permanent failure")
+
+// Permanent marks err (keeping its text) as a failure that will not pass without the
+// admin; nil stays nil.
+func Permanent(err error) error {
+	if err == nil || errors.Is(err, ErrPermanent) {
+		return err
+	}
+	return permanent{err}
+}
+
+type permanent struct{ err error }
+
+func (p permanent) Error() string   { return p.err.Error() }
+func (p permanent) Unwrap() []error { return []error{p.err, ErrPermanent} }
+
 // ErrNotAccepted is returned by Sink.Deliver when the gateway cannot take the message now.
 var ErrNotAccepted = errors.New("message not accepted")
+
+// Draining is implemented by a Sink that can tell it is draining for a shutdown: a message
+// it takes meanwhile (Deliver returns nil) is kept, journaled, and answered only after the
+// restart. An adapter whose user would otherwise see nothing of that until then (the web
+// chat) asks before Deliver, and says so when the message is taken.
+type Draining interface {
+	Draining() bool
+}
+
+// IsDraining reports whether sink says it is draining for a shutdown.
+func IsDraining(sink Sink) bool {
+	d, ok := sink.(Draining)
+	return ok && d.Draining()
+}
 
 // ErrStopping is the ErrNotAccepted of a gateway that is shutting down and has nowhere to
 // keep the message for after the restart (no intake journal): the user must send it again

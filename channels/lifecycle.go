@@ -8,7 +8,7 @@ import (
 )
 
 // Lifecycle is the start/stop state machine every adapter shares: new → running → stopped,
-// never back. It owns the run context handed to the adapter's goroutines and waits for them
+// never back from stopped; a Start that failed (Fail) goes back to new, to be tried again. It owns the run context handed to the adapter's goroutines and waits for them
 // on Stop. The zero value is not usable; make one with NewLifecycle.
 //
 // An adapter calls Begin at the top of Start, Fail when connecting failed, Go for every
@@ -27,6 +27,7 @@ type Lifecycle struct {
 const (
 	lifeNew = iota
 	lifeRunning
+	lifeFailing // Fail waits for the goroutines of a failed Start; then new again
 	lifeStopped
 )
 
@@ -39,15 +40,16 @@ func NewLifecycle(name string) *Lifecycle {
 }
 
 // Begin moves new → running and returns the run context, which ends at Stop. A second
-// Begin, or one after Stop, is an error: a stopped channel is not restarted, a new one is made.
+// Begin, or one after Stop, is a permanent error: a stopped channel is not restarted, a new
+// one is made. A Begin after Fail starts afresh.
 func (l *Lifecycle) Begin() (context.Context, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch l.state {
-	case lifeRunning:
-		return nil, fmt.Errorf("%s: Start called twice", l.name)
+	case lifeRunning, lifeFailing:
+		return nil, Permanent(fmt.Errorf("%s: Start called twice", l.name))
 	case lifeStopped:
-		return nil, fmt.Errorf("%s: Start after Stop (make a new channel): %w", l.name, ErrStopped)
+		return nil, Permanent(fmt.Errorf("%s: Start after Stop (make a new channel): %w", l.name, ErrStopped))
 	}
 	l.state = lifeRunning
 	l.ctx, l.cancel = context.WithCancel(context.Background())
@@ -55,15 +57,23 @@ func (l *Lifecycle) Begin() (context.Context, error) {
 }
 
 // Fail ends a Start that could not connect: the run context is cancelled and the goroutines
-// already started are waited for, so a failed Start leaves nothing behind.
+// already started are waited for, so a failed Start leaves nothing behind, and the channel is
+// new again (Start may be tried again), unless Stop came meanwhile.
 func (l *Lifecycle) Fail() {
 	l.mu.Lock()
-	l.state = lifeStopped
+	if l.state == lifeRunning {
+		l.state = lifeFailing // Go and Enter refuse from now on
+	}
 	if l.cancel != nil {
 		l.cancel()
 	}
 	l.mu.Unlock()
 	l.wg.Wait()
+	l.mu.Lock()
+	if l.state == lifeFailing {
+		l.state = lifeNew
+	}
+	l.mu.Unlock()
 }
 
 // Running reports whether Begin happened and Stop did not.

@@ -3,6 +3,7 @@ package channels
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -69,6 +70,49 @@ func TestLifecycleSetupFailure(t *testing.T) {
 	}
 	if stopped, err := l.Stop(context.Background()); stopped || err != nil {
 		t.Fatalf("Stop after Fail = %v, %v", stopped, err)
+	}
+}
+
+// A Start that failed may be tried again: the channel starts afresh, with a live run
+// context, and Stop then stops it.
+func TestLifecycleStartAgainAfterFail(t *testing.T) {
+	l := NewLifecycle("test")
+	if _, err := l.Begin(); err != nil {
+		t.Fatal(err)
+	}
+	l.Fail()
+	ctx, err := l.Begin()
+	if err != nil {
+		t.Fatalf("Begin after Fail = %v; want a fresh start", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the second start's run context is already cancelled")
+	}
+	ran := make(chan struct{})
+	if !l.Go(func(ctx context.Context) { close(ran); <-ctx.Done() }) {
+		t.Fatal("Go refused after a second Begin")
+	}
+	<-ran
+	if stopped, err := l.Stop(context.Background()); !stopped || err != nil {
+		t.Fatalf("Stop = %v, %v; want the running channel stopped", stopped, err)
+	}
+	if _, err := l.Begin(); !errors.Is(err, ErrStopped) || !errors.Is(err, ErrPermanent) {
+		t.Fatalf("Begin after Stop = %v; want a permanent ErrStopped", err)
+	}
+}
+
+// Permanent keeps the error's text and chain, and marks it for errors.Is.
+func TestPermanentKeepsTheError(t *testing.T) {
+	base := errors.New("discord: the bot token was rejected")
+	err := fmt.Errorf("channel discord: %w", Permanent(base))
+	if !errors.Is(err, ErrPermanent) || !errors.Is(err, base) {
+		t.Fatalf("%v: Is(ErrPermanent)=%v Is(base)=%v", err, errors.Is(err, ErrPermanent), errors.Is(err, base))
+	}
+	if err.Error() != "channel discord: discord: the bot token was rejected" {
+		t.Fatalf("text %q", err.Error())
+	}
+	if Permanent(nil) != nil || errors.Is(errors.New("timeout"), ErrPermanent) {
+		t.Fatal("nil or an unmarked error reads as permanent")
 	}
 }
 

@@ -4,6 +4,7 @@ package channels
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"slices"
@@ -78,6 +79,12 @@ type Message struct {
 	// Seq is the message's place in the gateway's intake journal (0: not journaled). It is
 	// set by the gateway and never part of the wire.
 	Seq uint64 `json:"-"`
+	// Resume is the placement of an answer to it cut by a crash (Target.Resume), read back
+	// from the journal by the gateway with the message; never part of the wire.
+	Resume string `json:"-"`
+	// Replayed is set by the gateway on a message read back from its journal at start: an
+	// earlier attempt at answering it may have been cut by the crash. Never part of the wire.
+	Replayed bool `json:"-"`
 }
 
 // HasRefs reports parts still to be fetched (see Fetcher).
@@ -127,6 +134,17 @@ func (f Fetched) Settle(ctx context.Context, msg *Message, hasText bool, note fu
 	// is not one to speak.
 	msg.IsVoice = msg.IsVoice && slices.ContainsFunc(msg.Parts, func(p Part) bool { return p.Type == PartAudio })
 	return nil
+}
+
+// AnyRef reports whether flag holds for one of refs' references, each decoded as the
+// adapter's own reference type R: what an adapter wrote into its references when it took
+// the message (that the message has words of its own, for Settle's hasText), which a
+// restart reads back from the journal.
+func AnyRef[R any](refs []Part, flag func(R) bool) bool {
+	return slices.ContainsFunc(refs, func(p Part) bool {
+		var r R
+		return json.Unmarshal([]byte(p.Ref), &r) == nil && flag(r)
+	})
 }
 
 // FetchRefs runs fetch on each of parts that is a reference (see Fetcher), in order, and
@@ -179,6 +197,13 @@ type Target struct {
 	ThreadID  string   `json:"thread_id"`
 	ChatType  ChatType `json:"chat_type"`
 	ReplyToID string   `json:"reply_to_id,omitempty"` // the user's message; groups quote it
+	// Resume is where an earlier attempt at this same answer left its messages, cut by a
+	// crash before its done: the placement its stream last reported through Placed. Empty
+	// for a first attempt. See Channel.Open.
+	Resume string `json:"-"`
+	// Placed, when set, is told the answer's placement each time it changes (a message
+	// posted, or one removed), so that the gateway can keep it for a Resume.
+	Placed func(placement string) `json:"-"`
 }
 
 // TargetOf answers the given message in the same chat and thread.

@@ -406,7 +406,8 @@ func (s *session) inject(in *injection) error {
 // maxNextTurn bounds the messages kept for a chat's next turn.
 const maxNextTurn = 32
 
-// apiStatus reports channels, sessions with their queues, and the loaded hooks and commands.
+// apiStatus reports channels, sessions with their queues, the loaded hooks and commands, and
+// the tools of hooks and of the MCP servers that are up.
 func (g *Gateway) apiStatus(w http.ResponseWriter, r *http.Request) {
 	rt := g.Runtime()
 	// Empty lists are [], not null: a client iterates them without a nil check.
@@ -417,6 +418,18 @@ func (g *Gateway) apiStatus(w http.ResponseWriter, r *http.Request) {
 	tools := []map[string]string{}
 	for _, t := range rt.Commands.Tools("") {
 		tools = append(tools, map[string]string{"name": t.Name, "source": t.Source})
+	}
+	if rt.MCPTools != nil {
+		// The MCP servers' tools that are up, once each, whichever profiles get them.
+		seen := map[string]bool{}
+		for _, p := range rt.Profiles.Names() {
+			for _, t := range rt.MCPTools(p) {
+				if name := t.Def().Name; !seen[name] {
+					seen[name] = true
+					tools = append(tools, map[string]string{"name": name, "source": "mcp"})
+				}
+			}
+		}
 	}
 	handlers := rt.Bus.Handlers()
 	if handlers == nil {
@@ -560,17 +573,15 @@ func (g *Gateway) checkSendPart(i int, p *channels.Part) (int, error) {
 // never hand out, even to the admin token: it would make the token, which any api: true
 // hook holds too, a key to the state database (the intake journal, pairings), every chat's
 // history and the adapters' files. Under state_dir only the media store may be sent: the
-// files chats shared, which hooks and histories name by path. state_dir is the media
-// store's parent (cmd/gateway keeps media in state_dir/media); the session store's
-// folder is refused wherever it is.
+// files chats shared, which hooks and histories name by path. The session store's folder
+// is refused wherever it is.
 func (g *Gateway) ownState(path string) bool {
 	var refused, allowed []string
+	if g.stateDir != "" {
+		refused = append(refused, g.stateDir)
+	}
 	if g.media != nil {
-		m := g.media.Dir()
-		allowed = append(allowed, m)
-		if filepath.Base(m) == "media" {
-			refused = append(refused, filepath.Dir(m))
-		}
+		allowed = append(allowed, g.media.Dir())
 	}
 	if s, ok := g.store.(interface{ Dir() string }); ok && s.Dir() != "" {
 		refused = append(refused, s.Dir())

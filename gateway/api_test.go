@@ -385,7 +385,7 @@ func TestAPISendKeepsTheGatewaysOwnFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := newEnvIn(t, filepath.Join(state, "sessions"), func(_ *Config, _ *Runtime, d *Deps) { d.Media = store })
+	e := newEnvIn(t, filepath.Join(state, "sessions"), func(_ *Config, _ *Runtime, d *Deps) { d.Media, d.StateDir = store, state })
 	write := func(path, content string) string {
 		t.Helper()
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
@@ -429,6 +429,14 @@ func TestAPISendKeepsTheGatewaysOwnFiles(t *testing.T) {
 	}
 	if got := e.mem.frames("fine"); len(got) != 4 {
 		t.Errorf("the chat got %d frames, want the two files and two dones: %+v", len(got), got)
+	}
+
+	// state_dir is refused because it is state_dir, not because a media store sits in it:
+	// with no media store (nothing under state_dir may go) the database is still kept.
+	bare := newEnvIn(t, t.TempDir(), func(_ *Config, _ *Runtime, d *Deps) { d.StateDir = state })
+	b, _ := json.Marshal(map[string]any{"channel": "mem", "chat_id": "bare", "parts": []map[string]any{{"type": "file", "path": db}}})
+	if code, msg := apiPostRaw(t, bare.url+"/api/v1/send", bytes.NewReader(b)); code != http.StatusForbidden {
+		t.Errorf("send %s with no media store: %d %q; want 403", db, code, msg)
 	}
 }
 

@@ -79,40 +79,51 @@ func menuSignature(rt *Runtime) string {
 	return sig
 }
 
-// pushCommands gives every adapter with a native command menu the runtime's commands. A
+// pushCommands gives every started adapter with a native command menu the runtime's
+// commands; a channel still trying to start gets its menu once it does (retryStart). A
 // failure is logged: typed commands still work.
 func (g *Gateway) pushCommands(ctx context.Context, rt *Runtime) {
-	cmds := menuCommands(rt.Commands)
+	g.menuMu.Lock()
+	defer g.menuMu.Unlock()
 	for _, ch := range g.channels {
-		m, ok := ch.(channels.CommandMenu)
-		if !ok {
+		if !g.isWaiting(ch.Name()) {
+			g.pushMenu(ctx, rt, ch)
+		}
+	}
+}
+
+// pushMenu gives ch, when it has a native command menu, the runtime's commands; g.menuMu
+// is held.
+func (g *Gateway) pushMenu(ctx context.Context, rt *Runtime, ch channels.Channel) {
+	m, ok := ch.(channels.CommandMenu)
+	if !ok {
+		return
+	}
+	cmds := menuCommands(rt.Commands)
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	if err := m.SetCommands(cctx, cmds); err != nil {
+		g.log.Warn("cannot update the platform's command menu; typed commands still work", "channel", ch.Name(), "err", err)
+	}
+	cancel()
+	cm, ok := ch.(channels.ChatCommandMenu)
+	if !ok || rt.Profiles == nil {
+		return
+	}
+	// A chat bound to a profile whose hooks add commands gets its own menu.
+	for _, b := range rt.Profiles.Bindings() {
+		mt := b.Match
+		if mt.Channel != ch.Name() || mt.Chat == "" || mt.Thread != "" || mt.User != "" {
+			continue
+		}
+		own := menuCommandsFor(rt.Commands, b.Profile)
+		if slices.Equal(own, cmds) {
 			continue
 		}
 		cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		if err := m.SetCommands(cctx, cmds); err != nil {
-			g.log.Warn("cannot update the platform's command menu; typed commands still work", "channel", ch.Name(), "err", err)
+		if err := cm.SetChatCommands(cctx, mt.Chat, own); err != nil {
+			g.log.Warn("cannot set a chat's command menu; typed commands still work", "channel", ch.Name(), "chat", mt.Chat, "err", err)
 		}
 		cancel()
-		cm, ok := ch.(channels.ChatCommandMenu)
-		if !ok || rt.Profiles == nil {
-			continue
-		}
-		// A chat bound to a profile whose hooks add commands gets its own menu.
-		for _, b := range rt.Profiles.Bindings() {
-			mt := b.Match
-			if mt.Channel != ch.Name() || mt.Chat == "" || mt.Thread != "" || mt.User != "" {
-				continue
-			}
-			own := menuCommandsFor(rt.Commands, b.Profile)
-			if slices.Equal(own, cmds) {
-				continue
-			}
-			cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-			if err := cm.SetChatCommands(cctx, mt.Chat, own); err != nil {
-				g.log.Warn("cannot set a chat's command menu; typed commands still work", "channel", ch.Name(), "chat", mt.Chat, "err", err)
-			}
-			cancel()
-		}
 	}
 }
 

@@ -49,7 +49,8 @@ func Defaults() Config {
 	}
 }
 
-func (c Config) withDefaults() Config {
+// WithDefaults is c as the gateway runs it: each key that is 0 or empty takes its default.
+func (c Config) WithDefaults() Config {
 	d := Defaults()
 	if c.MaxConcurrentTurns <= 0 {
 		c.MaxConcurrentTurns = d.MaxConcurrentTurns

@@ -105,6 +105,10 @@ type Deps struct {
 	// Media keeps the images and documents users send under state_dir/media, where the
 	// histories reference them. Nil: they are referenced where the adapter put them.
 	Media *media.Store
+	// StateDir is the folder of the gateway's own state (state_dir). The admin API's send
+	// refuses every file under it but the media store's ("": only the session store's
+	// folder is refused).
+	StateDir string
 }
 
 // Gateway routes messages between channels and per-chat sessions. Its zero value is not usable; call New.
@@ -115,6 +119,8 @@ type Gateway struct {
 	metrics *Metrics
 	newProv func(harness.Config) (harness.Provider, error)
 	media   *media.Store
+	// stateDir is state_dir, whose files send refuses (but the media store's).
+	stateDir string
 
 	journal  Journal
 	intake   SharedIntake
@@ -151,6 +157,16 @@ type Gateway struct {
 	stopping atomic.Bool
 	connMu   sync.Mutex
 	conn     map[string]bool
+	// waiting are the channels whose Start failed for a reason that may pass (an outage):
+	// startLater tries them again in the background, under retryCtx, until they start or Stop.
+	waiting     map[string]bool // under connMu
+	retryCtx    context.Context
+	retryCancel context.CancelFunc
+	retries     sync.WaitGroup
+	retryWait   startBackoff
+	// menuMu orders the command menu pushes of a reload and of a channel that started late,
+	// so that the newest runtime's menu is the one a platform keeps.
+	menuMu sync.Mutex
 
 	// Work an adapter hands over on a goroutine that must not wait runs on these (see
 	// offload): lifecycle events in order on one worker, and the notices for messages
@@ -182,7 +198,7 @@ func New(cfg Config, rt *Runtime, deps Deps) (*Gateway, error) {
 	if deps.Store == nil || deps.NewProvider == nil {
 		return nil, errors.New("gateway: a store and a provider factory are required")
 	}
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	log := deps.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -201,6 +217,7 @@ func New(cfg Config, rt *Runtime, deps Deps) (*Gateway, error) {
 		forward:     deps.Forward,
 		settings:    deps.Settings,
 		media:       deps.Media,
+		stateDir:    deps.StateDir,
 		byName:      map[string]channels.Channel{},
 		providers:   map[harness.Config]harness.Provider{},
 		sessions:    map[string]*session{},
@@ -210,6 +227,8 @@ func New(cfg Config, rt *Runtime, deps Deps) (*Gateway, error) {
 		ctx:         ctx,
 		cancel:      cancel,
 		conn:        map[string]bool{},
+		waiting:     map[string]bool{},
+		retryWait:   startBackoff{first: time.Second, max: time.Minute},
 		lifecycle:   newOffload(1, lifecycleQueue),
 		notices:     newOffload(noticeWorkers, noticeQueue),
 		noticing:    map[string]bool{},
@@ -267,9 +286,27 @@ func (g *Gateway) acquire() (rt *Runtime, release func()) {
 	}
 }
 
-// Start connects every channel in parallel and returns once all are connected; then it
-// emits gateway:startup. A channel that fails to connect fails Start with its error, and
-// the channels already connected are stopped again.
+// startBackoff is how long a channel that could not start waits before its next attempt:
+// first, doubling up to max.
+type startBackoff struct{ first, max time.Duration }
+
+// startAttemptTimeout bounds one background attempt to start a channel.
+const startAttemptTimeout = time.Minute
+
+// Start connects every channel in parallel and returns once each has connected or failed;
+// a channel takes messages as soon as it connected, not when the others did.
+// gateway:startup is emitted once every channel is connected: at once, or when the last one
+// that could not connect at start does.
+//
+// A channel that fails for a reason that may pass (a network error, a timeout, a 5xx or a
+// 429: anything its adapter did not mark channels.Permanent) does not fail Start: it is
+// shown disconnected (not ready) and started again in the background with capped
+// exponential backoff until it connects (its journaled messages are then answered before
+// its new ones, its command menu set, and channel:connect emitted) or Stop. This holds when
+// every channel fails so: the gateway runs, not ready, and keeps trying. A permanent
+// failure (a rejected token, a setting the platform refuses), or ctx cancelled before the
+// channels connected, fails Start with the channel's error, and the channels already
+// connected are stopped again.
 func (g *Gateway) Start(ctx context.Context) error {
 	g.stateMu.Lock()
 	defer g.stateMu.Unlock()
@@ -284,13 +321,23 @@ func (g *Gateway) Start(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for i, ch := range g.channels {
 		wg.Go(func() {
-			if err := ch.Start(ctx, g); err != nil {
-				errs[i] = fmt.Errorf("channel %s: %w", ch.Name(), err)
+			if errs[i] = ch.Start(ctx, g); errs[i] == nil {
+				// Its messages flow now (journaled ones first), not when the slowest
+				// channel's first attempt ends: a platform that hangs holds up only its own.
+				g.openGate(ch.Name())
 			}
 		})
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	// A Start cancelled (not timed out) is the caller giving up: nothing to try again.
+	cancelled := ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded)
+	var fatal []error
+	for i, ch := range g.channels {
+		if errs[i] != nil && (cancelled || errors.Is(errs[i], channels.ErrPermanent)) {
+			fatal = append(fatal, fmt.Errorf("channel %s: %w", ch.Name(), errs[i]))
+		}
+	}
+	if len(fatal) > 0 {
 		stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		for i, ch := range g.channels {
@@ -298,24 +345,106 @@ func (g *Gateway) Start(ctx context.Context) error {
 				_ = ch.Stop(stopCtx)
 			}
 		}
-		return err
+		return errors.Join(fatal...)
 	}
 	g.started = true
 	g.ready.Store(true)
+	g.retryCtx, g.retryCancel = context.WithCancel(context.Background())
 	names := make([]string, 0, len(g.channels))
-	for _, ch := range g.channels {
+	var later []string
+	for i, ch := range g.channels {
+		if errs[i] != nil {
+			later = append(later, ch.Name())
+			g.startLater(ch, errs[i])
+			continue
+		}
 		names = append(names, ch.Name())
-		// Only once every channel is up: a replayed answer needs its channel, and a failed
-		// Start must leave the journal as it was.
-		g.openGate(ch.Name())
 	}
 	g.pushCommands(ctx, g.Runtime())
+	if len(later) > 0 {
+		// gateway:startup waits for them (DESIGN: after every enabled channel is connected).
+		g.log.Warn("gateway started; some channels are not connected yet and are retried in the background", "channels", names, "waiting", later)
+		return nil
+	}
 	g.log.Info("gateway started", "channels", names)
-	// Through the lifecycle queue, so it comes after the channels' channel:connect.
+	g.emitStartup()
+	return nil
+}
+
+// emitStartup emits gateway:startup, listing every channel: it comes once all are
+// connected, through the lifecycle queue so that it follows their channel:connect.
+func (g *Gateway) emitStartup() {
+	names := make([]string, len(g.channels))
+	for i, ch := range g.channels {
+		names[i] = ch.Name()
+	}
 	g.lifecycle.do(context.Background(), func(ctx context.Context) {
 		g.emitLifecycle(ctx, &hooks.GatewayStartup{Channels: names})
 	})
-	return nil
+}
+
+// startLater shows ch, whose Start failed with err (a failure that may pass), disconnected
+// and starts it again in the background. Start holds g.stateMu, so Stop waits for this.
+func (g *Gateway) startLater(ch channels.Channel, err error) {
+	name := ch.Name()
+	g.connMu.Lock()
+	g.conn[name] = false // not ready while it is down, as after a lost connection
+	g.waiting[name] = true
+	g.connMu.Unlock()
+	g.log.Warn(name+": cannot connect yet; retrying in the background", "channel", name, "err", err, "retry_in", g.retryWait.first)
+	g.retries.Add(1)
+	go func() {
+		defer g.retries.Done()
+		g.retryStart(g.retryCtx, ch)
+	}()
+}
+
+// retryStart starts ch again and again, with capped exponential backoff and each attempt
+// under startAttemptTimeout, until it starts, a failure is permanent, or ctx ends (Stop).
+// Once it started, its journaled messages are queued, its new ones let in and its command
+// menu set; the adapter's own Connected report emits channel:connect.
+func (g *Gateway) retryStart(ctx context.Context, ch channels.Channel) {
+	name := ch.Name()
+	wait := g.retryWait.first
+	for attempt := 2; ; attempt++ {
+		if !channels.Sleep(ctx, wait) {
+			return
+		}
+		actx, cancel := context.WithTimeout(ctx, startAttemptTimeout)
+		err := ch.Start(actx, g)
+		cancel()
+		if ctx.Err() != nil {
+			return // Stop came: it stops the channel if this attempt started it
+		}
+		if err == nil {
+			g.connMu.Lock()
+			delete(g.waiting, name)
+			last := len(g.waiting) == 0
+			g.connMu.Unlock()
+			g.log.Info(name+": connected; it takes messages now", "channel", name, "attempts", attempt)
+			g.openGate(name)
+			g.menuMu.Lock()
+			g.pushMenu(ctx, g.Runtime(), ch)
+			g.menuMu.Unlock()
+			if last {
+				g.emitStartup()
+			}
+			return
+		}
+		if errors.Is(err, channels.ErrPermanent) {
+			g.log.Error(name+": cannot connect, and trying again will not help; fix the config and restart the gateway", "channel", name, "err", err)
+			return
+		}
+		wait = min(wait*2, g.retryWait.max)
+		g.log.Warn(name+": still cannot connect; retrying in the background", "channel", name, "attempt", attempt, "err", err, "retry_in", wait)
+	}
+}
+
+// isWaiting reports whether channel has not started yet and is retried in the background.
+func (g *Gateway) isWaiting(channel string) bool {
+	g.connMu.Lock()
+	defer g.connMu.Unlock()
+	return g.waiting[channel]
 }
 
 // Ready reports whether every channel is connected and the gateway takes messages.
@@ -329,7 +458,19 @@ func (g *Gateway) notReady(ctx context.Context) string {
 	case g.stopping.Load():
 		return "shutting down"
 	case !g.ready.Load():
-		return "starting"
+		// Channels answer as soon as they connect; name those a first attempt still holds.
+		g.connMu.Lock()
+		defer g.connMu.Unlock()
+		var waiting []string
+		for _, ch := range g.channels {
+			if !g.conn[ch.Name()] {
+				waiting = append(waiting, ch.Name())
+			}
+		}
+		if len(waiting) == 0 {
+			return "starting"
+		}
+		return "starting: connecting to " + strings.Join(waiting, ", ")
 	}
 	if g.health != nil {
 		ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
@@ -362,7 +503,11 @@ func (g *Gateway) Stop(ctx context.Context) error {
 	}
 	g.stopped = true
 	started := g.started
+	stopRetries := g.retryCancel
 	g.stateMu.Unlock()
+	if stopRetries != nil {
+		stopRetries() // a channel still trying to start gives up now
+	}
 
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -402,6 +547,15 @@ func (g *Gateway) Stop(ctx context.Context) error {
 	g.notices.close(ctx) // past ctx's deadline the sends still running are cancelled
 	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	// A start attempt still running ends with its cancelled context; a channel it started
+	// is stopped below with the others.
+	retried := make(chan struct{})
+	go func() { g.retries.Wait(); close(retried) }()
+	select {
+	case <-retried:
+	case <-stopCtx.Done():
+		errs = append(errs, errors.New("gateway: a channel's start attempt did not end in time"))
+	}
 	for i := len(g.channels) - 1; i >= 0; i-- {
 		if err := g.channels[i].Stop(stopCtx); err != nil {
 			errs = append(errs, fmt.Errorf("stop channel %s: %w", g.channels[i].Name(), err))
@@ -414,6 +568,10 @@ func (g *Gateway) Stop(ctx context.Context) error {
 	g.Runtime().retire() // closes it once nothing holds it (idempotent)
 	return errors.Join(errs...)
 }
+
+// Draining implements channels.Draining: Stop has begun, so a message Deliver takes from now
+// on is answered after the restart.
+func (g *Gateway) Draining() bool { return g.stopping.Load() }
 
 // Connected implements channels.Sink. It returns at once: the channel:connect or
 // channel:disconnect hooks run on the gateway's lifecycle worker, in order.

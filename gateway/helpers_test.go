@@ -111,6 +111,7 @@ type testEnv struct {
 	mem     *memChannel
 	web     *web.Channel
 	url     string
+	http    *httptest.Server
 	reg     *prometheus.Registry
 	metrics *Metrics
 	dir     string // the session store's folder
@@ -131,6 +132,24 @@ func newEnvIn(t testing.TB, dir string, opts ...envOpt) *testEnv {
 
 // newEnvWith also adds extra channels (platform adapters pointed at their fakes).
 func newEnvWith(t testing.TB, dir string, extra []channels.Channel, opts ...envOpt) *testEnv {
+	t.Helper()
+	e := buildEnv(t, dir, extra, opts...)
+	if err := e.start(); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// start starts the gateway, allowing 10s.
+func (e *testEnv) start() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return e.g.Start(ctx)
+}
+
+// buildEnv is newEnvWith without the start: the test starts the gateway (e.start) when
+// it is ready to. The gateway is stopped when the test ends, started or not.
+func buildEnv(t testing.TB, dir string, extra []channels.Channel, opts ...envOpt) *testEnv {
 	t.Helper()
 	store, err := harness.OpenStore(dir)
 	if err != nil {
@@ -156,12 +175,7 @@ func newEnvWith(t testing.TB, dir string, extra []channels.Channel, opts ...envO
 		e.g.AddChannel(ch)
 	}
 	srv := httptest.NewServer(e.g.Handler(HTTPOptions{Gatherer: e.reg}))
-	e.url = srv.URL
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := e.g.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	e.url, e.http = srv.URL, srv
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

@@ -20,6 +20,16 @@ type Journal interface {
 	Pending() ([]state.Entry, error)
 }
 
+// Placer is a Journal that also keeps where the answer to a journaled message shows while
+// it streams (a channel's placement, see channels.Target.Placed), so that an answer cut by
+// a crash is finished in its own messages after the restart instead of beside them.
+// state.DB implements it; cluster mode's intake does not, and there such an answer comes
+// again in new messages.
+type Placer interface {
+	// Place records the latest placement of the answer to seq; it leaves with Done(seq).
+	Place(seq uint64, placement string) error
+}
+
 // Settings keep per-chat choices (the /voice mode) across eviction and restarts.
 type Settings interface {
 	Setting(scope, name string) (string, bool, error)
@@ -155,6 +165,24 @@ func (g *Gateway) Forget(match func(sessionKey string) bool) {
 	}
 }
 
+// placed is where a turn's stream reports its placement: kept with the first journaled
+// message the turn answers, which is the one a restart answers first. nil when the
+// journal keeps none or the turn answers nothing journaled.
+func (g *Gateway) placed(seqs []uint64) func(string) {
+	p, ok := g.journal.(Placer)
+	if !ok || len(seqs) == 0 || seqs[0] == 0 {
+		return nil
+	}
+	seq := seqs[0]
+	return func(placement string) {
+		if err := p.Place(seq, placement); err != nil {
+			g.log.Warn("cannot keep where an answer shows; after a crash it would come again in new messages", "seq", seq, "err", err)
+			return
+		}
+		g.log.Debug("answer placement kept", "seq", seq, "placement", placement)
+	}
+}
+
 // settle marks answered messages done: out of the journal, or of the shared intake. A
 // failure is logged: the message would be answered again after a restart, which is the
 // lesser harm.
@@ -216,6 +244,7 @@ func (g *Gateway) loadReplay() {
 			g.settle(e.Seq)
 			continue
 		}
+		m.Resume, m.Replayed = e.Place, true
 		g.replay.byCh[m.Channel] = append(g.replay.byCh[m.Channel], m)
 	}
 	if n := len(entries); n > 0 {

@@ -83,4 +83,14 @@ func TestMCPToolsEndToEnd(t *testing.T) {
 			t.Fatalf("the model saw tools %q (the unreachable server has none)", tools)
 		}
 	}
+	// The admin sees them too: /api/v1/status lists the tools of the servers that are up.
+	var listed []string
+	for _, tool := range getStatus(t, e.url)["tools"].([]any) {
+		if m := tool.(map[string]any); m["source"] == "mcp" {
+			listed = append(listed, m["name"].(string))
+		}
+	}
+	if got := strings.Join(listed, ","); got != "local__count_words,remote__count_words" {
+		t.Fatalf("/api/v1/status lists the MCP tools %q; want those of the servers that are up, once each", got)
+	}
 }

@@ -71,6 +71,9 @@ type turnReq struct {
 	// hookCmd is a hook's command: prompt holds its arguments (see commandTurn).
 	hookCmd *hooks.RegisteredCommand
 	seqs    []uint64 // the journaled messages it answers
+	// asked names its first message to the agent, so that a message answered again after
+	// a crash is asked once (harness.Attempt).
+	asked   harness.Attempt
 	rt      *Runtime
 	release func()
 }
@@ -357,7 +360,9 @@ func (s *session) intake(msg *channels.Message) {
 	if cmd, arg, ok := parseCommand(text); ok && s.command(cmd, arg, msg, rt, prof, info) {
 		return
 	}
-	if msg.IsVoice && g.cfg.EchoTranscript && text != "" {
+	// An answer that began to show before a crash (msg.Resume) came after this echo: the
+	// chat has it already.
+	if msg.IsVoice && g.cfg.EchoTranscript && text != "" && msg.Resume == "" {
 		g.notify(g.ctx, rt.Bus, channels.TargetOf(msg), "🎤 "+text)
 	}
 	prompt := buildPrompt(msg, text)
@@ -366,8 +371,15 @@ func (s *session) intake(msg *channels.Message) {
 		g.reject(msg, rt.Bus, "empty", "I received an empty message, so there is nothing to answer.")
 		return
 	}
+	target := channels.TargetOf(msg)
+	target.Resume = msg.Resume // the turn's answer finishes the one a crash cut, not the notices above
 	req := &turnReq{prompt: prompt, parts: parts, isVoice: msg.IsVoice, profile: prof, info: info,
-		target: channels.TargetOf(msg), rt: rt, release: release, seqs: []uint64{msg.Seq}}
+		target: target, rt: rt, release: release, seqs: []uint64{msg.Seq}}
+	if msg.Seq != 0 {
+		// The platform's id beside the journal's seq: a state file started afresh counts
+		// seqs from 1 again, under histories that outlived it.
+		req.asked = harness.Attempt{ID: fmt.Sprintf("%d:%s", msg.Seq, msg.ID), Again: msg.Replayed}
+	}
 	kept = true
 	s.dispatch(req, queueMode(g.cfg.QueueMode, prof))
 }
@@ -451,7 +463,11 @@ func (s *session) dispatch(req *turnReq, mode string) {
 			last.prompt = strings.TrimSpace(last.prompt + "\n\n" + req.prompt)
 			last.parts = append(last.parts, req.parts...)
 			last.isVoice = last.isVoice || req.isVoice
+			resume := last.target.Resume
 			last.target = req.target
+			if last.target.Resume == "" {
+				last.target.Resume = resume
+			}
 			last.seqs = append(last.seqs, req.seqs...)
 			req.drop() // the merged turn runs with the runtime of its first message
 			return

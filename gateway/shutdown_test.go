@@ -166,43 +166,79 @@ func TestMessageSentDuringShutdownIsAnsweredAfterRestart(t *testing.T) {
 	waitUntil(t, "empty journal once everything was answered", func() bool { return pending(db) == 0 })
 }
 
-// A gateway without a journal cannot keep a message for after the restart: while it drains,
-// the web chat tells the user that it is shutting down and to send the message again, not
-// that the assistant is busy (which invites a retry before the restart).
-func TestWebMessageDuringShutdownWithoutJournalSaysShuttingDown(t *testing.T) {
-	e := newEnv(t)
-	release := make(chan struct{})
+// drainingBehindASlowTurn starts a turn in chat "busy" that runs until release, then a Stop
+// that drains it (its result comes on stopped), and returns with a client of chat "later"
+// to speak during the drain.
+func drainingBehindASlowTurn(t *testing.T, e *testEnv) (busy, later *wsClient, release func(), stopped <-chan error) {
+	t.Helper()
+	ch := make(chan struct{})
 	var once sync.Once
-	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	release = func() { once.Do(func() { close(ch) }) }
+	t.Cleanup(release)
 	working := make(chan struct{}, 1)
 	e.fake.SetFunc(func(req *harness.Request) harness.FakeReply {
 		working <- struct{}{}
 		select { // the slow turn: it ends when the test says
-		case <-release:
+		case <-ch:
 		case <-time.After(30 * time.Second):
 		}
 		return harness.FakeReply{Text: "ok"}
 	})
-	busy, later := e.client(t, "busy"), e.client(t, "later")
+	busy, later = e.client(t, "busy"), e.client(t, "later")
 	busy.say("a long question")
 	select {
 	case <-working:
 	case <-time.After(15 * time.Second):
 		t.Fatal("the model never saw the first message")
 	}
-	stopped := stopInBackground(t, e.g)
+	return busy, later, release, stopInBackground(t, e.g)
+}
+
+// A gateway without a journal cannot keep a message for after the restart: while it drains,
+// the web chat tells the user that it is shutting down and to send the message again, not
+// that the assistant is busy (which invites a retry before the restart).
+func TestWebMessageDuringShutdownWithoutJournalSaysShuttingDown(t *testing.T) {
+	e := newEnv(t)
+	busy, later, release, stopped := drainingBehindASlowTurn(t, e)
 	id := later.say("hello?")
 	fs := later.until("error", "done")
 	last := fs[len(fs)-1]
 	if last.Type != "error" || last.ReplyTo != id || !strings.Contains(last.Text, "shutting down") {
 		t.Fatalf("the user was told %+v; want an error for %s saying that the gateway is shutting down", last, id)
 	}
-	once.Do(func() { close(release) })
+	release()
 	if fs := busy.until("done", "error"); fs[len(fs)-1].Type != "done" {
 		t.Fatalf("the running turn ended with %+v; want it finished during the drain", fs[len(fs)-1])
 	}
 	if err := <-stopped; err != nil {
 		t.Fatalf("stop: %v", err)
+	}
+	if n := len(e.fake.Requests()); n != 1 {
+		t.Fatalf("%d model calls; want only the first message's", n)
+	}
+}
+
+// A gateway with a journal keeps a web message sent while it drains and answers it after the
+// restart; the web chat tells the user so at once, where before they saw nothing and were
+// left to send it again.
+func TestWebMessageDuringShutdownIsToldItIsAnsweredAfterRestart(t *testing.T) {
+	dir := t.TempDir()
+	db := openState(t, dir)
+	defer db.Close()
+	e := newEnvIn(t, filepath.Join(dir, "sessions"), withDurable(db))
+	_, later, release, stopped := drainingBehindASlowTurn(t, e)
+	id := later.say("hello?")
+	fs := later.until("error", "done")
+	last := fs[len(fs)-1]
+	if last.Type != "done" || last.ReplyTo != id || !strings.Contains(last.Text, "restarting") || !strings.Contains(last.Text, "answer this message when I'm back") {
+		t.Fatalf("the user was told %+v; want an answer to %s saying the gateway restarts and answers it when back", last, id)
+	}
+	release()
+	if err := <-stopped; err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	if n := pending(db); n != 1 {
+		t.Fatalf("the journal holds %d messages after Stop; want the one sent during shutdown, for after the restart", n)
 	}
 	if n := len(e.fake.Requests()); n != 1 {
 		t.Fatalf("%d model calls; want only the first message's", n)

@@ -59,7 +59,7 @@ func (s *session) runTurn(ctx context.Context, req *turnReq, rt *Runtime, agent 
 	if !s.beforeRun(ctx, d, req, agent) {
 		return d.gaveUp
 	}
-	res, err := agent.RunWith(ctx, req.prompt, req.parts, d.update)
+	res, err := agent.RunAttempt(ctx, req.asked, req.prompt, req.parts, d.update)
 	defer d.settle()()
 	s.answer(ctx, d, req, rt, agent, res, err, started)
 	return d.gaveUp
@@ -89,7 +89,9 @@ func (s *session) openDelivery(dctx context.Context, req *turnReq, rt *Runtime, 
 		g.log.Error("no channel for answer", "channel", req.target.Channel)
 		return nil
 	}
-	st, err := ch.Open(dctx, req.target)
+	target := req.target
+	target.Placed = g.placed(req.seqs)
+	st, err := ch.Open(dctx, target)
 	if err != nil {
 		g.deliveryFailed(rt.Bus, req.info, err)
 		return nil

@@ -308,3 +308,48 @@ func TestProfileVoiceOverrides(t *testing.T) {
 		t.Fatalf("speech requests %+v; want one with the profile's voice", reqs)
 	}
 }
+
+// A voice note answered again after a crash had its transcript echoed before its answer
+// began to show (the journal kept where the answer showed): the restart does not echo it
+// a second time. One whose answer never began to show is echoed, since the crash may have
+// come before the echo.
+func TestReplayedVoiceNoteIsNotEchoedTwice(t *testing.T) {
+	srv := voicetest.NewServer(t)
+	srv.SetTranscript(spoken)
+	dir := t.TempDir()
+	db := openState(t, dir)
+	defer db.Close()
+	note := filepath.Join(dir, "note.ogg")
+	ogg := voicetest.SpeakOgg(t, spoken)
+	if err := os.WriteFile(note, ogg, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	journal := func(chat string, shown bool) {
+		body, err := encode(&channels.Message{ID: chat + "-1", Channel: "mem", ChatID: chat, UserID: "u" + chat, ChatType: channels.ChatDM,
+			IsVoice: true, Parts: []channels.Part{{Type: channels.PartAudio, MIME: "audio/ogg", Path: note, Size: int64(len(ogg)), Voice: true}}, Time: time.Now()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seq, err := db.Accept("mem|"+chat+"|"+chat+"-1", body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if shown {
+			if err := db.Place(seq, "1"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	journal("shown", true)
+	journal("cut", false)
+	e := newEnvIn(t, filepath.Join(dir, "sessions"), openAIVoice(t, srv), withDurable(db),
+		func(c *Config, _ *Runtime, _ *Deps) { c.EchoTranscript = true })
+	e.mem.waitDone(t, 3) // the cut one's echo and two answers
+	echo := "done:🎤 " + spoken
+	if got := e.mem.finals("shown"); len(got) != 1 || got[0] == echo {
+		t.Fatalf("the note whose answer had begun to show got %q; want its answer alone, no second echo", got)
+	}
+	if got := e.mem.finals("cut"); len(got) != 2 || got[0] != echo {
+		t.Fatalf("the note cut before its answer showed got %q; want the echo, then the answer", got)
+	}
+}

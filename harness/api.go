@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"gateway/hooks"
@@ -29,6 +30,31 @@ type Config struct {
 	// ContextWindow is the model's context window in tokens; 0 means the known default
 	// for the model (ContextWindow), or a conservative one.
 	ContextWindow int `mapstructure:"context_window" json:"context_window"`
+}
+
+// WithDefaults is c as a provider and a session run it: each key that is not set takes
+// what the provider (its endpoint, its timeout, Anthropic's max_tokens) and the model (its
+// context window, ContextWindow) give. Only for showing: a profile's section is merged
+// onto the global one with its zeros meaning "inherit".
+func (c Config) WithDefaults() Config {
+	if c.Timeout <= 0 {
+		c.Timeout = defaultTimeout
+	}
+	switch strings.ToLower(strings.TrimSpace(c.Provider)) {
+	case "openai":
+		if c.BaseURL == "" {
+			c.BaseURL = openAIBaseURL
+		}
+	case "anthropic":
+		if c.BaseURL == "" {
+			c.BaseURL = anthropicBaseURL
+		}
+		if c.MaxTokens <= 0 {
+			c.MaxTokens = defaultMaxTokens
+		}
+	}
+	c.ContextWindow = ContextWindow(c.Model, c.ContextWindow)
+	return c
 }
 
 // Request is one model call.

@@ -38,9 +38,9 @@ func newProvider(cfg Config, client *http.Client) (Provider, error) {
 		f.SetFunc(func(req *Request) FakeReply { return FakeReply{Text: lastUserText(req.Messages)} })
 		return f, nil
 	case "openai":
-		return newOpenAI(cfg, client), nil
+		return newOpenAI(cfg.WithDefaults(), client), nil
 	case "anthropic":
-		return newAnthropic(cfg, client), nil
+		return newAnthropic(cfg.WithDefaults(), client), nil
 	default:
 		return nil, fmt.Errorf("llm.provider: unknown provider %q (known: openai, anthropic, echo, fake)", cfg.Provider)
 	}

@@ -301,11 +301,31 @@ func (s *Session) Run(ctx context.Context, prompt string, on func(Update)) (Resu
 // RunWith is Run with media the user sent beside the prompt (images, documents), kept in
 // the history by path and given to the model as its provider takes them.
 func (s *Session) RunWith(ctx context.Context, prompt string, parts []llm.Part, on func(Update)) (Result, error) {
+	return s.RunAttempt(ctx, Attempt{}, prompt, parts, on)
+}
+
+// Attempt names the user message a run answers, so that a message answered again after a
+// crash is asked of the model once.
+type Attempt struct {
+	// ID is kept with the prompt's history entry (its intakeId); "" for none.
+	ID string
+	// Again says an earlier run may have started on this same message and been cut by a
+	// crash before its answer was delivered: its prompt, and what followed it, may be on
+	// the branch already.
+	Again bool
+}
+
+// RunAttempt is RunWith for the message a names. With a.Again, a user message of the same
+// ID on the active branch (an earlier attempt, cut) is taken back first with what followed
+// it, by a branch move: the model is asked the message once, as the first time, not once
+// per attempt.
+func (s *Session) RunAttempt(ctx context.Context, a Attempt, prompt string, parts []llm.Part, on func(Update)) (Result, error) {
 	if !s.runMu.TryLock() {
 		return Result{}, errors.New("a reply is already in progress in this chat")
 	}
 	defer s.runMu.Unlock()
 	r := s.newRun(ctx, parts, on)
+	r.asked = a
 	defer s.hist.release()
 	res, err := r.exec(prompt)
 	r.finish(res, err)
@@ -338,6 +358,7 @@ type run struct {
 	// summary request is kept well below it.
 	ceiling int
 	parts   []llm.Part // media of the prompt
+	asked   Attempt    // the message the prompt is
 }
 
 // fixed is what the system prompt and the tools cost in every request.
@@ -399,8 +420,13 @@ func tooManySteps(n int) error {
 // returns the system prompt of the run.
 func (r *run) start(prompt string) string {
 	info := r.cfg.info
+	if r.asked.Again && r.asked.ID != "" && r.s.hist.takeBack(r.asked.ID) {
+		r.s.log.Info("a message cut by a restart is asked again in place of its earlier attempt", "key", r.s.key)
+		r.s.count.Store(int64(r.s.hist.total))
+	}
 	r.idleReset()
-	r.add(llm.Message{Role: llm.RoleUser, Content: prompt, Parts: r.parts}, false)
+	r.s.hist.addAs(llm.Message{Role: llm.RoleUser, Content: prompt, Parts: r.parts}, false, r.asked.ID)
+	r.s.count.Store(int64(r.s.hist.total))
 
 	system := r.cfg.system
 	if r.cfg.bus != nil {

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -27,6 +28,7 @@ import (
 //	{"type":"message","id":"b2","parentId":"a1","timestamp":"…","message":{…},"aborted":true}
 //	{"type":"compaction","id":"c3","parentId":"b2","timestamp":"…","summary":"…","firstKeptEntryId":"b2","tokensBefore":91000}
 //	{"type":"leaf","id":"d4","parentId":"c3","timestamp":"…","targetId":null}            a branch move
+//	{"type":"message","id":"e5","parentId":null,"timestamp":"…","message":{…},"intakeId":"17"}   a user message the gateway journaled
 //
 // The active branch runs from the root to the leaf: the id of the last message or
 // compaction entry, or the targetId of a later leaf entry. Reset (/new) appends a leaf
@@ -201,6 +203,9 @@ type messageEntry struct {
 	Timestamp string      `json:"timestamp"`
 	Message   llm.Message `json:"message"`
 	Aborted   bool        `json:"aborted,omitempty"`
+	// IntakeID names the user message the entry is (Attempt.ID), so that the message
+	// answered again after a crash takes its earlier attempt back.
+	IntakeID string `json:"intakeId,omitempty"`
 }
 
 type leafEntry struct {
@@ -247,6 +252,7 @@ type entry struct {
 	parent  *string // as in the file: the hooks' entries are its form
 	stamp   string
 	aborted bool
+	intake  string // Attempt.ID of a user message
 	msg     llm.Message
 	tokens  int // estimate
 }
@@ -523,7 +529,7 @@ func (h *history) load() error {
 		if err := json.Unmarshal(bytes.TrimSpace(buf), &e); err != nil {
 			return fmt.Errorf("re-reading an entry: %w", err)
 		}
-		h.push(entry{id: e.ID, parent: e.ParentID, stamp: e.Timestamp, aborted: e.Aborted, msg: e.Message, tokens: estimateMessage(e.Message)})
+		h.push(entry{id: e.ID, parent: e.ParentID, stamp: e.Timestamp, aborted: e.Aborted, intake: e.IntakeID, msg: e.Message, tokens: estimateMessage(e.Message)})
 	}
 	if comp != nil {
 		buf = growBuf(buf, comp.n)
@@ -584,18 +590,21 @@ func (h *history) push(e entry) {
 }
 
 // add appends a message to the active branch (written at the next save point).
-func (h *history) add(m llm.Message, aborted bool) {
+func (h *history) add(m llm.Message, aborted bool) { h.addAs(m, aborted, "") }
+
+// addAs is add for the user message intake names (Attempt.ID; "" for none).
+func (h *history) addAs(m llm.Message, aborted bool, intake string) {
 	for i := range m.ToolCalls {
 		m.ToolCalls[i].Arguments = argsOrEmpty(m.ToolCalls[i].Arguments)
 	}
 	id := newID()
 	now := time.Now()
-	e := messageEntry{Type: entryMessage, ID: id, ParentID: strPtr(h.leaf), Timestamp: stamp(now), Message: m, Aborted: aborted}
+	e := messageEntry{Type: entryMessage, ID: id, ParentID: strPtr(h.leaf), Timestamp: stamp(now), Message: m, Aborted: aborted, IntakeID: intake}
 	h.encode(e)
 	h.leaf = id
 	h.total++
 	h.lastActivity = now
-	h.push(entry{id: id, parent: e.ParentID, stamp: e.Timestamp, aborted: aborted, msg: m, tokens: estimateMessage(m)})
+	h.push(entry{id: id, parent: e.ParentID, stamp: e.Timestamp, aborted: aborted, intake: intake, msg: m, tokens: estimateMessage(m)})
 	if h.held > 2*h.maxTokens {
 		// Compaction keeps being refused: let go of what could never be sent.
 		h.drop(cutPoint(h.entries, h.maxTokens))
@@ -697,7 +706,7 @@ func (h *history) branch() []json.RawMessage {
 		for ; c < len(h.custom) && h.custom[c].at <= i; c++ {
 			out = append(out, h.custom[c].raw)
 		}
-		b, err := json.Marshal(messageEntry{Type: entryMessage, ID: e.id, ParentID: e.parent, Timestamp: e.stamp, Message: e.msg, Aborted: e.aborted})
+		b, err := json.Marshal(messageEntry{Type: entryMessage, ID: e.id, ParentID: e.parent, Timestamp: e.stamp, Message: e.msg, Aborted: e.aborted, IntakeID: e.intake})
 		if err == nil {
 			out = append(out, b)
 		}
@@ -706,6 +715,39 @@ func (h *history) branch() []json.RawMessage {
 		out = append(out, h.custom[c].raw)
 	}
 	return out
+}
+
+// takeBack moves the branch back to before the user message intake names, when it is on
+// the branch after the latest compaction (written at the next save point): that message
+// and what followed it (an answer cut by a crash, tool steps) leave the branch and stay in
+// the file. It reports whether it found the message.
+func (h *history) takeBack(intake string) bool {
+	i := slices.IndexFunc(h.entries, func(e entry) bool { return e.intake == intake && e.msg.Role == llm.RoleUser })
+	if i < 0 {
+		return false
+	}
+	if at, err := time.Parse(time.RFC3339Nano, h.entries[i].stamp); err == nil && !h.last.At.IsZero() && at.Before(h.last.At) {
+		// A compaction came after it: the summary may tell of it, so the branch stays.
+		return false
+	}
+	target := h.entries[i].parent
+	h.encode(leafEntry{Type: entryLeaf, ID: newID(), ParentID: strPtr(h.leaf), Timestamp: nowStamp(), TargetID: target})
+	h.leaf = ""
+	if target != nil {
+		h.leaf = *target
+	}
+	for _, e := range h.entries[i:] {
+		h.held -= e.tokens
+	}
+	h.total -= len(h.entries) - i
+	clear(h.entries[i:])
+	h.entries = h.entries[:i]
+	// Custom entries placed after the message left the branch with it.
+	h.custom = slices.DeleteFunc(h.custom, func(c customEntry) bool { return c.at > i })
+	if h.reportedAt > i {
+		h.reported, h.reportedAt = 0, 0
+	}
+	return true
 }
 
 // reset starts a new root: the next message has no parent.

@@ -30,7 +30,7 @@ type Observer func(ctx context.Context, ev Event)
 
 // Options configure a Bus.
 type Options struct {
-	// Timeout bounds each handler call unless the handler has its own (default 10s).
+	// Timeout bounds each handler call unless the handler has its own (default DefaultTimeout).
 	Timeout time.Duration
 	Logger  *slog.Logger
 	// OnError is told of every handler that failed, panicked or timed out (for metrics).
@@ -84,10 +84,13 @@ type Bus struct {
 	observers []*registration
 }
 
+// DefaultTimeout bounds a handler call when no timeout is given (hooks.timeout: 0).
+const DefaultTimeout = 10 * time.Second
+
 // NewBus returns an empty bus.
 func NewBus(opts Options) *Bus {
 	if opts.Timeout <= 0 {
-		opts.Timeout = 10 * time.Second
+		opts.Timeout = DefaultTimeout
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)

@@ -13,11 +13,11 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"gateway/channels"
+	"gateway/internal/childproc/childproctest"
 )
 
 // writeHook makes root/name with HOOK.yaml and, when script is not empty, an executable run.sh.
@@ -144,25 +144,12 @@ echo '{"action":"reject","reason":"too late"}'
 	}
 	pid, _ := strconv.Atoi(strings.TrimSpace(string(data)))
 	deadline := time.Now().Add(10 * time.Second)
-	for processAlive(pid) {
+	for childproctest.Alive(pid) {
 		if time.Now().After(deadline) {
 			t.Fatalf("child process %d still running after the timeout", pid)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// processAlive is false for a process that is gone or a zombie nobody reaped yet.
-func processAlive(pid int) bool {
-	if syscall.Kill(pid, 0) != nil {
-		return false
-	}
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	_, after, _ := strings.Cut(string(stat), ") ")
-	return !strings.HasPrefix(after, "Z")
 }
 
 func TestExecHookFailures(t *testing.T) {

@@ -61,6 +61,8 @@ const (
 
 // --- gateway and channel lifecycle (observation) ---
 
+// GatewayStartup is emitted once every enabled channel is connected: at start, or later
+// when one that could not be reached at start connects. Channels are all of them.
 type GatewayStartup struct {
 	Channels []string `json:"channels"`
 }

@@ -5,17 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"strings"
 	"time"
-)
 
-// passEnv names the variables of the gateway's environment a hook program gets. The rest
-// (API keys, platform tokens) stays out unless HOOK.yaml lists it under env.
-func passEnv() []string {
-	return []string{"PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR"}
-}
+	"gateway/internal/childproc"
+)
 
 // execRunner runs a hook program: the event as JSON on stdin, the result as JSON on stdout.
 // The program never runs through a shell and message text never reaches its arguments.
@@ -27,14 +22,8 @@ type execRunner struct {
 }
 
 func newExecRunner(s hookSpec) *execRunner {
-	env := []string{"GATEWAY_HOOK_NAME=" + s.Name, "GATEWAY_HOOK_DIR=" + s.Dir}
-	for _, names := range [][]string{passEnv(), s.env} {
-		for _, n := range names {
-			if v, ok := os.LookupEnv(n); ok {
-				env = append(env, n+"="+v)
-			}
-		}
-	}
+	// API keys and platform tokens stay out unless HOOK.yaml lists them under env.
+	env := append([]string{"GATEWAY_HOOK_NAME=" + s.Name, "GATEWAY_HOOK_DIR=" + s.Dir}, childproc.BaseEnv(s.env...)...)
 	return &execRunner{name: s.Name, dir: s.Dir, argv: s.command, env: env}
 }
 
@@ -46,12 +35,12 @@ func (x *execRunner) invoke(ctx context.Context, event string, body []byte) ([]b
 	stdout := &capBuffer{max: maxOutput}
 	stderr := &tailBuffer{max: maxStderr}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
-	ownProcessGroup(cmd) // at timeout the whole group is killed, not only the program
+	childproc.OwnGroup(cmd) // at timeout the whole group is killed, not only the program
 	// If something the program started keeps stdout open, stop waiting for it soon.
 	cmd.WaitDelay = time.Second
-	err := cmd.Run()
+	err := childproc.Run(cmd)
 	if cmd.Process != nil {
-		killProcessGroup(cmd.Process.Pid) // whatever it left running in the background
+		childproc.KillGroup(cmd.Process.Pid) // whatever it left running in the background
 	}
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("hook %q: stopped (%v); its processes were killed%s", x.name, context.Cause(ctx), stderr.suffix())

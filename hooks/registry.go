@@ -197,7 +197,7 @@ func (r *Registry) Tools(profile string) []RegisteredTool {
 // declare registers a loaded hook's commands and tools, served by h.
 func declare(reg *Registry, s hookSpec, h *hookHandler, timeout time.Duration, profile string) error {
 	if timeout <= 0 {
-		timeout = 10 * time.Second
+		timeout = DefaultTimeout
 	}
 	call := func(ctx context.Context, ev Event, d time.Duration) (any, error) {
 		ctx, cancel := context.WithTimeout(ctx, d)

@@ -140,10 +140,7 @@ func LoadWith(cfg Config, bindings []Binding, opts Options) (*Set, error) {
 	if opts.Getenv == nil {
 		opts.Getenv = os.Getenv
 	}
-	def := cfg.Default
-	if def == "" {
-		def = DefaultName
-	}
+	def := cfg.WithDefaults().Default
 	var errs []error
 	if err := ValidateName(def); err != nil {
 		errs = append(errs, fmt.Errorf("profiles.default: %w", err))

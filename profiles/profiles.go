@@ -20,6 +20,15 @@ type Config struct {
 	Default string `mapstructure:"default" json:"default"`
 }
 
+// WithDefaults is c as LoadWith reads it: no default names DefaultName. (No dir: the
+// built-in default profile only.)
+func (c Config) WithDefaults() Config {
+	if c.Default == "" {
+		c.Default = DefaultName
+	}
+	return c
+}
+
 // Match selects chats for a binding; empty fields match anything.
 type Match struct {
 	Channel string `mapstructure:"channel" json:"channel,omitempty"`

@@ -18,6 +18,9 @@ var ErrDuplicate = errors.New("already accepted")
 type Entry struct {
 	Seq  uint64
 	Body []byte // the message as the gateway encoded it
+	// Place is where its answer showed when the process stopped (Place's last), "" when
+	// no answer was under way.
+	Place string
 }
 
 // Journal is what intake needs: accept durably (deduplicated), list what is unanswered,
@@ -77,16 +80,32 @@ func (s *DB) Done(seq uint64) error {
 	return nil
 }
 
+// Place records where the answer to the journaled message seq shows so far (a
+// channel's placement: its message ids), so that an answer cut by a crash is finished in
+// those messages after the restart rather than beside them. Like Done it is one record of
+// the intake log, synced with the next write or within doneSyncWithin: a crash of the
+// process keeps it. It leaves with the message's Done; one for a seq not journaled is
+// ignored.
+func (s *DB) Place(seq uint64, placement string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.record(recPlace, seq, 0, "", []byte(placement)); err != nil {
+		return fmt.Errorf("state: %w", err)
+	}
+	return nil
+}
+
 // Pending lists the journal in acceptance order.
 func (s *DB) Pending() ([]Entry, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []Entry
 	err := s.db.View(func(tx *bolt.Tx) error {
+		places := tx.Bucket(bucketPlaces)
 		return tx.Bucket(bucketJournal).ForEach(func(k, v []byte) error {
 			seq := binary.BigEndian.Uint64(k)
 			if _, done := s.pend.dones[seq]; !done {
-				out = append(out, Entry{Seq: seq, Body: append([]byte(nil), v...)})
+				out = append(out, Entry{Seq: seq, Body: append([]byte(nil), v...), Place: string(places.Get(k))})
 			}
 			return nil
 		})
@@ -94,10 +113,15 @@ func (s *DB) Pending() ([]Entry, error) {
 	if err != nil {
 		return nil, err
 	}
+	for i, e := range out {
+		if place, ok := s.pend.places[e.Seq]; ok {
+			out[i].Place = place
+		}
+	}
 	// This epoch's seqs all follow those bbolt holds.
 	fresh := make([]Entry, 0, len(s.pend.accepts))
 	for seq, body := range s.pend.accepts {
-		fresh = append(fresh, Entry{Seq: seq, Body: append([]byte(nil), body...)})
+		fresh = append(fresh, Entry{Seq: seq, Body: append([]byte(nil), body...), Place: s.pend.places[seq]})
 	}
 	slices.SortFunc(fresh, func(a, b Entry) int { return cmp.Compare(a.Seq, b.Seq) })
 	return append(out, fresh...), nil

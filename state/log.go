@@ -37,6 +37,7 @@ const (
 	recAccept byte = 1 // seq, unix nanos, dedup key, body
 	recDone   byte = 2 // seq
 	recCursor byte = 3 // name, value
+	recPlace  byte = 4 // seq, placement: where the answer to an accepted message shows so far
 
 	recHeader = 8        // CRC-32 and payload length, both uint32
 	recMax    = 64 << 20 // a longer length is a torn header, not a record
@@ -51,6 +52,7 @@ type pending struct {
 	keys    map[string]int64    // dedup keys accepted this epoch → unix nanos
 	order   []string            // those keys in the order accepted
 	dones   map[uint64]struct{} // done this epoch, accepted before it (in bbolt)
+	places  map[uint64]string   // placements of answers to messages not done: seq → placement
 	cursors map[string]string
 	lastSeq uint64 // the journal's highest seq handed out
 	records int
@@ -58,7 +60,7 @@ type pending struct {
 
 func newPending(lastSeq uint64) pending {
 	return pending{accepts: map[uint64][]byte{}, keys: map[string]int64{}, dones: map[uint64]struct{}{},
-		cursors: map[string]string{}, lastSeq: lastSeq}
+		places: map[uint64]string{}, cursors: map[string]string{}, lastSeq: lastSeq}
 }
 
 // apply adds one record's effect. It is the same for a write and for a replay. A cursor's
@@ -76,10 +78,15 @@ func (p *pending) apply(kind byte, seq uint64, at int64, key string, body []byte
 		}
 		p.lastSeq = max(p.lastSeq, seq)
 	case recDone:
+		delete(p.places, seq)
 		if _, ok := p.accepts[seq]; ok {
 			delete(p.accepts, seq)
 		} else {
 			p.dones[seq] = struct{}{}
+		}
+	case recPlace:
+		if _, done := p.dones[seq]; !done {
+			p.places[seq] = string(body)
 		}
 	case recCursor:
 		p.cursors[key] = string(body)
@@ -161,7 +168,7 @@ func (l *intakeLog) encode(kind byte, seq uint64, at int64, key string, body []b
 		b = binary.BigEndian.AppendUint64(b, uint64(at))
 		b = binary.AppendUvarint(b, uint64(len(key)))
 		b = append(b, key...)
-	case recDone:
+	case recDone, recPlace:
 		b = binary.BigEndian.AppendUint64(b, seq)
 	case recCursor:
 		b = binary.AppendUvarint(b, uint64(len(key)))
@@ -241,12 +248,12 @@ func decode(b []byte, p *pending) error {
 	var at int64
 	var key string
 	switch kind {
-	case recAccept, recDone:
+	case recAccept, recDone, recPlace:
 		if len(b) < 8 {
 			return errors.New("short record")
 		}
 		seq, b = binary.BigEndian.Uint64(b), b[8:]
-		if kind == recDone {
+		if kind != recAccept {
 			break
 		}
 		if len(b) < 8 {
@@ -284,10 +291,12 @@ func (s *DB) record(kind byte, seq uint64, at int64, key string, body []byte) er
 		}
 	}
 	// A Done is not synced on its own: the next Accept or cursor syncs it, or the timer
-	// within doneSyncWithin. See doneSyncWithin for what that risks.
+	// within doneSyncWithin. See doneSyncWithin for what that risks. A placement neither:
+	// it is written while the answer streams, and a crash of the process keeps the write.
 	// The timer is armed by the first unsynced record only: re-arming it for each Done
 	// would put the sync off for as long as Dones come closer together than the window.
-	sync, arm := kind != recDone, kind == recDone && !s.log.unsynced
+	lazy := kind == recDone || kind == recPlace
+	sync, arm := !lazy, lazy && !s.log.unsynced
 	if err := s.log.append(rec, sync); err != nil {
 		return err
 	}
@@ -344,14 +353,26 @@ func (s *DB) checkpoint() error {
 				return err
 			}
 		}
-		j := tx.Bucket(bucketJournal)
+		j, pl := tx.Bucket(bucketJournal), tx.Bucket(bucketPlaces)
 		for seq := range p.dones {
 			if err := j.Delete(seqKey(seq)); err != nil {
+				return err
+			}
+			if err := pl.Delete(seqKey(seq)); err != nil {
 				return err
 			}
 		}
 		for seq, body := range p.accepts {
 			if err := j.Put(seqKey(seq), body); err != nil {
+				return err
+			}
+		}
+		for seq, place := range p.places {
+			// Only beside its message: a placement reported after its Done is no one's.
+			if j.Get(seqKey(seq)) == nil {
+				continue
+			}
+			if err := pl.Put(seqKey(seq), []byte(place)); err != nil {
 				return err
 			}
 		}

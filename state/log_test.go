@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 )
 
 // crash ends db as a killed process would: the intake log is not applied to bbolt.
@@ -269,4 +271,76 @@ func TestStreamOfDonesIsSyncedWithinTheWindow(t *testing.T) {
 		time.Sleep(doneSyncWithin / 5)
 	}
 	t.Fatalf("%d Dones %v apart over %v and none synced", len(seqs), doneSyncWithin/5, time.Duration(len(seqs))*doneSyncWithin/5)
+}
+
+// places is what Pending says of each entry's placement, by body.
+func places(t *testing.T, db *DB) map[string]string {
+	t.Helper()
+	got, err := db.Pending()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, e := range got {
+		out[string(e.Body)] = e.Place
+	}
+	return out
+}
+
+// Where an answer showed when the process died comes back with its message: from the
+// intake log after a crash, from the state file after a checkpoint, the latest one told;
+// and it leaves with the message's Done, also from the state file.
+func TestPlacementSurvivesACrashUntilDone(t *testing.T) {
+	dir := t.TempDir()
+	db, _ := open(t, dir, Limits{})
+	a, err := db.Accept("k|a", []byte("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Accept("k|b", []byte("b")); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Place(a, "101"); err != nil {
+		t.Fatal(err)
+	}
+	crash(t, db) // only in the log, and not synced: a crash of the process keeps the write
+
+	db, _ = open(t, dir, Limits{}) // the open applied the log: now in the state file
+	if got := places(t, db); got["a"] != "101" || got["b"] != "" {
+		t.Fatalf("placements after a crash = %q; want a at 101, b nowhere", got)
+	}
+	if err := db.Place(a, "101,102"); err != nil { // the log's, over the state file's
+		t.Fatal(err)
+	}
+	if got := places(t, db)["a"]; got != "101,102" {
+		t.Fatalf("placement before the checkpoint = %q; want the latest", got)
+	}
+	if err := db.Close(); err != nil { // a checkpoint
+		t.Fatal(err)
+	}
+
+	db, _ = open(t, dir, Limits{})
+	if got := places(t, db)["a"]; got != "101,102" {
+		t.Fatalf("placement after a checkpoint = %q; want the latest", got)
+	}
+	if err := db.Done(a); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Place(a, "103"); err != nil { // a late report of a stream that ended
+		t.Fatal(err)
+	}
+	crash(t, db)
+
+	db, _ = open(t, dir, Limits{})
+	defer db.Close()
+	if got := places(t, db); len(got) != 1 || got["b"] != "" {
+		t.Fatalf("entries after Done = %q; want b alone, with no placement", got)
+	}
+	var left int
+	if err := db.db.View(func(tx *bolt.Tx) error { left = tx.Bucket(bucketPlaces).Stats().KeyN; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if left != 0 {
+		t.Fatalf("the state file keeps %d placements of answered messages", left)
+	}
 }

@@ -30,6 +30,7 @@ var (
 	bucketDedup    = []byte("dedup")    // dedup key → unix nanos first seen
 	bucketSettings = []byte("settings") // scope "\x00" name → value
 	bucketCursors  = []byte("cursors")  // name → value (and the dedup count)
+	bucketPlaces   = []byte("places")   // seq → placement of the answer to that journal entry
 )
 
 // Limits bound the dedup window and the intake log.
@@ -131,7 +132,7 @@ func openFile(path string) (db *bolt.DB, err error) {
 		return nil, err
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketJournal, bucketDedup, bucketSettings, bucketCursors, bucketKeys} {
+		for _, b := range [][]byte{bucketJournal, bucketDedup, bucketSettings, bucketCursors, bucketKeys, bucketPlaces} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}

@@ -61,8 +61,8 @@ func DefaultConfig() Config {
 	}
 }
 
-// withDefaults fills the zero values that have a default.
-func (c Config) withDefaults() Config {
+// WithDefaults is c as the hook runs it: each zero value that has a default takes it.
+func (c Config) WithDefaults() Config {
 	if c.Provider == "" {
 		c.Provider = "openai"
 	}

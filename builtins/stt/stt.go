@@ -58,7 +58,7 @@ func New(cfg Config, opts Options) (*STT, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &STT{cfg: cfg.withDefaults(), opts: opts, slots: speech.NewSlots()}
+	s := &STT{cfg: cfg.WithDefaults(), opts: opts, slots: speech.NewSlots()}
 	if !cfg.Enabled {
 		return s, nil
 	}

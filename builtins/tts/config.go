@@ -62,7 +62,8 @@ func DefaultConfig() Config {
 	}
 }
 
-func (c Config) withDefaults() Config {
+// WithDefaults is c as the hook runs it: each zero value that has a default takes it.
+func (c Config) WithDefaults() Config {
 	if c.Mode == "" {
 		c.Mode = ModeInbound
 	}

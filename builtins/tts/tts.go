@@ -58,7 +58,7 @@ func New(cfg Config, opts Options) (*TTS, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	t := &TTS{cfg: cfg.withDefaults(), opts: opts, slots: speech.NewSlots()}
+	t := &TTS{cfg: cfg.WithDefaults(), opts: opts, slots: speech.NewSlots()}
 	if t.cfg.Mode == ModeOff {
 		return t, nil
 	}

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -487,6 +488,10 @@ func testBadToken(t *testing.T, h *harness) {
 	h.assertNoSecrets(err.Error(), "the start error")
 	if !strings.Contains(strings.ToLower(err.Error()), ch.Name()) {
 		t.Errorf("start error %q does not name the channel %q", err, ch.Name())
+	}
+	// The gateway fails its start on it at once instead of trying again in the background.
+	if !errors.Is(err, channels.ErrPermanent) {
+		t.Errorf("start error %q is not marked channels.Permanent; a rejected token will not pass by retrying", err)
 	}
 }
 

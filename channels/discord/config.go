@@ -61,6 +61,14 @@ func (c Config) token() string {
 	return strings.TrimSpace(strings.TrimPrefix(t, "Bot "))
 }
 
+// WithDefaults is cfg as the adapter runs it: each key that is not set takes its default
+// (api_url stays empty: Discord itself).
+func (c Config) WithDefaults() Config {
+	c.MaxFileBytes = c.maxFileBytes()
+	c.Access = c.Access.WithDefaults()
+	return c
+}
+
 func (c Config) maxFileBytes() int64 {
 	if c.MaxFileBytes == 0 {
 		return DefaultMaxFileBytes

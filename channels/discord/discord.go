@@ -103,7 +103,7 @@ type Channel struct {
 	// up the hold can say it is ready again (it still sends).
 	down atomic.Bool
 	book book // catch-up cursors; see catchup.go and state.go
-	// workDone is closed when the work goroutine ends.
+	// workDone is closed when the work goroutine of the current Start ends.
 	workDone chan struct{}
 
 	held *channels.HeldWhere // with a Holder: the gateway connection, held by one process at a time
@@ -115,6 +115,7 @@ func New(cfg Config, opts Options) (*Channel, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg = cfg.WithDefaults()
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -139,7 +140,6 @@ func New(cfg Config, opts Options) (*Channel, error) {
 		names:       newCache[string](4096, time.Hour),
 		inbox:       make(chan inbound, inboxSize),
 		book:        newBook(),
-		workDone:    make(chan struct{}),
 		holder:      opts.Holder,
 		state:       opts.State,
 		typingEvery: typingEvery,
@@ -269,20 +269,31 @@ func (c *Channel) Start(ctx context.Context, sink channels.Sink) error {
 		return err
 	}
 	c.sink = sink
-	c.life.Go(c.work)
+	// A Start after a failed one starts afresh: a work loop of its own, no stale loss.
+	workDone := make(chan struct{})
+	c.workDone = workDone
+	select {
+	case <-c.lost:
+	default:
+	}
+	c.life.Go(func(ctx context.Context) { c.work(ctx, workDone) })
 
 	c.pruneMedia()
 	var me *discordgo.User
-	rejected := false
+	status := 0 // of the last attempt
 	err = c.send.Do(ctx, "", func(ctx context.Context) (err error) {
 		me, err = c.s.User("@me", discordgo.WithContext(ctx))
-		rejected = isStatus(err, http.StatusUnauthorized)
+		status = restStatus(err)
 		return unwrapURL(err)
 	})
 	if err != nil {
 		c.fail()
-		if rejected {
-			return errTokenRejected
+		switch {
+		case status == http.StatusUnauthorized:
+			return channels.Permanent(errTokenRejected)
+		case status >= 400 && status < 500 && status != http.StatusTooManyRequests:
+			// Not an outage: the token or api_url is wrong, and trying again will not help.
+			return channels.Permanent(fmt.Errorf("discord: the Discord API at %s refused the bot's token check: %w", c.apiHost(), err))
 		}
 		return fmt.Errorf("discord: cannot reach the Discord API at %s: %w", c.apiHost(), err)
 	}
@@ -369,11 +380,11 @@ func (c *Channel) gatewayError(err error) error {
 	code, fatal := fatalClose(err)
 	switch {
 	case code == 4004:
-		return errTokenRejected
+		return channels.Permanent(errTokenRejected)
 	case code == 4014:
-		return errors.New("discord: the gateway refused the message intents (4014); enable the Message Content Intent for this bot in the Discord Developer Portal (Bot page)")
+		return channels.Permanent(errors.New("discord: the gateway refused the message intents (4014); enable the Message Content Intent for this bot in the Discord Developer Portal (Bot page)"))
 	case fatal:
-		return fmt.Errorf("discord: the gateway refused the connection (close code %d)", code)
+		return channels.Permanent(fmt.Errorf("discord: the gateway refused the connection (close code %d)", code))
 	}
 	return fmt.Errorf("discord: cannot connect to the gateway: %w", c.scrub.Wrap(unwrapURL(err)))
 }

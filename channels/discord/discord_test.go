@@ -683,3 +683,52 @@ func TestStartGivesUpOnAHungGateway(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// An answer sent again for the same message, as when a journaled message is answered a
+// second time after a crash between the answer's last send and its settling, is not posted
+// twice: Discord (enforce_nonce) returns the messages the first answer made, and they show
+// the second answer. A notice to the same message (the transcript of a voice note) stays a
+// message of its own.
+func TestReplayedAnswerIsPostedOnce(t *testing.T) {
+	t.Parallel()
+	srv := discordtest.New(t)
+	e := start(t, srv, discord.Config{Access: defaultAccess()})
+	srv.InjectDM("780", user, "tell me a long story")
+	target := channels.TargetOf(e.sink.Next(t))
+	long := strings.Repeat("once upon a time ", 150) // two messages at Discord's 2000 characters
+	send := func(text string) {
+		t.Helper()
+		if err := answer(t, e.ch, target, channels.Frame{Type: channels.FrameDone, Text: "🎤 tell me a long story"}); err != nil {
+			t.Fatal(err)
+		}
+		err := answer(t, e.ch, target,
+			channels.Frame{Type: channels.FrameStart},
+			channels.Frame{Type: channels.FrameDelta, Text: text[:100]}, // a preview, posted at once
+			channels.Frame{Type: channels.FrameDelta, Text: text[100:]},
+			channels.Frame{Type: channels.FrameDone})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(long + "The end.")
+	first := srv.Posted("780")
+	if len(first) != 3 {
+		t.Fatalf("the first answer posted %d messages; want the transcript and two for the story", len(first))
+	}
+	send(long + "And they lived happily ever after.") // answered again: the model's words differ
+	got := srv.Posted("780")
+	if len(got) != 3 {
+		t.Fatalf("%d messages after the answer was sent again; want the 3 of the first time", len(got))
+	}
+	for i := range got {
+		if got[i].ID != first[i].ID {
+			t.Errorf("message %d is %s; want %s, the one posted the first time", i, got[i].ID, first[i].ID)
+		}
+	}
+	if got[0].Content != "🎤 tell me a long story" {
+		t.Errorf("the transcript reads %q", got[0].Content)
+	}
+	if story := got[1].Content + got[2].Content; !strings.HasSuffix(strings.TrimSpace(story), "And they lived happily ever after.") {
+		t.Errorf("the story ends %q; want the answer sent last", story[max(len(story)-60, 0):])
+	}
+}

@@ -17,8 +17,8 @@ type chanInfo struct {
 }
 
 // work normalises and delivers inbound messages, one at a time, in gateway order.
-func (c *Channel) work(ctx context.Context) {
-	defer close(c.workDone)
+func (c *Channel) work(ctx context.Context, done chan<- struct{}) {
+	defer close(done)
 	for {
 		select {
 		case <-ctx.Done():

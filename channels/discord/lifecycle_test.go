@@ -2,6 +2,7 @@ package discord_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"gateway/channels"
 	"gateway/channels/channeltest"
 	"gateway/channels/discord"
 	"gateway/channels/discord/discordtest"
@@ -105,4 +107,49 @@ func TestFailedStartLeavesNothing(t *testing.T) {
 	if err := ch.Stop(context.Background()); err != nil {
 		t.Fatalf("Stop after a failed Start: %v", err)
 	}
+}
+
+// A Start that failed because Discord's gateway was down (503) is no permanent failure,
+// and once the gateway is back the same channel starts and delivers messages; a token
+// Discord rejects is a permanent failure.
+func TestStartAgainAfterTheGatewayWasDown(t *testing.T) {
+	srv := discordtest.New(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	srv.RefuseGateway(true)
+	ch, err := discord.New(discord.Config{Token: secret.Secret(srv.Bot().Token), APIURL: srv.URL, Access: defaultAccess()},
+		discord.Options{StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	sink := channeltest.NewSink()
+	err = ch.Start(ctx, sink)
+	if err == nil {
+		t.Fatal("Start against a refusing gateway succeeded")
+	}
+	if errors.Is(err, channels.ErrPermanent) {
+		t.Fatalf("a gateway answering 503 is a permanent failure: %v", err)
+	}
+	srv.RefuseGateway(false)
+	if err := ch.Start(ctx, sink); err != nil {
+		t.Fatalf("Start once the gateway is back: %v", err)
+	}
+	srv.InjectDM("dm-again", user, "hello again")
+	if m := sink.Next(t); m.Text() != "hello again" {
+		t.Fatalf("delivered %q", m.Text())
+	}
+	if err := ch.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	bad, err := discord.New(discord.Config{Token: "fake.not-a-real-token.abcdef0123456789", APIURL: srv.URL, Access: defaultAccess()},
+		discord.Options{StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bad.Start(ctx, channeltest.NewSink()); !errors.Is(err, channels.ErrPermanent) {
+		t.Fatalf("Start with a rejected token = %v; want a permanent failure", err)
+	}
+	waitFor(t, "the fake to see every socket closed", func() bool { return srv.Connected() == 0 })
 }

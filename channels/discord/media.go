@@ -105,22 +105,11 @@ func markText(parts []channels.Part) {
 func (c *Channel) Fetch(ctx context.Context, msg *channels.Message) error {
 	limit := c.cfg.maxFileBytes()
 	f := channels.FetchRefs(msg.Parts, func(p channels.Part) (channels.Part, string) { return c.fetchPart(ctx, p, limit) })
-	err := f.Settle(ctx, msg, withText(f.Refused), missingNote, func(text string) { c.notice(ctx, msg, text) })
+	err := f.Settle(ctx, msg, channels.AnyRef(f.Refused, func(r fileRef) bool { return r.Text }), missingNote, func(text string) { c.notice(ctx, msg, text) })
 	if err != nil && ctx.Err() != nil {
 		return errors.New(notFetched) // whatever the parts said, the download was cut
 	}
 	return err
-}
-
-// withText reports whether the message of these referenced parts carries text.
-func withText(refs []channels.Part) bool {
-	for _, p := range refs {
-		var r fileRef
-		if json.Unmarshal([]byte(p.Ref), &r) == nil && r.Text {
-			return true
-		}
-	}
-	return false
 }
 
 // missingNote tells the agent that attachments it does not see came with the message.

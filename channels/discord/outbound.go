@@ -3,11 +3,16 @@ package discord
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -40,7 +45,7 @@ func (c *Channel) Open(ctx context.Context, target channels.Target) (channels.St
 	if !c.life.Running() {
 		return nil, errors.New("discord: the channel is not running")
 	}
-	st := &stream{c: c, dest: target.ChatID}
+	st := &stream{c: c, dest: target.ChatID, replyTo: target.ReplyToID}
 	if target.ThreadID != "" {
 		st.dest = target.ThreadID // a thread is a channel of its own
 	}
@@ -57,31 +62,66 @@ func (c *Channel) Open(ctx context.Context, target channels.Target) (channels.St
 		no := false
 		st.ref = &discordgo.MessageReference{MessageID: target.ReplyToID, ChannelID: st.dest, FailIfNotExists: &no}
 	}
+	st.placed, st.placement = target.Placed, target.Resume
+	for id := range strings.SplitSeq(target.Resume, ",") {
+		if id != "" {
+			st.msgs = append(st.msgs, posted{id: id, old: true})
+		}
+	}
 	return st, nil
 }
 
 type posted struct {
 	id   string
-	text string
+	text string // "" for one of an earlier attempt, not yet edited
+	old  bool   // posted by an earlier attempt at this answer, cut by a crash (Target.Resume)
 }
 
 // stream renders one answer: typing while it runs, one message edited as text streams
 // in (split at 2000 characters), voice and files as they come. Used from one goroutine.
 type stream struct {
-	c    *Channel
-	dest string
-	ref  *discordgo.MessageReference // quote the user's message, on the first post only
+	c       *Channel
+	dest    string
+	ref     *discordgo.MessageReference // quote the user's message, on the first post only
+	replyTo string                      // the user's message this answers; "" for none (an API send)
+	// seed tells this stream's messages from those of another stream for the same user
+	// message (a transcript notice, then the answer): see nonce.
+	seed  string
+	posts int // messages made by post and sendPart, numbered in their nonces
 
 	buf        strings.Builder
 	msgs       []posted
 	lastRender time.Time
 	finished   bool
 	stopTyping context.CancelFunc
+
+	placed    func(string) // told the ids of msgs when they change (channels.Target.Placed)
+	placement string       // what it was last told
+}
+
+// report tells placed the answer's messages, when they changed since the last time.
+func (st *stream) report() {
+	ids := make([]string, len(st.msgs))
+	for i, m := range st.msgs {
+		ids[i] = m.id
+	}
+	if p := strings.Join(ids, ","); p != st.placement && st.placed != nil {
+		st.placement = p
+		st.placed(p)
+	}
 }
 
 func (st *stream) Send(ctx context.Context, f channels.Frame) error {
 	if st.finished {
 		return errors.New("discord: the answer is already finished")
+	}
+	if st.seed == "" {
+		// A stream that starts with its end is a notice, told apart from the chat's other
+		// notices by its words; an answer starts with start (or text) and is the answer.
+		st.seed = "answer"
+		if f.Type == channels.FrameDone || f.Type == channels.FrameError {
+			st.seed = "notice\x00" + f.Text
+		}
 	}
 	switch f.Type {
 	case channels.FrameStart:
@@ -182,32 +222,58 @@ func (c *Channel) typing(ctx context.Context, dest string) {
 func (st *stream) render(ctx context.Context, s *channels.Sender, text string, final bool) error {
 	st.lastRender = time.Now()
 	chunks := split(text)
-	for i, ch := range chunks {
+	for i := 0; i < len(chunks); i++ {
+		ch := chunks[i]
 		if i < len(st.msgs) {
 			if st.msgs[i].text == ch {
 				continue
 			}
-			if err := st.c.edit(ctx, s, st.dest, st.msgs[i].id, ch); err != nil {
+			gone, err := st.c.edit(ctx, s, st.dest, st.msgs[i].id, ch)
+			if st.msgs[i].old && gone {
+				// A message of the answer the restart cut, deleted since: the answer goes
+				// on without it, in new messages if need be.
+				st.c.log.Info("discord: a message of the answer cut by the restart is gone; the answer goes on without it", "chat_id", st.dest, "message", st.msgs[i].id)
+				st.msgs = slices.Delete(st.msgs, i, i+1)
+				st.report()
+				i--
+				continue
+			}
+			if err != nil {
 				return err
 			}
 			st.msgs[i].text = ch
 			continue
 		}
 		ref := st.ref
-		id, err := st.c.postText(ctx, s, st.dest, ch, ref)
+		if i > 0 { // only the answer's first message quotes the user (an earlier attempt's may)
+			ref = nil
+		}
+		m, err := st.c.postText(ctx, s, st.dest, ch, ref, st.nonce("text", i))
 		if err != nil {
 			return err
 		}
 		st.ref = nil
-		st.msgs = append(st.msgs, posted{id: id, text: ch})
+		st.msgs = append(st.msgs, posted{id: m.ID, text: ch})
+		st.report()
+		if strings.TrimSpace(m.Content) != strings.TrimSpace(ch) {
+			// Discord returned the message this chunk's nonce made before a restart, with
+			// the answer of then: it shows this one now.
+			last := len(st.msgs) - 1
+			st.msgs[last].text = m.Content
+			if _, err := st.c.edit(ctx, s, st.dest, m.ID, ch); err != nil {
+				return err
+			}
+			st.msgs[last].text = ch
+		}
 	}
 	if final {
 		for len(st.msgs) > len(chunks) {
 			last := st.msgs[len(st.msgs)-1]
-			if err := st.c.remove(ctx, s, st.dest, last.id); err != nil {
+			if gone, err := st.c.remove(ctx, s, st.dest, last.id); err != nil && !(last.old && gone) {
 				return err
 			}
 			st.msgs = st.msgs[:len(st.msgs)-1]
+			st.report()
 		}
 	}
 	return nil
@@ -227,11 +293,30 @@ func split(text string) []string {
 // post sends text as new messages after whatever the answer showed so far.
 func (st *stream) post(ctx context.Context, text string) error {
 	for _, ch := range split(text) {
-		if _, err := st.c.postText(ctx, &st.c.send, st.dest, ch, st.takeRef()); err != nil {
+		if _, err := st.c.postText(ctx, &st.c.send, st.dest, ch, st.takeRef(), st.nextPostNonce()); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// nonce is the nonce of one message the answer makes (what names it within the answer, and
+// its number): the same for the same user message after a restart, so that Discord
+// (enforce_nonce) returns the message made before the restart instead of posting the
+// answer again when a journaled message is answered a second time. An answer to no message
+// (an API send) has none.
+func (st *stream) nonce(what string, n int) string {
+	if st.replyTo == "" {
+		return ""
+	}
+	h := sha256.Sum256([]byte(strings.Join([]string{st.dest, st.replyTo, st.seed, what, strconv.Itoa(n)}, "\x00")))
+	return hex.EncodeToString(h[:])[:maxNonce]
+}
+
+// nextPostNonce numbers the messages of post and sendPart, in the order the answer makes them.
+func (st *stream) nextPostNonce() string {
+	st.posts++
+	return st.nonce("post", st.posts)
 }
 
 func (st *stream) takeRef() *discordgo.MessageReference {
@@ -245,9 +330,9 @@ func (st *stream) sendPart(ctx context.Context, p channels.Part) error {
 	case p.Type == channels.PartText:
 		return st.post(ctx, p.Text)
 	case p.Type == channels.PartAudio && (p.Voice || isOgg(p.MIME)):
-		return st.c.sendVoice(ctx, st.dest, p, st.takeRef())
+		return st.c.sendVoice(ctx, st.dest, p, st.takeRef(), st.nextPostNonce())
 	}
-	return st.c.sendFile(ctx, st.dest, p, st.takeRef())
+	return st.c.sendFile(ctx, st.dest, p, st.takeRef(), st.nextPostNonce())
 }
 
 func isOgg(m string) bool {
@@ -302,37 +387,93 @@ func retryable(err error) error {
 }
 
 func isStatus(err error, code int) bool {
-	var re *discordgo.RESTError
-	if errors.As(err, &re) && re.Response != nil {
-		return re.Response.StatusCode == code
-	}
-	var ae *apiError
-	return errors.As(err, &ae) && ae.Code == code
+	return err != nil && restStatus(err) == code
 }
 
-func (c *Channel) postText(ctx context.Context, s *channels.Sender, dest, text string, ref *discordgo.MessageReference) (string, error) {
+// restStatus is the HTTP status of a failed REST call; 0 when it got no answer.
+func restStatus(err error) int {
+	var re *discordgo.RESTError
+	if errors.As(err, &re) && re.Response != nil {
+		return re.Response.StatusCode
+	}
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return ae.Code
+	}
+	return 0
+}
+
+// postText posts text and returns the message Discord made, or, for a nonce it saw in the
+// last minutes, the message made with it then (whose text may differ).
+func (c *Channel) postText(ctx context.Context, s *channels.Sender, dest, text string, ref *discordgo.MessageReference, nonce string) (*discordgo.Message, error) {
 	var m *discordgo.Message
 	err := c.callWith(ctx, s, dest, "send a message", func(ctx context.Context) (err error) {
-		m, err = c.s.ChannelMessageSendComplex(dest, &discordgo.MessageSend{Content: text, Reference: ref, AllowedMentions: noPings()}, discordgo.WithContext(ctx))
+		m, err = c.create(ctx, dest, &discordgo.MessageSend{Content: text, Reference: ref, AllowedMentions: noPings()}, nonce)
 		return err
 	})
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	return m.ID, nil
+	return m, nil
 }
 
-func (c *Channel) edit(ctx context.Context, s *channels.Sender, dest, id, text string) error {
-	return c.callWith(ctx, s, dest, "edit a message", func(ctx context.Context) error {
+// maxNonce is Discord's limit on a message nonce, in characters.
+const maxNonce = 25
+
+// noncedSend is a create with a nonce that Discord enforces, which discordgo's MessageSend
+// cannot express.
+type noncedSend struct {
+	*discordgo.MessageSend
+	Nonce        string `json:"nonce,omitempty"`
+	EnforceNonce bool   `json:"enforce_nonce,omitempty"`
+}
+
+// create posts data in dest, as discordgo's ChannelMessageSendComplex does, with nonce
+// enforced unless it is "". A retry of a create that reached Discord, its answer lost,
+// is so answered with the message made, not a second one.
+func (c *Channel) create(ctx context.Context, dest string, data *discordgo.MessageSend, nonce string) (*discordgo.Message, error) {
+	body := noncedSend{MessageSend: data, Nonce: nonce, EnforceNonce: nonce != ""}
+	endpoint := discordgo.EndpointChannelMessages(dest)
+	var resp []byte
+	var err error
+	if len(data.Files) > 0 {
+		ct, b, merr := discordgo.MultipartBodyWithJSON(body, data.Files)
+		if merr != nil {
+			return nil, merr
+		}
+		resp, err = c.s.RequestRaw(http.MethodPost, endpoint, ct, b, endpoint, 0, discordgo.WithContext(ctx))
+	} else {
+		resp, err = c.s.RequestWithBucketID(http.MethodPost, endpoint, body, endpoint, discordgo.WithContext(ctx))
+	}
+	if err != nil {
+		return nil, err
+	}
+	var m discordgo.Message
+	if err := json.Unmarshal(resp, &m); err != nil {
+		return nil, fmt.Errorf("discord: the created message is not readable: %w", err)
+	}
+	return &m, nil
+}
+
+// edit makes message id show text; gone reports Discord answering that there is no such
+// message (deleted), which the error, scrubbed, no longer tells.
+func (c *Channel) edit(ctx context.Context, s *channels.Sender, dest, id, text string) (gone bool, err error) {
+	err = c.callWith(ctx, s, dest, "edit a message", func(ctx context.Context) error {
 		_, err := c.s.ChannelMessageEditComplex(&discordgo.MessageEdit{ID: id, Channel: dest, Content: &text, AllowedMentions: noPings()}, discordgo.WithContext(ctx))
+		gone = isStatus(err, http.StatusNotFound)
 		return err
 	})
+	return gone, err
 }
 
-func (c *Channel) remove(ctx context.Context, s *channels.Sender, dest, id string) error {
-	return c.callWith(ctx, s, dest, "delete a message", func(ctx context.Context) error {
-		return c.s.ChannelMessageDelete(dest, id, discordgo.WithContext(ctx))
+// remove deletes message id; gone as for edit.
+func (c *Channel) remove(ctx context.Context, s *channels.Sender, dest, id string) (gone bool, err error) {
+	err = c.callWith(ctx, s, dest, "delete a message", func(ctx context.Context) error {
+		err := c.s.ChannelMessageDelete(dest, id, discordgo.WithContext(ctx))
+		gone = isStatus(err, http.StatusNotFound)
+		return err
 	})
+	return gone, err
 }
 
 // partBytes returns a media part's bytes, at most Discord's upload limit.
@@ -344,7 +485,7 @@ func partBytes(p channels.Part) ([]byte, error) {
 	return b, nil
 }
 
-func (c *Channel) sendFile(ctx context.Context, dest string, p channels.Part, ref *discordgo.MessageReference) error {
+func (c *Channel) sendFile(ctx context.Context, dest string, p channels.Part, ref *discordgo.MessageReference, nonce string) error {
 	data, err := partBytes(p)
 	if err != nil {
 		return err
@@ -357,10 +498,10 @@ func (c *Channel) sendFile(ctx context.Context, dest string, p channels.Part, re
 		name = "file" + extFor(p.MIME)
 	}
 	return c.call(ctx, dest, "send a file", func(ctx context.Context) error {
-		_, err := c.s.ChannelMessageSendComplex(dest, &discordgo.MessageSend{
+		_, err := c.create(ctx, dest, &discordgo.MessageSend{
 			Content: p.Text, Reference: ref, AllowedMentions: noPings(),
 			Files: []*discordgo.File{{Name: name, ContentType: p.MIME, Reader: bytes.NewReader(data)}},
-		}, discordgo.WithContext(ctx))
+		}, nonce)
 		return err
 	})
 }

@@ -31,13 +31,15 @@ type voicePayload struct {
 	Attachments      []voiceAttachment                 `json:"attachments"`
 	MessageReference *discordgo.MessageReference       `json:"message_reference,omitempty"`
 	AllowedMentions  *discordgo.MessageAllowedMentions `json:"allowed_mentions,omitempty"`
+	Nonce            string                            `json:"nonce,omitempty"`
+	EnforceNonce     bool                              `json:"enforce_nonce,omitempty"`
 }
 
 // sendVoice posts an audio part as a native voice message: Ogg/Opus in a multipart body
 // with flags IS_VOICE_MESSAGE and attachments[0].duration_secs and waveform, which
 // discordgo's MessageSend cannot express. Audio that is not Ogg is converted first; if
 // that fails it goes out as a plain file rather than not at all.
-func (c *Channel) sendVoice(ctx context.Context, dest string, p channels.Part, ref *discordgo.MessageReference) error {
+func (c *Channel) sendVoice(ctx context.Context, dest string, p channels.Part, ref *discordgo.MessageReference, nonce string) error {
 	data, err := partBytes(p)
 	if err != nil {
 		return err
@@ -53,7 +55,7 @@ func (c *Channel) sendVoice(ctx context.Context, dest string, p channels.Part, r
 		ogg, err := c.toOgg(vctx, path)
 		if err != nil {
 			c.log.Warn("discord: could not convert audio to a voice message; sending it as a file", "mime", p.MIME, "err", err)
-			return c.sendFile(ctx, dest, p, ref)
+			return c.sendFile(ctx, dest, p, ref, nonce)
 		}
 		data, p.Duration = ogg, 0
 		if path, cleanup, err = c.partFile(channels.Part{}, data); err != nil {
@@ -67,6 +69,8 @@ func (c *Channel) sendVoice(ctx context.Context, dest string, p channels.Part, r
 		Attachments:      []voiceAttachment{{ID: "0", Filename: voiceName, DurationSecs: secs, Waveform: base64.StdEncoding.EncodeToString(wave)}},
 		MessageReference: ref,
 		AllowedMentions:  noPings(),
+		Nonce:            nonce,
+		EnforceNonce:     nonce != "",
 	}
 	endpoint := discordgo.EndpointChannelMessages(dest)
 	return c.call(ctx, dest, "send a voice message", func(ctx context.Context) error {

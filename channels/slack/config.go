@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"strings"
 
+	slackgo "github.com/slack-go/slack"
+
 	"gateway/channels"
 	"gateway/internal/secret"
 )
@@ -116,6 +118,17 @@ func validUserID(id string) bool {
 		}
 	}
 	return true
+}
+
+// WithDefaults is cfg as the adapter runs it: each key that is not set takes its default.
+func (c Config) WithDefaults() Config {
+	if c.APIURL == "" {
+		c.APIURL = slackgo.APIURL
+	}
+	c.Mode = c.mode()
+	c.MaxFileBytes = c.maxFileBytes()
+	c.Access = c.Access.WithDefaults()
+	return c
 }
 
 func (c Config) mode() string {

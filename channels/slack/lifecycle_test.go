@@ -14,6 +14,7 @@ import (
 
 	"gateway/channels"
 	"gateway/channels/slack/slacktest"
+	"gateway/internal/fakeserver"
 )
 
 // lifeClient is an HTTP client of the adapter's own, so that a test can close its idle
@@ -103,24 +104,30 @@ func countNil(errs []error) int {
 }
 
 // A Start that fails, at auth.test or at the Socket Mode connection, or that runs out of
-// time, returns with no goroutine of the adapter left, the fake Slack still running.
+// time, returns with no goroutine of the adapter left, the fake Slack still running; a
+// rejected token is a permanent failure, an outage is not.
 func TestFailedStartLeavesNoGoroutine(t *testing.T) {
 	s := slacktest.New(t)
 	cases := []struct {
-		name    string
-		mutate  func(*Config)
-		timeout time.Duration
-		want    string
+		name      string
+		mutate    func(*Config)
+		timeout   time.Duration
+		want      string
+		permanent bool
 	}{
-		{"bot token rejected", func(c *Config) { c.BotToken = rejectedToken }, 10 * time.Second, "the bot token was rejected"},
+		{"bot token rejected", func(c *Config) { c.BotToken = rejectedToken }, 10 * time.Second, "the bot token was rejected", true},
 		{"bot token rejected, events mode", func(c *Config) {
 			c.BotToken, c.Mode, c.AppToken, c.SigningSecret = rejectedToken, ModeEvents, "", slacktest.SigningSecret
-		}, 10 * time.Second, "the bot token was rejected"},
-		{"app token rejected", func(c *Config) { c.AppToken = "xapp-1-wrong-app-token" }, 10 * time.Second, "the app token was rejected"},
-		{"Slack unreachable", func(c *Config) { c.APIURL = "http://127.0.0.1:1/api/" }, 300 * time.Millisecond, "cannot reach the Slack API"},
+		}, 10 * time.Second, "the bot token was rejected", true},
+		{"app token rejected", func(c *Config) { c.AppToken = "xapp-1-wrong-app-token" }, 10 * time.Second, "the app token was rejected", true},
+		{"Slack unreachable", func(c *Config) { c.APIURL = "http://127.0.0.1:1/api/" }, 300 * time.Millisecond, "cannot reach the Slack API", false},
+		{"Socket Mode answering 503", func(*Config) {
+			s.FailNext(1000, fakeserver.Failure{Method: "apps.connections.open", Status: http.StatusServiceUnavailable})
+		}, 10 * time.Second, "cannot open a Socket Mode connection", false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			defer s.ClearFailures()
 			ignore := goleak.IgnoreCurrent() // the fake's own goroutines
 			hc, closeIdle := lifeClient()
 			cfg := fakeConfig(s)
@@ -136,6 +143,9 @@ func TestFailedStartLeavesNoGoroutine(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("Start = %v; want an error saying %q", err, c.want)
 			}
+			if got := errors.Is(err, channels.ErrPermanent); got != c.permanent {
+				t.Fatalf("Start = %v: permanent %v; want %v", err, got, c.permanent)
+			}
 			closeIdle()
 			goleak.VerifyNone(t, ignore)
 			if err := ch.Stop(context.Background()); err != nil {
@@ -146,4 +156,43 @@ func TestFailedStartLeavesNoGoroutine(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A Start that failed because Socket Mode could not connect (apps.connections.open answering
+// 503) says so at once, and the same channel starts once Slack is back and delivers what
+// users send.
+func TestStartAgainAfterSocketModeWasDown(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	s := slacktest.New(t)
+	hc, closeIdle := lifeClient()
+	cfg := fakeConfig(s)
+	cfg.Access = channels.Access{AllowFrom: []string{user}, DMPolicy: channels.DMAllowlist}
+	ch, err := New(cfg, Options{Logger: testLogger(t), StateDir: t.TempDir(), HTTPClient: hc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.FailNext(1000, fakeserver.Failure{Method: "apps.connections.open", Status: http.StatusServiceUnavailable})
+	sink := newRecSink()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := ch.Start(ctx, sink); err == nil || errors.Is(err, channels.ErrPermanent) {
+		t.Fatalf("Start while Socket Mode answers 503 = %v; want a failure that may pass", err)
+	}
+	s.ClearFailures()
+	if err := ch.Start(ctx, sink); err != nil {
+		t.Fatalf("Start once Slack is back: %v", err)
+	}
+	if n := len(s.Calls("apps.connections.open")); n < 2 {
+		t.Fatalf("apps.connections.open was called %d times; want the failed one and the next", n)
+	}
+	s.DM("D4242", user, "hello again")
+	if m := sink.Next(t); m.Text() != "hello again" {
+		t.Fatalf("delivered %q", m.Text())
+	}
+	if err := ch.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	closeIdle()
+	s.Close()
+	goleak.VerifyNone(t, ignore)
 }

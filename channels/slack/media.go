@@ -75,18 +75,7 @@ func (c *Channel) Fetch(ctx context.Context, msg *channels.Message) error {
 	}
 	c.prune()
 	f := channels.FetchRefs(msg.Parts, func(p channels.Part) (channels.Part, string) { return c.fetchPart(ctx, msg, p) })
-	return f.Settle(ctx, msg, withText(f.Refused), missingNote, func(text string) { c.notice(ctx, channels.TargetOf(msg), text) })
-}
-
-// withText reports whether the message of these referenced parts carries words of its own.
-func withText(refs []channels.Part) bool {
-	for _, p := range refs {
-		var r fileRef
-		if json.Unmarshal([]byte(p.Ref), &r) == nil && r.Text {
-			return true
-		}
-	}
-	return false
+	return f.Settle(ctx, msg, channels.AnyRef(f.Refused, func(r fileRef) bool { return r.Text }), missingNote, func(text string) { c.notice(ctx, channels.TargetOf(msg), text) })
 }
 
 // missingNote tells the agent that files it does not see came with the message.

@@ -85,12 +85,7 @@ func New(cfg Config, opts Options) (*Channel, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if cfg.APIURL == "" {
-		cfg.APIURL = slackgo.APIURL
-	}
-	if cfg.Mode == "" {
-		cfg.Mode = ModeSocket
-	}
+	cfg = cfg.WithDefaults()
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -218,24 +213,39 @@ func (c *Channel) Start(ctx context.Context, sink channels.Sink) error {
 // authTest returns the bot's user id, or an error that says which setting to fix.
 func (c *Channel) authTest(ctx context.Context) (string, error) {
 	var res *slackgo.AuthTestResponse
-	var code string // of the last attempt: the error Do returns is scrubbed
+	var last error // of the last attempt: the error Do returns is scrubbed
 	err := c.startup.Do(ctx, "", func(ctx context.Context) error {
-		var err error
-		res, err = c.api.AuthTestContext(ctx)
-		code = slackError(err)
-		return err
+		res, last = c.api.AuthTestContext(ctx)
+		return last
 	})
-	if err != nil && code != "" {
+	if code := slackError(last); err != nil && code != "" {
 		switch code {
 		case "invalid_auth", "not_authed", "account_inactive", "token_revoked", "token_expired":
-			return "", fmt.Errorf("slack: the bot token was rejected (%s); check channels.slack.bot_token", code)
+			return "", channels.Permanent(fmt.Errorf("slack: the bot token was rejected (%s); check channels.slack.bot_token", code))
 		}
-		return "", fmt.Errorf("slack: auth.test failed: %s", code)
+		return "", refusal(last, fmt.Errorf("slack: auth.test failed: %s", code))
 	}
 	if err != nil {
-		return "", fmt.Errorf("slack: cannot reach the Slack API at %s: %w", c.cfg.APIURL, err)
+		return "", refusal(last, fmt.Errorf("slack: cannot reach the Slack API at %s: %w", c.cfg.APIURL, err))
 	}
 	return res.UserID, nil
+}
+
+// refusal is err, the error Start returns for cause, marked permanent when Slack refused the
+// call for a reason no retry fixes (an error code other than a rate limit or an outage, a
+// 4xx answer): a network failure, a timeout, a 5xx or a 429 may pass, and the gateway tries
+// the start again.
+func refusal(cause, err error) error {
+	if retry, _ := retryable(cause); retry || cause == nil || errors.Is(cause, context.Canceled) {
+		return err
+	}
+	if slackError(cause) != "" {
+		return channels.Permanent(err)
+	}
+	if sc, ok := errors.AsType[slackgo.StatusCodeError](cause); ok && sc.Code < 500 {
+		return channels.Permanent(err)
+	}
+	return err
 }
 
 // Stop disconnects and waits for the adapter's goroutines and Events API requests, or ctx.

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	slackgo "github.com/slack-go/slack"
+
 	"gateway/channels"
 	"gateway/channels/channeltest"
 	"gateway/channels/slack/slacktest"
@@ -652,5 +654,64 @@ func TestLifecycle(t *testing.T) {
 	st := start(t, s, nil)
 	if m := st.sink.Next(t); m.Text() != "while away" {
 		t.Fatalf("delivered %q", m.Text())
+	}
+}
+
+// An answer resumed after a crash (Target.Resume) replaces the parts its cut attempt had
+// sent, a note and a voice note: the chat shows each once, not the cut attempt's beside the
+// new ones; with no parts of its own it removes them at its end. One deleted meanwhile is
+// no failure.
+func TestResumedAnswerReplacesTheCutAttemptsParts(t *testing.T) {
+	s := slacktest.New(t)
+	st := start(t, s, nil)
+	const chat = "D40"
+	var placed []string
+	target := channels.Target{Channel: "slack", ChatID: chat, ChatType: channels.ChatDM,
+		Placed: func(p string) { placed = append(placed, p) }}
+	voice := channels.Part{Type: channels.PartAudio, Voice: true, MIME: "audio/ogg", Data: randomBytes(t, 1500)}
+	parts := channels.Frame{Type: channels.FrameParts, Parts: []channels.Part{{Type: channels.PartText, Text: "a note"}, voice}}
+	shows := func() []string {
+		var out []string
+		for _, m := range s.Posted(chat) {
+			item := m.Text
+			for _, f := range m.Files {
+				item = "file " + f.Title
+			}
+			out = append(out, item)
+		}
+		return out
+	}
+
+	// The cut attempt: the answer and its parts, then nothing (the crash).
+	answer(t, st.ch, target, channels.Frame{Type: channels.FrameStart}, channels.Frame{Type: channels.FrameDelta, Text: "the cut answer"}, parts)
+	if got := shows(); !slices.Equal(got, []string{"the cut answer", "a note", "file Voice message"}) {
+		t.Fatalf("the cut attempt shows %q", got)
+	}
+
+	target.Resume = placed[len(placed)-1]
+	answer(t, st.ch, target, channels.Frame{Type: channels.FrameStart}, channels.Frame{Type: channels.FrameDelta, Text: "the answer"}, parts,
+		channels.Frame{Type: channels.FrameDone, Text: "the answer"})
+	if got := shows(); !slices.Equal(got, []string{"the answer", "a note", "file Voice message"}) {
+		t.Fatalf("the resumed answer shows %q; want the answer, the note and the voice note once each", got)
+	}
+	if n := len(s.Calls("files.delete")); n != 1 {
+		t.Errorf("files.delete called %d times; want once, for the cut attempt's voice note", n)
+	}
+
+	// Again, the voice note deleted meanwhile, and an answer without parts this time.
+	target.Resume = placed[len(placed)-1]
+	for _, m := range s.Posted(chat) {
+		if len(m.Files) > 0 {
+			if err := slackgo.New(slacktest.BotToken, slackgo.OptionAPIURL(s.APIURL())).DeleteFileContext(context.Background(), m.Files[0].ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	answer(t, st.ch, target, channels.Frame{Type: channels.FrameStart}, channels.Frame{Type: channels.FrameDone, Text: "the last answer"})
+	if got := shows(); !slices.Equal(got, []string{"the last answer"}) {
+		t.Fatalf("the resumed answer without parts shows %q; want the answer alone", got)
+	}
+	if p := placed[len(placed)-1]; strings.Contains(p, ";") {
+		t.Errorf("the last placement %q still names parts", p)
 	}
 }

@@ -30,17 +30,21 @@ func (c *Channel) runSocket(ctx context.Context, ready chan<- error) {
 		go func() { done <- smc.RunContext(runCtx) }() // ends with runCtx; awaited below
 		err := c.consume(runCtx, smc, done, &ready)
 		cancel()
+		if fe, ok := errors.AsType[firstConnError](err); ok {
+			<-done // the client ends with runCtx
+			err = fe.err
+		}
 		if ctx.Err() != nil {
 			return
 		}
 		code := slackError(err)
 		if ready != nil {
-			// The first connection failed for good: tell Start.
+			// The first connection failed: tell Start (the gateway tries again when it may pass).
 			switch code {
 			case "invalid_auth", "not_authed", "account_inactive", "token_revoked", "token_expired":
-				ready <- fmt.Errorf("slack: the app token was rejected (%s); check channels.slack.app_token", code)
+				ready <- channels.Permanent(fmt.Errorf("slack: the app token was rejected (%s); check channels.slack.app_token", code))
 			default:
-				ready <- fmt.Errorf("slack: cannot open a Socket Mode connection: %w", c.scrub.Wrap(err))
+				ready <- refusal(err, fmt.Errorf("slack: cannot open a Socket Mode connection: %w", c.scrub.Wrap(err)))
 			}
 			return
 		}
@@ -52,6 +56,12 @@ func (c *Channel) runSocket(ctx context.Context, ready chan<- error) {
 		backoff = min(backoff*2, 5*time.Minute)
 	}
 }
+
+// firstConnError is consume's error when the first connection attempt failed; the client
+// is still running until its context is cancelled.
+type firstConnError struct{ err error }
+
+func (e firstConnError) Error() string { return e.err.Error() }
 
 // consume handles the client's events until RunContext returns, and returns its error.
 func (c *Channel) consume(ctx context.Context, smc *socketmode.Client, done <-chan error, ready *chan<- error) error {
@@ -68,6 +78,11 @@ func (c *Channel) consume(ctx context.Context, smc *socketmode.Client, done <-ch
 				c.setUp(false, errConnLost)
 			case socketmode.EventTypeConnectionError:
 				if e, ok := evt.Data.(*slackgo.ConnectionErrorEvent); ok {
+					if *ready != nil {
+						// Start's connection: Start fails with why rather than wait out the
+						// client's backoff (up to minutes); the gateway tries again.
+						return firstConnError{e.ErrorObj}
+					}
 					c.mu.Lock()
 					c.connErr = c.scrub.Wrap(e.ErrorObj)
 					c.mu.Unlock()

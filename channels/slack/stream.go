@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -40,7 +41,20 @@ func (c *Channel) Open(ctx context.Context, target channels.Target) (channels.St
 		return nil, errors.New("slack: the answer has no chat id")
 	}
 	channel, thread := replyPlace(target)
-	st := &stream{c: c, target: target, channel: channel, thread: thread}
+	st := &stream{c: c, target: target, channel: channel, thread: thread, placement: target.Resume}
+	// The placement: the answer's messages, then after a ';' its parts (filePrefix marks a
+	// file). One without ';' is from before parts were kept.
+	text, parts, _ := strings.Cut(target.Resume, ";")
+	for ts := range strings.SplitSeq(text, ",") {
+		if ts != "" {
+			st.msgs = append(st.msgs, shown{ts: ts, old: true})
+		}
+	}
+	for p := range strings.SplitSeq(parts, ",") {
+		if p != "" {
+			st.oldParts = append(st.oldParts, p)
+		}
+	}
 	if isSlashID(target.ReplyToID) {
 		// The answer to a slash command: the command is no message to thread under or
 		// react to. In a channel its reply goes to its user alone, while the adapter
@@ -68,9 +82,42 @@ type stream struct {
 	started  bool // a turn runs (start frame): an answer, not a one-shot notice
 	slash    *slashInfo
 	ended    bool
+	// placement is what target.Placed was last told: the ts of msgs, then those of the parts.
+	placement string
+
+	// partsSent are the parts sent (message:send's text, voice, files): a message's ts, or
+	// filePrefix and an uploaded file's id.
+	partsSent []string
+	// oldParts are the parts of an earlier attempt at this answer, cut by a crash
+	// (Target.Resume), in the same form: removed before this answer's parts, which take
+	// their place.
+	oldParts []string
 }
 
-type shown struct{ ts, text string }
+// filePrefix marks a file's id among the parts of a placement, apart from a message's ts.
+const filePrefix = "f:"
+
+type shown struct {
+	ts   string
+	text string // "" for one of an earlier attempt, not yet edited
+	old  bool   // posted by an earlier attempt at this answer, cut by a crash (Target.Resume)
+}
+
+// report tells target.Placed the answer's messages, when they changed since the last time.
+func (s *stream) report() {
+	tss := make([]string, len(s.msgs))
+	for i, m := range s.msgs {
+		tss[i] = m.ts
+	}
+	p := strings.Join(tss, ",")
+	if parts := append(slices.Clone(s.oldParts), s.partsSent...); len(parts) > 0 {
+		p += ";" + strings.Join(parts, ",")
+	}
+	if p != s.placement && s.target.Placed != nil {
+		s.placement = p
+		s.target.Placed(p)
+	}
+}
 
 // Send renders one frame; see channels.Stream.
 func (s *stream) Send(ctx context.Context, f channels.Frame) error {
@@ -100,6 +147,7 @@ func (s *stream) Send(ctx context.Context, f channels.Frame) error {
 		}
 		return s.flush(ctx, false)
 	case channels.FrameParts:
+		s.dropOldParts(ctx)
 		if err := s.flush(ctx, true); err != nil {
 			return err
 		}
@@ -109,6 +157,7 @@ func (s *stream) Send(ctx context.Context, f channels.Frame) error {
 			}
 		}
 	case channels.FrameDone:
+		s.dropOldParts(ctx)
 		if s.slash != nil && !s.started && len(s.msgs) == 0 && s.text.Len() == 0 && f.Text != "" {
 			// A command's reply is for the user who typed it.
 			err := s.c.ephemeral(ctx, s.channel, s.thread, s.slash.user, f.Text)
@@ -164,12 +213,23 @@ func (s *stream) sync(ctx context.Context, md string, snd *channels.Sender) erro
 		}
 	}
 	defer func() { s.lastEdit = time.Now() }()
-	for i, ch := range chunks {
+	for i := 0; i < len(chunks); i++ {
+		ch := chunks[i]
 		if i < len(s.msgs) {
 			if s.msgs[i].text == ch {
 				continue
 			}
-			if err := s.c.update(ctx, snd, s.channel, s.msgs[i].ts, ch); err != nil {
+			gone, err := s.c.update(ctx, snd, s.channel, s.msgs[i].ts, ch)
+			if s.msgs[i].old && gone {
+				// A message of the answer the restart cut, deleted since: the answer goes
+				// on without it, in new messages if need be.
+				s.c.log.Info("slack: a message of the answer cut by the restart cannot be edited; the answer goes on without it", "chat", s.channel, "ts", s.msgs[i].ts, "err", err)
+				s.msgs = slices.Delete(s.msgs, i, i+1)
+				s.report()
+				i--
+				continue
+			}
+			if err != nil {
 				return err
 			}
 			s.msgs[i].text = ch
@@ -180,6 +240,7 @@ func (s *stream) sync(ctx context.Context, md string, snd *channels.Sender) erro
 			return err
 		}
 		s.msgs = append(s.msgs, shown{ts: ts, text: ch})
+		s.report()
 		s.answered()
 	}
 	for len(s.msgs) > len(chunks) {
@@ -188,6 +249,7 @@ func (s *stream) sync(ctx context.Context, md string, snd *channels.Sender) erro
 			return err
 		}
 		s.msgs = s.msgs[:len(s.msgs)-1]
+		s.report()
 	}
 	s.dirty = false
 	return nil
@@ -204,7 +266,9 @@ func (s *stream) answered() {
 func (s *stream) sendPart(ctx context.Context, p channels.Part) error {
 	switch p.Type {
 	case channels.PartText:
-		if _, err := s.c.postText(ctx, s.channel, s.thread, markdown.Mrkdwn(p.Text)); err != nil {
+		tss, err := s.c.postText(ctx, s.channel, s.thread, markdown.Mrkdwn(p.Text))
+		s.partSent(tss...)
+		if err != nil {
 			return err
 		}
 		s.answered()
@@ -217,12 +281,45 @@ func (s *stream) sendPart(ctx context.Context, p channels.Part) error {
 		if len(data) == 0 {
 			return errors.New("slack: a media part has no data to upload")
 		}
-		if err := s.c.upload(ctx, s.channel, s.thread, p, data); err != nil {
+		id, err := s.c.upload(ctx, s.channel, s.thread, p, data)
+		if err != nil {
 			return err
+		}
+		if id != "" {
+			s.partSent(filePrefix + id)
 		}
 		s.answered()
 	}
 	return nil
+}
+
+// partSent keeps parts sent, so that an answer cut by a crash after them replaces them
+// rather than sending them a second time.
+func (s *stream) partSent(parts ...string) {
+	if len(parts) > 0 {
+		s.partsSent = append(s.partsSent, parts...)
+		s.report()
+	}
+}
+
+// dropOldParts deletes the parts an earlier attempt at this answer sent before a crash cut
+// it: this answer sends its own, and the chat shows each once. One Slack says is gone
+// already is forgotten; one that cannot be deleted is logged and left.
+func (s *stream) dropOldParts(ctx context.Context) {
+	for len(s.oldParts) > 0 {
+		p := s.oldParts[0]
+		var err error
+		if id, ok := strings.CutPrefix(p, filePrefix); ok {
+			err = s.c.deleteFile(ctx, s.channel, id)
+		} else {
+			err = s.c.delete(ctx, &s.c.send, s.channel, p)
+		}
+		if err != nil {
+			s.c.log.Warn("slack: a part of the answer cut by the restart could not be removed", "chat", s.channel, "part", p, "err", err)
+		}
+		s.oldParts = s.oldParts[1:]
+		s.report()
+	}
 }
 
 // typingOn shows that the turn runs: the assistant thread status where Slack allows it,
@@ -351,11 +448,16 @@ func (c *Channel) postText(ctx context.Context, channel, thread, text string) ([
 	return tss, nil
 }
 
-func (c *Channel) update(ctx context.Context, snd *channels.Sender, channel, ts, text string) error {
-	return failed("chat.update", channel, snd.Do(ctx, channel, func(ctx context.Context) error {
+// update makes message ts show text; gone reports Slack answering that the message cannot
+// be edited any more (deleted), which the error, scrubbed, no longer tells.
+func (c *Channel) update(ctx context.Context, snd *channels.Sender, channel, ts, text string) (gone bool, err error) {
+	err = failed("chat.update", channel, snd.Do(ctx, channel, func(ctx context.Context) error {
 		_, _, _, err := c.api.UpdateMessageContext(ctx, channel, ts, slackgo.MsgOptionText(text, false))
+		e := slackError(err)
+		gone = e == "message_not_found" || e == "cant_update_message"
 		return err
 	}))
+	return gone, err
 }
 
 func (c *Channel) delete(ctx context.Context, snd *channels.Sender, channel, ts string) error {
@@ -368,9 +470,22 @@ func (c *Channel) delete(ctx context.Context, snd *channels.Sender, channel, ts 
 	}))
 }
 
+// deleteFile deletes a file the bot uploaded, and with it its message in channel; one
+// already deleted is no error.
+func (c *Channel) deleteFile(ctx context.Context, channel, id string) error {
+	return failed("files.delete", channel, c.send.Do(ctx, channel, func(ctx context.Context) error {
+		err := c.api.DeleteFileContext(ctx, id)
+		if e := slackError(err); e == "file_not_found" || e == "file_deleted" {
+			return nil
+		}
+		return err
+	}))
+}
+
 // upload shares a file into the thread with the external upload flow
-// (files.getUploadURLExternal, the upload, files.completeUploadExternal).
-func (c *Channel) upload(ctx context.Context, channel, thread string, p channels.Part, data []byte) error {
+// (files.getUploadURLExternal, the upload, files.completeUploadExternal) and returns the
+// file's id.
+func (c *Channel) upload(ctx context.Context, channel, thread string, p channels.Part, data []byte) (string, error) {
 	name := p.Name
 	if name == "" {
 		name = defaultName(p)
@@ -379,13 +494,18 @@ func (c *Channel) upload(ctx context.Context, channel, thread string, p channels
 	if p.Type == channels.PartAudio && p.Voice {
 		title = "Voice message"
 	}
-	return failed("file upload", channel, c.transfer.Do(ctx, channel, func(ctx context.Context) error {
-		_, err := c.api.UploadFileContext(ctx, slackgo.UploadFileParameters{
+	var id string
+	err := c.transfer.Do(ctx, channel, func(ctx context.Context) error {
+		f, err := c.api.UploadFileContext(ctx, slackgo.UploadFileParameters{
 			Filename: name, FileSize: len(data), Reader: bytes.NewReader(data),
 			Title: title, Channel: channel, ThreadTimestamp: thread,
 		})
+		if f != nil {
+			id = f.ID
+		}
 		return err
-	}))
+	})
+	return id, failed("file upload", channel, err)
 }
 
 func defaultName(p channels.Part) string {

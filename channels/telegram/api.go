@@ -69,7 +69,7 @@ func (c *Channel) callJSON(ctx context.Context, method string, params, dest any)
 // not read (the sent message's id is never used), only a refusal. The file is not copied:
 // the body reads it in place between the form's head and tail, and each call (each attempt
 // of a retry) reads it whole again.
-func (c *Channel) callMultipart(ctx context.Context, method string, params any, field, name string, data []byte) error {
+func (c *Channel) callMultipart(ctx context.Context, method string, params any, field, name string, data []byte, dest any) error {
 	head, tail, ctype, err := multipartForm(params, field, name)
 	if err != nil {
 		return fmt.Errorf("error build request form for method %s, %w", method, err)
@@ -85,7 +85,7 @@ func (c *Channel) callMultipart(ctx context.Context, method string, params any, 
 	req.ContentLength = int64(len(head) + len(data) + len(tail))
 	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(body()), nil }
 	req.Header.Set("Content-Type", ctype)
-	return c.do(req, method, nil)
+	return c.do(req, method, dest)
 }
 
 // multipartForm is the form of an upload but for the file's bytes: head ends with the

@@ -89,8 +89,8 @@ func validUserID(id string) bool {
 	return err == nil
 }
 
-// withDefaults fills in what an empty key means.
-func (c Config) withDefaults() Config {
+// WithDefaults is cfg as the adapter runs it: each key that is not set takes its default.
+func (c Config) WithDefaults() Config {
 	if c.APIURL == "" {
 		c.APIURL = DefaultAPIURL
 	}
@@ -100,9 +100,7 @@ func (c Config) withDefaults() Config {
 	if c.MaxFileBytes == 0 {
 		c.MaxFileBytes = DefaultMaxFileBytes
 	}
-	if c.DMPolicy == "" {
-		c.DMPolicy = channels.DMAllowlist
-	}
+	c.Access = c.Access.WithDefaults()
 	return c
 }
 

@@ -99,3 +99,14 @@ func isParseError(err error) bool {
 func isVoiceForbidden(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "VOICE_MESSAGES_FORBIDDEN")
 }
+
+// isGone reports Telegram refusing to edit or delete a message that is no longer there to
+// change: deleted, or past the time a bot may change it.
+func isGone(err error) bool {
+	if err == nil {
+		return false
+	}
+	e := err.Error()
+	return strings.Contains(e, "message to edit not found") || strings.Contains(e, "message to delete not found") ||
+		strings.Contains(e, "message can't be edited") || strings.Contains(e, "message can't be deleted")
+}

@@ -3,6 +3,7 @@ package telegram_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -12,12 +13,14 @@ import (
 	"gateway/channels"
 	"gateway/channels/channeltest"
 	"gateway/channels/telegram"
+	"gateway/channels/telegram/telegramtest"
+	"gateway/internal/fakeserver"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// A Start that fails (the fake rejects the token) leaves no goroutine behind, and the
-// channel is then stopped: Stop is a no-op and a second Start is refused.
+// A Start that fails (the fake rejects the token) leaves no goroutine behind and says the
+// failure is permanent; Stop after it is a no-op, and a Start after that Stop is refused.
 func TestFailedStartLeavesNoGoroutine(t *testing.T) {
 	f := newFixture(t)
 	cfg := f.config()
@@ -28,8 +31,8 @@ func TestFailedStartLeavesNoGoroutine(t *testing.T) {
 		t.Fatal(err)
 	}
 	sink := channeltest.NewSink()
-	if err := ch.Start(context.Background(), sink); err == nil {
-		t.Fatal("Start succeeded with a rejected token")
+	if err := ch.Start(context.Background(), sink); !errors.Is(err, channels.ErrPermanent) {
+		t.Fatalf("Start with a rejected token = %v; want a permanent failure", err)
 	}
 	goleak.VerifyNone(t, before)
 	stop(t, ch)
@@ -93,5 +96,41 @@ func TestConcurrentStartStop(t *testing.T) {
 			t.Errorf("round %d: Open after Stop succeeded", i)
 		}
 		goleak.VerifyNone(t, before)
+	}
+}
+
+// A Start that failed because the Bot API was down (502 on every call) is no permanent
+// failure, leaves no goroutine behind, and the same channel starts once the API is back and
+// delivers what users send.
+func TestStartAgainAfterTheBotAPIWasDown(t *testing.T) {
+	f := newFixture(t)
+	before := goleak.IgnoreCurrent()
+	ch, err := telegram.New(f.config(), f.options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.srv.FailNext(1000, fakeserver.Failure{Method: "getMe", Status: http.StatusBadGateway})
+	sink := channeltest.NewSink()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err = ch.Start(ctx, sink)
+	if err == nil {
+		t.Fatal("Start succeeded while the Bot API answered 502")
+	}
+	if errors.Is(err, channels.ErrPermanent) {
+		t.Fatalf("a Bot API answering 502 is a permanent failure: %v", err)
+	}
+	if n := len(f.srv.Calls("getMe")); n < 2 {
+		t.Fatalf("getMe was tried %d times; want the start-up call retried", n)
+	}
+	goleak.VerifyNone(t, before)
+	f.srv.ClearFailures()
+	if err := ch.Start(ctx, sink); err != nil {
+		t.Fatalf("Start once the Bot API is back: %v", err)
+	}
+	defer stop(t, ch)
+	f.srv.Send(telegramtest.Update{ChatID: telegramtest.UserID, Text: "hello again"})
+	if m := sink.Next(t); m.Text() != "hello again" {
+		t.Fatalf("delivered %q", m.Text())
 	}
 }

@@ -196,18 +196,7 @@ func (c *Channel) addMedia(m *channels.Message, msg *message, captioned bool) {
 // so that a caption is never lost with its photo.
 func (c *Channel) Fetch(ctx context.Context, msg *channels.Message) error {
 	f := channels.FetchRefs(msg.Parts, func(p channels.Part) (channels.Part, string) { return c.fetchPart(ctx, p) })
-	return f.Settle(ctx, msg, captioned(f.Refused), missingNote, func(text string) { c.notify(ctx, notifyTarget(msg), text) })
-}
-
-// captioned reports whether the message of these referenced parts carries a caption.
-func captioned(refs []channels.Part) bool {
-	for _, p := range refs {
-		var r fileRef
-		if json.Unmarshal([]byte(p.Ref), &r) == nil && r.Caption {
-			return true
-		}
-	}
-	return false
+	return f.Settle(ctx, msg, channels.AnyRef(f.Refused, func(r fileRef) bool { return r.Caption }), missingNote, func(text string) { c.notify(ctx, notifyTarget(msg), text) })
 }
 
 // missingNote tells the agent that media it does not see came with the message.

@@ -7,6 +7,7 @@ import (
 	"mime"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,6 +46,19 @@ func (c *Channel) Open(ctx context.Context, t channels.Target) (channels.Stream,
 	if t.ChatType == channels.ChatGroup && t.ReplyToID != "" {
 		s.replyTo, _ = strconv.Atoi(t.ReplyToID)
 	}
+	s.placed, s.placement = t.Placed, t.Resume
+	// The placement: the answer's messages, then after a ';' those of its parts.
+	text, parts, _ := strings.Cut(t.Resume, ";")
+	for f := range strings.SplitSeq(text, ",") {
+		if id, err := strconv.Atoi(f); err == nil {
+			s.sent = append(s.sent, sentMsg{id: id, old: true})
+		}
+	}
+	for f := range strings.SplitSeq(parts, ",") {
+		if id, err := strconv.Atoi(f); err == nil {
+			s.oldParts = append(s.oldParts, id)
+		}
+	}
 	return s, nil
 }
 
@@ -65,14 +79,55 @@ type stream struct {
 	rendered   []string // its chunks
 
 	// previewing is closed when the preview in flight ended; nil when none was started.
-	// While it runs, the preview owns sent and the render cache.
+	// While it runs, the preview owns sent and the render cache, and reports placement.
 	previewing chan struct{}
+
+	placed    func(string) // told the ids of sent and of the parts when they change (channels.Target.Placed)
+	placement string       // what it was last told
+
+	partMsgs []int // the messages of the parts sent (message:send's text, voice, files)
+	// oldParts are the parts' messages of an earlier attempt at this answer, cut by a
+	// crash (Target.Resume): removed before this answer's parts, which take their place.
+	oldParts []int
 }
 
 type sentMsg struct {
 	id   int
-	html string // the chunk it shows
+	html string // the chunk it shows; "" for one of an earlier attempt, not yet edited
+	old  bool   // posted by an earlier attempt at this answer, cut by a crash (Target.Resume)
 }
+
+// report tells placed the answer's messages, when they changed since the last time.
+func (s *stream) report() {
+	ids := make([]string, len(s.sent))
+	for i, m := range s.sent {
+		ids[i] = strconv.Itoa(m.id)
+	}
+	p := strings.Join(ids, ",")
+	if parts := append(slices.Clone(s.oldParts), s.partMsgs...); len(parts) > 0 {
+		pids := make([]string, len(parts))
+		for i, id := range parts {
+			pids[i] = strconv.Itoa(id)
+		}
+		p += ";" + strings.Join(pids, ",")
+	}
+	if p != s.placement && s.placed != nil {
+		s.placement = p
+		s.placed(p)
+	}
+}
+
+// leaveAside drops the i-th message, one of an earlier attempt that can no longer be
+// edited (deleted, or too old): the answer goes on without it, in new messages if need be.
+func (s *stream) leaveAside(i int, err error) {
+	s.c.log.Info("telegram: a message of the answer cut by the restart cannot be edited; the answer goes on without it",
+		"chat", s.chat, "message", s.sent[i].id, "err", err)
+	s.sent = slices.Delete(s.sent, i, i+1)
+	s.report()
+}
+
+// errGone is edit's error for a message of an earlier attempt that isGone.
+var errGone = errors.New("telegram: the message is gone")
 
 // Send shows one frame of the answer. Each frame's work is a method of its own: the
 // answer's final send waits for its send slot (seconds when many answers are due at once)
@@ -117,6 +172,7 @@ func (s *stream) delta(ctx context.Context, text string) {
 
 // parts sends the text so far, then the parts: a voice note follows the words it speaks.
 func (s *stream) parts(ctx context.Context, parts []channels.Part) error {
+	s.dropOldParts(ctx)
 	if s.text.Len() > 0 {
 		if err := s.sync(ctx, s.text.String()); err != nil {
 			return err
@@ -133,10 +189,29 @@ func (s *stream) parts(ctx context.Context, parts []channels.Part) error {
 // done shows the final text (what streamed when text is empty).
 func (s *stream) done(ctx context.Context, text string) error {
 	s.finish()
+	s.dropOldParts(ctx)
 	if text == "" {
 		text = s.text.String()
 	}
 	return s.sync(ctx, text)
+}
+
+// dropOldParts deletes the parts an earlier attempt at this answer sent before a crash cut
+// it: this answer sends its own, and the chat shows each once. A part that cannot be
+// deleted is logged and left.
+func (s *stream) dropOldParts(ctx context.Context) {
+	for len(s.oldParts) > 0 {
+		id := s.oldParts[0]
+		to, key := s.c.to(s.chat, 30*time.Second)
+		err := to.Do(ctx, key, func(ctx context.Context) error {
+			return s.c.deleteMessage(ctx, &bot.DeleteMessageParams{ChatID: s.chat, MessageID: id})
+		})
+		if err != nil && !isGone(err) {
+			s.c.log.Warn("telegram: a part of the answer cut by the restart could not be removed", "chat", s.chat, "message", id, "err", err)
+		}
+		s.oldParts = s.oldParts[1:]
+		s.report()
+	}
 }
 
 // fail ends the answer with an error notice.
@@ -360,9 +435,14 @@ func (s *stream) preview(ctx context.Context, md string) {
 		id, err := s.c.sendMessage(ctx, s.messageParams(chunks[i], true))
 		if err == nil {
 			s.sent = append(s.sent, sentMsg{id: id, html: chunks[i]})
+			s.report()
 		}
 		return err
 	})
+	if i < len(s.sent) && s.sent[i].old && isGone(err) {
+		s.leaveAside(i, err)
+		return
+	}
 	// A failed preview is only logged; a 429 has held the chat, so the final text waits
 	// out its retry_after too.
 	if err != nil && !errors.Is(err, channels.ErrSkipped) {
@@ -375,12 +455,18 @@ func (s *stream) preview(ctx context.Context, md string) {
 // sends that piece as plain text instead.
 func (s *stream) sync(ctx context.Context, md string) error {
 	chunks := s.renderOnce(md)
-	for i, chunk := range chunks {
+	for i := 0; i < len(chunks); i++ {
+		chunk := chunks[i]
 		if i < len(s.sent) {
 			if s.sent[i].html == chunk {
 				continue
 			}
-			if err := s.edit(ctx, i, chunk); err != nil {
+			err := s.edit(ctx, i, chunk)
+			if errors.Is(err, errGone) {
+				i-- // the next message of the earlier attempt, or a new one, takes its place
+				continue
+			}
+			if err != nil {
 				return err
 			}
 			continue
@@ -398,10 +484,11 @@ func (s *stream) sync(ctx context.Context, md string) error {
 			err := s.c.deleteMessage(ctx, &bot.DeleteMessageParams{ChatID: s.chat, MessageID: last.id})
 			return err
 		})
-		if err != nil {
+		if err != nil && !(last.old && isGone(err)) {
 			return fmt.Errorf("telegram: removing a stale part of the answer in chat %d: %w", s.chat, err)
 		}
 		s.sent = s.sent[:len(s.sent)-1]
+		s.report()
 	}
 	return nil
 }
@@ -423,6 +510,10 @@ func (s *stream) edit(ctx context.Context, i int, chunk string) error {
 		s.c.log.Warn("telegram: Telegram refused the HTML of an answer; sending it as plain text", "chat", s.chat, "err", err)
 		err = try(markdown.TelegramPlain(chunk, MaxText), "")
 	}
+	if s.sent[i].old && isGone(err) {
+		s.leaveAside(i, err)
+		return errGone
+	}
 	if err != nil {
 		return fmt.Errorf("telegram: editing the answer in chat %d: %w", s.chat, err)
 	}
@@ -430,16 +521,27 @@ func (s *stream) edit(ctx context.Context, i int, chunk string) error {
 	return nil
 }
 
+// sendNew posts the answer's next chunk, which the answer's later syncs edit.
 func (s *stream) sendNew(ctx context.Context, chunk string) error {
+	id, err := s.postChunk(ctx, chunk)
+	if err != nil {
+		return err
+	}
+	s.sent = append(s.sent, sentMsg{id: id, html: chunk})
+	s.report()
+	return nil
+}
+
+// postChunk posts one chunk of HTML, as plain text when Telegram refuses its HTML.
+func (s *stream) postChunk(ctx context.Context, chunk string) (int, error) {
 	id, err := s.post(ctx, s.messageParams(chunk, true))
 	if isParseError(err) {
 		id, err = s.postPlain(ctx, chunk, err)
 	}
 	if err != nil {
-		return fmt.Errorf("telegram: sending the answer to chat %d: %w", s.chat, err)
+		return 0, fmt.Errorf("telegram: sending the answer to chat %d: %w", s.chat, err)
 	}
-	s.sent = append(s.sent, sentMsg{id: id, html: chunk})
-	return nil
+	return id, nil
 }
 
 // post sends one new message of the answer, paced and retried.
@@ -494,10 +596,14 @@ func (s *stream) sendPart(ctx context.Context, p channels.Part) error {
 		if strings.TrimSpace(p.Text) == "" {
 			return nil
 		}
+		// A message of its own, not one of the answer's: the answer's final text would
+		// edit it, or delete it as a chunk it no longer needs.
 		for _, chunk := range render(p.Text) {
-			if err := s.sendNew(ctx, chunk); err != nil {
+			id, err := s.postChunk(ctx, chunk)
+			if err != nil {
 				return err
 			}
+			s.partSent(id)
 		}
 		return nil
 	}
@@ -541,27 +647,42 @@ func (s *stream) sendPart(ctx context.Context, p channels.Part) error {
 	default:
 		call, params = "sendDocument", &bot.SendDocumentParams{ChatID: s.chat, MessageThreadID: s.thread, ReplyParameters: reply}
 	}
-	err = s.upload(ctx, call, params, method, name, data)
+	id, err := s.upload(ctx, call, params, method, name, data)
 	if method == "voice" && isVoiceForbidden(err) {
 		// The user's privacy settings refuse voice notes: an expected refusal, not a
 		// failed delivery. The same sound as a file is still theirs to play.
 		s.c.log.Info("telegram: the user does not accept voice notes; sending the audio as a file", "chat", s.chat)
 		method = "document"
-		err = s.upload(ctx, "sendDocument", &bot.SendDocumentParams{ChatID: s.chat, MessageThreadID: s.thread, ReplyParameters: reply}, method, name, data)
+		id, err = s.upload(ctx, "sendDocument", &bot.SendDocumentParams{ChatID: s.chat, MessageThreadID: s.thread, ReplyParameters: reply}, method, name, data)
 	}
 	if err != nil {
 		return fmt.Errorf("telegram: sending a %s to chat %d: %w", method, s.chat, err)
 	}
+	s.partSent(id)
 	return nil
 }
 
-// upload makes one media call with data as its file field, paced and retried.
-func (s *stream) upload(ctx context.Context, call string, params any, field, name string, data []byte) error {
+// partSent keeps the message of a part sent, so that an answer cut by a crash after it
+// replaces it rather than sending it a second time.
+func (s *stream) partSent(id int) {
+	if id != 0 {
+		s.partMsgs = append(s.partMsgs, id)
+		s.report()
+	}
+}
+
+// upload makes one media call with data as its file field, paced and retried, and
+// returns the message it made.
+func (s *stream) upload(ctx context.Context, call string, params any, field, name string, data []byte) (int, error) {
 	to, key := s.c.to(s.chat, 2*time.Minute)
-	return to.Do(ctx, key, func(ctx context.Context) error {
+	var sent struct {
+		ID int `json:"message_id"`
+	}
+	err := to.Do(ctx, key, func(ctx context.Context) error {
 		// Not the SDK's upload: it decodes the answer into a whole models.Message.
-		return s.c.callMultipart(ctx, call, params, field, name, data)
+		return s.c.callMultipart(ctx, call, params, field, name, data, &sent)
 	})
+	return sent.ID, err
 }
 
 // partData reads a media part, refusing what Telegram would refuse anyway.

@@ -81,7 +81,7 @@ func New(cfg Config, opts Options) (*Channel, error) {
 	if opts.StateDir == "" {
 		return nil, errors.New("telegram: a state directory is required (state_dir) to keep the update offset and downloaded media")
 	}
-	cfg, opts = cfg.withDefaults(), opts.withDefaults()
+	cfg, opts = cfg.WithDefaults(), opts.withDefaults()
 	c := &Channel{
 		cfg: cfg, opts: opts, log: opts.Logger.With("channel", Name),
 		scrub:     newScrubber(cfg.Token.Reveal(), cfg.WebhookSecret.Reveal()),
@@ -151,7 +151,7 @@ func (c *Channel) start(ctx context.Context, life context.Context) error {
 		return err
 	}
 	if err := os.MkdirAll(c.mediaDir, 0o700); err != nil {
-		return fmt.Errorf("telegram: cannot create a state directory: %w", err)
+		return channels.Permanent(fmt.Errorf("telegram: cannot create a state directory: %w", err))
 	}
 	c.life.Go(c.janitor)
 	c.migrateInbox(life)
@@ -177,9 +177,9 @@ func (c *Channel) connect(ctx context.Context) error {
 	})
 	if err != nil {
 		if errors.Is(err, bot.ErrorUnauthorized) || errors.Is(err, bot.ErrorNotFound) {
-			return errors.New("telegram: the bot token was rejected (401 Unauthorized); check channels.telegram.token")
+			return channels.Permanent(errors.New("telegram: the bot token was rejected (401 Unauthorized); check channels.telegram.token"))
 		}
-		return fmt.Errorf("telegram: cannot reach the Bot API at %s: %w", c.cfg.APIURL, err)
+		return refused(fmt.Errorf("telegram: cannot reach the Bot API at %s: %w", c.cfg.APIURL, err))
 	}
 	c.mu.Lock()
 	c.me = *me
@@ -192,7 +192,7 @@ func (c *Channel) connect(ctx context.Context) error {
 			return err
 		})
 		if err != nil {
-			return fmt.Errorf("telegram: deleteWebhook before polling failed: %w", err)
+			return refused(fmt.Errorf("telegram: deleteWebhook before polling failed: %w", err))
 		}
 	case c.cfg.WebhookURL != "":
 		err = c.calls.Do(ctx, "", func(ctx context.Context) error {
@@ -201,14 +201,26 @@ func (c *Channel) connect(ctx context.Context) error {
 			return err
 		})
 		if err != nil {
-			return fmt.Errorf("telegram: setWebhook to %s failed: %w", c.cfg.WebhookURL, err)
+			return refused(fmt.Errorf("telegram: setWebhook to %s failed: %w", c.cfg.WebhookURL, err))
 		}
 	}
 	return nil
 }
 
+// refused marks a start-up call's failure permanent when the Bot API refused the call (a
+// 4xx other than 429: a bad token, a webhook URL it will not take), which no retry fixes;
+// a network failure, a timeout, a 5xx or a 429 may pass, and the gateway tries again.
+func refused(err error) error {
+	for _, k := range []error{bot.ErrorBadRequest, bot.ErrorForbidden, bot.ErrorUnauthorized, bot.ErrorNotFound, bot.ErrorConflict} {
+		if errors.Is(err, k) {
+			return channels.Permanent(err)
+		}
+	}
+	return err
+}
+
 // SetCommands replaces the command menu with cmds (the gateway's registry: builtins and
-// hooks' commands). It is the only call that sets the menu: the gateway makes it once every
+// hooks' commands). It is the only call that sets the menu: the gateway makes it once the
 // channel started (and on a reload that changed the list), so Start sets none of its own,
 // which would cost a second setMyCommands on every start and show, until the gateway's
 // call, a menu without the hooks' commands.

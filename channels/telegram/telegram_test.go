@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -887,5 +888,69 @@ func TestRetriesHonourRetryAfterAndBackOff(t *testing.T) {
 	}
 	if msgs := f.srv.Messages(1001); len(msgs) != 1 || msgs[0].Text != "eventually" {
 		t.Errorf("posted %+v", msgs)
+	}
+}
+
+// An answer resumed after a crash (Target.Resume: the ids its cut attempt reported
+// through Placed) is shown in those messages: a shorter answer edits the first and deletes
+// the rest, a longer one edits what is there and posts the rest; Placed follows each change.
+func TestResumedAnswerIsShownInTheCutAttemptsMessages(t *testing.T) {
+	f := newFixture(t)
+	ch := f.start(f.config(), f.options(), channeltest.NewSink())
+	defer stop(t, ch)
+	const chat = 4250
+	long := strings.Repeat("word ", 2000) // three messages
+	var placed []string
+	target := channels.Target{Channel: "telegram", ChatID: strconv.Itoa(chat), ChatType: channels.ChatDM,
+		Placed: func(p string) { placed = append(placed, p) }}
+	answer(t, ch, target, channels.Frame{Type: channels.FrameStart}, done(long))
+	cut := f.srv.Messages(chat)
+	if len(cut) != 3 || len(placed) == 0 || placed[len(placed)-1] != fmt.Sprintf("%d,%d,%d", cut[0].ID, cut[1].ID, cut[2].ID) {
+		t.Fatalf("the first attempt shows %d messages and reported %q", len(cut), placed)
+	}
+
+	placed = nil
+	target.Resume = fmt.Sprintf("%d,%d,%d", cut[0].ID, cut[1].ID, cut[2].ID)
+	answer(t, ch, target, channels.Frame{Type: channels.FrameStart}, done("the short answer"))
+	got := f.srv.Messages(chat)
+	if len(got) != 1 || got[0].ID != cut[0].ID || got[0].Text != "the short answer" {
+		t.Fatalf("the shorter answer shows %+v; want it in the first message alone", got)
+	}
+	if want := strconv.Itoa(cut[0].ID); len(placed) == 0 || placed[len(placed)-1] != want {
+		t.Fatalf("placements reported %q; want to end at %q", placed, want)
+	}
+
+	placed = nil
+	target.Resume = strconv.Itoa(cut[0].ID)
+	answer(t, ch, target, channels.Frame{Type: channels.FrameStart}, done(long))
+	got = f.srv.Messages(chat)
+	if len(got) != 3 || got[0].ID != cut[0].ID || !strings.HasPrefix(got[0].Text, "word word") {
+		t.Fatalf("the longer answer shows %d messages, first %d; want the first edited and two new", len(got), got[0].ID)
+	}
+	if want := fmt.Sprintf("%d,%d,%d", got[0].ID, got[1].ID, got[2].ID); len(placed) == 0 || placed[len(placed)-1] != want {
+		t.Fatalf("placements reported %q; want to end at %q", placed, want)
+	}
+}
+
+// A text part sent with an answer (a message:send hook's, or the admin API's) is a message
+// of its own: the answer's final text neither deletes it as a stale chunk nor edits it.
+func TestTextPartIsAMessageOfItsOwnBesideTheAnswer(t *testing.T) {
+	f := newFixture(t)
+	ch := f.start(f.config(), f.options(), channeltest.NewSink())
+	defer stop(t, ch)
+	const chat = 4260
+	target := channels.Target{Channel: "telegram", ChatID: strconv.Itoa(chat), ChatType: channels.ChatDM}
+
+	// A turn: the answer streamed, a hook's text part, then done.
+	answer(t, ch, target, channels.Frame{Type: channels.FrameStart}, channels.Frame{Type: channels.FrameDelta, Text: "the answer"},
+		channels.Frame{Type: channels.FrameParts, Parts: []channels.Part{{Type: channels.PartText, Text: "a footnote"}}}, done("the answer"))
+	if got := texts(f, chat); !slices.Equal(got, []string{"the answer", "a footnote"}) {
+		t.Fatalf("the chat shows %q; want the answer, then the footnote", got)
+	}
+
+	// The admin API's send: parts first, then the text.
+	answer(t, ch, target, channels.Frame{Type: channels.FrameParts, Parts: []channels.Part{{Type: channels.PartText, Text: "first"}}}, done("second"))
+	if got := texts(f, chat); !slices.Equal(got, []string{"the answer", "a footnote", "first", "second"}) {
+		t.Fatalf("the chat shows %q; want the part, then the text", got)
 	}
 }

@@ -398,6 +398,8 @@ func (c *Channel) handle(ctx context.Context, k *conn, data []byte) {
 	// has it so that it comes before its answer there as well.
 	c.broadcastExcept(ctx, chat, k, wireFrame{Type: "user", ID: in.ID, Text: in.Text, Voice: audio != nil, Parts: shown})
 
+	// Asked first: draining then, the gateway keeps what it takes for after the restart.
+	draining := channels.IsDraining(c.sink)
 	dctx, cancel := context.WithTimeout(ctx, deliverTimeout)
 	err := c.sink.Deliver(dctx, msg)
 	cancel()
@@ -414,6 +416,24 @@ func (c *Channel) handle(ctx context.Context, k *conn, data []byte) {
 		return
 	}
 	_ = k.send(ctx, wireFrame{Type: "ack", ReplyTo: in.ID})
+	if draining {
+		c.tellRestarting(ctx, msg)
+	}
+}
+
+// restartNotice answers at once a message taken while the gateway drains for a restart: its
+// answer comes only after the restart, and without a word the user would likely send it again.
+const restartNotice = "I'm restarting; I'll answer this message when I'm back in a moment."
+
+// tellRestarting shows restartNotice as the answer to msg, in every tab of its chat.
+func (c *Channel) tellRestarting(ctx context.Context, msg *channels.Message) {
+	st, err := c.Open(ctx, channels.TargetOf(msg))
+	if err == nil {
+		err = st.Send(ctx, channels.Frame{Type: channels.FrameDone, Text: restartNotice})
+	}
+	if err != nil {
+		c.log.Debug("restart notice not shown", "chat", msg.ChatID, "err", c.scrub.Wrap(err))
+	}
 }
 
 // deliverFailure explains a refused message to the user.

@@ -126,6 +126,9 @@ func TestFailedStartLeavesNothing(t *testing.T) {
 	if msg := err.Error(); !strings.Contains(msg, "web") || strings.Contains(msg, token) {
 		t.Errorf("Start error %q; want it to name the channel and not the token", msg)
 	}
+	if !errors.Is(err, channels.ErrPermanent) {
+		t.Errorf("Start error %q is not permanent; the admin must fix the folder, a retry will not", err)
+	}
 	if n := len(sink.Connections()); n != 0 {
 		t.Errorf("a failed Start reported %d connection changes", n)
 	}

@@ -44,13 +44,21 @@ const (
 // Config is the web channel's configuration (channels.web).
 type Config struct {
 	Enabled        bool  `mapstructure:"enabled"`
-	MaxUploadBytes int64 `mapstructure:"max_upload_bytes"` // one voice note; default 20 MB
+	MaxUploadBytes int64 `mapstructure:"max_upload_bytes"` // one upload; 0: DefaultMaxUploadBytes
 	// AllowedHosts are host names (without port) the chat answers to besides IP literals and
 	// localhost, e.g. a LAN name. Other names are refused to defeat DNS rebinding.
 	AllowedHosts []string `mapstructure:"allowed_hosts"`
 	// Token is the web chat's own password; required when http.listen is not loopback. The page
 	// asks for it once and keeps it.
 	Token secret.Secret `mapstructure:"token"`
+}
+
+// WithDefaults is cfg as the channel runs it: each key that is not set takes its default.
+func (c Config) WithDefaults() Config {
+	if c.MaxUploadBytes <= 0 {
+		c.MaxUploadBytes = DefaultMaxUploadBytes
+	}
+	return c
 }
 
 // Options are the channel's collaborators.
@@ -89,9 +97,7 @@ var (
 
 // New returns a web channel; nothing is served until Routes is mounted and Start is called.
 func New(cfg Config, opts Options) *Channel {
-	if cfg.MaxUploadBytes <= 0 {
-		cfg.MaxUploadBytes = DefaultMaxUploadBytes
-	}
+	cfg = cfg.WithDefaults()
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -129,7 +135,7 @@ func (c *Channel) Routes(mux *http.ServeMux) {
 // browser connects to us, not the other way round.
 func (c *Channel) Start(ctx context.Context, sink channels.Sink) error {
 	if sink == nil {
-		return errors.New("web: start: nil sink")
+		return channels.Permanent(errors.New("web: start: nil sink"))
 	}
 	// Sockets are let in under c.mu (serveWS), so none is served before the sink is set.
 	c.mu.Lock()
@@ -139,7 +145,8 @@ func (c *Channel) Start(ctx context.Context, sink channels.Sink) error {
 	}
 	if err := c.makeMediaDir(); err != nil {
 		c.life.Fail()
-		return c.scrub.Wrap(fmt.Errorf("web: start: %w", err))
+		// A folder the gateway cannot create is the admin's to fix (media_dir, permissions).
+		return channels.Permanent(c.scrub.Wrap(fmt.Errorf("web: start: %w", err)))
 	}
 	c.sink = sink
 	sink.Connected(Name, true, nil)

@@ -46,6 +46,9 @@ type Options struct {
 
 	// External, when set, is the gateway binary to run as a child process (`gateway run`).
 	External string
+	// Floor, with External, runs External as the floor (`External floor-child run
+	// --config FILE`, see runFloor) rather than as the gateway.
+	Floor bool
 
 	// SnapshotAt, when > 0, is when (from the start of the measured part) the target's
 	// memory is read once in detail: private memory, goroutine stacks, heap in use. With a

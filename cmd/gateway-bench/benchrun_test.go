@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -20,12 +21,27 @@ import (
 // gatewaycli.Run, the whole `gateway` command line, as cmd/gateway's main does.
 const asGatewayEnv = "GATEWAY_BENCH_TEST_AS_GATEWAY"
 
+// asFloorEnv makes the test binary the floor (--floor's child): runFloor, as main runs it.
+const asFloorEnv = "GATEWAY_BENCH_TEST_AS_FLOOR"
+
 func TestMain(m *testing.M) {
 	if os.Getenv(asGatewayEnv) == "1" {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		code := gatewaycli.Run(ctx, nil, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
+		// The variable that made this binary the gateway is not one of its config keys.
+		env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, asGatewayEnv+"=") })
+		code := gatewaycli.Run(ctx, nil, os.Args[1:], os.Stdout, os.Stderr, env)
 		stop()
 		os.Exit(code)
+	}
+	if os.Getenv(asFloorEnv) == "1" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		err := runFloor(ctx, os.Args[2:], os.Stderr) // after floorArg
+		stop()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
 	}
 	os.Exit(m.Run())
 }
@@ -160,16 +176,7 @@ func TestExternalMeasuresTheChild(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a child process")
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	script := filepath.Join(t.TempDir(), "gateway")
-	body := fmt.Sprintf("#!/bin/sh\n%s=1 exec %q \"$@\"\n", asGatewayEnv, exe)
-	if err := os.WriteFile(script, []byte(body), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	res, err := Run(context.Background(), Options{Messages: 20, Chats: 10, External: script, Timeout: time.Minute})
+	res, err := Run(context.Background(), Options{Messages: 20, Chats: 10, External: selfAs(t, asGatewayEnv), Timeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,4 +186,39 @@ func TestExternalMeasuresTheChild(t *testing.T) {
 	if !strings.Contains(res.Includes, "child process") {
 		t.Fatalf("includes: %q", res.Includes)
 	}
+}
+
+// TestFloorAnswersThroughTheModel runs --floor's child (this test binary as runFloor)
+// with the OpenAI SDK against the fake model: every message is answered with the model's
+// text, within Telegram's limits, and the child's own figures are read.
+func TestFloorAnswersThroughTheModel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a child process")
+	}
+	res, err := Run(context.Background(), Options{Messages: 20, Chats: 10, Provider: ProviderOpenAI,
+		External: selfAs(t, asFloorEnv), Floor: true, Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Answered != 20 || res.Failed != 0 || res.CPUPerMsg <= 0 || res.AnonReady <= 0 {
+		t.Fatalf("%+v", res)
+	}
+	if !strings.Contains(res.Includes, "floor") || !strings.Contains(res.Mode, "floor") {
+		t.Fatalf("the result does not say it measured the floor: %q, %q", res.Mode, res.Includes)
+	}
+}
+
+// selfAs is a script that runs this test binary with env=1, as a child binary to measure.
+func selfAs(t *testing.T, env string) string {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(t.TempDir(), "gateway")
+	body := fmt.Sprintf("#!/bin/sh\n%s=1 exec %q \"$@\"\n", env, exe)
+	if err := os.WriteFile(script, []byte(body), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return script
 }

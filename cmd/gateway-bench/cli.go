@@ -19,6 +19,7 @@ func newBenchCmd(ctx context.Context, stdout, stderr io.Writer) *cobra.Command {
 	var (
 		o          Options
 		external   bool
+		floor      bool
 		binary     string
 		asJSON     bool
 		cpuProfile string
@@ -45,6 +46,16 @@ to Telegram's limits as in production.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.Warmup == 0 {
 				o.Warmup = -1 // benchrun's zero means its default
+			}
+			if floor {
+				if external || binary != "" {
+					return errors.New("--floor runs this binary as the child: it takes no --external or --binary")
+				}
+				exe, err := os.Executable()
+				if err != nil {
+					return err
+				}
+				o.External, o.Floor = exe, true
 			}
 			if external {
 				o.External = binary
@@ -101,6 +112,7 @@ to Telegram's limits as in production.`,
 	f.StringVar(&o.Provider, "provider", ProviderFake, "model provider: fake (llm.provider: fake, answers at once), openai (the real SDK against a fake OpenAI API)")
 	f.DurationVar(&o.Timeout, "timeout", 5*time.Minute, "bound on the whole run")
 	f.BoolVar(&external, "external", false, "run 'gateway run' as a child process and measure it alone")
+	f.BoolVar(&floor, "floor", false, "run the floor as the child instead of the gateway: an echo bot on the same SDKs, paced, with no journal, history or hooks (the least a message can cost; see docs/bench.md)")
 	f.StringVar(&binary, "binary", "", "gateway binary for --external (default: gateway beside this binary, else on PATH)")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
 	f.DurationVar(&o.SnapshotAt, "snapshot-at", 0, "read the gateway's private memory, goroutine stacks and heap in use once, this long after the measured part started (with --model-delay: what the turns in flight hold)")

@@ -21,17 +21,28 @@ import (
 // runExternal runs `gateway run` as a child process with the fixture's config and
 // measures the child alone.
 func runExternal(ctx context.Context, o Options) (Result, error) {
-	return bench(ctx, o, "external", func(fx *fixture) (*running, error) { return startChild(o.External, fx) }, nil)
+	mode := "external"
+	if o.Floor {
+		mode = "external, the floor"
+	}
+	return bench(ctx, o, mode, func(fx *fixture) (*running, error) { return startChild(o.External, o.Floor, fx) }, nil)
 }
 
-// startChild starts binary (a copy of it in fx.dir) as `gateway run --config FILE`.
-func startChild(binary string, fx *fixture) (*running, error) {
+// startChild starts binary (a copy of it in fx.dir) as `gateway run --config FILE`, or as
+// the floor.
+func startChild(binary string, floor bool, fx *fixture) (*running, error) {
 	bin, err := copyBinary(binary, fx.dir)
 	if err != nil {
 		return nil, err
 	}
 	log := &tailBuffer{max: 16 << 10}
-	cmd := exec.Command(bin, fx.args()...)
+	args := fx.args()
+	what := "`gateway run`"
+	if floor {
+		args = append([]string{floorArg}, args...)
+		what = "the floor (an SDK echo bot, not the gateway)"
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Dir = fx.dir
 	cmd.Env = childEnv(fx.dir)
 	cmd.Stdout, cmd.Stderr = io.Discard, log
@@ -50,7 +61,7 @@ func startChild(binary string, fx *fixture) (*running, error) {
 		done: done,
 		stop: func() error { return stopChild(cmd, done, &waitErr) },
 		log:  log,
-		what: fmt.Sprintf("`gateway run` child process (pid %d) alone, read from /proc; the fakes and the load driver run in the bench process", pid),
+		what: fmt.Sprintf("%s child process (pid %d) alone, read from /proc; the fakes and the load driver run in the bench process", what, pid),
 	}, nil
 }
 

@@ -71,14 +71,7 @@ func startSelf(ctx context.Context, fx *fixture) *running {
 
 // cleanEnv is the gateway's environment in either mode: HOME and nothing else, so that no
 // GATEWAY_* variable or API key of ours changes its config.
-func cleanEnv(home string) func(string) string {
-	return func(k string) string {
-		if k == "HOME" {
-			return home
-		}
-		return ""
-	}
-}
+func cleanEnv(home string) []string { return []string{"HOME=" + home} }
 
 // self is this process.
 type self struct{}

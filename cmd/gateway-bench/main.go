@@ -14,6 +14,14 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if len(os.Args) > 1 && os.Args[1] == floorArg {
+		if err := runFloor(ctx, os.Args[2:], os.Stderr); err != nil {
+			fmt.Fprintln(os.Stderr, "gateway-bench floor:", err)
+			stop()
+			os.Exit(1)
+		}
+		return
+	}
 	cmd := newBenchCmd(ctx, os.Stdout, os.Stderr)
 	cmd.SetArgs(os.Args[1:])
 	if err := cmd.Execute(); err != nil {

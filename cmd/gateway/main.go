@@ -32,7 +32,7 @@ func main() {
 			}
 		}
 	}()
-	code := gatewaycli.Run(ctx, reload, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
+	code := gatewaycli.Run(ctx, reload, os.Args[1:], os.Stdout, os.Stderr, os.Environ())
 	stop()
 	os.Exit(code)
 }

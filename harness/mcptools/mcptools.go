@@ -7,11 +7,15 @@ package mcptools
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net/http"
-	"os"
+	"net/url"
 	"os/exec"
 	"regexp"
 	"slices"
@@ -23,6 +27,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"gateway/harness"
+	"gateway/internal/childproc"
 	"gateway/internal/llm"
 	"gateway/internal/secret"
 )
@@ -50,6 +55,35 @@ func (c ServerConfig) Validate() error {
 		return fmt.Errorf("mcp %s: command (stdio) or url (streamable HTTP) is missing", c.Name)
 	case c.URL != "" && !strings.HasPrefix(c.URL, "http://") && !strings.HasPrefix(c.URL, "https://"):
 		return fmt.Errorf("mcp %s: url: want an http:// or https:// URL", c.Name)
+	}
+	return nil
+}
+
+// CheckOffline is what can be told of the entry without starting or reaching its server
+// (for `gateway check`): Validate, then that a stdio command names a program that exists
+// and may be run (found on PATH, or at its path relative to the working folder), and that
+// a url is a well-formed http(s) address.
+func (c ServerConfig) CheckOffline() error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	if len(c.Command) > 0 {
+		if _, err := exec.LookPath(c.Command[0]); err != nil {
+			// The reason alone ("executable file not found in $PATH", "permission denied"):
+			// the program is named once, by the message.
+			var ee *exec.Error
+			var pe *fs.PathError
+			if errors.As(err, &pe) {
+				err = pe.Err
+			} else if errors.As(err, &ee) {
+				err = ee.Err
+			}
+			return fmt.Errorf("mcp %s: command %q: %v", c.Name, c.Command[0], err)
+		}
+		return nil
+	}
+	if u, err := url.Parse(c.URL); err != nil || u.Host == "" {
+		return fmt.Errorf("mcp %s: url: not a well-formed http(s) URL (write e.g. http://127.0.0.1:3000/mcp)", c.Name)
 	}
 	return nil
 }
@@ -189,7 +223,9 @@ func connect(ctx context.Context, c ServerConfig, hc *http.Client) (*mcp.ClientS
 	var transport mcp.Transport
 	if len(c.Command) > 0 {
 		cmd := exec.Command(c.Command[0], c.Command[1:]...)
-		cmd.Env = os.Environ()
+		// Like a hook program, a server gets a minimal environment plus what its env: gives
+		// it, never the gateway's tokens and API keys unless the admin passes them there.
+		cmd.Env = childproc.BaseEnv()
 		for k, v := range c.Env {
 			cmd.Env = append(cmd.Env, k+"="+v.Reveal())
 		}
@@ -294,7 +330,29 @@ func toolDef(server string, t *mcp.Tool) llm.ToolDef {
 	if err != nil || string(params) == "null" {
 		params = json.RawMessage(`{"type":"object","properties":{}}`)
 	}
-	return llm.ToolDef{Name: server + "__" + t.Name, Description: t.Description, Parameters: params}
+	return llm.ToolDef{Name: modelName(server, t.Name), Description: t.Description, Parameters: params}
+}
+
+// maxToolName is the longest tool name OpenAI and Anthropic accept.
+const maxToolName = 64
+
+// modelName is the name the model knows a server's tool by: "<server>__<tool>", made to
+// fit ^[a-zA-Z0-9_-]{1,64}$. The providers refuse a whole request for one name outside it,
+// so a single odd tool (MCP allows "." and "/" and 128 characters) would break every turn:
+// other characters become "_", and a name too long is cut and ends with a hash of the
+// whole name, so that two long names stay apart.
+func modelName(server, tool string) string {
+	name := server + "__" + strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-' {
+			return r
+		}
+		return '_'
+	}, tool)
+	if len(name) <= maxToolName {
+		return name
+	}
+	sum := sha256.Sum256([]byte(server + "__" + tool))
+	return name[:maxToolName-9] + "_" + hex.EncodeToString(sum[:4])
 }
 
 type tool struct {

@@ -52,6 +52,15 @@ func testServer() *mcp.Server {
 		}
 		return nil, nil, nil
 	})
+	mcp.AddTool(s, &mcp.Tool{Name: "env", Description: "tells the value of an environment variable"}, func(ctx context.Context, r *mcp.CallToolRequest, in struct {
+		Name string `json:"name"`
+	}) (*mcp.CallToolResult, any, error) {
+		v, ok := os.LookupEnv(in.Name)
+		if !ok {
+			v = "(unset)"
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: v}}}, nil, nil
+	})
 	return s
 }
 
@@ -112,7 +121,7 @@ func TestStdioAndHTTPServers(t *testing.T) {
 	defer cancel()
 	m.Wait(ctx)
 	for _, srv := range []string{"local", "remote"} {
-		ts := waitTools(t, m, srv, srv+"__add,"+srv+"__exit,"+srv+"__fail")
+		ts := waitTools(t, m, srv, srv+"__add,"+srv+"__env,"+srv+"__exit,"+srv+"__fail")
 		if !strings.Contains(string(ts[0].Def().Parameters), `"a"`) {
 			t.Errorf("%s: schema %s", srv, ts[0].Def().Parameters)
 		}
@@ -153,10 +162,34 @@ func TestCheckListsToolsAndNamesUnreachable(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	tools, errs := Check(ctx, []ServerConfig{stdioConfig(t, "local"), {Name: "down", URL: "http://127.0.0.1:1/mcp"}, {Name: "bad name!"}})
-	if strings.Join(tools["local"], ",") != "add,exit,fail" {
+	if strings.Join(tools["local"], ",") != "add,env,exit,fail" {
 		t.Errorf("tools %v", tools)
 	}
 	if len(errs) != 2 || !strings.Contains(errs[0].Error(), "mcp down: unreachable") || !strings.Contains(errs[1].Error(), "bad name!") {
 		t.Errorf("errors %v", errs)
+	}
+}
+
+// A stdio server gets a minimal environment and what its env: entry gives it: the gateway's
+// own tokens and API keys do not reach the program unless the admin passes them there.
+func TestStdioServerGetsNoSecretsOfTheGateway(t *testing.T) {
+	t.Setenv("GATEWAY_CHANNELS_TELEGRAM_TOKEN", "123:telegram-secret")
+	t.Setenv("OPENAI_API_KEY", "sk-gateway-secret")
+	t.Setenv("LANG", "C.UTF-8")
+	cfg := stdioConfig(t, "local")
+	cfg.Env["SEARCH_API_KEY"] = "search-secret"
+	m := Start([]ServerConfig{cfg}, Options{MinBackoff: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
+	defer m.Close()
+	ts := waitTools(t, m, "local", "local__add,local__env,local__exit,local__fail")
+	for name, want := range map[string]string{
+		"GATEWAY_CHANNELS_TELEGRAM_TOKEN": "(unset)",
+		"OPENAI_API_KEY":                  "(unset)",
+		"SEARCH_API_KEY":                  "search-secret",
+		"LANG":                            "C.UTF-8",
+		"PATH":                            os.Getenv("PATH"),
+	} {
+		if got, err := call(t, ts, "local__env", `{"name":"`+name+`"}`); err != nil || got != want {
+			t.Errorf("%s in the server's environment: %q (%v), want %q", name, got, err, want)
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -89,6 +90,9 @@ type Request struct {
 	Tools    []string // function names
 	Body     json.RawMessage
 }
+
+// toolName is what OpenAI accepts as a function name.
+var toolName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
 
 // maxBody bounds a request body the server reads.
 const maxBody = 8 << 20
@@ -260,8 +264,12 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		}
 		req.Messages = append(req.Messages, msg)
 	}
-	for _, t := range wr.Tools {
+	badTool := ""
+	for i, t := range wr.Tools {
 		req.Tools = append(req.Tools, t.Function.Name)
+		if badTool == "" && !toolName.MatchString(t.Function.Name) {
+			badTool = fmt.Sprintf("Invalid 'tools[%d].function.name': string does not match pattern. Expected a string that matches the pattern '^[a-zA-Z0-9_-]{1,64}$'.", i)
+		}
 	}
 
 	s.mu.Lock()
@@ -270,6 +278,9 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	limit := s.limit
 	var rep Reply
 	switch {
+	case badTool != "":
+		// As OpenAI does: one tool name it cannot take refuses the whole request.
+		rep = Reply{Status: http.StatusBadRequest, Message: badTool}
 	case limit > 0 && Tokens(body) > limit:
 		rep = Reply{Status: http.StatusBadRequest, code: "context_length_exceeded", Message: fmt.Sprintf(
 			"This model's maximum context length is %d tokens. However, your messages resulted in %d tokens. Please reduce the length of the messages.",

@@ -9,6 +9,8 @@ import (
 	"os/exec"
 	"strings"
 	"time"
+
+	"gateway/internal/childproc"
 )
 
 // DefaultToolTimeout bounds one ffmpeg/ffprobe run when the caller's ctx allows longer.
@@ -74,7 +76,7 @@ func Run(ctx context.Context, c Cmd) ([]byte, error) {
 	defer cancel()
 
 	cmd := exec.CommandContext(ctx, c.Argv[0], c.Argv[1:]...)
-	setProcessGroup(cmd)
+	childproc.OwnGroup(cmd) // cancellation kills what a wrapper script started too
 	// Children that keep the pipes open must not hold Wait forever.
 	cmd.WaitDelay = 2 * time.Second
 	cmd.Stdin = c.Stdin
@@ -82,7 +84,7 @@ func Run(ctx context.Context, c Cmd) ([]byte, error) {
 	stderr := &tailBuffer{max: stderrTail}
 	cmd.Stdout = stdout
 	cmd.Stderr = stderr
-	err := cmd.Run()
+	err := childproc.Run(cmd)
 	if err != nil {
 		re := &RunError{Program: c.Argv[0], ExitCode: -1, Stderr: stderr.String(), Err: err}
 		var ee *exec.ExitError

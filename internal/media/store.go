@@ -43,15 +43,21 @@ type Store struct {
 	pruned time.Time
 }
 
-// OpenStore creates dir if needed. Zero limits take the defaults; a negative one disables
-// that bound.
-func OpenStore(dir string, cfg StoreConfig) (*Store, error) {
+// WithDefaults is cfg as the store keeps to it: a zero limit takes its default.
+func (cfg StoreConfig) WithDefaults() StoreConfig {
 	if cfg.MaxAge == 0 {
 		cfg.MaxAge = DefaultMaxAge
 	}
 	if cfg.MaxBytes == 0 {
 		cfg.MaxBytes = DefaultMaxBytes
 	}
+	return cfg
+}
+
+// OpenStore creates dir if needed. Zero limits take the defaults; a negative one disables
+// that bound.
+func OpenStore(dir string, cfg StoreConfig) (*Store, error) {
+	cfg = cfg.WithDefaults()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}

@@ -174,6 +174,9 @@ func (s *Server) record(op Op) {
 func (s *Server) serveGateway(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	refuse := s.refuse
+	if refuse {
+		s.refused++
+	}
 	s.mu.Unlock()
 	if refuse {
 		http.Error(w, "gateway unavailable", http.StatusServiceUnavailable)

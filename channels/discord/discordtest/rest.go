@@ -263,6 +263,8 @@ func rateLimited(w http.ResponseWriter, after time.Duration) {
 
 type createReq struct {
 	Content          *string        `json:"content"`
+	Nonce            any            `json:"nonce"` // an integer or a string
+	EnforceNonce     bool           `json:"enforce_nonce"`
 	Flags            int            `json:"flags"`
 	MessageReference *wireReference `json:"message_reference"`
 	Attachments      []struct {
@@ -356,6 +358,11 @@ func (s *Server) createMessage(w http.ResponseWriter, r *http.Request, bot Bot, 
 		files[0].DurationSecs = req.Attachments[0].DurationSecs
 		files[0].Waveform = req.Attachments[0].Waveform
 	}
+	nonce, ok := nonceOf(req.Nonce)
+	if !ok {
+		invalidForm(w, "nonce", "BASE_TYPE_MAX_LENGTH", fmt.Sprintf("Must be %d or fewer in length.", maxNonce))
+		return
+	}
 	cid := r.PathValue("cid")
 	s.mu.Lock()
 	ch := s.channelLocked(cid, bot.ID)
@@ -364,10 +371,20 @@ func (s *Server) createMessage(w http.ResponseWriter, r *http.Request, bot Bot, 
 		writeErr(w, http.StatusForbidden, 50001, "Missing Access")
 		return
 	}
+	if req.EnforceNonce && nonce != "" {
+		// As Discord does: the same author's create with the same nonce within a few
+		// minutes returns the message made first, and posts nothing.
+		if m := s.byNonceLocked(cid, bot.ID, nonce); m != nil {
+			resp := s.wireLocked(m, bot.ID, -1, 0)
+			s.mu.Unlock()
+			writeJSON(w, http.StatusOK, resp)
+			return
+		}
+	}
 	m := &Message{
 		ID: s.newIDLocked(), ChannelID: cid, ParentID: ch.parentID, GuildID: ch.guildID,
 		AuthorID: bot.ID, AuthorName: bot.Name, AuthorBot: true,
-		Content: content, Flags: req.Flags, Files: files, Time: time.Now(),
+		Content: content, Flags: req.Flags, Files: files, Time: time.Now(), Nonce: nonce,
 	}
 	if ref := req.MessageReference; ref != nil && ref.MessageID != "" {
 		target := s.messages[ref.MessageID]
@@ -387,6 +404,42 @@ func (s *Server) createMessage(w http.ResponseWriter, r *http.Request, bot Bot, 
 	s.mu.Unlock()
 	s.dispatchMessage(m)
 	writeJSON(w, http.StatusOK, resp)
+}
+
+// Discord's limit on a nonce, and how long it remembers one that enforce_nonce checks.
+const (
+	maxNonce    = 25
+	nonceWindow = 5 * time.Minute
+)
+
+// nonceOf reads a create's nonce (Discord takes an integer or a string); ok is false when it
+// is longer than Discord allows.
+func nonceOf(v any) (nonce string, ok bool) {
+	switch v := v.(type) {
+	case nil:
+		return "", true
+	case string:
+		nonce = v
+	case float64:
+		nonce = strconv.FormatFloat(v, 'f', -1, 64)
+	default:
+		nonce = fmt.Sprint(v)
+	}
+	return nonce, len(nonce) <= maxNonce
+}
+
+// byNonceLocked finds author's message in cid made with nonce within nonceWindow.
+func (s *Server) byNonceLocked(cid, author, nonce string) *Message {
+	for i := len(s.order) - 1; i >= 0; i-- {
+		m := s.messages[s.order[i]]
+		if m == nil || time.Since(m.Time) > nonceWindow {
+			continue
+		}
+		if m.ChannelID == cid && m.AuthorID == author && m.Nonce == nonce {
+			return m
+		}
+	}
+	return nil
 }
 
 // checkVoice applies Discord's rules for a voice message (flag IS_VOICE_MESSAGE).

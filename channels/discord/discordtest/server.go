@@ -3,7 +3,9 @@
 //
 // It keeps channels, threads, messages and attachments in memory, dispatches
 // MESSAGE_CREATE with sequence numbers to every connected bot session, replays missed
-// events on RESUME, serves channel history (GET messages with after/before/limit), and
+// events on RESUME, serves channel history (GET messages with after/before/limit), answers
+// a create with enforce_nonce and a nonce seen in the last minutes with the message made
+// first (posting nothing), and
 // can fail on demand: 429 with retry_after, 5xx, dropped sockets, rejected resumes,
 // sessions ended while messages are posted (InvalidateSessions, EndSessions with a close
 // code), a gateway that refuses connections (RefuseGateway), revoked tokens, slow and
@@ -76,6 +78,7 @@ type Message struct {
 	MentionRoles []string
 	Time         time.Time
 	EditTimes    []time.Time
+	Nonce        string // the create's nonce, "" without one
 }
 
 // Call is one REST request the fake answered.
@@ -135,6 +138,7 @@ type Server struct {
 	heartbeat     time.Duration
 	stall         bool
 	refuse        bool
+	refused       int // gateway connections refused (RefuseGateway)
 	sessions      map[string]*session
 	appCommands   map[string][]AppCommand  // bot id -> its application commands
 	interactions  map[string]*interaction  // by interaction id
@@ -217,6 +221,14 @@ func (s *Server) RefuseGateway(refuse bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.refuse = refuse
+}
+
+// Refused reports how many gateway connections were refused (RefuseGateway) so far: the
+// attempts a client made while the gateway was down.
+func (s *Server) Refused() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.refused
 }
 
 // InvalidateSessions closes every gateway socket abruptly and forgets the sessions, as

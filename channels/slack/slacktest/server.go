@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -90,6 +91,7 @@ type Server struct {
 	users      map[string]userInfo  // users.info answers, by user id
 	userDelay  time.Duration        // users.info answers after this long
 	held       chan struct{}        // while set, file downloads wait until it is closed
+	slow       map[string]time.Duration
 	socket     socketState
 	httpEvents httpState
 	commands   commandState
@@ -108,14 +110,15 @@ type userInfo struct {
 
 type upload struct {
 	File
-	length int
-	done   bool
+	length  int
+	done    bool
+	deleted bool
 }
 
 // sending reports whether a Failure with Method "" affects method: the calls that put something in a chat.
 func sending(method string) bool {
 	switch method {
-	case "chat.postMessage", "chat.postEphemeral", "chat.update", "chat.delete", "files.getUploadURLExternal", "files.completeUploadExternal":
+	case "chat.postMessage", "chat.postEphemeral", "chat.update", "chat.delete", "files.getUploadURLExternal", "files.completeUploadExternal", "files.delete":
 		return true
 	}
 	return false
@@ -128,7 +131,7 @@ func New(t testing.TB) *Server {
 		messages: map[string][]*message{}, byKey: map[string]*message{},
 		reactions: map[string]map[string]bool{}, typing: map[string]int{}, status: map[string]string{},
 		uploads: map[string]*upload{}, userFiles: map[string]*File{}, sent: map[string]*injected{},
-		users: map[string]userInfo{},
+		users: map[string]userInfo{}, slow: map[string]time.Duration{},
 	}
 	s.socket.setup()
 	s.httpEvents.setup()
@@ -160,9 +163,12 @@ func (s *Server) Close() { s.fs.Close() }
 // a Retry-After header (f.RetryAfter rounded up to whole seconds); Status 200 with Slack's
 // {"ok":false,"error":f.Message} (default "internal_error"); any other status with an HTML
 // error page. f.Method "" applies to the sending calls (chat.postMessage,
-// chat.postEphemeral, chat.update, chat.delete and the upload flow); any Web API method
+// chat.postEphemeral, chat.update, chat.delete, the upload flow and files.delete); any Web API method
 // can be named, and "files.download" for user file downloads.
 func (s *Server) FailNext(n int, f fakeserver.Failure) { s.fails.Add(n, f) }
+
+// ClearFailures drops the failures FailNext scripted that have not happened yet.
+func (s *Server) ClearFailures() { s.fails.Clear() }
 
 // RefuseAssistantStatus makes assistant.threads.setStatus fail, as it does outside an
 // app's assistant threads, so the adapter must fall back to a reaction.
@@ -187,6 +193,24 @@ func (s *Server) SetUserInfoDelay(d time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.userDelay = d
+}
+
+// Slow makes the fake answer method ("files.upload" for the bytes of an upload, or any Web
+// API method) only after d, before it takes effect (the request's end still cuts it short),
+// as a slow Slack would; 0 makes it answer at once again.
+func (s *Server) Slow(method string, d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.slow[method] = d
+}
+
+// delay waits out what Slow set for method, and reports false when the request or the
+// fake ended meanwhile.
+func (s *Server) delay(r *http.Request, method string) bool {
+	s.mu.Lock()
+	d := s.slow[method]
+	s.mu.Unlock()
+	return s.fs.Wait(r, d)
 }
 
 // HoldDownloads makes user file downloads wait, after they are logged as calls, until
@@ -303,6 +327,9 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
 	if err := r.ParseForm(); err != nil {
 		http.Error(w, "bad form", http.StatusBadRequest)
+		return
+	}
+	if !s.delay(r, method) {
 		return
 	}
 	if method == "users.info" {
@@ -424,6 +451,8 @@ func (s *Server) api(method, tok string, p url.Values) apiResult {
 		return okBody("upload_url", s.URL+"/upload/"+id, "file_id", id)
 	case "files.completeUploadExternal":
 		return s.completeUpload(p)
+	case "files.delete":
+		return s.deleteFile(p.Get("file"))
 	case "users.info":
 		return s.userInfo(p.Get("user"))
 	}
@@ -537,7 +566,7 @@ func (s *Server) completeUpload(p url.Values) apiResult {
 	var out []map[string]any
 	for _, f := range files {
 		u := s.uploads[f.ID]
-		if u == nil || !u.done {
+		if u == nil || !u.done || u.deleted {
 			return errBody("file_not_found")
 		}
 		u.Title = f.Title
@@ -554,9 +583,38 @@ func (s *Server) completeUpload(p url.Values) apiResult {
 	return okBody("files", out)
 }
 
+// deleteFile deletes a file the bot uploaded and, as Slack does, takes it out of the
+// messages that shared it: one left with neither files nor text is gone. Call with mu held.
+func (s *Server) deleteFile(id string) apiResult {
+	if s.userFiles[id] != nil {
+		return errBody("cant_delete_file")
+	}
+	u := s.uploads[id]
+	if u == nil {
+		return errBody("file_not_found")
+	}
+	if u.deleted {
+		return errBody("file_deleted")
+	}
+	u.deleted = true
+	for _, msgs := range s.messages {
+		for _, m := range msgs {
+			n := len(m.Files)
+			m.Files = slices.DeleteFunc(m.Files, func(f File) bool { return f.ID == id })
+			if n != len(m.Files) && len(m.Files) == 0 && strings.TrimSpace(m.Text) == "" {
+				m.deleted = true
+			}
+		}
+	}
+	return okBody()
+}
+
 // serveUpload takes the bytes of a file announced with files.getUploadURLExternal.
 func (s *Server) serveUpload(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
+	if !s.delay(r, "files.upload") {
+		return
+	}
 	rec := func(status int, code string) {
 		s.calls.Add(Call{Method: "files.upload", Params: url.Values{"file_id": {id}}, Status: status, Error: code, Time: time.Now()})
 	}

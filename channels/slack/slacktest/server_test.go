@@ -154,3 +154,33 @@ func TestUsersInfo(t *testing.T) {
 		t.Fatalf("slow users.info: %v; want the client's deadline", err)
 	}
 }
+
+func TestDeletingAnUploadedFileTakesItsMessageAway(t *testing.T) {
+	s := New(t)
+	ctx := context.Background()
+	api := client(s, BotToken)
+	if _, _, err := api.PostMessageContext(ctx, "C1", slackgo.MsgOptionText("the answer", false)); err != nil {
+		t.Fatal(err)
+	}
+	f, err := api.UploadFileContext(ctx, slackgo.UploadFileParameters{
+		Filename: "report.txt", FileSize: 3, Reader: strings.NewReader("abc"), Channel: "C1",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := s.Posted("C1"); len(p) != 2 || len(p[1].Files) != 1 || p[1].Files[0].ID != f.ID {
+		t.Fatalf("after the upload the channel shows %+v; want the answer and the file %s", p, f.ID)
+	}
+	if err := api.DeleteFileContext(ctx, f.ID); err != nil {
+		t.Fatal(err)
+	}
+	if p := s.Posted("C1"); len(p) != 1 || p[0].Text != "the answer" {
+		t.Fatalf("after files.delete the channel shows %+v; want the answer alone", p)
+	}
+	if err := api.DeleteFileContext(ctx, f.ID); err == nil || err.Error() != "file_deleted" {
+		t.Fatalf("deleting it again: %v; want file_deleted", err)
+	}
+	if err := api.DeleteFileContext(ctx, "F404"); err == nil || err.Error() != "file_not_found" {
+		t.Fatalf("deleting an unknown file: %v; want file_not_found", err)
+	}
+}

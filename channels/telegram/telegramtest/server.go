@@ -239,6 +239,20 @@ func (s *Server) Pending() int {
 	return len(s.pending)
 }
 
+// Delete removes message id from chat, as a user deleting the bot's message does; it
+// reports whether there was one.
+func (s *Server) Delete(chatID int64, id int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, m := range s.msgs[chatID] {
+		if m.ID == id {
+			s.msgs[chatID] = slices.Delete(s.msgs[chatID], i, i+1)
+			return true
+		}
+	}
+	return false
+}
+
 // BotMessage returns a message the bot posted, as Telegram shows it in reply_to_message.
 func (s *Server) BotMessage(chatID int64, id int) *models.Message {
 	s.mu.Lock()

@@ -103,6 +103,12 @@ func startGateway(t *testing.T, root, extra string) *liveGateway {
 // startGatewayRetrying is startGateway with llm.max_retries set to retries.
 func startGatewayRetrying(t *testing.T, root, extra string, retries int) *liveGateway {
 	t.Helper()
+	return launchGateway(t, root, extra, retries, func(code int, _ string) bool { return code == http.StatusOK })
+}
+
+// launchGateway is startGatewayRetrying waiting until up accepts what /readyz answers.
+func launchGateway(t *testing.T, root, extra string, retries int, up func(code int, body string) bool) *liveGateway {
+	t.Helper()
 	oai := openaitest.NewServer()
 	t.Cleanup(oai.Close) // runs last: the gateway stops first
 	g := &liveGateway{t: t, root: root, addr: freePort(t), oai: oai, reload: make(chan struct{}, 1), log: &logBuffer{}}
@@ -111,7 +117,7 @@ func startGatewayRetrying(t *testing.T, root, extra string, retries int) *liveGa
 	ctx, cancel := context.WithCancel(context.Background())
 	exited := make(chan int, 1)
 	go func() {
-		exited <- run(ctx, g.reload, []string{"run", "--config", g.cfgPath}, io.Discard, g.log, func(string) string { return "" })
+		exited <- run(ctx, g.reload, []string{"run", "--config", g.cfgPath}, io.Discard, g.log, func(string) string { return "" }, nil)
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -126,7 +132,7 @@ func startGatewayRetrying(t *testing.T, root, extra string, retries int) *liveGa
 	})
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		if code, _ := g.get("/readyz"); code == http.StatusOK {
+		if code, body := g.get("/readyz"); up(code, body) {
 			return g
 		}
 		select {
@@ -977,5 +983,43 @@ func TestReloadNamesWhatWaitsForARestart(t *testing.T) {
 	recs := g.waitLog(warn, 1)
 	if got := fmt.Sprint(recs[0]["sections"]); got != "llm" {
 		t.Fatalf("the warning names %q; want llm", got)
+	}
+}
+
+// A reload does not start or stop MCP servers; when it finds that a profile's own servers
+// changed (a profile added with mcp:, a server added to one), the log names those profiles,
+// rather than leaving the admin to wonder why the new tools never reach the model.
+func TestReloadNamesProfilesWhoseMCPWaitsForARestart(t *testing.T) {
+	root := t.TempDir()
+	writeProfile := func(name, yaml string) {
+		t.Helper()
+		dir := filepath.Join(root, "profiles", name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "profile.yaml"), []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Servers that are down: the gateway starts without their tools, which is enough here.
+	writeProfile("support", "mcp:\n  - {name: one, url: \"http://127.0.0.1:1/mcp\"}\n")
+	writeProfile("sales", "description: no MCP of its own\n")
+	g := startGateway(t, root, "")
+	const warn = "reload: the MCP servers of these profiles changed and apply only after a restart"
+	if code, out := cli(t, context.Background(), nil, "reload", "--config", g.cfgPath); code != 0 {
+		t.Fatalf("`gateway reload` = %d:\n%s", code, out)
+	}
+	g.waitLog("reloaded profiles and hooks", 1)
+	if n := len(g.log.entries(warn)); n != 0 {
+		t.Fatalf("a reload of unchanged profiles warned %d times", n)
+	}
+	writeProfile("support", "mcp:\n  - {name: one, url: \"http://127.0.0.1:1/mcp\"}\n  - {name: two, url: \"http://127.0.0.1:1/other\"}\n")
+	writeProfile("extra", "mcp:\n  - {name: three, url: \"http://127.0.0.1:1/mcp\"}\n")
+	if code, out := cli(t, context.Background(), nil, "reload", "--config", g.cfgPath); code != 0 {
+		t.Fatalf("`gateway reload` = %d:\n%s", code, out)
+	}
+	recs := g.waitLog(warn, 1)
+	if got := fmt.Sprint(recs[0]["profiles"]); got != "extra, support" {
+		t.Fatalf("the warning names %q; want extra, support", got)
 	}
 }

@@ -56,9 +56,12 @@ type app struct {
 
 	// mcp are the MCP servers, started by run (not by check) before the gateway starts:
 	// "" is the top-level mcp:, other keys are profiles' own.
-	mcp  map[string]*mcptools.Manager
-	pg   *cluster.Postgres // cluster mode: sessions and gateway state; nil on a single node
-	node *cluster.Node     // cluster mode: the shared intake on NATS; nil on a single node
+	mcp map[string]*mcptools.Manager
+	// mcpProfiles are the profiles' own MCP servers as they were started, by profile, for
+	// a reload to tell the admin when a profile's list changed (it applies after a restart).
+	mcpProfiles map[string][]mcptools.ServerConfig
+	pg          *cluster.Postgres // cluster mode: sessions and gateway state; nil on a single node
+	node        *cluster.Node     // cluster mode: the shared intake on NATS; nil on a single node
 
 	reloadMu sync.Mutex         // one reload at a time; guards cfg, hooks and loadErrs after start
 	hooks    []hooks.LoadedHook // of the current runtime's hook directories, disabled ones included
@@ -208,6 +211,7 @@ func buildApp(cfg Config, cfgPath string, log *slog.Logger, getenv func(string) 
 		Logger:      log,
 		Metrics:     a.metrics,
 		Media:       mediaStore,
+		StateDir:    cfg.StateDir,
 	}
 	switch { // the durable intake and per-chat settings: none in a dry run
 	case a.node != nil:
@@ -431,7 +435,34 @@ func (a *app) tryReload() error {
 	if changed := restartOnly(next, cfg); len(changed) > 0 {
 		a.log.Warn("reload: these sections of the config file changed and apply only after a restart", "sections", strings.Join(changed, ", "))
 	}
+	if changed := mcpChanged(a.mcpProfiles, profileMCP(rt.Profiles)); len(changed) > 0 {
+		// Otherwise a profile's new server is silently absent: its tools never reach the model.
+		a.log.Warn("reload: the MCP servers of these profiles changed and apply only after a restart", "profiles", strings.Join(changed, ", "))
+	}
 	return nil
+}
+
+// profileMCP is each profile's own MCP servers, for the profiles that have some.
+func profileMCP(set *profiles.Set) map[string][]mcptools.ServerConfig {
+	out := map[string][]mcptools.ServerConfig{}
+	for _, name := range set.Names() {
+		if p := set.Get(name); len(p.MCP) > 0 {
+			out[name] = p.MCP
+		}
+	}
+	return out
+}
+
+// mcpChanged names, in order, the profiles whose MCP servers differ between running and file.
+func mcpChanged(running, file map[string][]mcptools.ServerConfig) []string {
+	names := slices.Collect(maps.Keys(running))
+	for name := range file {
+		if _, ok := running[name]; !ok {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	return slices.DeleteFunc(names, func(name string) bool { return reflect.DeepEqual(running[name], file[name]) })
 }
 
 // restartOnly names the config's top-level sections that differ between running and file
@@ -452,8 +483,8 @@ func restartOnly(running, file Config) []string {
 }
 
 // runGateway runs until ctx ends (SIGINT/SIGTERM), then shuts down within the grace period.
-func runGateway(ctx context.Context, path string, reload <-chan struct{}, stderr io.Writer, getenv func(string) string) error {
-	cfg, err := loadChecked(path, getenv)
+func runGateway(ctx context.Context, path string, reload <-chan struct{}, stderr io.Writer, getenv func(string) string, names []string) error {
+	cfg, err := loadStrict(path, getenv, names)
 	if err != nil {
 		fmt.Fprintf(stderr, "gateway: the configuration has problems:\n%s\n", indent(err.Error()))
 		return exitCode(1)
@@ -494,11 +525,11 @@ func (a *app) startMCP(ctx context.Context) {
 	if len(a.cfg.MCP) > 0 {
 		a.mcp[""] = mcptools.Start(a.cfg.MCP, opts)
 	}
+	a.mcpProfiles = map[string][]mcptools.ServerConfig{}
 	if rt := a.gw.Runtime(); rt != nil {
-		for _, name := range rt.Profiles.Names() {
-			if p := rt.Profiles.Get(name); len(p.MCP) > 0 {
-				a.mcp[name] = mcptools.Start(p.MCP, opts)
-			}
+		a.mcpProfiles = profileMCP(rt.Profiles)
+		for name, servers := range a.mcpProfiles {
+			a.mcp[name] = mcptools.Start(servers, opts)
 		}
 	}
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -539,6 +570,13 @@ func (a *app) serve(ctx context.Context, reload <-chan struct{}) error {
 	startCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	err = a.gw.Start(startCtx)
 	cancel()
+	if err != nil && ctx.Err() != nil && !errors.Is(err, channels.ErrPermanent) {
+		// SIGTERM while a channel was still connecting: a shutdown asked for, not a failure.
+		a.log.Info("shutting down before every channel connected")
+		shutdownHTTP(srv)
+		_ = a.gw.Stop(context.Background())
+		return nil
+	}
 	if err != nil {
 		a.log.Error("cannot start", "err", err)
 		shutdownHTTP(srv)

@@ -25,9 +25,11 @@ import (
 
 // checkConfig loads and validates the config and builds every part the way `run` does, up to
 // connecting; it prints the effective config with secrets masked and each problem on its own
-// line. Any problem → exit status 1.
-func checkConfig(ctx context.Context, path string, out io.Writer, getenv func(string) string) error {
-	cfg, err := loadChecked(path, getenv)
+// line. Any problem → exit status 1. It starts no program and calls no service (the model,
+// speech and MCP servers are checked as written), but for the cluster's engines; connect
+// also reaches each MCP server (a stdio one is started and stopped) and lists its tools.
+func checkConfig(ctx context.Context, path string, out io.Writer, getenv func(string) string, names []string, connect bool) error {
+	cfg, err := loadStrict(path, getenv, names)
 	var mcpOut string
 	if err == nil {
 		// Build everything run builds, logging nowhere, then let it go.
@@ -39,10 +41,8 @@ func checkConfig(ctx context.Context, path string, out io.Writer, getenv func(st
 			for _, e := range a.loadErrs {
 				herrs = append(herrs, fmt.Errorf("hook %s: %w", e.Path, e.Err))
 			}
-			// MCP servers are reached (a stdio one is started and stopped again) and their
-			// tools listed: an unreachable server is a problem here, a warning at run time.
 			var merrs []error
-			mcpOut, merrs = checkMCP(ctx, cfg, a)
+			mcpOut, merrs = checkMCP(ctx, cfg, a, connect)
 			herrs = append(herrs, merrs...)
 			if cfg.Cluster.Enabled() {
 				// check connects to nothing else, but a cluster's engines it must reach.
@@ -66,7 +66,7 @@ func checkConfig(ctx context.Context, path string, out io.Writer, getenv func(st
 		source = "(no config file: built-in defaults)"
 	}
 	fmt.Fprintf(out, "# config: %s\n", source)
-	if b, merr := yaml.Marshal(configMap(cfg, true)); merr == nil {
+	if b, merr := showConfig(cfg); merr == nil {
 		out.Write(b)
 	}
 	fmt.Fprint(out, mcpOut)
@@ -78,8 +78,12 @@ func checkConfig(ctx context.Context, path string, out io.Writer, getenv func(st
 	return nil
 }
 
-// checkMCP reaches every MCP server of the config and of the profiles and lists its tools.
-func checkMCP(ctx context.Context, cfg Config, a *app) (string, []error) {
+// checkMCP checks every MCP server of the config and of the profiles as written: a stdio
+// command must be a program that can be run, a url well-formed. Nothing is started: an
+// MCP command is an admin's program, and check must not run it as a side effect. With
+// connect, each server is reached (a stdio one started and stopped again) and its tools
+// listed: an unreachable server is then a problem here, a warning at run time.
+func checkMCP(ctx context.Context, cfg Config, a *app, connect bool) (string, []error) {
 	sets := []struct {
 		where   string
 		servers []mcptools.ServerConfig
@@ -100,6 +104,20 @@ func checkMCP(ctx context.Context, cfg Config, a *app) (string, []error) {
 		if len(set.servers) == 0 {
 			continue
 		}
+		if !connect {
+			for _, srv := range set.servers {
+				if err := srv.CheckOffline(); err != nil {
+					errs = append(errs, fmt.Errorf("%s: %w", set.where, err))
+					continue
+				}
+				what := maskURL(srv.URL) + ", not contacted"
+				if len(srv.Command) > 0 {
+					what = "command " + srv.Command[0] + ", not started"
+				}
+				fmt.Fprintf(&b, "%s %s: %s (check --connect reaches it and lists its tools)\n", set.where, srv.Name, what)
+			}
+			continue
+		}
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		tools, cerrs := mcptools.Check(cctx, set.servers)
 		cancel()
@@ -116,6 +134,41 @@ func checkMCP(ctx context.Context, cfg Config, a *app) (string, []error) {
 		return "\n" + b.String(), errs
 	}
 	return "", errs
+}
+
+// showConfig is the config as YAML with secrets masked and with the values run uses: a
+// key left at 0 or empty that takes a default later shows that default, marked "# default".
+func showConfig(cfg Config) ([]byte, error) {
+	raw := flatten(configMap(cfg, true), "")
+	var doc yaml.Node
+	if err := doc.Encode(configMap(cfg.withDefaults(), true)); err != nil {
+		return nil, err
+	}
+	markDefaults(&doc, "", raw)
+	return yaml.Marshal(&doc)
+}
+
+// markDefaults comments each value under n (at the key path prefix) that differs from the
+// loaded one in raw: a default filled in after loading.
+func markDefaults(n *yaml.Node, prefix string, raw map[string]any) {
+	if n.Kind != yaml.MappingNode {
+		return
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		key, val := n.Content[i], n.Content[i+1]
+		path := key.Value
+		if prefix != "" {
+			path = prefix + "." + path
+		}
+		if val.Kind == yaml.MappingNode {
+			markDefaults(val, path, raw)
+			continue
+		}
+		var shown any
+		if was, ok := raw[path]; ok && val.Decode(&shown) == nil && fmt.Sprint(shown) != fmt.Sprint(was) {
+			val.LineComment = "default"
+		}
+	}
 }
 
 func indent(s string) string {
@@ -285,7 +338,7 @@ func newSendCmd(ctx context.Context, path func() string, out io.Writer, getenv f
 // callAPI POSTs body (JSON; nil: none) to the running gateway's admin API at path and
 // prints the answer; a non-2xx answer is exit status 1.
 func callAPI(ctx context.Context, cfgPath string, out io.Writer, getenv func(string) string, path string, body any) error {
-	cfg, err := loadConfig(cfgPath, getenv)
+	cfg, err := loadClient(cfgPath, getenv)
 	if err != nil {
 		fmt.Fprintf(out, "the configuration has problems:\n%s\n", indent(err.Error()))
 		return exitCode(1)

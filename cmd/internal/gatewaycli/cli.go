@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -15,15 +16,25 @@ import (
 // Version is set at build time with -ldflags "-X gateway/cmd/internal/gatewaycli.Version=...".
 var Version = "dev"
 
-// Run is the whole CLI with its environment passed in, so tests and the benchmark can run
-// it in-process. reload receives SIGHUP's reload requests (nil: none). It returns the exit status.
-func Run(ctx context.Context, reload <-chan struct{}, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	return run(ctx, reload, args, stdout, stderr, getenv)
+// Run is the whole CLI with its environment (as os.Environ gives it: "NAME=value") passed
+// in, so tests and the benchmark can run it in-process. reload receives SIGHUP's reload
+// requests (nil: none). It returns the exit status.
+func Run(ctx context.Context, reload <-chan struct{}, args []string, stdout, stderr io.Writer, environ []string) int {
+	vars := make(map[string]string, len(environ))
+	names := make([]string, 0, len(environ))
+	for _, kv := range environ {
+		if name, val, ok := strings.Cut(kv, "="); ok {
+			vars[name] = val
+			names = append(names, name)
+		}
+	}
+	return run(ctx, reload, args, stdout, stderr, func(name string) string { return vars[name] }, names)
 }
 
-// run is the whole CLI, with its environment passed in so tests can run it in-process.
-func run(ctx context.Context, reload <-chan struct{}, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	root := newRootCmd(ctx, reload, stdout, stderr, getenv)
+// run is the whole CLI, with its environment passed in so tests can run it in-process:
+// getenv reads a variable, names lists them all (for the misspelt GATEWAY_ ones).
+func run(ctx context.Context, reload <-chan struct{}, args []string, stdout, stderr io.Writer, getenv func(string) string, names []string) int {
+	root := newRootCmd(ctx, reload, stdout, stderr, getenv, names)
 	root.SetArgs(args)
 	if err := root.Execute(); err != nil {
 		if code, ok := err.(exitCode); ok {
@@ -40,7 +51,7 @@ type exitCode int
 
 func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
 
-func newRootCmd(ctx context.Context, reload <-chan struct{}, stdout, stderr io.Writer, getenv func(string) string) *cobra.Command {
+func newRootCmd(ctx context.Context, reload <-chan struct{}, stdout, stderr io.Writer, getenv func(string) string, names []string) *cobra.Command {
 	var configPath string
 	root := &cobra.Command{
 		Use:           "gateway",
@@ -57,18 +68,25 @@ func newRootCmd(ctx context.Context, reload <-chan struct{}, stdout, stderr io.W
 		Use:   "run",
 		Short: "Run the gateway (the default command)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runGateway(ctx, path(), reload, stderr, getenv)
+			return runGateway(ctx, path(), reload, stderr, getenv, names)
 		},
 	}
 	root.RunE = runCmd.RunE
-	root.AddCommand(runCmd,
-		&cobra.Command{
-			Use:   "check",
-			Short: "Validate the config the way run would, print it with secrets masked",
-			RunE: func(cmd *cobra.Command, _ []string) error {
-				return checkConfig(ctx, path(), stdout, getenv)
-			},
+	var connect bool
+	checkCmd := &cobra.Command{
+		Use:   "check",
+		Short: "Validate the config the way run would, print it with secrets masked",
+		Long: "Validate the config the way run would and print it with secrets masked. Nothing is started " +
+			"and no service is called (the cluster's engines excepted): MCP servers are checked as written " +
+			"(the command exists and may be run, the url is well-formed); --connect also reaches each one " +
+			"(starting a stdio server's command) and lists its tools.",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return checkConfig(ctx, path(), stdout, getenv, names, connect)
 		},
+	}
+	checkCmd.Flags().BoolVar(&connect, "connect", false, "also reach each MCP server (starting stdio ones) and list its tools")
+	root.AddCommand(runCmd,
+		checkCmd,
 		&cobra.Command{
 			Use:   "version",
 			Short: "Print the version",

@@ -28,6 +28,7 @@ import (
 	"gateway/gateway"
 	"gateway/harness"
 	"gateway/harness/mcptools"
+	"gateway/hooks"
 	"gateway/internal/config"
 	"gateway/internal/media"
 	"gateway/internal/secret"
@@ -71,6 +72,14 @@ type LogConfig struct {
 type HooksConfig struct {
 	Dirs    []string      `mapstructure:"dirs"`
 	Timeout time.Duration `mapstructure:"timeout"`
+}
+
+// WithDefaults is what a zero timeout means: the hook bus's default.
+func (c HooksConfig) WithDefaults() HooksConfig {
+	if c.Timeout <= 0 {
+		c.Timeout = hooks.DefaultTimeout
+	}
+	return c
 }
 
 type ChannelsConfig struct {
@@ -151,6 +160,33 @@ func (c *Config) resolveSpeech(explicit func(key string) bool, getenv func(strin
 	}
 }
 
+// withDefaults is c as the gateway runs it: every section whose package fills in defaults
+// after loading (0 or "" meaning "the default") has them filled in by its own WithDefaults,
+// the one its constructor applies, so that check shows the values run uses. Sections are
+// found by their WithDefaults method, not listed: a section that gains one is covered.
+func (c Config) withDefaults() Config {
+	applyDefaults(reflect.ValueOf(&c).Elem())
+	return c
+}
+
+// applyDefaults replaces each field of the struct v that has a WithDefaults method by what
+// it returns, and looks inside the other struct fields.
+func applyDefaults(v reflect.Value) {
+	for i := range v.NumField() {
+		f := v.Field(i)
+		if !v.Type().Field(i).IsExported() {
+			continue
+		}
+		if m := f.MethodByName("WithDefaults"); m.IsValid() && m.Type().NumIn() == 0 && m.Type().NumOut() == 1 && m.Type().Out(0) == f.Type() {
+			f.Set(m.Call(nil)[0])
+			continue
+		}
+		if f.Kind() == reflect.Struct {
+			applyDefaults(f)
+		}
+	}
+}
+
 // movedKeys are keys that moved (old path → new path). The gateway, not speech to text,
 // echoes the transcript, so the setting lives in sessions.
 var movedKeys = map[string]string{
@@ -179,13 +215,40 @@ func envKey(key string) string {
 // the environment variable). It reports every problem it finds in one go; the config it
 // returns is as complete as they allow.
 func loadConfig(path string, getenv func(string) string) (Config, error) {
-	cfg, _, errs := load(path, getenv)
+	cfg, _, errs := load(path, getenv, nil)
 	return cfg, errs.Err()
 }
 
+// loadClient is loadConfig for the commands that only call the running gateway (send,
+// reload): problems outside the http and admin sections, which they do not read, are not
+// theirs to report. A cron job that sets the admin token's variable alone is not refused
+// for a platform token's ${VAR}.
+func loadClient(path string, getenv func(string) string) (Config, error) {
+	cfg, _, errs := load(path, getenv, nil)
+	var theirs config.Errors
+	for _, e := range errs {
+		section, _, _ := strings.Cut(e.Key, ".")
+		if e.Key == "" || section == "http" || section == "admin" {
+			theirs = append(theirs, e)
+		}
+	}
+	return cfg, theirs.Err()
+}
+
+// envPrefix starts the name of every variable that sets a config key.
+const envPrefix = "GATEWAY_"
+
+// notKeys are the variables named with envPrefix that are not config keys: the config
+// file's path, and what the gateway gives hook programs (which may run `gateway`).
+func notKeys() []string {
+	return []string{"GATEWAY_CONFIG", "GATEWAY_API_URL", "GATEWAY_API_TOKEN", "GATEWAY_HOOK_NAME", "GATEWAY_HOOK_DIR", "GATEWAY_HOOK_EVENT"}
+}
+
 // load is loadConfig, also returning the document (for the line of a key) and the
-// problems one by one.
-func load(path string, getenv func(string) string) (Config, *yaml.Node, config.Errors) {
+// problems one by one. names, when given, are the environment's variable names: one that
+// starts with GATEWAY_, is set, and is neither a key's variable, nor in notKeys, nor named
+// by the file as ${VAR}, is a misspelt key, reported like an unknown key of the file.
+func load(path string, getenv func(string) string, names []string) (Config, *yaml.Node, config.Errors) {
 	cfg := defaultConfig(getenv)
 	// viper holds the key set (every key with its default) and tells which keys the file
 	// sets; the values are decoded by the same decoder as profile.yaml and HOOK.yaml.
@@ -227,14 +290,30 @@ func load(path string, getenv func(string) string) (Config, *yaml.Node, config.E
 			errs = append(errs, &config.Error{File: envKey(old), Key: old, Msg: "this key moved: set " + envKey(movedKeys[old]) + " instead"})
 		}
 	}
+	known := map[string]bool{}
+	for key := range keys {
+		known[envKey(key)] = true
+	}
+	for old := range movedKeys {
+		known[envKey(old)] = true // reported above
+	}
+	for _, name := range notKeys() {
+		known[name] = true
+	}
+	// A variable of the user's own that the file names as ${VAR} is not a misspelt key.
+	lookup := func(name string) string {
+		known[name] = true
+		return getenv(name)
+	}
 	var unset config.Errors
-	for _, e := range config.Decode(root, &cfg, config.Options{File: path, Getenv: getenv, Origin: origin, Moved: movedKeys}) {
+	for _, e := range config.Decode(root, &cfg, config.Options{File: path, Getenv: lookup, Origin: origin, Moved: movedKeys}) {
 		if e.Var != "" {
 			unset = append(unset, e)
 			continue
 		}
 		errs = append(errs, e)
 	}
+	errs = append(errs, unknownEnv(names, known, getenv)...)
 	explicit := func(key string) bool { return v.InConfig(key) || getenv(envKey(key)) != "" }
 	cfg.resolveLLM(explicit)
 	cfg.resolveSpeech(explicit, getenv)
@@ -246,6 +325,70 @@ func load(path string, getenv func(string) string) (Config, *yaml.Node, config.E
 		}
 	}
 	return cfg, root, errs
+}
+
+// unknownEnv reports each set variable of names that starts with envPrefix and is not
+// known, naming it (never its value: it may be a token) and the key it was likely meant for.
+func unknownEnv(names []string, known map[string]bool, getenv func(string) string) config.Errors {
+	var errs config.Errors
+	for _, name := range slices.Sorted(slices.Values(names)) {
+		if !strings.HasPrefix(name, envPrefix) || known[name] || getenv(name) == "" {
+			continue
+		}
+		msg := "unknown variable: no config key is set by it"
+		if like := likelyKey(name, known); like != "" {
+			msg += " (did you mean " + like + "?)"
+		} else {
+			msg += " (a key's variable is GATEWAY_ and its path with _, e.g. GATEWAY_CHANNELS_TELEGRAM_TOKEN for channels.telegram.token)"
+		}
+		errs = append(errs, &config.Error{File: name, Msg: msg})
+	}
+	return errs
+}
+
+// likelyKey is the key variable name was most likely meant for: within two letters of one,
+// or of its end (a section left out: GATEWAY_TELEGRAM_TOKEN); "" when none is that close.
+func likelyKey(name string, known map[string]bool) string {
+	rest := strings.TrimPrefix(name, envPrefix)
+	best, bestDist := "", 3
+	for _, k := range slices.Sorted(maps.Keys(known)) {
+		if !strings.HasPrefix(k, envPrefix) {
+			continue
+		}
+		tail := strings.TrimPrefix(k, envPrefix)
+		for {
+			if d := editDistance(rest, tail); d < bestDist {
+				best, bestDist = k, d
+			}
+			i := strings.IndexByte(tail, '_')
+			if i < 0 {
+				break
+			}
+			tail = tail[i+1:]
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 // graft sets key (a dotted path) to val in the document, creating the mappings on the way;
@@ -314,7 +457,13 @@ func graft(root *yaml.Node, key, val string, list bool, from string, origin map[
 // loadChecked is loadConfig then validate, with every problem of both, each once. A
 // validation problem names its key; when the file sets that key, its line is added.
 func loadChecked(path string, getenv func(string) string) (Config, error) {
-	cfg, root, errs := load(path, getenv)
+	return loadStrict(path, getenv, nil)
+}
+
+// loadStrict is loadChecked, also refusing a GATEWAY_ variable of names that sets no key:
+// what check and startup load. (A reload runs in the environment startup checked.)
+func loadStrict(path string, getenv func(string) string, names []string) (Config, error) {
+	cfg, root, errs := load(path, getenv, names)
 	lines := make([]string, 0, len(errs))
 	unsetKeys := map[string]bool{}
 	for _, e := range errs {
@@ -330,7 +479,9 @@ func loadChecked(path string, getenv func(string) string) (Config, error) {
 			if unsetKeys[key] {
 				continue
 			}
-			if key != "" && root != nil && path != "" {
+			if name := setBy(key, getenv); name != "" {
+				l = name + ": " + l // the variable's value overrides the file's
+			} else if key != "" && root != nil && path != "" {
 				if at := config.At(path, root, key, "%s", l); at.Line > 0 {
 					l = fmt.Sprintf("%s:%d: %s", path, at.Line, l)
 				}
@@ -344,6 +495,23 @@ func loadChecked(path string, getenv func(string) string) (Config, error) {
 		return cfg, errors.New(strings.Join(lines, "\n"))
 	}
 	return cfg, nil
+}
+
+// setBy is the GATEWAY_ variable that set key or the key holding it ("GATEWAY_BINDINGS"
+// for bindings[0].match.channel), or "" when the environment set neither.
+func setBy(key string, getenv func(string) string) string {
+	path, _, _ := strings.Cut(key, "[") // a variable sets a whole list, never one item
+	for path != "" {
+		if getenv(envKey(path)) != "" {
+			return envKey(path)
+		}
+		i := strings.LastIndexByte(path, '.')
+		if i < 0 {
+			break
+		}
+		path = path[:i]
+	}
+	return ""
 }
 
 // problemKey is the key path a validation message starts with ("llm.model: ..." or

@@ -163,7 +163,7 @@ func TestLogFileIsPlainText(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	exited := make(chan int, 1)
 	go func() {
-		exited <- run(ctx, nil, []string{"run", "--config", path}, io.Discard, logFile, func(string) string { return "" })
+		exited <- run(ctx, nil, []string{"run", "--config", path}, io.Discard, logFile, func(string) string { return "" }, nil)
 	}()
 	read := func() string {
 		b, _ := os.ReadFile(logFile.Name())
@@ -275,5 +275,27 @@ func TestEnvironmentOverridesAreDecodedLikeTheFile(t *testing.T) {
 	}
 	if got := strings.Join(cfg.Channels.Telegram.AllowFrom, ","); got != "1,2" {
 		t.Errorf("allow_from = %q; want 1,2", got)
+	}
+}
+
+// A value the environment set and validation refuses is reported with the variable that
+// set it, not with a line of the file, which does not hold it.
+func TestRefusedValueFromTheEnvironmentNamesItsVariable(t *testing.T) {
+	path := writeConfig(t, "state_dir: STATE\nlog:\n  level: info\n")
+	env := map[string]string{
+		"GATEWAY_BINDINGS":  `[{"profile":"p","match":{"channel":"webb"}}]`,
+		"GATEWAY_LOG_LEVEL": "loud",
+	}
+	_, err := loadChecked(path, func(k string) string { return env[k] })
+	if err == nil {
+		t.Fatal("want errors")
+	}
+	for _, want := range []string{"GATEWAY_BINDINGS: bindings[0].match.channel", "GATEWAY_LOG_LEVEL: log.level"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("errors lack %q:\n%v", want, err)
+		}
+	}
+	if strings.Contains(err.Error(), path+":") {
+		t.Errorf("an error names a line of the file for a value the environment set:\n%v", err)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -37,7 +38,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) == "1" {
 		// What cmd/gateway's main does, with no environment passed to the config.
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		code := Run(ctx, nil, os.Args[1:], os.Stdout, os.Stderr, func(string) string { return "" })
+		code := Run(ctx, nil, os.Args[1:], os.Stdout, os.Stderr, nil)
 		stop()
 		os.Exit(code)
 	}
@@ -473,5 +474,210 @@ func TestTruncatedStateFileStartsFresh(t *testing.T) {
 	}
 	p.send("second")
 	waitFor(t, "answered on fresh state", func() bool { return len(p.answer()) == 2 }, g.log)
+	g.stop()
+}
+
+// cutModel is the fake OpenAI API whose first call streams "The cut preview" and then
+// hangs (a kill arrives meanwhile); every later call answers "answer N".
+func cutModel(t *testing.T) *slowModel {
+	m := &slowModel{Server: openaitest.NewServer()}
+	m.SetFunc(func(openaitest.Request) openaitest.Reply {
+		if n := m.n.Add(1); n > 1 {
+			return openaitest.Reply{Text: fmt.Sprintf("answer %d", n)}
+		}
+		return openaitest.Reply{Chunks: []string{"The cut preview"}, Hang: true}
+	})
+	t.Cleanup(m.Close)
+	return m
+}
+
+// A SIGKILL while the answer streams leaves a cut preview in the chat; after the restart
+// the full answer takes its place, in the same message: the chat shows one answer, whole.
+func TestKillMidStreamFinishesTheCutPreviewAfterRestart(t *testing.T) {
+	for _, mk := range []func(*testing.T) platform{telegramPlatform, discordPlatform,
+		func(t *testing.T) platform { return slackPlatform(t, slacktest.New(t)) }} {
+		p := mk(t)
+		t.Run(p.name, func(t *testing.T) {
+			oai := cutModel(t)
+			root, addr := newRoot(t, oai, p)
+			g := startChild(t, root, addr)
+			p.send("hello there")
+			waitFor(t, "the preview shows", func() bool { return len(p.answer()) == 1 }, g.log)
+			waitFor(t, "its place is kept", func() bool { return strings.Contains(g.log.String(), "answer placement kept") }, g.log)
+			g.kill()
+			if got := p.answer(); len(got) != 1 || !strings.Contains(got[0], "The cut preview") {
+				t.Fatalf("before the restart the chat shows %q; want the cut preview", got)
+			}
+
+			g = startChild(t, root, addr)
+			waitFor(t, "answered after the restart", func() bool {
+				return slices.ContainsFunc(p.answer(), func(s string) bool { return strings.Contains(s, "answer 2") })
+			}, g.log)
+			quiet()
+			if got := p.answer(); len(got) != 1 || !strings.Contains(got[0], "answer 2") {
+				t.Fatalf("after the restart the chat shows %q; want one message, the full answer in place of the cut preview; log:\n%s", got, g.log)
+			}
+			g.stop()
+		})
+	}
+}
+
+// When the cut preview was deleted meanwhile (or is too old to edit), the answer after the
+// restart comes as a new message.
+func TestKillMidStreamWithThePreviewDeletedAnswersInANewMessage(t *testing.T) {
+	tg := telegramtest.NewServer(t)
+	oai := cutModel(t)
+	root, addr := t.TempDir(), freePort(t)
+	writeChildConfig(t, root, addr, oai.URL(), fmt.Sprintf("  telegram:\n    enabled: true\n    token: %q\n    api_url: %s\n    allow_from: [%q]\n",
+		telegramtest.Token, tg.URL, fmt.Sprint(telegramtest.UserID)))
+	g := startChild(t, root, addr)
+	tg.Send(telegramtest.Update{ChatID: tgChat, Text: "hello there"})
+	waitFor(t, "the preview shows", func() bool { return len(tg.Messages(tgChat)) == 1 }, g.log)
+	waitFor(t, "its place is kept", func() bool { return strings.Contains(g.log.String(), "answer placement kept") }, g.log)
+	g.kill()
+	preview := tg.Messages(tgChat)[0]
+	if !tg.Delete(tgChat, preview.ID) {
+		t.Fatal("the preview could not be deleted")
+	}
+
+	g = startChild(t, root, addr)
+	waitFor(t, "answered after the restart", func() bool { return len(tg.Messages(tgChat)) > 0 }, g.log)
+	quiet()
+	got := tg.Messages(tgChat)
+	if len(got) != 1 || got[0].Text != "answer 2" || got[0].ID == preview.ID {
+		t.Fatalf("after the restart the chat shows %+v; want the answer once, in a new message; log:\n%s", got, g.log)
+	}
+	g.stop()
+}
+
+// userTurns are the user messages of a model request, in order.
+func userTurns(r openaitest.Request) []string {
+	var out []string
+	for _, m := range r.Messages {
+		if m.Role == "user" {
+			out = append(out, m.Content)
+		}
+	}
+	return out
+}
+
+// A SIGKILL after the model's answer was saved in the history but before it reached the
+// chat (a message:send hook still working, as text to speech does): after the restart the
+// model is asked the message once, as the first time, not the question twice with the cut
+// answer between; and the conversation goes on from the answer the chat got.
+func TestKilledAfterTheAnswerWasSavedAsksTheModelOnce(t *testing.T) {
+	tg := telegramtest.NewServer(t)
+	oai := newSlowModel(t)
+	root, addr := t.TempDir(), freePort(t)
+	started := filepath.Join(root, "hook-started")
+	// The first time, the hook holds the answer back past the kill; after the restart it adds nothing.
+	writeHook(t, filepath.Join(root, "hooks"), "speak", sendYAML+"timeout: 2m\n",
+		fmt.Sprintf("cat >/dev/null\n[ -f %[1]q ] && exit 0\ntouch %[1]q\nsleep 60\n", started))
+	writeChildConfig(t, root, addr, oai.URL(), fmt.Sprintf("  telegram:\n    enabled: true\n    token: %q\n    api_url: %s\n    allow_from: [%q]\nhooks:\n  dirs: [./hooks]\n",
+		telegramtest.Token, tg.URL, fmt.Sprint(telegramtest.UserID)))
+	g := startChild(t, root, addr)
+	tg.Send(telegramtest.Update{ChatID: tgChat, Text: "hello there"})
+	waitFor(t, "the message:send hook runs", func() bool { _, err := os.Stat(started); return err == nil }, g.log)
+	g.kill()
+
+	g = startChild(t, root, addr)
+	waitFor(t, "answered after the restart", func() bool {
+		got := tg.Messages(tgChat)
+		return len(got) == 1 && got[0].Text == "answer 2"
+	}, g.log)
+	tg.Send(telegramtest.Update{ChatID: tgChat, Text: "and then?"})
+	waitFor(t, "the next message answered", func() bool { return oai.calls() == 3 }, g.log)
+	reqs := oai.Requests()
+	if got := userTurns(reqs[1]); !slices.Equal(got, []string{"hello there"}) {
+		t.Errorf("after the restart the model was asked %q; want the message once", got)
+	}
+	var asked []string
+	for _, m := range reqs[2].Messages {
+		if m.Role != "system" {
+			asked = append(asked, m.Role+": "+m.Content)
+		}
+	}
+	if want := []string{"user: hello there", "assistant: answer 2", "user: and then?"}; !slices.Equal(asked, want) {
+		t.Errorf("the next message was asked with the conversation %q; want %q", asked, want)
+	}
+	g.stop()
+}
+
+// A SIGKILL while the parts a message:send hook added are being sent (its note is posted,
+// its file still uploading): after the restart the chat shows the answer, the note and the
+// file once each, not the note a second time beside the first.
+func TestKilledWhileTheAnswersPartsAreSentShowsEachPartOnce(t *testing.T) {
+	tg := telegramtest.NewServer(t)
+	oai := newSlowModel(t)
+	root, addr := t.TempDir(), freePort(t)
+	file := filepath.Join(root, "report.txt")
+	writeFile(t, file, "the report")
+	writeHook(t, filepath.Join(root, "hooks"), "attach", sendYAML,
+		fmt.Sprintf("cat >/dev/null\necho '{\"parts\":[{\"type\":\"text\",\"text\":\"Here is the report.\"},{\"type\":\"file\",\"mime\":\"text/plain\",\"path\":%q,\"name\":\"report.txt\"}]}'\n", file))
+	writeChildConfig(t, root, addr, oai.URL(), fmt.Sprintf("  telegram:\n    enabled: true\n    token: %q\n    api_url: %s\n    allow_from: [%q]\nhooks:\n  dirs: [./hooks]\n",
+		telegramtest.Token, tg.URL, fmt.Sprint(telegramtest.UserID)))
+	tg.Slow("sendDocument", time.Minute) // the kill comes while the file uploads
+	g := startChild(t, root, addr)
+	tg.Send(telegramtest.Update{ChatID: tgChat, Text: "send me the report"})
+	waitFor(t, "the note is posted", func() bool {
+		return slices.ContainsFunc(tg.Messages(tgChat), func(m telegramtest.Message) bool { return m.Text == "Here is the report." })
+	}, g.log)
+	time.Sleep(500 * time.Millisecond) // the gateway's own time to take Telegram's answer in: a crash before that cannot know the note was sent
+	g.kill()
+	tg.Slow("sendDocument", 0)
+
+	g = startChild(t, root, addr)
+	waitFor(t, "the file is sent after the restart", func() bool { return len(tg.Calls("sendDocument")) > 0 }, g.log)
+	quiet()
+	var got []string
+	for _, m := range tg.Messages(tgChat) {
+		got = append(got, m.Kind+": "+m.Text)
+	}
+	if want := []string{"text: answer 2", "text: Here is the report.", "document: "}; !slices.Equal(got, want) {
+		t.Fatalf("after the restart the chat shows %q; want %q; log:\n%s", got, want, g.log)
+	}
+	g.stop()
+}
+
+// The same on Slack: a SIGKILL while the file a message:send hook added uploads, its note
+// posted; after the restart the DM shows the answer, the note and the file once each.
+func TestSlackKilledWhileTheAnswersPartsAreSentShowsEachPartOnce(t *testing.T) {
+	sl := slacktest.New(t)
+	p := slackPlatform(t, sl)
+	oai := newSlowModel(t)
+	root, addr := t.TempDir(), freePort(t)
+	file := filepath.Join(root, "report.txt")
+	writeFile(t, file, "the report")
+	writeHook(t, filepath.Join(root, "hooks"), "attach", sendYAML,
+		fmt.Sprintf("cat >/dev/null\necho '{\"parts\":[{\"type\":\"text\",\"text\":\"Here is the report.\"},{\"type\":\"file\",\"mime\":\"text/plain\",\"path\":%q,\"name\":\"report.txt\"}]}'\n", file))
+	writeChildConfig(t, root, addr, oai.URL(), p.config(addr)+"hooks:\n  dirs: [./hooks]\n")
+	sl.Slow("files.upload", time.Minute) // the kill comes while the file uploads
+	g := startChild(t, root, addr)
+	p.send("send me the report")
+	// The upload begins once the note is posted and its place kept.
+	waitFor(t, "the file's upload begins", func() bool { return len(sl.Calls("files.getUploadURLExternal")) > 0 }, g.log)
+	g.kill()
+	if got := p.answer(); !slices.Contains(got, "Here is the report.") {
+		t.Fatalf("before the restart the DM shows %q; want the note", got)
+	}
+	sl.Slow("files.upload", 0)
+
+	g = startChild(t, root, addr)
+	shared := func() []slacktest.Posted {
+		return slices.DeleteFunc(sl.Posted(slackDM), func(m slacktest.Posted) bool { return len(m.Files) == 0 })
+	}
+	waitFor(t, "the file is shared after the restart", func() bool { return len(shared()) > 0 }, g.log)
+	quiet()
+	var got []string
+	for _, m := range sl.Posted(slackDM) {
+		s := "text: " + m.Text
+		for _, f := range m.Files {
+			s = "file: " + f.Name
+		}
+		got = append(got, s)
+	}
+	if want := []string{"text: answer 2", "text: Here is the report.", "file: report.txt"}; !slices.Equal(got, want) {
+		t.Fatalf("after the restart the DM shows %q; want %q; log:\n%s", got, want, g.log)
+	}
 	g.stop()
 }

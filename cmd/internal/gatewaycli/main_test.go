@@ -5,10 +5,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -21,7 +23,7 @@ func cli(t *testing.T, ctx context.Context, env map[string]string, args ...strin
 	t.Helper()
 	var out bytes.Buffer
 	getenv := func(k string) string { return env[k] }
-	code := run(ctx, nil, args, &out, &out, getenv)
+	code := run(ctx, nil, args, &out, &out, getenv, slices.Collect(maps.Keys(env)))
 	return code, out.String()
 }
 
@@ -161,7 +163,7 @@ func TestRunServesWebChatAndHealth(t *testing.T) {
 	done := make(chan int, 1)
 	var out bytes.Buffer
 	go func() {
-		done <- run(ctx, nil, []string{"--config", path}, io.Discard, &out, func(string) string { return "" })
+		done <- run(ctx, nil, []string{"--config", path}, io.Discard, &out, func(string) string { return "" }, nil)
 	}()
 
 	get := func(p string) (int, string) {

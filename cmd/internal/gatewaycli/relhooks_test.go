@@ -53,7 +53,7 @@ bindings:
 	ctx, cancel := context.WithCancel(context.Background())
 	exited := make(chan int, 1)
 	go func() {
-		exited <- run(ctx, g.reload, []string{"run"}, io.Discard, g.log, func(string) string { return "" })
+		exited <- run(ctx, g.reload, []string{"run"}, io.Discard, g.log, func(string) string { return "" }, nil)
 	}()
 	defer func() {
 		cancel()

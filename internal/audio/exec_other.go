@@ -1,7 +1,0 @@
-//go:build !unix
-
-package audio
-
-import "os/exec"
-
-func setProcessGroup(*exec.Cmd) {}
