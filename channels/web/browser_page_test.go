@@ -428,3 +428,58 @@ func TestBrowserSecondTabShowsTheQuestion(t *testing.T) {
 	wantNew := "user:/new | assistant:Started a new conversation."
 	waitShown(t, second, wantNew+" in the second tab", func(bs []shown) bool { return texts(bs) == wantNew })
 }
+
+// The gateway restarts while an answer streams and answers the question again once the page
+// is back: the new attempt shows in the cut answer's bubble, not appended to its text.
+func TestBrowserAnswerBegunAgainReplacesTheCutOne(t *testing.T) {
+	cut, again := make(chan struct{}), make(chan struct{})
+	base, sink := serveAnswering(t, func(ctx context.Context, st channels.Stream, m *channels.Message) error {
+		if err := sendAll(ctx, st, 0, channels.Frame{Type: channels.FrameStart}, channels.Frame{Type: channels.FrameDelta, Text: "Cut short by a "}); err != nil {
+			return err
+		}
+		select {
+		case <-cut:
+		case <-ctx.Done():
+			return nil
+		}
+		// The answer begun again, as the gateway does for a message in its journal after a crash.
+		if err := sendAll(ctx, st, 0, channels.Frame{Type: channels.FrameStart}, channels.Frame{Type: channels.FrameDelta, Text: "The whole "}); err != nil {
+			return err
+		}
+		select {
+		case <-again:
+		case <-ctx.Done():
+			return nil
+		}
+		return st.Send(ctx, channels.Frame{Type: channels.FrameDone, Text: "The whole answer."})
+	})
+	ctx := webtest.Browser(t)
+	if err := chromedp.Do(ctx, webtest.Open(base), webtest.Say("hi")); err != nil {
+		t.Fatal(err)
+	}
+	sink.next(t)
+	waitShown(t, ctx, "the answer streaming", func(bs []shown) bool {
+		return len(bs) == 2 && bs[1].State == "streaming" && bs[1].Text == "Cut short by a "
+	})
+	if sink.drop() == 0 {
+		t.Fatal("no connection to drop")
+	}
+	if err := pollJS(ctx, `!window.__gw.open`); err != nil {
+		t.Fatalf("the page did not notice the drop: %v", err)
+	}
+	if err := chromedp.Do(ctx, webtest.WaitOnline()); err != nil {
+		t.Fatal(err)
+	}
+	close(cut)
+	got := waitShown(t, ctx, "the answer begun again", func(bs []shown) bool {
+		return len(bs) == 2 && strings.Contains(bs[1].Text, "The whole")
+	})
+	if got[1].Text != "The whole " || got[1].State != "streaming" {
+		t.Errorf("while the new attempt streams the page shows %q (%s); want only the new attempt's text", got[1].Text, got[1].State)
+	}
+	close(again)
+	got = waitShown(t, ctx, "the finished answer", func(bs []shown) bool { return len(bs) == 2 && bs[1].State == "done" })
+	if got[1].Text != "The whole answer." {
+		t.Errorf("the answer shows %q; want the whole answer once", got[1].Text)
+	}
+}
