@@ -378,7 +378,10 @@ func (s *session) intake(msg *channels.Message) {
 	if msg.Seq != 0 {
 		// The platform's id beside the journal's seq: a state file started afresh counts
 		// seqs from 1 again, under histories that outlived it.
-		req.asked = harness.Attempt{ID: fmt.Sprintf("%d:%s", msg.Seq, msg.ID), Again: msg.Replayed}
+		// In cluster mode the shared intake cannot tell a message the partition's previous
+		// holder had begun (and saved in the history) before it died from a new one: every
+		// message there may be asked again, and the take-back finds nothing for a new one.
+		req.asked = harness.Attempt{ID: fmt.Sprintf("%d:%s", msg.Seq, msg.ID), Again: msg.Replayed || g.intake != nil}
 	}
 	kept = true
 	s.dispatch(req, queueMode(g.cfg.QueueMode, prof))

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -23,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -434,30 +436,8 @@ func TestClusterSurvivesTheKillOfAProcessMidTurn(t *testing.T) {
 	}
 	r.waitAnswered(before, 2*time.Minute, nil)
 
-	pollLease := "conn.telegram." + strings.Split(telegramtest.Token, ":")[0]
-	var victim *child
-	var victimName string
-	waitFor(t, "one process polls", func() bool {
-		holder := r.leaseHolder(pollLease)
-		for _, p := range r.procs {
-			if st := p.clusterStatus(t); st.Holder == holder {
-				victim, victimName = p, holder
-				return true
-			}
-		}
-		return false
-	}, r.logs())
-	// A chat of a partition the poller holds (and is not handing over).
-	held := map[int]bool{}
-	for _, h := range victim.clusterStatus(t).Held {
-		held[h.Partition] = !h.HandingOver
-	}
-	chat := int64(0)
-	for c := int64(9000); chat == 0; c++ {
-		if held[cluster.Partition(fmt.Sprintf("telegram:%d", c), 64)] {
-			chat = c
-		}
-	}
+	victim, victimName := r.poller()
+	chat := heldChat(t, victim)
 	var slowOnce atomic.Int64
 	slowOnce.Store(1)
 	r.slow.Store("mid-turn", &slowOnce)
@@ -473,7 +453,7 @@ func TestClusterSurvivesTheKillOfAProcessMidTurn(t *testing.T) {
 		r.send(after, i)
 	}
 	waitFor(t, "a survivor polls", func() bool {
-		h := r.leaseHolder(pollLease)
+		h := r.leaseHolder(pollLease())
 		return h != "" && h != victimName
 	}, r.logs())
 	if moved := time.Since(killed); moved > 15*time.Second {
@@ -492,6 +472,120 @@ func TestClusterSurvivesTheKillOfAProcessMidTurn(t *testing.T) {
 	if n := r.modelAsked("mid-turn"); n != 2 {
 		t.Errorf("model calls for the killed turn's message = %d; want the killed one and one more", n)
 	}
+	for _, p := range r.procs {
+		if p != victim {
+			p.stop()
+		}
+	}
+}
+
+// pollLease is the name of the lease the process that polls Telegram holds.
+func pollLease() string {
+	return "conn.telegram." + strings.Split(telegramtest.Token, ":")[0]
+}
+
+// poller is the process that polls Telegram, and its holder name.
+func (r *clusterRig) poller() (*child, string) {
+	var poller *child
+	var name string
+	waitFor(r.t, "one process polls", func() bool {
+		holder := r.leaseHolder(pollLease())
+		for _, p := range r.procs {
+			if st := p.clusterStatus(r.t); st.Holder == holder {
+				poller, name = p, holder
+				return true
+			}
+		}
+		return false
+	}, r.logs())
+	return poller, name
+}
+
+// heldChat is a Telegram chat of a partition p holds (and is not handing over).
+func heldChat(t testing.TB, p *child) int64 {
+	held := map[int]bool{}
+	for _, h := range p.clusterStatus(t).Held {
+		held[h.Partition] = !h.HandingOver
+	}
+	if !slices.Contains(slices.Collect(maps.Values(held)), true) {
+		t.Fatal("the process holds no partition")
+	}
+	for c := int64(9000); ; c++ {
+		if held[cluster.Partition(fmt.Sprintf("telegram:%d", c), 64)] {
+			return c
+		}
+	}
+}
+
+// askedOnce fails t when a model request for prompt holds it as a user message more than
+// once: an attempt cut by a crash, saved in the history, asked again beside the new one.
+func (r *clusterRig) askedOnce(prompt string) {
+	r.t.Helper()
+	for _, req := range r.oai.Requests() {
+		if lastUser(req) != prompt {
+			continue
+		}
+		n := 0
+		for _, m := range req.Messages {
+			if m.Role == "user" && m.Content == prompt {
+				n++
+			}
+		}
+		if n != 1 {
+			r.t.Errorf("a model request holds %q %d times; want once", prompt, n)
+		}
+	}
+}
+
+// historyHolds reports whether a chat's history in Postgres holds text.
+func (r *clusterRig) historyHolds(text string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, r.pgURL)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var n int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM gateway_session_log WHERE position($1::bytea in lines) > 0`, []byte(text)).Scan(&n); err != nil {
+		r.t.Fatal(err)
+	}
+	return n > 0
+}
+
+// SIGKILL of the process answering a chat after the model's answer was saved in the
+// chat's history (in Postgres) and while it is being sent: the process that takes the
+// partition answers the message once, and asks the model the question once, as the first
+// time, not twice with the cut answer between.
+func TestClusterKilledAfterTheAnswerWasSavedAsksTheModelOnce(t *testing.T) {
+	r := newClusterRig(t, "polling")
+	r.start(2)
+	r.waitBalanced()
+	poller, _ := r.poller()
+	victim := r.procs[0]
+	if victim == poller {
+		victim = r.procs[1] // the poll lease stays where it is: the test does not wait for it
+	}
+	chat := heldChat(t, victim)
+	r.tg.Slow("sendMessage", time.Minute)
+	r.tg.Send(telegramtest.Update{ChatID: chat, Text: "saved, then killed"})
+	waitFor(t, "the answer saved in the history", func() bool { return r.historyHolds("re: saved, then killed") }, r.logs())
+	victim.kill()
+	r.tg.Slow("sendMessage", 0)
+	r.balance()
+	waitFor(t, "the message answered by the survivor", func() bool { return len(r.telegramAnswers(chat)) > 0 }, r.logs())
+	quiet()
+	if got := r.telegramAnswers(chat); len(got) != 1 || got[0] != "re: saved, then killed" {
+		t.Fatalf("answers %q; want exactly one", got)
+	}
+	if n := r.modelAsked("saved, then killed"); n != 2 {
+		t.Errorf("model calls for the message = %d; want the killed process's and one more", n)
+	}
+	r.askedOnce("saved, then killed")
+	// The conversation goes on from the answer the chat got.
+	r.tg.Send(telegramtest.Update{ChatID: chat, Text: "and then"})
+	waitFor(t, "the next message answered", func() bool { return len(r.telegramAnswers(chat)) == 2 }, r.logs())
+	r.askedOnce("saved, then killed")
 	for _, p := range r.procs {
 		if p != victim {
 			p.stop()
