@@ -107,3 +107,44 @@ func TestHookYAMLDeclarationErrors(t *testing.T) {
 		}
 	}
 }
+
+// A hook that observes every event ("*") and also declares a command and a tool: its answers
+// to them are the command's reply and the tool's result, not ignored like an observation's.
+func TestObserverHookStillAnswersItsCommandsAndTools(t *testing.T) {
+	root := t.TempDir()
+	writeHook(t, root, "watch", `events: ["*"]
+commands: [{name: stats, description: show stats}]
+tools: [{name: count_events, description: counts}]
+command: [./run.sh]
+`, `read ev
+case "$ev" in
+*'"type":"command"'*) echo '{"text":"42 events"}' ;;
+*'"type":"tool"'*) echo '{"content":"42"}' ;;
+*) echo '{"ignored":true}' ;;
+esac
+`)
+	b := newTestBus(t, 5*time.Second)
+	reg := NewRegistry(nil)
+	loadOne(t, b, root, DirOptions{Registry: reg})
+	c, ok := reg.Command("stats", "")
+	if !ok {
+		t.Fatal("no command stats")
+	}
+	res, err := c.Run(ctxT(t), &Command{Name: "stats", Args: []string{}, Entries: []json.RawMessage{}})
+	if err != nil || res.Text != "42 events" {
+		t.Fatalf("/stats answered %+v, %v; want the hook's text", res, err)
+	}
+	tools := reg.Tools("")
+	if len(tools) != 1 {
+		t.Fatalf("tools %+v", tools)
+	}
+	out, err := tools[0].Run(ctxT(t), &Tool{Name: "count_events", ToolCallID: "c1", Arguments: json.RawMessage(`{}`)})
+	if err != nil || out.Content != "42" {
+		t.Fatalf("tool answered %+v, %v; want the hook's content", out, err)
+	}
+	// As an observer its output is still ignored, never decoded as a result.
+	b.Emit(ctxT(t), &MessageEnd{})
+	if fs := b.Failures(); len(fs) != 0 {
+		t.Fatalf("the observer's output was read: %+v", fs)
+	}
+}
