@@ -109,22 +109,31 @@ func (g *Gateway) pushMenu(ctx context.Context, rt *Runtime, ch channels.Channel
 	if !ok || rt.Profiles == nil {
 		return
 	}
-	// A chat bound to a profile whose hooks add commands gets its own menu.
+	setChat := func(chat string, menu []channels.Command) {
+		cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		if err := cm.SetChatCommands(cctx, chat, menu); err != nil {
+			g.log.Warn("cannot set a chat's command menu; typed commands still work", "channel", ch.Name(), "chat", chat, "err", err)
+		}
+	}
+	// A chat bound to a profile gets the menu of its profile, even one equal to the common
+	// menu: on the platform a chat's own menu outranks the common one, so a menu given
+	// before (by an earlier runtime or run) would otherwise keep commands that are gone.
+	given := map[string]bool{}
 	for _, b := range rt.Profiles.Bindings() {
 		mt := b.Match
-		if mt.Channel != ch.Name() || mt.Chat == "" || mt.Thread != "" || mt.User != "" {
-			continue
+		if mt.Channel != ch.Name() || mt.Chat == "" || mt.Thread != "" || mt.User != "" || given[mt.Chat] {
+			continue // of two bindings of one chat, the first listed wins, as in routing
 		}
-		own := menuCommandsFor(rt.Commands, b.Profile)
-		if slices.Equal(own, cmds) {
-			continue
-		}
-		cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		if err := cm.SetChatCommands(cctx, mt.Chat, own); err != nil {
-			g.log.Warn("cannot set a chat's command menu; typed commands still work", "channel", ch.Name(), "chat", mt.Chat, "err", err)
-		}
-		cancel()
+		given[mt.Chat] = true
+		setChat(mt.Chat, menuCommandsFor(rt.Commands, b.Profile))
 	}
+	for chat := range g.chatMenus[ch.Name()] {
+		if !given[chat] {
+			setChat(chat, cmds) // no longer bound: back to the common menu
+		}
+	}
+	g.chatMenus[ch.Name()] = given
 }
 
 // helpText lists the commands a chat of the profile can use: builtins, then hooks', each

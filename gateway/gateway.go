@@ -167,6 +167,9 @@ type Gateway struct {
 	// menuMu orders the command menu pushes of a reload and of a channel that started late,
 	// so that the newest runtime's menu is the one a platform keeps.
 	menuMu sync.Mutex
+	// chatMenus are the chats, by channel, given a menu of their own by the last push (under
+	// menuMu): a chat no longer bound gets the common menu back.
+	chatMenus map[string]map[string]bool
 
 	// Work an adapter hands over on a goroutine that must not wait runs on these (see
 	// offload): lifecycle events in order on one worker, and the notices for messages
@@ -219,6 +222,7 @@ func New(cfg Config, rt *Runtime, deps Deps) (*Gateway, error) {
 		media:       deps.Media,
 		stateDir:    deps.StateDir,
 		byName:      map[string]channels.Channel{},
+		chatMenus:   map[string]map[string]bool{},
 		providers:   map[harness.Config]harness.Provider{},
 		sessions:    map[string]*session{},
 		dedup:       channels.NewDedup(10_000),

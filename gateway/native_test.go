@@ -17,6 +17,7 @@ import (
 	"gateway/channels/slack/slacktest"
 	"gateway/channels/telegram"
 	"gateway/channels/telegram/telegramtest"
+	"gateway/harness"
 	"gateway/hooks"
 	"gateway/internal/secret"
 	"gateway/profiles"
@@ -214,5 +215,78 @@ func TestSlackHelpNamesItsOwnCommands(t *testing.T) {
 			t.Fatalf("no help posted: %+v", sl.Posted("D77"))
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A reload that takes a profile's hook command away, or a chat's binding, takes it off that
+// chat's Telegram menu too: the chat's own menu outranks the common one, so leaving it as
+// it was would keep offering a command that no longer exists.
+func TestTelegramChatMenuFollowsAReload(t *testing.T) {
+	needPython(t)
+	root := t.TempDir()
+	pdir := filepath.Join(root, "profiles", "stacker")
+	if err := os.MkdirAll(pdir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.CopyFS(filepath.Join(pdir, "hooks"), os.DirFS(exampleHook(t, "pop"))); err != nil {
+		t.Fatal(err)
+	}
+	bind := func(chats ...string) *profiles.Set {
+		var bs []profiles.Binding
+		for _, c := range chats {
+			bs = append(bs, profiles.Binding{Profile: "stacker", Match: profiles.Match{Channel: "telegram", Chat: c}})
+		}
+		set, err := profiles.Load(profiles.Config{Dir: filepath.Join(root, "profiles")}, bs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return set
+	}
+	withPop := func(rt *Runtime) {
+		rt.Commands = NewCommandRegistry()
+		hd := hooks.LoadDir(rt.Bus, filepath.Join(pdir, "hooks"), hooks.DirOptions{Registry: rt.Commands, Profile: "stacker"})
+		if errs := hd.Errors(); len(errs) > 0 {
+			t.Fatal(errs)
+		}
+		t.Cleanup(hd.Close)
+	}
+	tg := telegramtest.NewServer(t)
+	ch, err := telegram.New(telegram.Config{Enabled: true, Token: secret.Secret(tg.Token), APIURL: tg.URL, Mode: telegram.ModePolling,
+		Access: channels.Access{AllowFrom: []string{"4242"}, DMPolicy: channels.DMAllowlist}}, telegram.Options{StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnvWith(t, t.TempDir(), []channels.Channel{ch}, func(c *Config, rt *Runtime, d *Deps) {
+		rt.Profiles = bind("4242", "777")
+		withPop(rt)
+	})
+	names := func(cmds []models.BotCommand) string {
+		var n []string
+		for _, c := range cmds {
+			n = append(n, c.Command)
+		}
+		return strings.Join(n, ",")
+	}
+	const common, withStack = "new,stop,compact,status,voice,help", "new,stop,compact,status,voice,help,pop"
+	for _, chat := range []string{"4242", "777"} {
+		if got := names(tg.ChatCommands(chat)); got != withStack {
+			t.Fatalf("before the reload, chat %s's menu %q", chat, got)
+		}
+	}
+
+	// The profile's hook folder is removed; chat 777 loses its binding.
+	if err := os.RemoveAll(filepath.Join(pdir, "hooks")); err != nil {
+		t.Fatal(err)
+	}
+	rt := &Runtime{Bus: hooks.NewBus(hooks.Options{Timeout: 5 * time.Second}), Profiles: bind("4242"),
+		LLM: harness.Config{Provider: "fake", Model: "fake-1"}, Commands: NewCommandRegistry()}
+	e.g.Swap(rt)
+	if got := names(tg.Commands()); got != common {
+		t.Fatalf("common menu after the reload %q", got)
+	}
+	for _, chat := range []string{"4242", "777"} {
+		if got := names(tg.ChatCommands(chat)); got != common {
+			t.Errorf("after the reload, chat %s's menu %q; want %q", chat, got, common)
+		}
 	}
 }

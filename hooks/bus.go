@@ -272,6 +272,17 @@ func (b *Bus) fail(ctx context.Context, r *registration, ev Event, err error) {
 	}
 }
 
+// declaredFailed counts a failed call of a hook's command or tool, and logs a tool's: the
+// gateway logs a failed command with its chat, while a tool's error goes only to the model.
+func (b *Bus) declaredFailed(source string, ev Event, err error) {
+	if t, ok := ev.(*Tool); ok {
+		b.opts.Logger.Warn("hook tool failed; the model was told", "source", source, "tool", t.Name, "session", t.SessionKey, "err", err)
+	}
+	if b.opts.OnError != nil {
+		b.opts.OnError(source, ev.EventName(), err)
+	}
+}
+
 type failureReportKey struct{}
 
 // WithFailureReport returns a ctx under which every handler failure of an emit (error, panic,

@@ -372,7 +372,7 @@ func register(bus *Bus, s hookSpec, opts DirOptions) (*Scope, error) {
 		if opts.Registry == nil {
 			return nil, errors.New("it declares commands or tools, which this gateway cannot take here")
 		}
-		if err := declare(opts.Registry, s, h, timeout, opts.Profile); err != nil {
+		if err := declare(opts.Registry, bus, s, h, timeout, opts.Profile); err != nil {
 			return nil, err
 		}
 	}

@@ -15,7 +15,7 @@ import (
 type hookHandler struct {
 	name     string
 	dir      string
-	observer bool // registered for "*": the answer is not read
+	observer bool // registered for "*": the answer to a bus event is not read
 	invoke   func(ctx context.Context, event string, body []byte) ([]byte, error)
 }
 
@@ -30,7 +30,8 @@ func (h *hookHandler) handle(ctx context.Context, ev Event) (any, error) {
 		return nil, fmt.Errorf("hook %q: %w", h.name, err)
 	}
 	out, err := h.invoke(ctx, ev.EventName(), body)
-	if err != nil || h.observer {
+	// A "*" hook only watches the bus, but its own commands and tools still answer.
+	if err != nil || (h.observer && !declaredEvent(ev)) {
 		return nil, err
 	}
 	res, err := decodeFor(ev, out)
@@ -44,6 +45,15 @@ func (h *hookHandler) handle(ctx context.Context, ev Event) (any, error) {
 		h.fixParts(r.Parts, temps)
 	}
 	return res, nil
+}
+
+// declaredEvent tells the events only the hook that declared them gets (command, tool).
+func declaredEvent(ev Event) bool {
+	switch ev.(type) {
+	case *Command, *Tool:
+		return true
+	}
+	return false
 }
 
 // decodeFor decodes a program's answer to ev. For before_provider_request the answer is

@@ -3,6 +3,7 @@ package hooks
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -194,15 +195,22 @@ func (r *Registry) Tools(profile string) []RegisteredTool {
 	return out
 }
 
-// declare registers a loaded hook's commands and tools, served by h.
-func declare(reg *Registry, s hookSpec, h *hookHandler, timeout time.Duration, profile string) error {
+// declare registers a loaded hook's commands and tools, served by h. Their calls do not
+// go through an emit of bus, so a failure is counted (and a tool's logged) here.
+func declare(reg *Registry, bus *Bus, s hookSpec, h *hookHandler, timeout time.Duration, profile string) error {
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
 	call := func(ctx context.Context, ev Event, d time.Duration) (any, error) {
-		ctx, cancel := context.WithTimeout(ctx, d)
+		cctx, cancel := context.WithTimeout(ctx, d)
 		defer cancel()
-		return h.handle(ctx, ev)
+		res, err := h.handle(cctx, ev)
+		// A call the user stopped is not the hook's failure; a timeout, a crash or bad
+		// output is, even though only the model (a tool's) or the chat (a command's) is told.
+		if err != nil && !errors.Is(ctx.Err(), context.Canceled) {
+			bus.declaredFailed(s.Source, ev, err)
+		}
+		return res, err
 	}
 	var cmds []RegisteredCommand
 	for _, c := range s.Commands {

@@ -1,6 +1,7 @@
 package hooks
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -105,5 +106,96 @@ func TestHookYAMLDeclarationErrors(t *testing.T) {
 		if len(errs) != 1 || !strings.Contains(errs[0].Error(), want) {
 			t.Errorf("%q: errors %v, want %q", yaml, errs, want)
 		}
+	}
+}
+
+// A hook that observes every event ("*") and also declares a command and a tool: its answers
+// to them are the command's reply and the tool's result, not ignored like an observation's.
+func TestObserverHookStillAnswersItsCommandsAndTools(t *testing.T) {
+	root := t.TempDir()
+	writeHook(t, root, "watch", `events: ["*"]
+commands: [{name: stats, description: show stats}]
+tools: [{name: count_events, description: counts}]
+command: [./run.sh]
+`, `read ev
+case "$ev" in
+*'"type":"command"'*) echo '{"text":"42 events"}' ;;
+*'"type":"tool"'*) echo '{"content":"42"}' ;;
+*) echo '{"ignored":true}' ;;
+esac
+`)
+	b := newTestBus(t, 5*time.Second)
+	reg := NewRegistry(nil)
+	loadOne(t, b, root, DirOptions{Registry: reg})
+	c, ok := reg.Command("stats", "")
+	if !ok {
+		t.Fatal("no command stats")
+	}
+	res, err := c.Run(ctxT(t), &Command{Name: "stats", Args: []string{}, Entries: []json.RawMessage{}})
+	if err != nil || res.Text != "42 events" {
+		t.Fatalf("/stats answered %+v, %v; want the hook's text", res, err)
+	}
+	tools := reg.Tools("")
+	if len(tools) != 1 {
+		t.Fatalf("tools %+v", tools)
+	}
+	out, err := tools[0].Run(ctxT(t), &Tool{Name: "count_events", ToolCallID: "c1", Arguments: json.RawMessage(`{}`)})
+	if err != nil || out.Content != "42" {
+		t.Fatalf("tool answered %+v, %v; want the hook's content", out, err)
+	}
+	// As an observer its output is still ignored, never decoded as a result.
+	b.Emit(ctxT(t), &MessageEnd{})
+	if fs := b.Failures(); len(fs) != 0 {
+		t.Fatalf("the observer's output was read: %+v", fs)
+	}
+}
+
+// A hook's tool or command that fails is a hook failure like any other: logged with its
+// source (a tool's error otherwise reaches only the model) and counted. One the caller
+// stopped is not the hook's fault.
+func TestFailedHookToolAndCommandAreLoggedAndCounted(t *testing.T) {
+	root := t.TempDir()
+	writeHook(t, root, "broken", `commands: [{name: slow, description: sleeps}]
+tools: [{name: lookup, description: crashes}]
+command: [./run.sh]
+timeout: 300ms
+`, `read ev
+case "$ev" in
+*'"type":"tool"'*) echo "lookup: database unreachable" >&2; exit 3 ;;
+*) exec sleep 30 ;;
+esac
+`)
+	b := newTestBus(t, 5*time.Second)
+	reg := NewRegistry(nil)
+	loadOne(t, b, root, DirOptions{Source: "dir:x", Registry: reg})
+	tools := reg.Tools("")
+	if len(tools) != 1 {
+		t.Fatalf("tools %+v", tools)
+	}
+	if _, err := tools[0].Run(ctxT(t), &Tool{Session: Session{SessionKey: "web:c1"}, Name: "lookup", ToolCallID: "c1", Arguments: json.RawMessage(`{}`)}); err == nil {
+		t.Fatal("the crashing tool succeeded")
+	}
+	f := b.onlyFailure(t, "dir:x/broken", "exited with code 3", "database unreachable")
+	if f.event != NameTool {
+		t.Errorf("failure event %q; want %q", f.event, NameTool)
+	}
+	if logged := b.log.String(); !strings.Contains(logged, "tool=lookup") || !strings.Contains(logged, "session=web:c1") {
+		t.Errorf("the log does not name the tool and chat:\n%s", logged)
+	}
+
+	c, _ := reg.Command("slow", "")
+	stopped, stop := context.WithCancel(ctxT(t))
+	stop()
+	if _, err := c.Run(stopped, &Command{Name: "slow", Args: []string{}, Entries: []json.RawMessage{}}); err == nil {
+		t.Fatal("a stopped command succeeded")
+	}
+	if n := len(b.Failures()); n != 1 {
+		t.Fatalf("a command the user stopped was counted as the hook's failure: %+v", b.Failures())
+	}
+	if _, err := c.Run(ctxT(t), &Command{Name: "slow", Args: []string{}, Entries: []json.RawMessage{}}); err == nil {
+		t.Fatal("the command that outlived its timeout succeeded")
+	}
+	if fs := b.Failures(); len(fs) != 2 || fs[1].event != NameCommand || fs[1].source != "dir:x/broken" {
+		t.Fatalf("the timed-out command was not counted: %+v", fs)
 	}
 }

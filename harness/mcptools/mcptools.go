@@ -171,7 +171,7 @@ func (s *server) supervise(ctx context.Context) {
 	first := true
 	for ctx.Err() == nil {
 		started := time.Now()
-		cs, tools, err := connect(ctx, s.cfg, s.opts.HTTPClient)
+		cs, tools, end, err := connect(ctx, s.cfg, s.opts.HTTPClient)
 		if err == nil {
 			s.mu.Lock()
 			s.session, s.tools = cs, tools
@@ -195,6 +195,7 @@ func (s *server) supervise(ctx context.Context) {
 			}()
 			werr := cs.Wait()
 			close(done)
+			end()
 			s.mu.Lock()
 			s.session, s.tools = nil, nil
 			s.mu.Unlock()
@@ -217,12 +218,27 @@ func (s *server) supervise(ctx context.Context) {
 	}
 }
 
-// connect opens one session and lists its tools.
-func connect(ctx context.Context, c ServerConfig, hc *http.Client) (*mcp.ClientSession, []*mcp.Tool, error) {
+// connect opens one session and lists its tools. Once the session is over, end kills what
+// is left of a stdio server's processes; on an error connect has done so already.
+func connect(ctx context.Context, c ServerConfig, hc *http.Client) (_ *mcp.ClientSession, _ []*mcp.Tool, end func(), err error) {
 	client := mcp.NewClient(&mcp.Implementation{Name: "gateway", Version: "1"}, nil)
 	var transport mcp.Transport
+	kill := func() {}
 	if len(c.Command) > 0 {
 		cmd := exec.Command(c.Command[0], c.Command[1:]...)
+		// The transport ends only the program it started: what a wrapper (npx, a shell
+		// script) started would outlive each failed attempt and each restart.
+		childproc.NewGroup(cmd)
+		kill = func() {
+			if cmd.Process != nil {
+				childproc.KillGroup(cmd.Process.Pid)
+			}
+		}
+		defer func() {
+			if err != nil {
+				kill()
+			}
+		}()
 		// Like a hook program, a server gets a minimal environment plus what its env: gives
 		// it, never the gateway's tokens and API keys unless the admin passes them there.
 		cmd.Env = childproc.BaseEnv()
@@ -249,7 +265,7 @@ func connect(ctx context.Context, c ServerConfig, hc *http.Client) (*mcp.ClientS
 	defer cancel()
 	cs, err := client.Connect(cctx, transport, nil)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	var tools []*mcp.Tool
 	var cursor string
@@ -257,14 +273,14 @@ func connect(ctx context.Context, c ServerConfig, hc *http.Client) (*mcp.ClientS
 		res, err := cs.ListTools(cctx, &mcp.ListToolsParams{Cursor: cursor})
 		if err != nil {
 			cs.Close()
-			return nil, nil, fmt.Errorf("listing its tools: %w", err)
+			return nil, nil, nil, fmt.Errorf("listing its tools: %w", err)
 		}
 		tools = append(tools, res.Tools...)
 		if cursor = res.NextCursor; cursor == "" {
 			break
 		}
 	}
-	return cs, tools, nil
+	return cs, tools, kill, nil
 }
 
 type headerTransport struct {
@@ -289,12 +305,13 @@ func Check(ctx context.Context, servers []ServerConfig) (tools map[string][]stri
 			errs = append(errs, err)
 			continue
 		}
-		cs, ts, err := connect(ctx, c, nil)
+		cs, ts, end, err := connect(ctx, c, nil)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("mcp %s: unreachable: %w", c.Name, err))
 			continue
 		}
 		cs.Close()
+		end()
 		var names []string
 		for _, t := range ts {
 			names = append(names, t.Name)

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"gateway/harness"
+	"gateway/internal/childproc/childproctest"
 	"gateway/internal/secret"
 )
 
@@ -192,4 +193,30 @@ func TestStdioServerGetsNoSecretsOfTheGateway(t *testing.T) {
 			t.Errorf("%s in the server's environment: %q (%v), want %q", name, got, err, want)
 		}
 	}
+}
+
+// A stdio server started through a wrapper (npx, a shell script) leaves nothing running:
+// neither after an attempt that failed (the supervisor makes one per backoff, forever) nor
+// after the gateway closed a server that worked.
+func TestStdioServerLeavesNoProcessBehind(t *testing.T) {
+	dir := t.TempDir()
+	wrapper := func(pidFile, then string) []string {
+		return []string{"sh", "-c", "sleep 1000 </dev/null >/dev/null 2>&1 & echo $! > " + pidFile + "; " + then}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	broken := ServerConfig{Name: "broken", Command: wrapper(dir+"/broken.pid", "echo not-json; sleep 1000")}
+	if _, errs := Check(ctx, []ServerConfig{broken}); len(errs) != 1 {
+		t.Fatalf("a server answering garbage passed: %v", errs)
+	}
+	childproctest.WaitGone(t, childproctest.WaitPID(t, dir+"/broken.pid"), "the child of a server that failed to start")
+
+	cfg := stdioConfig(t, "local")
+	exe := cfg.Command[0]
+	cfg.Command = wrapper(dir+"/ok.pid", "exec "+exe+" -test.run=^$")
+	m := Start([]ServerConfig{cfg}, Options{MinBackoff: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
+	waitTools(t, m, "local", "local__add,local__env,local__exit,local__fail")
+	pid := childproctest.WaitPID(t, dir+"/ok.pid")
+	m.Close()
+	childproctest.WaitGone(t, pid, "the child of a server the gateway closed")
 }

@@ -8,5 +8,8 @@ import "os/exec"
 // it is cancelled (exec's default).
 func OwnGroup(*exec.Cmd) {}
 
+// NewGroup does nothing without process groups.
+func NewGroup(*exec.Cmd) {}
+
 // KillGroup does nothing without process groups.
 func KillGroup(int) {}

@@ -19,6 +19,15 @@ func OwnGroup(cmd *exec.Cmd) {
 	}
 }
 
+// NewGroup starts cmd as the leader of a new process group, for a caller that cannot use
+// OwnGroup (a library starts and stops cmd) and ends the group itself with KillGroup.
+func NewGroup(cmd *exec.Cmd) {
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Setpgid = true
+}
+
 // KillGroup kills the process group pgid, what is left of it.
 func KillGroup(pgid int) {
 	_ = syscall.Kill(-pgid, syscall.SIGKILL) // ESRCH: nothing left, which is the goal
