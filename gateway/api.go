@@ -32,6 +32,10 @@ const (
 
 const maxAPIBody = 1 << 20
 
+// SendTimeout bounds one POST /api/v1/send: its delivery, paced like any answer, may wait
+// out a platform's rate limit. A client gives up later than this, or it cuts the delivery.
+const SendTimeout = 2 * time.Minute
+
 // SendRequest is the body of POST /api/v1/send.
 type SendRequest struct {
 	Channel  string          `json:"channel"`
@@ -132,7 +136,7 @@ func (g *Gateway) apiSend(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(r.Context(), SendTimeout)
 	defer cancel()
 	st, err := g.byName[target.Channel].Open(ctx, target)
 	if err == nil && len(req.Parts) > 0 {
