@@ -32,6 +32,10 @@ const (
 
 const maxAPIBody = 1 << 20
 
+// SendTimeout bounds one POST /api/v1/send: its delivery, paced like any answer, may wait
+// out a platform's rate limit. A client gives up later than this, or it cuts the delivery.
+const SendTimeout = 2 * time.Minute
+
 // SendRequest is the body of POST /api/v1/send.
 type SendRequest struct {
 	Channel  string          `json:"channel"`
@@ -78,20 +82,45 @@ func isTooLarge(err error) bool {
 	return errors.As(err, &tl)
 }
 
+// apiRoute is one endpoint of the admin API.
+type apiRoute struct {
+	method, path string
+	h            http.HandlerFunc
+}
+
 func (g *Gateway) apiRoutes(mux *http.ServeMux, opts HTTPOptions) {
 	guard := func(h http.HandlerFunc) http.Handler { return adminOnly(opts.AdminToken, h) }
-	mux.Handle("POST /api/v1/send", guard(g.apiSend))
-	mux.Handle("POST /api/v1/inject", guard(g.apiInject))
-	mux.Handle("GET /api/v1/status", guard(g.apiStatus))
+	routes := []apiRoute{
+		{http.MethodPost, "/api/v1/send", g.apiSend},
+		{http.MethodPost, "/api/v1/inject", g.apiInject},
+		{http.MethodGet, "/api/v1/status", g.apiStatus},
+	}
 	if opts.Reload != nil {
-		mux.Handle("POST /api/v1/reload", guard(func(w http.ResponseWriter, r *http.Request) {
+		routes = append(routes, apiRoute{http.MethodPost, "/api/v1/reload", func(w http.ResponseWriter, r *http.Request) {
 			if err := opts.Reload(); err != nil {
 				writeJSON(w, http.StatusUnprocessableEntity, map[string]any{"status": "kept the previous configuration", "error": err.Error()})
 				return
 			}
 			writeJSON(w, http.StatusOK, map[string]any{"status": "reloaded"})
-		}))
+		}})
 	}
+	var known []string
+	for _, rt := range routes {
+		mux.Handle(rt.method+" "+rt.path, guard(rt.h))
+		known = append(known, rt.method+" "+rt.path)
+	}
+	// Anything else under /api/v1/ is answered in JSON too, as the API's clients read it,
+	// naming what exists: the mux's own answers are plain text ("404 page not found").
+	mux.Handle("/api/v1/", guard(func(w http.ResponseWriter, r *http.Request) {
+		for _, rt := range routes {
+			if rt.path == r.URL.Path {
+				w.Header().Set("Allow", rt.method)
+				writeJSON(w, http.StatusMethodNotAllowed, map[string]any{"error": fmt.Sprintf("%s %s: use %s", r.Method, r.URL.Path, rt.method)})
+				return
+			}
+		}
+		writeJSON(w, http.StatusNotFound, map[string]any{"error": fmt.Sprintf("no endpoint %s %s (the API has %s)", r.Method, r.URL.Path, strings.Join(known, ", "))})
+	}))
 }
 
 func (g *Gateway) apiTarget(channel, chat, thread string) (channels.Target, error) {
@@ -132,7 +161,7 @@ func (g *Gateway) apiSend(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(r.Context(), SendTimeout)
 	defer cancel()
 	st, err := g.byName[target.Channel].Open(ctx, target)
 	if err == nil && len(req.Parts) > 0 {

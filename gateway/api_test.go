@@ -107,6 +107,45 @@ func TestAPISendAndToken(t *testing.T) {
 	}
 }
 
+// An endpoint the API does not have, or one asked with the wrong method, is answered in JSON
+// like every other refusal, naming what to use; without the token only 401 is told.
+func TestAPIAnswersUnknownEndpointsInJSON(t *testing.T) {
+	e := newEnv(t)
+	srv := httptest.NewServer(e.g.Handler(HTTPOptions{AdminToken: "s3cret", Reload: func() error { return nil }}))
+	defer srv.Close()
+	call := func(method, path, token string) (int, string, string) {
+		req, _ := http.NewRequest(method, srv.URL+path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		data, _ := io.ReadAll(resp.Body)
+		var out struct {
+			Error string `json:"error"`
+		}
+		if err := json.Unmarshal(data, &out); err != nil {
+			t.Errorf("%s %s: the answer is not JSON: %d %q", method, path, resp.StatusCode, data)
+		}
+		return resp.StatusCode, out.Error, resp.Header.Get("Allow")
+	}
+	if code, msg, _ := call(http.MethodPost, "/api/v1/sendd", "s3cret"); code != http.StatusNotFound || !strings.Contains(msg, "POST /api/v1/send") {
+		t.Errorf("a misspelt endpoint: %d %q; want 404 naming POST /api/v1/send", code, msg)
+	}
+	if code, msg, allow := call(http.MethodGet, "/api/v1/send", "s3cret"); code != http.StatusMethodNotAllowed || allow != http.MethodPost || !strings.Contains(msg, "use POST") {
+		t.Errorf("GET /api/v1/send: %d %q (Allow %q); want 405 saying use POST", code, msg, allow)
+	}
+	if code, msg, _ := call(http.MethodPost, "/api/v1/status", "s3cret"); code != http.StatusMethodNotAllowed || !strings.Contains(msg, "use GET") {
+		t.Errorf("POST /api/v1/status: %d %q; want 405 saying use GET", code, msg)
+	}
+	if code, msg, _ := call(http.MethodPost, "/api/v1/sendd", ""); code != http.StatusUnauthorized || strings.Contains(msg, "/api/v1/send") {
+		t.Errorf("a misspelt endpoint without the token: %d %q; want 401 only", code, msg)
+	}
+}
+
 // Each deliver_as: followup with trigger starts a turn in an idle chat; next_turn waits for
 // the next turn and goes before its prompt; steer joins the running turn.
 func TestAPIInjectDeliverAs(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -83,6 +84,11 @@ func Open(dir string, limits Limits, log *slog.Logger) (*DB, error) {
 	if err != nil {
 		if errors.Is(err, errLocked) {
 			return nil, fmt.Errorf("state: %s is in use by another gateway process (one state_dir per process)", path)
+		}
+		if errors.Is(err, fs.ErrPermission) {
+			// Not a broken file: one the gateway may not open (left by a run as another
+			// user, say). Moving it aside would throw good state away; the admin fixes this.
+			return nil, fmt.Errorf("state: cannot open %s: permission denied; the gateway runs as user %d, which must be able to read and write state_dir (%s) and every file in it", path, os.Geteuid(), dir)
 		}
 		stamp := time.Now().UTC().Format("20060102T150405")
 		aside := path + ".broken-" + stamp

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -129,5 +131,78 @@ func TestRememberedKeysAreBoundedAndSurviveReopen(t *testing.T) {
 	clock = clock.Add(2 * time.Hour)
 	if ok, _ := db.Remembered("slack.threads", "C1:29", time.Hour); ok {
 		t.Fatal("a key older than the age is still remembered")
+	}
+}
+
+// A state file the gateway may not open (left by a run as another user: root, then the
+// service's own user) is not a broken one: Open fails naming it and the permission, and the
+// file stays where it is with what it holds. It used to be moved aside as unreadable and a
+// fresh state started, losing the journal and every chat's settings.
+func TestOpenKeepsAStateFileItMayNotOpen(t *testing.T) {
+	if os.Geteuid() == 0 {
+		runAsNobody(t) // root opens any file: the case needs a user the file refuses
+		return
+	}
+	dir := t.TempDir()
+	db, _ := open(t, dir, Limits{})
+	if err := db.SetSetting("telegram:42", "voice", "off"); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	path := filepath.Join(dir, FileName)
+	if err := os.Chmod(path, 0); err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	if db, err := Open(dir, Limits{}, slog.New(slog.NewTextHandler(&logs, nil))); err == nil {
+		db.Close()
+		t.Fatal("Open succeeded on a file it may not open")
+	} else if !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "permission denied") {
+		t.Errorf("Open: %v; want the file named and the permission said", err)
+	}
+	left, _ := filepath.Glob(filepath.Join(dir, "*.broken-*"))
+	if len(left) > 0 || strings.Contains(logs.String(), "moved aside") {
+		t.Errorf("the state was moved aside (%q); log:\n%s", left, logs.String())
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	db, _ = open(t, dir, Limits{})
+	defer db.Close()
+	if v, ok, err := db.Setting("telegram:42", "voice"); err != nil || !ok || v != "off" {
+		t.Errorf("after the permission is fixed, the setting reads %q %v %v; want off", v, ok, err)
+	}
+}
+
+// runAsNobody runs the calling test again in a copy of the test binary as user 65534, where
+// file permissions apply, and fails with its output when it fails.
+func runAsNobody(t *testing.T) {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "state-nobody-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	bin := filepath.Join(dir, "state.test")
+	data, err := os.ReadFile(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-test.run=^"+t.Name()+"$", "-test.count=1")
+	cmd.Dir = dir
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "TMPDIR=" + os.TempDir()}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("as user 65534: %v\n%s", err, out)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -26,7 +27,9 @@ import (
 	"github.com/coder/websocket"
 
 	"gateway/channels/channeltest"
+	"gateway/channels/telegram/telegramtest"
 	"gateway/harness/openaitest"
+	"gateway/internal/fakeserver"
 	"gateway/profiles"
 )
 
@@ -920,6 +923,36 @@ func TestAdminSendKeepsTheStateDir(t *testing.T) {
 	code, printed := cli(t, context.Background(), nil, "send", "--config", g.cfgPath, "--channel", "nope", "--chat", "1", "hi")
 	if code != 1 || !strings.Contains(printed, "no channel") || !strings.Contains(printed, "nope") {
 		t.Errorf("gateway send to an unknown channel: exit %d, printed %q", code, printed)
+	}
+}
+
+// TestSendCommandWaitsOutARateLimit: `gateway send` to a chat Telegram rate-limits for longer
+// than half a minute waits for the gateway's answer: the message is delivered once, after the
+// wait Telegram asked for, and the command says "sent". The command used to give up after 30s,
+// say it could not reach the gateway, and so cancel the delivery.
+func TestSendCommandWaitsOutARateLimit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out a 35-second rate limit")
+	}
+	tg := telegramtest.NewServer(t)
+	channelsYAML := fmt.Sprintf("channels:\n  telegram:\n    enabled: true\n    token: %q\n    api_url: %s\n    allow_from: [%q]\n",
+		telegramtest.Token, tg.URL, fmt.Sprint(telegramtest.UserID))
+	g := startGateway(t, t.TempDir(), channelsYAML)
+	tg.FailNext(1, fakeserver.Failure{Method: "sendMessage", RetryAfter: 35 * time.Second})
+
+	code, printed := cli(t, context.Background(), nil, "send", "--config", g.cfgPath, "--channel", "telegram", "--chat", "4242", "Backup done")
+	if code != 0 || !strings.Contains(printed, "sent") {
+		t.Errorf("gateway send: exit %d, printed %q; want the gateway's \"sent\"", code, printed)
+	}
+	var texts []string
+	for _, m := range tg.Messages(4242) {
+		texts = append(texts, m.Text)
+	}
+	if !slices.Equal(texts, []string{"Backup done"}) {
+		t.Errorf("the chat shows %q; want the message once", texts)
+	}
+	if n := len(tg.Calls("sendMessage")); n < 2 {
+		t.Errorf("%d sendMessage calls; want the refused one and the retry", n)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"gateway/cluster"
+	"gateway/gateway"
 	"gateway/harness/mcptools"
 	"gateway/profiles"
 )
@@ -343,7 +344,11 @@ func callAPI(ctx context.Context, cfgPath string, out io.Writer, getenv func(str
 		fmt.Fprintf(out, "the configuration has problems:\n%s\n", indent(err.Error()))
 		return exitCode(1)
 	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	// Longer than the gateway's own bound on a send: a send waiting out a platform's rate
+	// limit (Telegram asks for up to a minute and more) is answered, not cut off by the
+	// client going away, which would also cancel its delivery.
+	wait := gateway.SendTimeout + 30*time.Second
+	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	var rd io.Reader
 	if body != nil {
@@ -364,6 +369,10 @@ func callAPI(ctx context.Context, cfgPath string, out io.Writer, getenv func(str
 		req.Header.Set("Authorization", "Bearer "+cfg.Admin.Token.Reveal())
 	}
 	resp, err := http.DefaultClient.Do(req)
+	if err != nil && errors.Is(err, context.DeadlineExceeded) {
+		fmt.Fprintf(out, "the gateway at %s did not answer within %s\n", cfg.HTTP.Listen, wait)
+		return exitCode(1)
+	}
 	if err != nil {
 		fmt.Fprintf(out, "cannot reach the gateway at %s: %v\n", cfg.HTTP.Listen, err)
 		return exitCode(1)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -97,7 +98,42 @@ func newRootCmd(ctx context.Context, reload <-chan struct{}, stdout, stderr io.W
 		newReloadCmd(ctx, path, stdout, getenv),
 		newSendCmd(ctx, path, stdout, getenv),
 	)
+	for _, c := range root.Commands() {
+		refuseArgs(c)
+	}
 	return root
+}
+
+// refuseArgs makes cmd and its subcommands refuse arguments they do not take. Cobra
+// otherwise ignores them: `gateway check prod.yaml` checked the built-in defaults and said
+// "config OK", and `gateway run prod.yaml` ran them, the file never read.
+func refuseArgs(cmd *cobra.Command) {
+	for _, c := range cmd.Commands() {
+		refuseArgs(c)
+	}
+	if cmd.Args != nil {
+		return // it says what it takes
+	}
+	if !cmd.Runnable() {
+		// A group (hooks, profiles): a misspelt subcommand is an error, not its help.
+		cmd.RunE = func(c *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return fmt.Errorf("unknown command %q for %q (see %s --help)", args[0], c.CommandPath(), c.CommandPath())
+			}
+			return c.Help()
+		}
+		return
+	}
+	cmd.Args = func(c *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return nil
+		}
+		hint := "a config file is given as --config FILE"
+		if ext := filepath.Ext(args[0]); len(args) == 1 && (ext == ".yaml" || ext == ".yml") {
+			hint = "did you mean --config " + args[0] + "?"
+		}
+		return fmt.Errorf("%s takes no arguments, got %q (%s)", c.CommandPath(), strings.Join(args, " "), hint)
+	}
 }
 
 // resolveConfigPath picks --config, else $GATEWAY_CONFIG, else ./gateway.yaml when it exists.

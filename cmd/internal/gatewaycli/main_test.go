@@ -217,3 +217,30 @@ func TestRunServesWebChatAndHealth(t *testing.T) {
 	}
 	_ = fmt.Sprint
 }
+
+// A config file named as an argument instead of with --config is refused, naming the flag:
+// check must not call the built-in defaults "config OK", nor run start on them and write its
+// state where the admin did not ask.
+func TestAConfigFileGivenAsAnArgumentIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	if err := os.WriteFile("prod.yaml", []byte("state_dir: ./state\nhttp: {listen: \"127.0.0.1:1\"}\nbogus: 1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A run that ignored its argument would serve until ctx ends: it has ended already.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, args := range [][]string{{"check", "prod.yaml"}, {"run", "prod.yaml"}, {"hooks", "list", "prod.yaml"}, {"reload", "prod.yaml"}} {
+		code, out := cli(t, ctx, nil, args...)
+		if code == 0 || !strings.Contains(out, "--config prod.yaml") || strings.Contains(out, "config OK") {
+			t.Errorf("gateway %s: exit %d, output:\n%s\nwant a refusal naming --config prod.yaml", strings.Join(args, " "), code, out)
+		}
+	}
+	if left := listTree(t, dir); !slices.Equal(left, []string{".", "prod.yaml"}) {
+		t.Errorf("the working folder holds %q; want only prod.yaml", left)
+	}
+	// A misspelt subcommand is an error, not the group's help with exit status 0.
+	if code, out := cli(t, ctx, nil, "hooks", "lst"); code == 0 || !strings.Contains(out, `unknown command "lst"`) {
+		t.Errorf("gateway hooks lst: exit %d, output:\n%s", code, out)
+	}
+}

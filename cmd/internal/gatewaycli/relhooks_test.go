@@ -2,6 +2,8 @@ package gatewaycli
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -9,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 
 	"gateway/harness/openaitest"
 )
@@ -90,6 +94,51 @@ bindings:
 	}
 	if strings.Contains(g.log.String(), "hook failed") {
 		t.Fatalf("a hook failed:\n%s", g.log)
+	}
+}
+
+// TestHookReadsTheFileAUserSentUnderARelativeStateDir: with the default state_dir (./data,
+// relative), the path of a file a user sent reaches a hook program, which runs in its own
+// folder, as a path it can open. It used to be relative to the gateway's working directory
+// ("data/media/web/..."), so the hook found no file there.
+func TestHookReadsTheFileAUserSentUnderARelativeStateDir(t *testing.T) {
+	root := t.TempDir()
+	writeHook(t, filepath.Join(root, "data", "hooks"), "read-file", receiveYAML, `input=$(cat)
+path=$(printf '%s' "$input" | sed -n 's/.*"type":"file"[^}]*"path":"\([^"]*\)".*/\1/p')
+if content=$(cat "$path"); then
+  printf '{"action":"reject","reason":"the file says: %s"}\n' "$content"
+else
+  printf '{"action":"reject","reason":"cannot read %s"}\n' "$path"
+fi
+`)
+	t.Chdir(root)
+	addr := freePort(t)
+	writeFile(t, "gateway.yaml", fmt.Sprintf("http: {listen: %q}\nlog: {format: json}\n", addr))
+	g := &liveGateway{t: t, root: root, addr: addr, log: &logBuffer{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	exited := make(chan int, 1)
+	go func() {
+		exited <- run(ctx, nil, []string{"run"}, io.Discard, g.log, func(string) string { return "" }, nil)
+	}()
+	defer func() {
+		cancel()
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			t.Errorf("gateway did not shut down within 30s")
+		}
+	}()
+	waitFor(t, "the gateway ready", func() bool { code, _ := g.get("/readyz"); return code == http.StatusOK }, g.log)
+
+	u := g.user("chat-f")
+	msg, _ := json.Marshal(map[string]any{"type": "message", "id": "f-1", "chat_id": "chat-f", "text": "my notes",
+		"files": []map[string]string{{"mime": "text/plain", "name": "notes.txt", "data": base64.StdEncoding.EncodeToString([]byte("buy milk"))}}})
+	if err := u.c.Write(context.Background(), websocket.MessageText, msg); err != nil {
+		t.Fatal(err)
+	}
+	got := u.answer()
+	if last := got[len(got)-1]; last.Text != "the file says: buy milk" {
+		t.Fatalf("answered %+v; want the hook's reading of the file; log:\n%s", got, g.log)
 	}
 }
 
