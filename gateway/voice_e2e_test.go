@@ -305,6 +305,32 @@ func TestVoiceRoundTripOnTelegram(t *testing.T) {
 	assertPlayableOpus(t, voice.File)
 }
 
+// A recording sent to Telegram as a file (a document of type audio/*: an exported voice
+// note, a memo from another app) is transcribed like an audio file, as on Discord and Slack.
+func TestAudioDocumentOnTelegramIsTranscribed(t *testing.T) {
+	tg := telegramtest.NewServer(t)
+	ch, err := telegram.New(telegram.Config{
+		Enabled: true, Token: secret.Secret(tg.Token), APIURL: tg.URL, Mode: telegram.ModePolling,
+		Access: channels.Access{AllowFrom: []string{"4242"}, DMPolicy: channels.DMAllowlist, RequireMention: true},
+	}, telegram.Options{StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnvWith(t, t.TempDir(), []channels.Channel{ch}, localVoice(t))
+	tg.Send(telegramtest.Update{ChatID: 4242, From: &models.User{ID: 4242, FirstName: "Ann"}, Caption: "from my phone",
+		Document: voicetest.SpeakOgg(t, spoken), DocumentName: "memo.opus", DocumentMIME: "audio/ogg"})
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) && len(e.fake.Requests()) == 0 {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if len(e.fake.Requests()) == 0 {
+		t.Fatalf("the model was not asked; the bot posted %+v", tg.Messages(4242))
+	}
+	if heard := strings.ToLower(lastUser(e.fake.Requests()[0])); !strings.Contains(heard, "from my phone") || !strings.Contains(heard, "kitchen lights") {
+		t.Fatalf("the model received %q; want the caption and the spoken words", heard)
+	}
+}
+
 func TestEchoTranscriptShowsWhatWasHeard(t *testing.T) {
 	srv := voicetest.NewServer(t)
 	srv.SetTranscript(spoken)
