@@ -169,6 +169,35 @@ func voiceRoundTrip(t *testing.T, e *testEnv, ogg []byte) {
 	}
 }
 
+// An audio file attached in the web chat (a recording made elsewhere, not the record
+// button) is transcribed, as on the other platforms, and answered in text: it was no
+// voice note.
+func TestAudioFileAttachedInTheWebChatIsTranscribed(t *testing.T) {
+	e := newEnv(t, localVoice(t))
+	c := e.client(t, "memo")
+	b, _ := json.Marshal(map[string]any{"type": "message", "id": "m1", "chat_id": "memo", "text": "my memo", "files": []map[string]string{
+		{"mime": "audio/ogg", "name": "memo.ogg", "data": base64.StdEncoding.EncodeToString(voicetest.SpeakOgg(t, spoken))}}})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.c.Write(ctx, websocket.MessageText, b); err != nil {
+		t.Fatal(err)
+	}
+	fs := c.until("done", "error")
+	if last := fs[len(fs)-1]; last.Type != "done" {
+		t.Fatalf("the memo was answered with %+v", last)
+	}
+	reqs := e.fake.Requests()
+	if len(reqs) != 1 {
+		t.Fatalf("model requests = %d", len(reqs))
+	}
+	if heard := strings.ToLower(lastUser(reqs[0])); !strings.Contains(heard, "my memo") || !strings.Contains(heard, "kitchen lights") {
+		t.Fatalf("the model received %q; want the text and the spoken words", heard)
+	}
+	if n := len(e.voiceParts(t, fs)); n != 0 {
+		t.Fatalf("the answer to an attached file has %d voice parts; want none", n)
+	}
+}
+
 func TestVoiceModesPerChat(t *testing.T) {
 	srv := voicetest.NewServer(t)
 	srv.SetTranscript(spoken)
@@ -274,6 +303,32 @@ func TestVoiceRoundTripOnTelegram(t *testing.T) {
 		t.Fatalf("voice note is not Ogg/Opus")
 	}
 	assertPlayableOpus(t, voice.File)
+}
+
+// A recording sent to Telegram as a file (a document of type audio/*: an exported voice
+// note, a memo from another app) is transcribed like an audio file, as on Discord and Slack.
+func TestAudioDocumentOnTelegramIsTranscribed(t *testing.T) {
+	tg := telegramtest.NewServer(t)
+	ch, err := telegram.New(telegram.Config{
+		Enabled: true, Token: secret.Secret(tg.Token), APIURL: tg.URL, Mode: telegram.ModePolling,
+		Access: channels.Access{AllowFrom: []string{"4242"}, DMPolicy: channels.DMAllowlist, RequireMention: true},
+	}, telegram.Options{StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnvWith(t, t.TempDir(), []channels.Channel{ch}, localVoice(t))
+	tg.Send(telegramtest.Update{ChatID: 4242, From: &models.User{ID: 4242, FirstName: "Ann"}, Caption: "from my phone",
+		Document: voicetest.SpeakOgg(t, spoken), DocumentName: "memo.opus", DocumentMIME: "audio/ogg"})
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) && len(e.fake.Requests()) == 0 {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if len(e.fake.Requests()) == 0 {
+		t.Fatalf("the model was not asked; the bot posted %+v", tg.Messages(4242))
+	}
+	if heard := strings.ToLower(lastUser(e.fake.Requests()[0])); !strings.Contains(heard, "from my phone") || !strings.Contains(heard, "kitchen lights") {
+		t.Fatalf("the model received %q; want the caption and the spoken words", heard)
+	}
 }
 
 func TestEchoTranscriptShowsWhatWasHeard(t *testing.T) {

@@ -26,8 +26,10 @@ var (
 
 const (
 	// maxRequestImages bounds the images of one request: the newest are sent, older ones
-	// are named in words.
-	maxRequestImages = 8
+	// are named in words. It is the most one message carries on any platform (a Telegram
+	// album, Discord's and Slack's attachments, the web chat's files), so that a message
+	// is always seen whole.
+	maxRequestImages = 10
 	// maxImageFile bounds an image file read from disk.
 	maxImageFile = 50 << 20
 	// mediaCacheBytes bounds what one session keeps of its prepared media (scaled images,
@@ -152,6 +154,14 @@ func (m *mediaProvider) prepare(ctx context.Context, req *Request, mode imageMod
 			}
 		}
 	}
+	// Images after the last answer are new to the model: left out, they were never seen.
+	answered := -1
+	for i := len(req.Messages) - 1; i >= 0; i-- {
+		if req.Messages[i].Role == llm.RoleAssistant {
+			answered = i
+			break
+		}
+	}
 	out := *req
 	out.Messages = make([]llm.Message, len(req.Messages))
 	sent := 0
@@ -169,8 +179,10 @@ func (m *mediaProvider) prepare(ctx context.Context, req *Request, mode imageMod
 				notes = append(notes, fmt.Sprintf("[image %s: this model cannot see images, so it was not shown]", m.describe(p)))
 			case p.Type == llm.PartImage && mode == refusedImages:
 				notes = append(notes, fmt.Sprintf("[image %s left out: the model refused images, so you cannot see it; say so if it matters]", m.describe(p)))
-			case p.Type == llm.PartImage && !budget[[2]int{i, j}]:
+			case p.Type == llm.PartImage && !budget[[2]int{i, j}] && i < answered:
 				notes = append(notes, fmt.Sprintf("[image %s, sent earlier; not shown again]", name))
+			case p.Type == llm.PartImage && !budget[[2]int{i, j}]:
+				notes = append(notes, fmt.Sprintf("[image %s not shown: at most %d images are sent to you at once; say so if it matters]", name, maxRequestImages))
 			case p.Type == llm.PartImage:
 				im, err := m.image(p, bounds)
 				if err != nil {

@@ -2,6 +2,7 @@ package harness_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -184,6 +185,42 @@ func TestRefusedImagesAreRetriedWithout(t *testing.T) {
 		if len(m.Images) != 0 {
 			t.Fatal("a later request carried the refused image")
 		}
+	}
+}
+
+// A full album (ten photos, the most one message carries on Telegram, Discord, Slack or the
+// web chat) reaches the model whole. Past the bound of one request, the model is told truly
+// that the rest of the new message was left out, never that it saw them earlier.
+func TestEveryPhotoOfAnAlbumReachesTheModel(t *testing.T) {
+	srv := newOpenAIServer(t)
+	dir := t.TempDir()
+	album := func(n int) []llm.Part {
+		var parts []llm.Part
+		for i := range n {
+			name := fmt.Sprintf("p%d.png", i)
+			parts = append(parts, llm.Part{Type: llm.PartImage, MIME: "image/png", Path: writeFile(t, dir, name, mediatest.PNG(40+i, 30)), Name: name})
+		}
+		return parts
+	}
+	s := openSession(t, harness.SessionOptions{Store: openStore(t), Provider: openAI(t, srv)})
+	if _, err := s.RunWith(context.Background(), "Ten photos.", album(10), nil); err != nil {
+		t.Fatal(err)
+	}
+	reqs := srv.Requests()
+	u := reqs[0].Messages[len(reqs[0].Messages)-1]
+	if len(u.Images) != 10 || u.Content != "Ten photos." {
+		t.Fatalf("the model got %d of 10 images, with %q", len(u.Images), u.Content)
+	}
+
+	s = openSession(t, harness.SessionOptions{Store: openStore(t), Provider: openAI(t, srv)})
+	if _, err := s.RunWith(context.Background(), "Twelve photos.", album(12), nil); err != nil {
+		t.Fatal(err)
+	}
+	reqs = srv.Requests()
+	u = reqs[1].Messages[len(reqs[1].Messages)-1]
+	if len(u.Images) != 10 || strings.Contains(u.Content, "sent earlier") || strings.Count(u.Content, "not shown") != 2 ||
+		!strings.Contains(u.Content, "[image p11.png not shown") {
+		t.Fatalf("twelve photos: the model got %d images, with %q", len(u.Images), u.Content)
 	}
 }
 

@@ -53,11 +53,16 @@ func attachments(msg *message) (list []attachment, notes []string) {
 		list = append(list, attachment{what: "photo", typ: channels.PartImage, fileID: p.FileID, size: int64(p.FileSize), mime: "image/jpeg", name: "photo.jpg"})
 	}
 	if d := msg.Document; d != nil {
-		typ := channels.PartFile
-		if strings.HasPrefix(d.MimeType, "image/") {
+		typ, what := channels.PartFile, "document"
+		switch {
+		case strings.HasPrefix(d.MimeType, "image/"):
 			typ = channels.PartImage
+		case strings.HasPrefix(d.MimeType, "audio/"):
+			// A recording sent as a file (an exported voice note, a memo from another
+			// app): transcribed like an audio file.
+			typ, what = channels.PartAudio, "audio file"
 		}
-		list = append(list, attachment{what: "document", typ: typ, fileID: d.FileID, size: d.FileSize,
+		list = append(list, attachment{what: what, typ: typ, fileID: d.FileID, size: d.FileSize,
 			mime: orDefault(d.MimeType, "application/octet-stream"), name: d.FileName})
 	}
 	// Whatever else a person sent is described in words: the agent is never left with

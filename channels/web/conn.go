@@ -526,8 +526,13 @@ func (c *Channel) decodeFiles(in []inboundFile, used int64) (out []upload, reaso
 			}
 		}
 		typ := channels.PartFile
-		if strings.HasPrefix(mt, "image/") && mt != "image/svg+xml" {
+		switch {
+		case strings.HasPrefix(mt, "image/") && mt != "image/svg+xml":
 			typ = channels.PartImage
+		case strings.HasPrefix(mt, "audio/"):
+			// A recording made elsewhere: transcribed as on every other platform, though
+			// no voice note (the answer is not spoken for it).
+			typ = channels.PartAudio
 		}
 		out = append(out, upload{typ: typ, mime: mt, name: name, ext: fileExt(name), data: b})
 	}

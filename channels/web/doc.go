@@ -42,8 +42,9 @@
 // [A-Za-z0-9_.:-]; the socket binds to the chat_id of its query or of its first message. A
 // message carries text, audio, files, or several of them; audio arrives at the gateway as an
 // AudioPart with Voice set and the message marked IsVoice; files (at most 10, picked, pasted
-// or dropped into the page, sharing max_upload_bytes with the audio) as ImageParts (image/*)
-// or FileParts, with their names. user_id is optional ("web" when absent): the web
+// or dropped into the page, sharing max_upload_bytes with the audio) as ImageParts (image/*),
+// AudioParts without Voice (audio/*: transcribed, the answer not spoken) or FileParts, with
+// their names. user_id is optional ("web" when absent): the web
 // chat has no accounts, so it is a label, not an identity.
 //
 // Server to client:

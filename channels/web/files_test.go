@@ -57,4 +57,17 @@ func TestFilesArriveAsParts(t *testing.T) {
 	if m := sink.Next(t); len(m.Parts) != 1 || m.Parts[0].Type != channels.PartImage {
 		t.Fatalf("delivered %+v", m.Parts)
 	}
+	// An audio file attached (a recording made elsewhere) is audio, as on every other
+	// platform, so that it is transcribed; it is no voice note, so the answer is not spoken.
+	tb.write(t, map[string]any{"type": "message", "id": "f3", "chat_id": "files", "files": []map[string]string{
+		{"mime": "audio/mp4", "name": "memo.m4a", "data": b64("pretend m4a")}, {"name": "song.mp3", "data": b64("pretend mp3")}}})
+	m = sink.Next(t)
+	if len(m.Parts) != 2 || m.IsVoice {
+		t.Fatalf("delivered %+v (voice %v); want two audio parts, no voice note", m.Parts, m.IsVoice)
+	}
+	for _, p := range m.Parts {
+		if p.Type != channels.PartAudio || p.Voice || !strings.HasPrefix(p.MIME, "audio/") {
+			t.Errorf("attached %s arrived as %s %s (voice %v); want audio", p.Name, p.Type, p.MIME, p.Voice)
+		}
+	}
 }

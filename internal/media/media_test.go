@@ -14,6 +14,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf16"
+	"unicode/utf8"
 
 	"gateway/internal/media/mediatest"
 	"time"
@@ -222,6 +224,55 @@ func TestDocumentText(t *testing.T) {
 	}
 	if _, err := DocumentText(ctx, write("broken.pdf", []byte("%PDF-1.4 garbage")), "application/pdf", "broken.pdf", 0); err == nil {
 		t.Fatal("a broken PDF read without error")
+	}
+}
+
+// Text files saved by Windows programs are read as text: a CSV from Excel in the Windows
+// code page (Windows-1252), a log written by PowerShell in UTF-16 with its byte order mark,
+// a file starting with UTF-8's byte order mark. Binary data stays refused.
+func TestDocumentTextOfWindowsEncodings(t *testing.T) {
+	dir := t.TempDir()
+	read := func(name string, data []byte, max int) (Document, error) {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return DocumentText(context.Background(), p, "text/plain", name, max)
+	}
+	utf16 := func(bom []byte, s string, le bool) []byte {
+		b := append([]byte{}, bom...)
+		for _, u := range utf16.Encode([]rune(s)) {
+			if le {
+				b = append(b, byte(u), byte(u>>8))
+			} else {
+				b = append(b, byte(u>>8), byte(u))
+			}
+		}
+		return b
+	}
+	for _, c := range []struct {
+		name string
+		data []byte
+		want string
+	}{
+		{"excel.csv", []byte("Caf\xe9;Na\xefve;\x80 12\r\n"), "Café;Naïve;€ 12\r\n"},
+		{"ps-le.log", utf16([]byte{0xff, 0xfe}, "Größe: 5 €\r\n", true), "Größe: 5 €\r\n"},
+		{"be.txt", utf16([]byte{0xfe, 0xff}, "日本語", false), "日本語"},
+		{"bom.txt", []byte("\xef\xbb\xbfhello"), "hello"},
+		{"mixed.log", []byte("na\xc3\xafve \xff end"), "naïve \uFFFD end"},
+	} {
+		doc, err := read(c.name, c.data, 0)
+		if err != nil || doc.Text != c.want || doc.Truncated {
+			t.Errorf("%s: %q, truncated %v, %v; want %q", c.name, doc.Text, doc.Truncated, err, c.want)
+		}
+	}
+	// The bound holds on the text as the model gets it.
+	doc, err := read("long.csv", []byte(strings.Repeat("\xe9", 100)), 51)
+	if err != nil || !doc.Truncated || len(doc.Text) > 51 || !utf8.ValidString(doc.Text) {
+		t.Errorf("bounded Windows-1252: %d bytes, truncated %v, %v", len(doc.Text), doc.Truncated, err)
+	}
+	if _, err := read("blob.txt", []byte("\x01\x02\x03\xff\xfe\x80\x90\x1b"), 0); err == nil {
+		t.Error("binary data without a zero byte was read as text")
 	}
 }
 

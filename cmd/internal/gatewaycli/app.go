@@ -107,6 +107,12 @@ func isTerminal(w io.Writer) bool {
 // program is started and no event is emitted.
 func buildApp(cfg Config, cfgPath string, log *slog.Logger, getenv func(string) string, db *state.DB, dryRun bool) (_ *app, retErr error) {
 	a := &app{cfgPath: cfgPath, cfg: cfg, getenv: getenv, log: log, reg: prometheus.NewRegistry(), state: db}
+	// Paths under state_dir reach programs that run elsewhere (a hook program in its own
+	// folder, a speech command's wrapper script that changes directory): they are absolute,
+	// whatever the working directory. (a.cfg keeps state_dir as written.)
+	if abs, err := filepath.Abs(cfg.StateDir); err == nil {
+		cfg.StateDir = abs
+	}
 	defer func() {
 		if retErr != nil && a.node != nil {
 			a.node.Close()
