@@ -53,9 +53,6 @@ type app struct {
 	tts     *tts.TTS
 	gw      *gateway.Gateway
 	state   *state.DB // the durable state; nil in a dry run (check, hooks list)
-	// stateDir is state_dir made absolute: the paths of media under it reach hook programs,
-	// which run in their own folders, and are kept in the histories.
-	stateDir string
 
 	// mcp are the MCP servers, started by run (not by check) before the gateway starts:
 	// "" is the top-level mcp:, other keys are profiles' own.
@@ -145,10 +142,7 @@ func buildApp(cfg Config, cfgPath string, log *slog.Logger, getenv func(string) 
 
 	var errs []error
 	var err error
-	if a.stateDir, err = filepath.Abs(cfg.StateDir); err != nil {
-		return nil, fmt.Errorf("state_dir: %w", err)
-	}
-	tmp := filepath.Join(a.stateDir, "tmp")
+	tmp := filepath.Join(cfg.StateDir, "tmp")
 	if dryRun {
 		if err := checkStateDir(cfg.StateDir); err != nil {
 			return nil, err
@@ -206,14 +200,14 @@ func buildApp(cfg Config, cfgPath string, log *slog.Logger, getenv func(string) 
 		}
 		a.reg.MustRegister(a.node.Collector())
 	} else if !dryRun {
-		if store, err = harness.OpenStore(filepath.Join(a.stateDir, "sessions")); err != nil {
+		if store, err = harness.OpenStore(filepath.Join(cfg.StateDir, "sessions")); err != nil {
 			rt.Close()
 			return nil, fmt.Errorf("state_dir: %w", err)
 		}
 	}
 	var mediaStore *media.Store // nil in a dry run: nothing is kept, no folder is made
 	if !dryRun {
-		if mediaStore, err = media.OpenStore(filepath.Join(a.stateDir, "media"), cfg.Media); err != nil {
+		if mediaStore, err = media.OpenStore(filepath.Join(cfg.StateDir, "media"), cfg.Media); err != nil {
 			rt.Close()
 			return nil, fmt.Errorf("state_dir: %w", err)
 		}
@@ -224,7 +218,7 @@ func buildApp(cfg Config, cfgPath string, log *slog.Logger, getenv func(string) 
 		Logger:      log,
 		Metrics:     a.metrics,
 		Media:       mediaStore,
-		StateDir:    a.stateDir,
+		StateDir:    cfg.StateDir,
 	}
 	switch { // the durable intake and per-chat settings: none in a dry run
 	case a.node != nil:
@@ -268,10 +262,10 @@ func (a *app) buildChannels(cfg Config) ([]channels.Channel, error) {
 	}
 	var errs []error
 	if cfg.Channels.Web.Enabled {
-		out = append(out, web.New(cfg.Channels.Web, web.Options{Logger: a.log, MediaDir: filepath.Join(a.stateDir, "media", "web")}))
+		out = append(out, web.New(cfg.Channels.Web, web.Options{Logger: a.log, MediaDir: filepath.Join(cfg.StateDir, "media", "web")}))
 	}
 	if cfg.Channels.Telegram.Enabled {
-		opts := telegram.Options{Logger: a.log, StateDir: filepath.Join(a.stateDir, "telegram"), HTTPClient: a.client, State: st}
+		opts := telegram.Options{Logger: a.log, StateDir: filepath.Join(cfg.StateDir, "telegram"), HTTPClient: a.client, State: st}
 		if a.node != nil {
 			// One process polls at a time; every process sends, within one budget for the bot.
 			opts.Holder = holder
@@ -286,7 +280,7 @@ func (a *app) buildChannels(cfg Config) ([]channels.Channel, error) {
 	}
 	if cfg.Channels.Discord.Enabled {
 		// In cluster mode one process holds the gateway connection at a time; every one sends.
-		ch, err := discord.New(cfg.Channels.Discord, discord.Options{Logger: a.log, StateDir: filepath.Join(a.stateDir, "discord"),
+		ch, err := discord.New(cfg.Channels.Discord, discord.Options{Logger: a.log, StateDir: filepath.Join(cfg.StateDir, "discord"),
 			HTTPClient: a.client, State: st, Holder: holder})
 		if err != nil {
 			errs = append(errs, err)
@@ -295,7 +289,7 @@ func (a *app) buildChannels(cfg Config) ([]channels.Channel, error) {
 		}
 	}
 	if cfg.Channels.Slack.Enabled {
-		ch, err := slack.New(cfg.Channels.Slack, slack.Options{Logger: a.log, StateDir: filepath.Join(a.stateDir, "slack"), HTTPClient: a.client, State: st})
+		ch, err := slack.New(cfg.Channels.Slack, slack.Options{Logger: a.log, StateDir: filepath.Join(cfg.StateDir, "slack"), HTTPClient: a.client, State: st})
 		if err != nil {
 			errs = append(errs, err)
 		} else {
