@@ -22,8 +22,11 @@ type Delivery struct {
 	Partition int
 	Seq       uint64
 	Body      []byte
-	msg       jetstream.Msg
-	done      func()
+	// Backlog says the message was in the partition before this process took it: its
+	// previous holder may have begun answering it (and died before its ack).
+	Backlog bool
+	msg     jetstream.Msg
+	done    func()
 }
 
 // Ack marks the message answered.
@@ -308,6 +311,9 @@ func (c *Consumer) start(ctx context.Context, p int, lease *Lease) (*partitionWo
 	if err != nil {
 		return nil, err
 	}
+	// The consumer is new and delivers in stream order: its first NumPending messages are
+	// the ones stored before it was made.
+	backlog := cons.CachedInfo().NumPending
 	w := &partitionWorker{lease: lease, cons: cons, iter: iter}
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	w.cancel = cancel
@@ -335,7 +341,11 @@ func (c *Consumer) start(ctx context.Context, p int, lease *Lease) (*partitionWo
 			}
 			w.outstanding.Add(1)
 			var acked sync.Once
-			c.handle(Delivery{Partition: p, Seq: seq, Body: m.Data(), msg: m, done: func() { acked.Do(func() { w.outstanding.Add(-1) }) }})
+			old := backlog > 0
+			if old {
+				backlog--
+			}
+			c.handle(Delivery{Partition: p, Seq: seq, Body: m.Data(), Backlog: old, msg: m, done: func() { acked.Do(func() { w.outstanding.Add(-1) }) }})
 		}
 	})
 	return w, nil

@@ -186,7 +186,7 @@ func (n *Node) Done(seq uint64) error {
 // take (the gateway's Take); forget is told of each partition taken, whose chats another
 // process may have answered meanwhile. End ctx only after Pause and the gateway's Stop:
 // Run then gives up the partitions, and their unanswered messages go to the others.
-func (n *Node) Run(ctx context.Context, take func(seq uint64, body []byte) error, forget func(partition int), forwarded Forwarded) error {
+func (n *Node) Run(ctx context.Context, take func(seq uint64, body []byte, backlog bool) error, forget func(partition int), forwarded Forwarded) error {
 	if forwarded != nil {
 		stop, err := n.serveForwarded(ctx, forwarded)
 		if err != nil {
@@ -295,7 +295,7 @@ func (n *Node) serveForwarded(ctx context.Context, handle Forwarded) (stop func(
 // handle passes a delivery to the gateway, once: a message already being answered here
 // (its partition was lost and taken again) is not handed over twice; the newer delivery
 // is the one acked.
-func (n *Node) handle(d Delivery, take func(uint64, []byte) error) {
+func (n *Node) handle(d Delivery, take func(uint64, []byte, bool) error) {
 	n.mu.Lock()
 	_, again := n.inflight[d.Seq]
 	n.inflight[d.Seq] = d
@@ -303,7 +303,7 @@ func (n *Node) handle(d Delivery, take func(uint64, []byte) error) {
 	if again {
 		return
 	}
-	if err := take(d.Seq, d.Body); err != nil {
+	if err := take(d.Seq, d.Body, d.Backlog); err != nil {
 		// Not taken (stopping): it stays unacked for the partition's next holder.
 		n.mu.Lock()
 		delete(n.inflight, d.Seq)

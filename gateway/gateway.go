@@ -128,7 +128,8 @@ type Gateway struct {
 	cluster  func(ctx context.Context) any
 	forward  func(ctx context.Context, sessionKey, kind string, body []byte) (int, []byte, bool)
 	settings Settings
-	replay   *replay // set by Start
+	shared   *sharedPlaces // cluster mode: answers' placements; nil otherwise
+	replay   *replay       // set by Start
 
 	rt atomic.Pointer[Runtime]
 
@@ -236,6 +237,9 @@ func New(cfg Config, rt *Runtime, deps Deps) (*Gateway, error) {
 		lifecycle:   newOffload(1, lifecycleQueue),
 		notices:     newOffload(noticeWorkers, noticeQueue),
 		noticing:    map[string]bool{},
+	}
+	if deps.Intake != nil && deps.Settings != nil {
+		g.shared = newSharedPlaces(deps.Settings)
 	}
 	g.rt.Store(rt)
 	return g, nil

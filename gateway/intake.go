@@ -125,7 +125,7 @@ func (g *Gateway) publish(ctx context.Context, msg *channels.Message, dedupKey s
 // partition). seq is the intake's sequence, passed back to SharedIntake.Done once the
 // message is answered. An error means it was not taken (the gateway is stopping or not
 // started): it must stay in the intake for whichever process holds the partition next.
-func (g *Gateway) Take(seq uint64, body []byte) error {
+func (g *Gateway) Take(seq uint64, body []byte, begun bool) error {
 	g.stateMu.Lock()
 	running := g.started && !g.stopped
 	g.stateMu.Unlock()
@@ -142,6 +142,16 @@ func (g *Gateway) Take(seq uint64, body []byte) error {
 		g.log.Warn("a message is for a channel that is not enabled here; dropping it", "channel", msg.Channel, "chat", msg.ChatID)
 		g.settle(seq)
 		return nil
+	}
+	if begun {
+		// The chat's previous holder may have answered part of it before it died: its
+		// attempt is taken back from the history, and its answer finished in place.
+		msg.Replayed = true
+		if g.shared != nil {
+			if msg.Resume, err = g.shared.resume(msg); err != nil {
+				g.log.Warn("cannot read where the answer to a message taken over shows; it comes in new messages", "seq", seq, "err", err)
+			}
+		}
 	}
 	if g.metrics != nil {
 		g.metrics.MessagesIn.WithLabelValues(msg.Channel).Inc()
@@ -165,17 +175,25 @@ func (g *Gateway) Forget(match func(sessionKey string) bool) {
 	}
 }
 
-// placed is where a turn's stream reports its placement: kept with the first journaled
-// message the turn answers, which is the one a restart answers first. nil when the
-// journal keeps none or the turn answers nothing journaled.
-func (g *Gateway) placed(seqs []uint64) func(string) {
-	p, ok := g.journal.(Placer)
-	if !ok || len(seqs) == 0 || seqs[0] == 0 {
+// placed is where a turn's stream reports its placement: kept with the first message the
+// turn answers, which is the one a restart answers first, in the journal or, in cluster
+// mode, in the shared settings. nil when none is kept or the turn answers nothing
+// journaled.
+func (g *Gateway) placed(sessionKey string, req *turnReq) func(string) {
+	if len(req.seqs) == 0 || req.seqs[0] == 0 {
 		return nil
 	}
-	seq := seqs[0]
+	seq := req.seqs[0]
+	var keep func(string) error
+	if p, ok := g.journal.(Placer); ok {
+		keep = func(placement string) error { return p.Place(seq, placement) }
+	} else if g.shared != nil && req.asked.ID != "" {
+		keep = func(placement string) error { return g.shared.place(seq, sessionKey, req.asked.ID, placement) }
+	} else {
+		return nil
+	}
 	return func(placement string) {
-		if err := p.Place(seq, placement); err != nil {
+		if err := keep(placement); err != nil {
 			g.log.Warn("cannot keep where an answer shows; after a crash it would come again in new messages", "seq", seq, "err", err)
 			return
 		}
@@ -197,6 +215,11 @@ func (g *Gateway) settle(seqs ...uint64) {
 		var err error
 		if g.intake != nil {
 			err = g.intake.Done(seq)
+			if g.shared != nil {
+				if perr := g.shared.done(seq); perr != nil {
+					g.log.Warn("cannot forget where an answered message's answer shows", "seq", seq, "err", perr)
+				}
+			}
 		} else {
 			err = g.journal.Done(seq)
 		}

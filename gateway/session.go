@@ -376,12 +376,7 @@ func (s *session) intake(msg *channels.Message) {
 	req := &turnReq{prompt: prompt, parts: parts, isVoice: msg.IsVoice, profile: prof, info: info,
 		target: target, rt: rt, release: release, seqs: []uint64{msg.Seq}}
 	if msg.Seq != 0 {
-		// The platform's id beside the journal's seq: a state file started afresh counts
-		// seqs from 1 again, under histories that outlived it.
-		// In cluster mode the shared intake cannot tell a message the partition's previous
-		// holder had begun (and saved in the history) before it died from a new one: every
-		// message there may be asked again, and the take-back finds nothing for a new one.
-		req.asked = harness.Attempt{ID: fmt.Sprintf("%d:%s", msg.Seq, msg.ID), Again: msg.Replayed || g.intake != nil}
+		req.asked = harness.Attempt{ID: intakeID(msg), Again: msg.Replayed}
 	}
 	kept = true
 	s.dispatch(req, queueMode(g.cfg.QueueMode, prof))

@@ -90,7 +90,7 @@ func (s *session) openDelivery(dctx context.Context, req *turnReq, rt *Runtime, 
 		return nil
 	}
 	target := req.target
-	target.Placed = g.placed(req.seqs)
+	target.Placed = g.placed(s.key, req)
 	st, err := ch.Open(dctx, target)
 	if err != nil {
 		g.deliveryFailed(rt.Bus, req.info, err)

@@ -83,6 +83,7 @@ type clusterRig struct {
 	oai   *openaitest.Server
 	delay atomic.Int64 // the model's delay before answering, in ns
 	slow  sync.Map     // prompt → remaining slow answers (a minute each)
+	cut   sync.Map     // prompt → remaining answers that stream a start and hang
 	tg    *telegramtest.Server
 	sl    *slacktest.Server
 	lb    *balancer
@@ -102,6 +103,9 @@ func newClusterRig(t testing.TB, mode string) *clusterRig {
 		rep := openaitest.Reply{Text: "re: " + prompt, Delay: time.Duration(r.delay.Load())}
 		if v, ok := r.slow.Load(prompt); ok && v.(*atomic.Int64).Add(-1) >= 0 {
 			rep.Delay = time.Minute
+		}
+		if v, ok := r.cut.Load(prompt); ok && v.(*atomic.Int64).Add(-1) >= 0 {
+			rep = openaitest.Reply{Chunks: []string{"The cut start"}, Hang: true}
 		}
 		return rep
 	})
@@ -591,6 +595,64 @@ func TestClusterKilledAfterTheAnswerWasSavedAsksTheModelOnce(t *testing.T) {
 			p.stop()
 		}
 	}
+}
+
+// SIGKILL of the process answering a chat while its answer streams: the process that takes
+// the partition finishes the answer in the message the cut one showed in, so the chat
+// shows one answer, whole, not the cut start and then the answer again beside it.
+func TestClusterKilledMidStreamFinishesTheAnswerInPlace(t *testing.T) {
+	r := newClusterRig(t, "polling")
+	r.start(2)
+	r.waitBalanced()
+	poller, _ := r.poller()
+	victim := r.procs[0]
+	if victim == poller {
+		victim = r.procs[1]
+	}
+	chat := heldChat(t, victim)
+	var once atomic.Int64
+	once.Store(1)
+	r.cut.Store("cut mid-stream", &once)
+	r.tg.Send(telegramtest.Update{ChatID: chat, Text: "cut mid-stream"})
+	waitFor(t, "the cut start shows", func() bool {
+		got := r.tg.Messages(chat)
+		return len(got) == 1 && strings.Contains(got[0].Text, "The cut start")
+	}, r.logs())
+	preview := r.tg.Messages(chat)[0]
+	waitFor(t, "its place is kept", func() bool { return r.settingsHold("placement:") }, r.logs())
+	victim.kill()
+	r.balance()
+	waitFor(t, "the answer finished by the survivor", func() bool {
+		got := r.tg.Messages(chat)
+		return len(got) > 0 && got[len(got)-1].Text == "re: cut mid-stream"
+	}, r.logs())
+	quiet()
+	if got := r.tg.Messages(chat); len(got) != 1 || got[0].ID != preview.ID {
+		t.Fatalf("the chat shows %+v; want one message, the answer in place of the cut start (message %d)", got, preview.ID)
+	}
+	r.askedOnce("cut mid-stream")
+	waitFor(t, "the placement forgotten once answered", func() bool { return !r.settingsHold("placement:") }, r.logs())
+	for _, p := range r.procs {
+		if p != victim {
+			p.stop()
+		}
+	}
+}
+
+// settingsHold reports whether a setting's name in Postgres starts with prefix.
+func (r *clusterRig) settingsHold(prefix string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, r.pgURL)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var n int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM gateway_settings WHERE starts_with(name, $1)`, prefix).Scan(&n); err != nil {
+		r.t.Fatal(err)
+	}
+	return n > 0
 }
 
 // readyWatch polls every process's /readyz and records the reasons it was not ready.
