@@ -105,7 +105,9 @@ func newClusterRig(t testing.TB, mode string) *clusterRig {
 			rep.Delay = time.Minute
 		}
 		if v, ok := r.cut.Load(prompt); ok && v.(*atomic.Int64).Add(-1) >= 0 {
-			rep = openaitest.Reply{Chunks: []string{"The cut start"}, Hang: true}
+			// A preview is only sent when a slot of the shared budget is free at once:
+			// chunks keep coming for a while, so that one of them shows.
+			rep = openaitest.Reply{Chunks: slices.Repeat([]string{"The cut start. "}, 20), ChunkDelay: 250 * time.Millisecond, Hang: true}
 		}
 		return rep
 	})
