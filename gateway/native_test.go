@@ -141,15 +141,7 @@ func TestSlackSlashCommandReachesHookCommand(t *testing.T) {
 // A chat bound to a profile whose hooks add a command gets its own Telegram menu (scope
 // chat); the others keep the common one.
 func TestTelegramMenuPerBoundChat(t *testing.T) {
-	needPython(t)
-	root := t.TempDir()
-	pdir := filepath.Join(root, "profiles", "stacker")
-	if err := os.MkdirAll(pdir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.CopyFS(filepath.Join(pdir, "hooks"), os.DirFS(exampleHook(t, "pop"))); err != nil {
-		t.Fatal(err)
-	}
+	root, pdir := stackerProfile(t)
 	os.WriteFile(filepath.Join(pdir, "profile.yaml"), []byte("description: stacks\n"), 0o644)
 	set, err := profiles.Load(profiles.Config{Dir: filepath.Join(root, "profiles")},
 		[]profiles.Binding{{Profile: "stacker", Match: profiles.Match{Channel: "telegram", Chat: "4242"}}})
@@ -222,15 +214,7 @@ func TestSlackHelpNamesItsOwnCommands(t *testing.T) {
 // chat's Telegram menu too: the chat's own menu outranks the common one, so leaving it as
 // it was would keep offering a command that no longer exists.
 func TestTelegramChatMenuFollowsAReload(t *testing.T) {
-	needPython(t)
-	root := t.TempDir()
-	pdir := filepath.Join(root, "profiles", "stacker")
-	if err := os.MkdirAll(pdir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.CopyFS(filepath.Join(pdir, "hooks"), os.DirFS(exampleHook(t, "pop"))); err != nil {
-		t.Fatal(err)
-	}
+	root, pdir := stackerProfile(t)
 	bind := func(chats ...string) *profiles.Set {
 		var bs []profiles.Binding
 		for _, c := range chats {
@@ -289,4 +273,19 @@ func TestTelegramChatMenuFollowsAReload(t *testing.T) {
 			t.Errorf("after the reload, chat %s's menu %q; want %q", chat, got, common)
 		}
 	}
+}
+
+// stackerProfile is a profiles folder under root holding the profile "stacker" (in pdir),
+// whose hooks add the example command /pop.
+func stackerProfile(t *testing.T) (root, pdir string) {
+	needPython(t)
+	root = t.TempDir()
+	pdir = filepath.Join(root, "profiles", "stacker")
+	if err := os.MkdirAll(pdir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.CopyFS(filepath.Join(pdir, "hooks"), os.DirFS(exampleHook(t, "pop"))); err != nil {
+		t.Fatal(err)
+	}
+	return root, pdir
 }

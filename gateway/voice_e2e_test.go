@@ -268,15 +268,7 @@ func TestBadVoiceNotesGetPlainRepliesAndTheNextMessageWorks(t *testing.T) {
 // TestVoiceRoundTripOnTelegram: a real spoken voice note sent to the fake Bot API reaches
 // the model as text, and the answer arrives as text plus a native Ogg/Opus voice note.
 func TestVoiceRoundTripOnTelegram(t *testing.T) {
-	tg := telegramtest.NewServer(t)
-	ch, err := telegram.New(telegram.Config{
-		Enabled: true, Token: secret.Secret(tg.Token), APIURL: tg.URL, Mode: telegram.ModePolling,
-		Access: channels.Access{AllowFrom: []string{"4242"}, DMPolicy: channels.DMAllowlist, RequireMention: true},
-	}, telegram.Options{StateDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := newEnvWith(t, t.TempDir(), []channels.Channel{ch}, localVoice(t))
+	tg, e := telegramVoiceEnv(t)
 	tg.Send(telegramtest.Update{ChatID: 4242, From: &models.User{ID: 4242, FirstName: "Ann"}, Voice: voicetest.SpeakOgg(t, spoken)})
 
 	deadline := time.Now().Add(30 * time.Second)
@@ -308,15 +300,7 @@ func TestVoiceRoundTripOnTelegram(t *testing.T) {
 // A recording sent to Telegram as a file (a document of type audio/*: an exported voice
 // note, a memo from another app) is transcribed like an audio file, as on Discord and Slack.
 func TestAudioDocumentOnTelegramIsTranscribed(t *testing.T) {
-	tg := telegramtest.NewServer(t)
-	ch, err := telegram.New(telegram.Config{
-		Enabled: true, Token: secret.Secret(tg.Token), APIURL: tg.URL, Mode: telegram.ModePolling,
-		Access: channels.Access{AllowFrom: []string{"4242"}, DMPolicy: channels.DMAllowlist, RequireMention: true},
-	}, telegram.Options{StateDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := newEnvWith(t, t.TempDir(), []channels.Channel{ch}, localVoice(t))
+	tg, e := telegramVoiceEnv(t)
 	tg.Send(telegramtest.Update{ChatID: 4242, From: &models.User{ID: 4242, FirstName: "Ann"}, Caption: "from my phone",
 		Document: voicetest.SpeakOgg(t, spoken), DocumentName: "memo.opus", DocumentMIME: "audio/ogg"})
 	deadline := time.Now().Add(30 * time.Second)
@@ -407,4 +391,18 @@ func TestReplayedVoiceNoteIsNotEchoedTwice(t *testing.T) {
 	if got := e.mem.finals("cut"); len(got) != 2 || got[0] != echo {
 		t.Fatalf("the note cut before its answer showed got %q; want the echo, then the answer", got)
 	}
+}
+
+// telegramVoiceEnv is a gateway with local speech tools behind the fake Telegram, whose
+// user 4242 may write to it.
+func telegramVoiceEnv(t *testing.T) (*telegramtest.Server, *testEnv) {
+	tg := telegramtest.NewServer(t)
+	ch, err := telegram.New(telegram.Config{
+		Enabled: true, Token: secret.Secret(tg.Token), APIURL: tg.URL, Mode: telegram.ModePolling,
+		Access: channels.Access{AllowFrom: []string{"4242"}, DMPolicy: channels.DMAllowlist, RequireMention: true},
+	}, telegram.Options{StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tg, newEnvWith(t, t.TempDir(), []channels.Channel{ch}, localVoice(t))
 }

@@ -543,8 +543,8 @@ func (r *clusterRig) askedOnce(prompt string) {
 	}
 }
 
-// historyHolds reports whether a chat's history in Postgres holds text.
-func (r *clusterRig) historyHolds(text string) bool {
+// pgCount is the count a query of the shared database returns.
+func (r *clusterRig) pgCount(query string, args ...any) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, r.pgURL)
@@ -553,10 +553,15 @@ func (r *clusterRig) historyHolds(text string) bool {
 	}
 	defer conn.Close(ctx)
 	var n int
-	if err := conn.QueryRow(ctx, `SELECT count(*) FROM gateway_session_log WHERE position($1::bytea in lines) > 0`, []byte(text)).Scan(&n); err != nil {
+	if err := conn.QueryRow(ctx, query, args...).Scan(&n); err != nil {
 		r.t.Fatal(err)
 	}
-	return n > 0
+	return n
+}
+
+// historyHolds reports whether a chat's history in Postgres holds text.
+func (r *clusterRig) historyHolds(text string) bool {
+	return r.pgCount(`SELECT count(*) FROM gateway_session_log WHERE position($1::bytea in lines) > 0`, []byte(text)) > 0
 }
 
 // SIGKILL of the process answering a chat after the model's answer was saved in the
@@ -643,18 +648,7 @@ func TestClusterKilledMidStreamFinishesTheAnswerInPlace(t *testing.T) {
 
 // settingsHold reports whether a setting's name in Postgres starts with prefix.
 func (r *clusterRig) settingsHold(prefix string) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, r.pgURL)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	var n int
-	if err := conn.QueryRow(ctx, `SELECT count(*) FROM gateway_settings WHERE starts_with(name, $1)`, prefix).Scan(&n); err != nil {
-		r.t.Fatal(err)
-	}
-	return n > 0
+	return r.pgCount(`SELECT count(*) FROM gateway_settings WHERE starts_with(name, $1)`, prefix) > 0
 }
 
 // readyWatch polls every process's /readyz and records the reasons it was not ready.
