@@ -325,6 +325,18 @@ func (a *app) buildRuntime(cfg Config) (*gateway.Runtime, hookReport, error) {
 		closers = append(closers, sc.Close)
 	}
 	reg := gateway.NewCommandRegistry()
+	// The tools sessions get from elsewhere, before any hook declares its own: a hook tool
+	// of the same name would be shadowed (or shadow), so it fails to load instead.
+	for _, s := range cfg.MCP {
+		reg.ReserveMCPServer("", s.Name)
+	}
+	for _, name := range profs.Names() {
+		p := profs.Get(name)
+		reg.ReserveBuiltinTools(p.Name, p.Tools)
+		for _, s := range p.MCP {
+			reg.ReserveMCPServer(p.Name, s.Name)
+		}
+	}
 	load := func(dir string, opts hooks.DirOptions) {
 		// LoadDir logs each hook it cannot load, with its path and reason.
 		opts.Timeout, opts.HTTPClient, opts.Logger, opts.Getenv = cfg.Hooks.Timeout, a.client, a.log, a.getenv
