@@ -341,7 +341,7 @@ func (a *app) buildRuntime(cfg Config) (*gateway.Runtime, hookReport, error) {
 		// LoadDir logs each hook it cannot load, with its path and reason.
 		opts.Timeout, opts.HTTPClient, opts.Logger, opts.Getenv = cfg.Hooks.Timeout, a.client, a.log, a.getenv
 		opts.Registry = reg
-		opts.APIEnv = []string{"GATEWAY_API_URL=" + adminURL(cfg.HTTP.Listen) + "/api/v1", "GATEWAY_API_TOKEN=" + cfg.Admin.Token.Reveal()}
+		opts.APIEnv = []string{apiURLVar + "=" + adminURL(cfg.HTTP.Listen) + "/api/v1", apiTokenVar + "=" + cfg.Admin.Token.Reveal()}
 		d := hooks.LoadDir(bus, dir, opts)
 		closers = append(closers, d.Close)
 		report.hooks = append(report.hooks, d.Hooks()...)
