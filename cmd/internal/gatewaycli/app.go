@@ -178,6 +178,7 @@ func buildApp(cfg Config, cfgPath string, log *slog.Logger, getenv func(string) 
 		errs = append(errs, err)
 	}
 	a.hooks, a.loadErrs = report.hooks, report.errs
+	hooks.LogLoaded(log, report.hooks)
 	if err := errors.Join(errs...); err != nil {
 		if rt != nil && rt.Close != nil {
 			rt.Close()
@@ -338,7 +339,8 @@ func (a *app) buildRuntime(cfg Config) (*gateway.Runtime, hookReport, error) {
 		}
 	}
 	load := func(dir string, opts hooks.DirOptions) {
-		// LoadDir logs each hook it cannot load, with its path and reason.
+		// LoadDir logs each hook it cannot load, with its path and reason; what loaded is
+		// logged once the set is taken.
 		opts.Timeout, opts.HTTPClient, opts.Logger, opts.Getenv = cfg.Hooks.Timeout, a.client, a.log, a.getenv
 		opts.Registry = reg
 		opts.APIEnv = []string{apiURLVar + "=" + adminURL(cfg.HTTP.Listen) + "/api/v1", apiTokenVar + "=" + cfg.Admin.Token.Reveal()}
@@ -450,6 +452,7 @@ func (a *app) tryReload() error {
 	}
 	a.cfg, a.hooks, a.loadErrs = next, report.hooks, report.errs
 	a.gw.Swap(rt)
+	hooks.LogLoaded(a.log, report.hooks) // only now: a refused set never reads as loaded
 	a.log.Info("reloaded profiles and hooks", "hooks", len(report.hooks), "handlers", len(rt.Bus.Handlers()))
 	if changed := restartOnly(next, cfg); len(changed) > 0 {
 		a.log.Warn("reload: these sections of the config file changed and apply only after a restart", "sections", strings.Join(changed, ", "))

@@ -3,6 +3,7 @@ package gatewaycli
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -71,5 +72,45 @@ func TestSendAndReloadFromAHookUseTheAPIItWasGiven(t *testing.T) {
 	code, out = cli(t, ctx, env, "send", "--channel", "web", "--chat", "chat-backup", "hi")
 	if code != 1 || !strings.Contains(out, "HTTP 401") || strings.Contains(out, "not-the-token") {
 		t.Fatalf("`gateway send` with a wrong GATEWAY_API_TOKEN = %d:\n%s", code, out)
+	}
+}
+
+// A refused reload logs no "hook loaded" for the hooks of the set it refused: the log reads
+// as what happened. Once a reload is taken, its hooks are logged as loaded.
+func TestRefusedReloadDoesNotLogItsHooksAsLoaded(t *testing.T) {
+	root := t.TempDir()
+	hooksDir := filepath.Join(root, "hooks")
+	writeHook(t, hooksDir, "shout", receiveYAML, shout)
+	g := startGateway(t, root, "")
+	loaded := func() []string {
+		var sources []string
+		for _, r := range g.log.entries("hook loaded") {
+			sources = append(sources, fmt.Sprint(r["source"]))
+		}
+		return sources
+	}
+	if got := loaded(); len(got) != 1 || !strings.HasSuffix(got[0], "/shout") {
+		t.Fatalf("at startup the log says these hooks loaded: %q; want shout", got)
+	}
+
+	writeHook(t, hooksDir, "fresh", sendYAML, footer("(fresh)"))
+	broken := writeHook(t, hooksDir, "typo", "events: [message:recieve]\ncommand: [./run.sh]\n", "cat >/dev/null\n")
+	if code, out := cli(t, context.Background(), nil, "reload", "--config", g.cfgPath); code != 1 {
+		t.Fatalf("`gateway reload` with a broken hook = %d:\n%s", code, out)
+	}
+	g.waitLog("reload failed; keeping the previous profiles and hooks", 1)
+	if got := loaded(); len(got) != 1 {
+		t.Fatalf("after a refused reload the log says these hooks loaded: %q; want only shout, from startup", got)
+	}
+
+	if err := os.RemoveAll(broken); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := cli(t, context.Background(), nil, "reload", "--config", g.cfgPath); code != 0 {
+		t.Fatalf("`gateway reload` = %d:\n%s", code, out)
+	}
+	g.waitLog("reloaded profiles and hooks", 1)
+	if got := loaded(); len(got) != 3 || !strings.HasSuffix(got[1], "/fresh") || !strings.HasSuffix(got[2], "/shout") {
+		t.Fatalf("after the reload the log says these hooks loaded: %q; want shout, then fresh and shout", got)
 	}
 }
