@@ -44,6 +44,23 @@ type Runtime struct {
 	mu      sync.Mutex
 	users   int
 	retired bool // replaced: no new users; Close runs when the last one leaves
+	// clashes are the tool names (by profile) already logged as taken twice, so that each
+	// is logged once per runtime, not at every chat that opens.
+	clashes map[[2]string]bool
+}
+
+// firstClash tells whether the clash of tool name in profile's sessions is new (to log).
+func (rt *Runtime) firstClash(profile, name string) bool {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.clashes[[2]string{profile, name}] {
+		return false
+	}
+	if rt.clashes == nil {
+		rt.clashes = map[[2]string]bool{}
+	}
+	rt.clashes[[2]string{profile, name}] = true
+	return true
 }
 
 // enter counts a new user unless the runtime was replaced.

@@ -559,7 +559,7 @@ func (s *session) ensureAgent(req *turnReq, rt *Runtime) (*harness.Session, erro
 	if err != nil {
 		return nil, err
 	}
-	tools, err := sessionTools(rt, req.profile.Name, req.profile.Tools)
+	tools, err := sessionTools(rt, s.g.log, req.profile.Name, req.profile.Tools)
 	if err != nil {
 		return nil, err
 	}

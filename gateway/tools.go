@@ -3,6 +3,8 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
+	"strings"
 	"time"
 
 	"gateway/harness"
@@ -35,7 +37,10 @@ func (h hookTool) Run(ctx context.Context, args json.RawMessage) (string, error)
 
 // sessionTools are the tools a session of the profile has: the builtins it names, then
 // those its hooks declare, then the MCP servers' that are up (the first of a name wins).
-func sessionTools(rt *Runtime, profileName string, names []string) ([]harness.Tool, error) {
+// The hook directories' loader refuses a hook tool that clashes with a builtin or an MCP
+// server's; a clash left (two MCP servers of one name, one top-level and one a profile's)
+// is logged once per runtime, naming both, rather than dropped in silence.
+func sessionTools(rt *Runtime, log *slog.Logger, profileName string, names []string) ([]harness.Tool, error) {
 	var tools []harness.Tool
 	if rt.Tools != nil && len(names) > 0 {
 		var err error
@@ -43,22 +48,29 @@ func sessionTools(rt *Runtime, profileName string, names []string) ([]harness.To
 			return nil, err
 		}
 	}
-	taken := map[string]bool{}
+	taken := map[string]string{} // tool name → what gave it, in words
 	for _, t := range tools {
-		taken[t.Def().Name] = true
+		taken[t.Def().Name] = "the builtin tool"
+	}
+	add := func(t harness.Tool, from string) {
+		name := t.Def().Name
+		if first, ok := taken[name]; ok {
+			if rt.firstClash(profileName, name) {
+				log.Warn("two tools have the same name; the model gets only the first", "tool", name,
+					"profile", profileName, "first", first, "dropped", from)
+			}
+			return
+		}
+		taken[name] = from
+		tools = append(tools, t)
 	}
 	for _, t := range rt.Commands.Tools(profileName) {
-		if !taken[t.Name] {
-			taken[t.Name] = true
-			tools = append(tools, hookTool{t})
-		}
+		add(hookTool{t}, "the tool of hook "+t.Source)
 	}
 	if rt.MCPTools != nil {
 		for _, t := range rt.MCPTools(profileName) {
-			if !taken[t.Def().Name] {
-				taken[t.Def().Name] = true
-				tools = append(tools, t)
-			}
+			server, _, _ := strings.Cut(t.Def().Name, "__")
+			add(t, "a tool of MCP server "+server)
 		}
 	}
 	return tools, nil

@@ -102,7 +102,9 @@ type hookSpec struct {
 
 // LoadDir loads every hook folder of dir and registers the enabled ones on bus, each
 // through its own Scope. It never fails as a whole: hooks that cannot load are listed in
-// Errors and the others still load. A missing directory loads nothing.
+// Errors (and logged) and the others still load. A missing directory loads nothing. What
+// loaded is not logged here: a reload may still refuse the set, so the caller logs it
+// (LogLoaded) once it takes the set.
 func LoadDir(bus *Bus, dir string, opts DirOptions) *Dir {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -118,7 +120,6 @@ func LoadDir(bus *Bus, dir string, opts DirOptions) *Dir {
 	for _, s := range specs {
 		if !s.Enabled {
 			d.hooks = append(d.hooks, s.LoadedHook)
-			opts.Logger.Info("hook disabled", "source", s.Source)
 			continue
 		}
 		scope, err := register(bus, s, opts)
@@ -130,9 +131,20 @@ func LoadDir(bus *Bus, dir string, opts DirOptions) *Dir {
 		}
 		d.hooks = append(d.hooks, s.LoadedHook)
 		d.scopes = append(d.scopes, scope)
-		opts.Logger.Info("hook loaded", "source", s.Source, "kind", s.Kind, "events", s.Events)
 	}
 	return d
+}
+
+// LogLoaded logs each hook of a set the gateway took (at startup, or a reload that was not
+// refused): loaded, with its kind and events, or disabled.
+func LogLoaded(log *slog.Logger, hooks []LoadedHook) {
+	for _, h := range hooks {
+		if !h.Enabled {
+			log.Info("hook disabled", "source", h.Source)
+			continue
+		}
+		log.Info("hook loaded", "source", h.Source, "kind", h.Kind, "events", h.Events)
+	}
 }
 
 // Path is the directory that was loaded.

@@ -99,6 +99,12 @@ type RegisteredTool struct {
 	Source  string
 	Profile string
 	Run     func(ctx context.Context, ev *Tool) (*ToolOutput, error) `json:"-"`
+
+	// taken, for a name reserved by ReserveBuiltinTools or ReserveMCPServer (Run nil),
+	// says in plain words what already has it and fix what the admin can do; prefix: every
+	// name that starts with Name is taken.
+	taken, fix string
+	prefix     bool
 }
 
 // Registry holds the commands (builtin and declared) and the declared tools of one
@@ -137,7 +143,13 @@ func (r *Registry) add(cmds []RegisteredCommand, tools []RegisteredTool) error {
 	}
 	for _, t := range tools {
 		for _, x := range r.tools {
-			if x.Name == t.Name && overlaps(x.Profile, t.Profile) {
+			if !overlaps(x.Profile, t.Profile) {
+				continue
+			}
+			switch {
+			case x.taken != "" && (x.Name == t.Name || x.prefix && strings.HasPrefix(t.Name, x.Name)):
+				return fmt.Errorf("tool %s clashes with %s; only one of the two would ever run: %s", t.Name, x.taken, x.fix)
+			case x.taken == "" && x.Name == t.Name:
 				return fmt.Errorf("tool %s clashes: declared by %s and by %s", t.Name, x.Source, t.Source)
 			}
 		}
@@ -145,6 +157,36 @@ func (r *Registry) add(cmds []RegisteredCommand, tools []RegisteredTool) error {
 	r.commands = append(r.commands, cmds...)
 	r.tools = append(r.tools, tools...)
 	return nil
+}
+
+// ReserveBuiltinTools tells the registry that sessions of profile have the named builtin
+// tools (its profile.yaml's tools:), so that a hook declaring a tool of one of these names
+// for those sessions fails to load, as a clashing command does, instead of being shadowed.
+// Call it before the hook directories load.
+func (r *Registry) ReserveBuiltinTools(profile string, names []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, n := range names {
+		r.tools = append(r.tools, RegisteredTool{ToolSpec: ToolSpec{Name: n}, Source: "builtin", Profile: profile,
+			taken: fmt.Sprintf("the builtin tool %s that profile %q lists in its tools", n, profile),
+			fix:   fmt.Sprintf("rename the hook's tool, or take %s out of the profile's tools", n)})
+	}
+}
+
+// ReserveMCPServer tells the registry that sessions of profile ("": every profile) have
+// the tools of the MCP server, named "<server>__<tool>" for the model. Which tools it has is
+// known only once it is reached, so a hook tool whose name starts with "<server>__" fails
+// to load: it would shadow, or be shadowed by, one of the server's.
+func (r *Registry) ReserveMCPServer(profile, server string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	where := "the top-level mcp:"
+	if profile != "" {
+		where = fmt.Sprintf("profile %q's mcp:", profile)
+	}
+	r.tools = append(r.tools, RegisteredTool{ToolSpec: ToolSpec{Name: server + "__"}, Source: "mcp:" + server, Profile: profile, prefix: true,
+		taken: fmt.Sprintf("the tools of MCP server %s (%s), which reach the model as %s__<tool>", server, where, server),
+		fix:   "rename the hook's tool"})
 }
 
 // Command finds the named command as a session of profile sees it.
@@ -179,7 +221,7 @@ func (r *Registry) Commands(profile string) []RegisteredCommand {
 	return out
 }
 
-// Tools lists the declared tools a session of profile sees.
+// Tools lists the declared tools a session of profile sees (not the reserved names).
 func (r *Registry) Tools(profile string) []RegisteredTool {
 	if r == nil {
 		return nil
@@ -188,7 +230,7 @@ func (r *Registry) Tools(profile string) []RegisteredTool {
 	defer r.mu.Unlock()
 	var out []RegisteredTool
 	for _, t := range r.tools {
-		if t.Profile == "" || t.Profile == profile {
+		if t.Run != nil && (t.Profile == "" || t.Profile == profile) {
 			out = append(out, t)
 		}
 	}

@@ -41,6 +41,48 @@ func TestRegistryClashNamesBothSources(t *testing.T) {
 	}
 }
 
+// A hook tool that chats would also get from a profile's builtin tools or from an MCP server
+// ("<server>__<tool>") is a load error that says so; one whose chats have neither loads.
+func TestToolClashWithBuiltinOrMCPIsALoadError(t *testing.T) {
+	root := t.TempDir()
+	tool := func(name string) string {
+		return "tools: [{name: " + name + ", description: x}]\ncommand: [./run.sh]\n"
+	}
+	writeHook(t, root, "a-clock", tool("current_time"), "exit 0\n")
+	writeHook(t, root, "b-files", tool("files__read"), "exit 0\n")
+	writeHook(t, root, "c-notes", tool("notes__read"), "exit 0\n")
+	b := newTestBus(t, 5*time.Second)
+	reg := NewRegistry(nil)
+	reg.ReserveBuiltinTools("assistant", []string{"current_time"})
+	reg.ReserveMCPServer("", "files")
+	reg.ReserveMCPServer("other", "notes")
+	d := LoadDir(b.Bus, root, DirOptions{Source: "dir:x", Registry: reg, Profile: "assistant"})
+	t.Cleanup(d.Close)
+	errs := d.Errors()
+	if len(errs) != 2 {
+		t.Fatalf("errors %v; want the clock and the files hooks", errs)
+	}
+	for i, want := range []string{
+		`tool current_time clashes with the builtin tool current_time that profile "assistant" lists in its tools`,
+		"tool files__read clashes with the tools of MCP server files (the top-level mcp:), which reach the model as files__<tool>",
+	} {
+		if !strings.Contains(errs[i].Error(), want) {
+			t.Errorf("error %q; want %q", errs[i], want)
+		}
+	}
+	if tools := reg.Tools("assistant"); len(tools) != 1 || tools[0].Name != "notes__read" {
+		t.Errorf("tools of assistant %+v; want notes__read alone (the server notes is another profile's)", tools)
+	}
+	// Another profile's hook may name a tool current_time: its chats have no such builtin.
+	reg2 := NewRegistry(nil)
+	reg2.ReserveBuiltinTools("assistant", []string{"current_time"})
+	d2 := LoadDir(b.Bus, root, DirOptions{Source: "dir:z", Registry: reg2, Profile: "other"})
+	t.Cleanup(d2.Close)
+	if errs := d2.Errors(); len(errs) != 0 {
+		t.Errorf("another profile's hooks did not load: %v", errs)
+	}
+}
+
 // A declared command runs the program with the command event; its result decodes.
 func TestDeclaredCommandAndTool(t *testing.T) {
 	root := t.TempDir()

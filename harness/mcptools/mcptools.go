@@ -171,12 +171,12 @@ func (s *server) supervise(ctx context.Context) {
 	first := true
 	for ctx.Err() == nil {
 		started := time.Now()
-		cs, tools, end, err := connect(ctx, s.cfg, s.opts.HTTPClient)
+		c, err := connect(ctx, s.cfg, s.opts.HTTPClient)
 		if err == nil {
 			s.mu.Lock()
-			s.session, s.tools = cs, tools
+			s.session, s.tools = c.cs, c.tools
 			s.mu.Unlock()
-			log.Info("mcp server connected", "tools", len(tools))
+			log.Info("mcp server connected", "tools", len(c.tools))
 		} else if ctx.Err() == nil {
 			log.Warn("mcp server unreachable; its tools are absent until it is back", "err", err, "retry_in", backoff)
 		}
@@ -189,20 +189,25 @@ func (s *server) supervise(ctx context.Context) {
 			go func() {
 				select {
 				case <-ctx.Done():
-					cs.Close()
+					c.cs.Close()
 				case <-done:
 				}
 			}()
-			werr := cs.Wait()
+			// Wait returns once the transport is closed: a stdio server's process has
+			// been waited for, so its stderr is all in.
+			werr := c.cs.Wait()
 			close(done)
-			end()
+			c.end()
 			s.mu.Lock()
 			s.session, s.tools = nil, nil
 			s.mu.Unlock()
 			if ctx.Err() != nil {
 				return
 			}
-			log.Warn("mcp server went away; restarting it", "err", werr, "retry_in", backoff)
+			if werr == nil {
+				werr = errors.New("it closed the connection")
+			}
+			log.Warn("mcp server went away; restarting it", "err", c.stderr.explain(werr), "retry_in", backoff)
 			if time.Since(started) > 2*s.opts.MaxBackoff {
 				backoff = s.opts.MinBackoff // it ran well for a while: start over
 			}
@@ -218,12 +223,23 @@ func (s *server) supervise(ctx context.Context) {
 	}
 }
 
-// connect opens one session and lists its tools. Once the session is over, end kills what
-// is left of a stdio server's processes; on an error connect has done so already.
-func connect(ctx context.Context, c ServerConfig, hc *http.Client) (_ *mcp.ClientSession, _ []*mcp.Tool, end func(), err error) {
+// conn is one session with a server.
+type conn struct {
+	cs    *mcp.ClientSession
+	tools []*mcp.Tool
+	// end kills what is left of a stdio server's processes once the session is over.
+	end func()
+	// stderr is the end of what a stdio server wrote to stderr (nil for HTTP).
+	stderr *stderrTail
+}
+
+// connect opens one session and lists its tools. On an error it has killed what it started,
+// and the error quotes the end of a stdio server's stderr.
+func connect(ctx context.Context, c ServerConfig, hc *http.Client) (_ conn, err error) {
 	client := mcp.NewClient(&mcp.Implementation{Name: "gateway", Version: "1"}, nil)
 	var transport mcp.Transport
 	kill := func() {}
+	var stderr *stderrTail
 	if len(c.Command) > 0 {
 		cmd := exec.Command(c.Command[0], c.Command[1:]...)
 		// The transport ends only the program it started: what a wrapper (npx, a shell
@@ -242,9 +258,17 @@ func connect(ctx context.Context, c ServerConfig, hc *http.Client) (_ *mcp.Clien
 		// Like a hook program, a server gets a minimal environment plus what its env: gives
 		// it, never the gateway's tokens and API keys unless the admin passes them there.
 		cmd.Env = childproc.BaseEnv()
+		stderr = &stderrTail{}
 		for k, v := range c.Env {
 			cmd.Env = append(cmd.Env, k+"="+v.Reveal())
+			stderr.secrets = append(stderr.secrets, v.Reveal())
 		}
+		// A server says why it failed on stderr; without it the admin sees only the
+		// protocol error ("invalid character 'g' looking for beginning of value").
+		cmd.Stderr = stderr
+		// Whatever the server started may hold stderr open after it exits: stop waiting
+		// for it soon, so closing the session never hangs on it.
+		cmd.WaitDelay = time.Second
 		transport = &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}
 	} else {
 		if hc == nil {
@@ -263,9 +287,11 @@ func connect(ctx context.Context, c ServerConfig, hc *http.Client) (_ *mcp.Clien
 	}
 	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
+	// A failed Connect and Close have waited for a stdio server's process (and so for its
+	// stderr) before they return.
 	cs, err := client.Connect(cctx, transport, nil)
 	if err != nil {
-		return nil, nil, nil, err
+		return conn{}, stderr.explain(err)
 	}
 	var tools []*mcp.Tool
 	var cursor string
@@ -273,14 +299,77 @@ func connect(ctx context.Context, c ServerConfig, hc *http.Client) (_ *mcp.Clien
 		res, err := cs.ListTools(cctx, &mcp.ListToolsParams{Cursor: cursor})
 		if err != nil {
 			cs.Close()
-			return nil, nil, nil, fmt.Errorf("listing its tools: %w", err)
+			return conn{}, stderr.explain(fmt.Errorf("listing its tools: %w", err))
 		}
 		tools = append(tools, res.Tools...)
 		if cursor = res.NextCursor; cursor == "" {
 			break
 		}
 	}
-	return cs, tools, kill, nil
+	return conn{cs: cs, tools: tools, end: kill, stderr: stderr}, nil
+}
+
+// maxStderr bounds how much of a stdio server's stderr is kept: its last few KB, which say
+// why it failed; a server that logs a lot to stderr while it runs costs no more.
+const maxStderr = 4 << 10
+
+// stderrTail keeps the end of what a stdio server writes to stderr. Exec's copying
+// goroutine writes it while the supervisor may read it, hence the lock.
+type stderrTail struct {
+	mu      sync.Mutex
+	b       []byte
+	cut     bool     // more was written than is kept
+	secrets []string // the values of the server's env:, never quoted
+}
+
+func (t *stderrTail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if over := len(t.b) - maxStderr; over > 0 {
+		t.b = append(t.b[:0], t.b[over:]...)
+		t.cut = true
+	}
+	return len(p), nil
+}
+
+// explain returns err with the end of the server's stderr, on one line, appended
+// ("...; stderr: ..."); err as it is when the server wrote nothing (or t is nil: an HTTP
+// server).
+func (t *stderrTail) explain(err error) error {
+	if t == nil || err == nil {
+		return err
+	}
+	t.mu.Lock()
+	text, cut := strings.ToValidUTF8(string(t.b), ""), t.cut
+	t.mu.Unlock()
+	for _, v := range t.secrets {
+		if len(v) < 4 {
+			continue // shorter values ("1", "on") are settings, and would blank out words
+		}
+		text = strings.ReplaceAll(text, v, "<redacted>")
+		// The cut may have kept only the end of one.
+		for k := len(v) - 1; cut && k >= 4; k-- {
+			if strings.HasPrefix(text, v[len(v)-k:]) {
+				text = "<redacted>" + text[k:]
+				break
+			}
+		}
+	}
+	var lines []string
+	for l := range strings.Lines(text) {
+		if l = strings.TrimSpace(l); l != "" {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) == 0 {
+		return err
+	}
+	quoted := strings.Join(lines, " | ")
+	if cut {
+		quoted = "..." + quoted
+	}
+	return fmt.Errorf("%w; stderr: %s", err, quoted)
 }
 
 type headerTransport struct {
@@ -305,15 +394,15 @@ func Check(ctx context.Context, servers []ServerConfig) (tools map[string][]stri
 			errs = append(errs, err)
 			continue
 		}
-		cs, ts, end, err := connect(ctx, c, nil)
+		cn, err := connect(ctx, c, nil)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("mcp %s: unreachable: %w", c.Name, err))
 			continue
 		}
-		cs.Close()
-		end()
+		cn.cs.Close()
+		cn.end()
 		var names []string
-		for _, t := range ts {
+		for _, t := range cn.tools {
 			names = append(names, t.Name)
 		}
 		sort.Strings(names)

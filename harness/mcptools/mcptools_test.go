@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -49,6 +51,7 @@ func testServer() *mcp.Server {
 	})
 	mcp.AddTool(s, &mcp.Tool{Name: "exit", Description: "ends the server process"}, func(ctx context.Context, r *mcp.CallToolRequest, in struct{}) (*mcp.CallToolResult, any, error) {
 		if os.Getenv("GATEWAY_TEST_MCP") == "stdio" {
+			fmt.Fprintln(os.Stderr, "panic: the notes database is locked")
 			os.Exit(3)
 		}
 		return nil, nil, nil
@@ -219,4 +222,74 @@ func TestStdioServerLeavesNoProcessBehind(t *testing.T) {
 	pid := childproctest.WaitPID(t, dir+"/ok.pid")
 	m.Close()
 	childproctest.WaitGone(t, pid, "the child of a server the gateway closed")
+}
+
+// syncBuffer is a log sink the supervisor writes while the test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// A stdio server that fails to start says why on stderr; the error quotes the end of it,
+// beside the protocol error that alone says nothing to the admin ("invalid character 'g'"),
+// and never more than a few KB of it however much it wrote. A secret of its env: is not quoted.
+func TestStdioServerStderrExplainsItsFailure(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	noisy := "i=0; while [ $i -lt 2000 ]; do echo \"debug line $i of the start-up noise\" >&2; i=$((i+1)); done; "
+	_, errs := Check(ctx, []ServerConfig{
+		{Name: "notes", Command: []string{"sh", "-c", "echo 'error: NOTES_DIR is not set' >&2; echo garbage"}},
+		{Name: "noisy", Command: []string{"sh", "-c", noisy + "echo \"cannot open db with key $DB_KEY\" >&2; echo garbage"},
+			Env: map[string]secret.Secret{"DB_KEY": "db-key-very-secret"}},
+	})
+	if len(errs) != 2 {
+		t.Fatalf("errors %v; want one per server", errs)
+	}
+	if msg := errs[0].Error(); !strings.Contains(msg, "mcp notes: unreachable") || !strings.Contains(msg, "stderr: error: NOTES_DIR is not set") {
+		t.Errorf("error %q; want it to quote the server's stderr", msg)
+	}
+	msg := errs[1].Error()
+	if !strings.Contains(msg, "cannot open db with key") || strings.Contains(msg, "debug line 0 ") {
+		t.Errorf("error %q; want the end of the server's stderr, not its start", msg)
+	}
+	if len(msg) > 5<<10 {
+		t.Errorf("the error quotes %d bytes of stderr; want at most a few KB", len(msg))
+	}
+	if strings.Contains(msg, "db-key-very-secret") {
+		t.Errorf("the error shows a secret the server was given: %q", msg)
+	}
+}
+
+// A stdio server that dies says why on stderr: the supervisor's log quotes it.
+func TestStdioServerStderrIsLoggedWhenItDies(t *testing.T) {
+	var log syncBuffer
+	m := Start([]ServerConfig{stdioConfig(t, "local")}, Options{Logger: slog.New(slog.NewTextHandler(&log, nil)),
+		MinBackoff: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
+	defer m.Close()
+	ts := waitTools(t, m, "local", "local__add,local__env,local__exit,local__fail")
+	call(t, ts, "local__exit", `{}`)
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(log.String(), "mcp server went away") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no log of the server's death:\n%s", log.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, line := range strings.Split(log.String(), "\n") {
+		if strings.Contains(line, "mcp server went away") && !strings.Contains(line, "the notes database is locked") {
+			t.Fatalf("the log of the server's death does not quote its stderr: %s", line)
+		}
+	}
 }

@@ -178,6 +178,7 @@ func buildApp(cfg Config, cfgPath string, log *slog.Logger, getenv func(string) 
 		errs = append(errs, err)
 	}
 	a.hooks, a.loadErrs = report.hooks, report.errs
+	hooks.LogLoaded(log, report.hooks)
 	if err := errors.Join(errs...); err != nil {
 		if rt != nil && rt.Close != nil {
 			rt.Close()
@@ -325,11 +326,24 @@ func (a *app) buildRuntime(cfg Config) (*gateway.Runtime, hookReport, error) {
 		closers = append(closers, sc.Close)
 	}
 	reg := gateway.NewCommandRegistry()
+	// The tools sessions get from elsewhere, before any hook declares its own: a hook tool
+	// of the same name would be shadowed (or shadow), so it fails to load instead.
+	for _, s := range cfg.MCP {
+		reg.ReserveMCPServer("", s.Name)
+	}
+	for _, name := range profs.Names() {
+		p := profs.Get(name)
+		reg.ReserveBuiltinTools(p.Name, p.Tools)
+		for _, s := range p.MCP {
+			reg.ReserveMCPServer(p.Name, s.Name)
+		}
+	}
 	load := func(dir string, opts hooks.DirOptions) {
-		// LoadDir logs each hook it cannot load, with its path and reason.
+		// LoadDir logs each hook it cannot load, with its path and reason; what loaded is
+		// logged once the set is taken.
 		opts.Timeout, opts.HTTPClient, opts.Logger, opts.Getenv = cfg.Hooks.Timeout, a.client, a.log, a.getenv
 		opts.Registry = reg
-		opts.APIEnv = []string{"GATEWAY_API_URL=" + adminURL(cfg.HTTP.Listen) + "/api/v1", "GATEWAY_API_TOKEN=" + cfg.Admin.Token.Reveal()}
+		opts.APIEnv = []string{apiURLVar + "=" + adminURL(cfg.HTTP.Listen) + "/api/v1", apiTokenVar + "=" + cfg.Admin.Token.Reveal()}
 		d := hooks.LoadDir(bus, dir, opts)
 		closers = append(closers, d.Close)
 		report.hooks = append(report.hooks, d.Hooks()...)
@@ -438,6 +452,7 @@ func (a *app) tryReload() error {
 	}
 	a.cfg, a.hooks, a.loadErrs = next, report.hooks, report.errs
 	a.gw.Swap(rt)
+	hooks.LogLoaded(a.log, report.hooks) // only now: a refused set never reads as loaded
 	a.log.Info("reloaded profiles and hooks", "hooks", len(report.hooks), "handlers", len(rt.Bus.Handlers()))
 	if changed := restartOnly(next, cfg); len(changed) > 0 {
 		a.log.Warn("reload: these sections of the config file changed and apply only after a restart", "sections", strings.Join(changed, ", "))

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"sort"
 	"strings"
@@ -310,11 +311,30 @@ func newReloadCmd(ctx context.Context, path func() string, out io.Writer, getenv
 	return &cobra.Command{
 		Use:   "reload",
 		Short: "Ask the running gateway to re-read profiles and hook directories",
-		RunE: func(*cobra.Command, []string) error {
-			return callAPI(ctx, path(), out, getenv, "/api/v1/reload", nil)
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return callAPI(ctx, apiTarget(cmd, path, getenv), out, getenv, "/reload", nil)
 		},
 	}
 }
+
+// apiTarget tells where send and reload find the admin API: the config file whose
+// http.listen and admin.token say it, or nil for GATEWAY_API_URL and GATEWAY_API_TOKEN. The
+// gateway gives those to a hook with api: true, whose program runs where no config file is
+// and whose gateway may listen elsewhere than the default: when GATEWAY_API_URL is set they
+// are used, unless --config names a file.
+func apiTarget(cmd *cobra.Command, path func() string, getenv func(string) string) (cfgPath *string) {
+	if cmd.Flags().Changed("config") || getenv(apiURLVar) == "" {
+		p := path()
+		return &p
+	}
+	return nil
+}
+
+// The variables a hook with api: true is given for the admin API.
+const (
+	apiURLVar   = "GATEWAY_API_URL"
+	apiTokenVar = "GATEWAY_API_TOKEN"
+)
 
 // newSendCmd delivers a message to a chat through the running gateway, without the model.
 func newSendCmd(ctx context.Context, path func() string, out io.Writer, getenv func(string) string) *cobra.Command {
@@ -323,8 +343,8 @@ func newSendCmd(ctx context.Context, path func() string, out io.Writer, getenv f
 		Use:   "send --channel NAME --chat ID TEXT...",
 		Short: "Send a message to a chat through the running gateway (no model involved)",
 		Args:  cobra.MinimumNArgs(1),
-		RunE: func(_ *cobra.Command, args []string) error {
-			return callAPI(ctx, path(), out, getenv, "/api/v1/send", map[string]any{
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return callAPI(ctx, apiTarget(cmd, path, getenv), out, getenv, "/send", map[string]any{
 				"channel": channel, "chat_id": chat, "thread_id": thread, "text": strings.Join(args, " ")})
 		},
 	}
@@ -336,13 +356,25 @@ func newSendCmd(ctx context.Context, path func() string, out io.Writer, getenv f
 	return cmd
 }
 
-// callAPI POSTs body (JSON; nil: none) to the running gateway's admin API at path and
-// prints the answer; a non-2xx answer is exit status 1.
-func callAPI(ctx context.Context, cfgPath string, out io.Writer, getenv func(string) string, path string, body any) error {
-	cfg, err := loadClient(cfgPath, getenv)
-	if err != nil {
-		fmt.Fprintf(out, "the configuration has problems:\n%s\n", indent(err.Error()))
-		return exitCode(1)
+// callAPI POSTs body (JSON; nil: none) to the running gateway's admin API at path (under
+// /api/v1) and prints the answer; a non-2xx answer is exit status 1. cfgPath is the config
+// file that says where the API is (nil: GATEWAY_API_URL and GATEWAY_API_TOKEN, see apiTarget).
+func callAPI(ctx context.Context, cfgPath *string, out io.Writer, getenv func(string) string, path string, body any) error {
+	var base, token, where string
+	if cfgPath == nil {
+		base, token = strings.TrimSuffix(getenv(apiURLVar), "/"), getenv(apiTokenVar)
+		if u, err := url.Parse(base); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			fmt.Fprintf(out, "%s is not an http:// URL of the admin API (like http://127.0.0.1:8080/api/v1)\n", apiURLVar)
+			return exitCode(1)
+		}
+		where = base + " (" + apiURLVar + ")"
+	} else {
+		cfg, err := loadClient(*cfgPath, getenv)
+		if err != nil {
+			fmt.Fprintf(out, "the configuration has problems:\n%s\n", indent(err.Error()))
+			return exitCode(1)
+		}
+		base, token, where = adminURL(cfg.HTTP.Listen)+"/api/v1", cfg.Admin.Token.Reveal(), cfg.HTTP.Listen
 	}
 	// Longer than the gateway's own bound on a send: a send waiting out a platform's rate
 	// limit (Telegram asks for up to a minute and more) is answered, not cut off by the
@@ -358,23 +390,23 @@ func callAPI(ctx context.Context, cfgPath string, out io.Writer, getenv func(str
 		}
 		rd = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, adminURL(cfg.HTTP.Listen)+path, rd)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+path, rd)
 	if err != nil {
 		return err
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	if cfg.Admin.Token.IsSet() {
-		req.Header.Set("Authorization", "Bearer "+cfg.Admin.Token.Reveal())
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil && errors.Is(err, context.DeadlineExceeded) {
-		fmt.Fprintf(out, "the gateway at %s did not answer within %s\n", cfg.HTTP.Listen, wait)
+		fmt.Fprintf(out, "the gateway at %s did not answer within %s\n", where, wait)
 		return exitCode(1)
 	}
 	if err != nil {
-		fmt.Fprintf(out, "cannot reach the gateway at %s: %v\n", cfg.HTTP.Listen, err)
+		fmt.Fprintf(out, "cannot reach the gateway at %s: %v\n", where, err)
 		return exitCode(1)
 	}
 	defer resp.Body.Close()

@@ -241,7 +241,7 @@ const envPrefix = "GATEWAY_"
 // notKeys are the variables named with envPrefix that are not config keys: the config
 // file's path, and what the gateway gives hook programs (which may run `gateway`).
 func notKeys() []string {
-	return []string{"GATEWAY_CONFIG", "GATEWAY_API_URL", "GATEWAY_API_TOKEN", "GATEWAY_HOOK_NAME", "GATEWAY_HOOK_DIR", "GATEWAY_HOOK_EVENT"}
+	return []string{"GATEWAY_CONFIG", apiURLVar, apiTokenVar, "GATEWAY_HOOK_NAME", "GATEWAY_HOOK_DIR", "GATEWAY_HOOK_EVENT"}
 }
 
 // load is loadConfig, also returning the document (for the line of a key) and the

@@ -193,3 +193,20 @@ func TestMCPToolNamesTheModelCannotTakeStillWork(t *testing.T) {
 		t.Fatalf("the answer %q does not carry both tools' results", answer)
 	}
 }
+
+// gateway check --connect on a stdio server that cannot start shows what the server said on
+// stderr, not only the protocol error its garbage on stdout caused.
+func TestCheckConnectQuotesTheServersStderr(t *testing.T) {
+	t.Chdir(t.TempDir())
+	if err := os.WriteFile("mcp-server.sh", []byte("#!/bin/sh\necho 'usage: mcp-server --root DIR' >&2\necho 'give the folder to serve' >&2\necho garbage\n"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile("gateway.yaml", []byte("state_dir: ./data\nmcp:\n  - {name: files, command: [./mcp-server.sh]}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out := cli(t, context.Background(), nil, "check", "--connect", "--config", "gateway.yaml")
+	if code != 1 || !strings.Contains(out, "mcp files: unreachable") ||
+		!strings.Contains(out, "stderr: usage: mcp-server --root DIR | give the folder to serve") {
+		t.Fatalf("check --connect: exit %d:\n%s", code, out)
+	}
+}
