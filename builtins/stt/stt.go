@@ -158,7 +158,11 @@ func (s *STT) receive(ctx context.Context, ev *hooks.MessageReceive) (*hooks.Rec
 			return reject(strings.Join(told, "\n")), nil // nothing else to answer
 		}
 		// The words sent with the audio still go on: retyping them is the user's loss.
-		res.Notice = strings.Join(told, "\n") + " I'll answer the rest of your message without it."
+		without := "it"
+		if len(told) > 1 {
+			without = "them"
+		}
+		res.Notice = strings.Join(told, "\n") + " I'll answer the rest of your message without " + without + "."
 	}
 	return res, nil
 }
