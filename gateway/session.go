@@ -356,6 +356,11 @@ func (s *session) intake(msg *channels.Message) {
 	}
 	msg.Parts, msg.IsVoice = ev.Parts, ev.IsVoice
 	text := strings.TrimSpace(ev.Text)
+	// What a handler left out of the message (audio it could not transcribe) is told before
+	// the answer, once: an answer that began to show before a crash (msg.Resume) came after it.
+	if len(ev.Notices) > 0 && msg.Resume == "" {
+		g.notify(g.ctx, rt.Bus, channels.TargetOf(msg), strings.Join(ev.Notices, "\n"))
+	}
 
 	if cmd, arg, ok := parseCommand(text); ok && s.command(cmd, arg, msg, rt, prof, info) {
 		return

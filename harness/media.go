@@ -320,6 +320,14 @@ func documentText(ctx context.Context, p llm.Part, name string) string {
 	case err != nil:
 		return fmt.Sprintf("[file %s: %s]", name, unavailable(err))
 	}
+	switch {
+	case doc.Truncated: // its start may be blank; the file is not
+	case doc.Text == "":
+		// Said in words: an empty file's markers alone read as if its text went missing.
+		return fmt.Sprintf("[file %s: the file is empty]", name)
+	case strings.TrimSpace(doc.Text) == "":
+		return fmt.Sprintf("[file %s: the file holds only blank lines and spaces, no text]", name)
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "[file %s]\n%s", name, strings.TrimRight(doc.Text, "\n"))
 	if doc.Truncated {

@@ -104,6 +104,9 @@ type MessageReceive struct {
 	IsVoice   bool              `json:"is_voice"`
 	// Language is the profile's spoken language hint for STT ("" = auto).
 	Language string `json:"language,omitempty"`
+	// Notices gathers the transforms' notices (ReceiveResult.Notice), in chain order: what
+	// the gateway tells the user before the message goes on. Not on the wire.
+	Notices []string `json:"-"`
 }
 
 // Receive actions.
@@ -123,6 +126,10 @@ type ReceiveResult struct {
 	Reason string          `json:"reason,omitempty"`
 	// IsVoice, when set by a transform, overrides the message's is_voice flag.
 	IsVoice *bool `json:"is_voice,omitempty"`
+	// Notice, on a transform, is told to the user before the message goes on: what part
+	// of it was left out, and why (audio that could not be transcribed beside a caption).
+	// Builtin handlers only: not on the wire, whose results are fixed by DESIGN.md.
+	Notice string `json:"-"`
 }
 
 // MessageSend is emitted after a turn settled and before done. Reducer: collect parts.

@@ -9,8 +9,8 @@ import (
 	"gateway/internal/llm"
 )
 
-// Receive runs the message:receive chain on ev, updating ev.Parts, ev.Text and ev.IsVoice as
-// transforms apply. It returns the reject result that stopped the chain, or nil.
+// Receive runs the message:receive chain on ev, updating ev.Parts, ev.Text, ev.IsVoice and
+// ev.Notices as transforms apply. It returns the reject result that stopped the chain, or nil.
 //
 // A transform with Parts replaces every part. A transform with only Text replaces the text
 // parts by that text and keeps the media parts after it. A transform with neither changes
@@ -42,6 +42,9 @@ func (b *Bus) Receive(ctx context.Context, ev *MessageReceive) (rejected *Receiv
 			}
 			if r.IsVoice != nil {
 				ev.IsVoice = *r.IsVoice
+			}
+			if r.Notice != "" {
+				ev.Notices = append(ev.Notices, r.Notice)
 			}
 			ev.Text = joinText(ev.Parts)
 		}

@@ -148,6 +148,9 @@ func topLevelJSONKeys(t reflect.Type) []string {
 			keys = append(keys, topLevelJSONKeys(f.Type)...)
 			continue
 		}
+		if tag == "-" {
+			continue // not on the wire
+		}
 		if tag == "" {
 			tag = f.Name
 		}

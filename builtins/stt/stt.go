@@ -1,6 +1,8 @@
 // Package stt is the builtin speech-to-text hook: a message:receive handler that replaces
-// each audio part of a message with its transcript, or rejects the message with a reason
-// the user can act on. Providers: any OpenAI-compatible transcription endpoint, or a local
+// each audio part of a message with its transcript. Audio it cannot transcribe is
+// explained to the user in words they can act on: a message that was only that audio is
+// rejected with them, one with more (a caption, a picture) goes on without it, the user
+// told (ReceiveResult.Notice) and the agent noted. Providers: any OpenAI-compatible transcription endpoint, or a local
 // program.
 package stt
 
@@ -109,11 +111,16 @@ func (s *STT) receive(ctx context.Context, ev *hooks.MessageReceive) (*hooks.Rec
 	}
 	hctx, cancel := context.WithTimeout(ctx, s.budget(n))
 	defer cancel()
-	voice := ev.IsVoice
-	parts := make([]channels.Part, 0, len(ev.Parts))
+	var (
+		parts             = make([]channels.Part, 0, len(ev.Parts))
+		told              []string // why each audio part that failed was not transcribed
+		heard, heardVoice bool     // some audio was transcribed; some voice note was
+		rest              bool     // the message has more than the audio that failed
+	)
 	for _, p := range ev.Parts {
 		if p.Type != channels.PartAudio {
 			parts = append(parts, p)
+			rest = rest || p.Type != channels.PartText || strings.TrimSpace(p.Text) != ""
 			continue
 		}
 		start := time.Now()
@@ -132,14 +139,44 @@ func (s *STT) receive(ctx context.Context, ev *hooks.MessageReceive) (*hooks.Rec
 			}
 			s.opts.Logger.Warn("stt: could not transcribe", "channel", ev.Channel, "chat", ev.ChatID,
 				"message", ev.MessageID, "reason", f.Reason, "err", f.Err)
-			return reject(fmt.Sprintf("I couldn't transcribe your %s: %s.", noun(p), f.Reason)), nil
+			told = append(told, fmt.Sprintf("I couldn't transcribe your %s: %s.", noun(p), f.Reason))
+			// In its place the agent reads that it came, as it does of a file that could
+			// not be downloaded.
+			parts = append(parts, channels.TextPart(untranscribed(p)))
+			continue
 		}
 		s.opts.Logger.Debug("stt: transcribed", "channel", ev.Channel, "chat", ev.ChatID,
 			"message", ev.MessageID, "chars", len(text), "took", time.Since(start))
 		parts = append(parts, channels.TextPart(text))
-		voice = voice || p.Voice
+		heard, heardVoice, rest = true, heardVoice || p.Voice, true
 	}
-	return &hooks.ReceiveResult{Action: hooks.ActionTransform, Parts: parts, IsVoice: &voice}, nil
+	// The answer is spoken only for what was heard: a caption is no transcript.
+	voice := (ev.IsVoice || heardVoice) && heard
+	res := &hooks.ReceiveResult{Action: hooks.ActionTransform, Parts: parts, IsVoice: &voice}
+	if len(told) > 0 {
+		if !rest {
+			return reject(strings.Join(told, "\n")), nil // nothing else to answer
+		}
+		// The words sent with the audio still go on: retyping them is the user's loss.
+		without := "it"
+		if len(told) > 1 {
+			without = "them"
+		}
+		res.Notice = strings.Join(told, "\n") + " I'll answer the rest of your message without " + without + "."
+	}
+	return res, nil
+}
+
+// untranscribed tells the agent that audio it cannot read came with the message.
+func untranscribed(p channels.Part) string {
+	what := "a " + noun(p)
+	if !p.Voice {
+		what = "an audio file"
+		if p.Name != "" {
+			what += " (" + p.Name + ")"
+		}
+	}
+	return fmt.Sprintf("[The user also sent %s, which could not be transcribed]", what)
 }
 
 func reject(reason string) *hooks.ReceiveResult {

@@ -130,6 +130,31 @@ func TestCommandProviderFailureIsRejected(t *testing.T) {
 	}
 }
 
+// Of a message with more than its audio, the audio that failed is left out rather than the
+// message: the rest goes on with a note in the audio's place, the user told why (once per
+// recording), and the answer is not spoken for what was not heard.
+func TestFailedAudioBesideTextIsLeftOutWithANotice(t *testing.T) {
+	needSpeechTools(t)
+	bus := setup(t, stt.Config{Enabled: true, Provider: "command",
+		Command: []string{"sh", "-c", "exit 2", "{input}"}}, stt.Options{})
+	ogg := voicetest.WriteFile(t, "voice.ogg", voicetest.SpeakOgg(t, "hello"))
+	ev := voiceNote(ogg)
+	ev.Parts = append([]channels.Part{channels.TextPart("caption")}, ev.Parts...)
+	ev.Parts = append(ev.Parts, channels.Part{Type: channels.PartAudio, MIME: "audio/ogg", Path: ogg, Name: "memo.ogg"})
+	if rej := bus.Receive(t.Context(), ev); rej != nil {
+		t.Fatalf("rejected: %s", rej.Reason)
+	}
+	want := "caption\n[The user also sent a voice note, which could not be transcribed]\n[The user also sent an audio file (memo.ogg), which could not be transcribed]"
+	if ev.Text != want || audioParts(ev.Parts) != 0 || ev.IsVoice {
+		t.Fatalf("the message went on as %q (voice %v); want %q, not voice", ev.Text, ev.IsVoice, want)
+	}
+	notice := "I couldn't transcribe your voice note: the speech recognizer failed.\n" +
+		"I couldn't transcribe your audio file: the speech recognizer failed. I'll answer the rest of your message without them."
+	if len(ev.Notices) != 1 || ev.Notices[0] != notice {
+		t.Fatalf("notices %q; want %q", ev.Notices, notice)
+	}
+}
+
 // The command gets what input_format promises: 16 kHz mono 16-bit WAV by default.
 func TestCommandProviderGetsWAV16k(t *testing.T) {
 	needSpeechTools(t)

@@ -284,3 +284,30 @@ func TestTextOutlivesItsFailedAttachmentAfterARestart(t *testing.T) {
 		t.Errorf("told %q; want %q", got, want)
 	}
 }
+
+// What the user reads of a recording that could not be downloaded says that it was not
+// heard: a voice message that failed, an audio file over the limit.
+func TestAudioNotDownloadedIsToldAsNotHeard(t *testing.T) {
+	t.Parallel()
+	srv := discordtest.New(t)
+	e := start(t, srv, discord.Config{Access: defaultAccess(), MaxFileBytes: 1_000_000})
+
+	srv.FailNext(1, fakeserver.Failure{Method: "getAttachment", Chat: "820", Status: 500})
+	srv.InjectVoice("820", user, []byte("OggS voice"), 2, false)
+	waitFor(t, "the user told", func() bool { return len(srv.Posted("820")) == 1 })
+	if got, want := srv.Posted("820")[0].Content, "Sorry, I could not download your voice message, so I haven't heard it. Please send it again."; got != want {
+		t.Errorf("told %q; want %q", got, want)
+	}
+	e.sink.ExpectNone(t, 200*time.Millisecond)
+
+	srv.Inject(discordtest.Incoming{ChannelID: "821", AuthorID: user, Content: "what is said here?",
+		Files: []discordtest.File{{Name: "memo.mp3", ContentType: "audio/mpeg", Data: bytes.Repeat([]byte{7}, 1_500_000)}}})
+	m := e.sink.Next(t)
+	if want := "what is said here?\n[The user also sent an audio file (memo.mp3), which could not be downloaded]"; m.Text() != want {
+		t.Errorf("delivered %q; want %q", m.Text(), want)
+	}
+	waitFor(t, "the user told", func() bool { return len(srv.Posted("821")) == 1 })
+	if got, want := srv.Posted("821")[0].Content, "Sorry, that audio file is too large for me (1.5 MB; the limit is 1.0 MB), so I haven't heard it."; got != want {
+		t.Errorf("told %q; want %q", got, want)
+	}
+}

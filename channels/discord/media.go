@@ -28,8 +28,22 @@ import (
 // downloadTimeout bounds one download, within the ctx Fetch is given.
 const downloadTimeout = 2 * time.Minute
 
-// notFetched is what the user reads when one of their files could not be downloaded.
-const notFetched = "Sorry, I could not download your attachment. Please send it again."
+// notFetched is what the user reads when p could not be downloaded; of a recording, that
+// it was not heard.
+func notFetched(p channels.Part) string {
+	if p.Type == channels.PartAudio {
+		return fmt.Sprintf("Sorry, I could not download your %s, so I haven't heard it. Please send it again.", recording(p))
+	}
+	return "Sorry, I could not download your attachment. Please send it again."
+}
+
+// recording names an audio part as Discord's users do.
+func recording(p channels.Part) string {
+	if p.Voice {
+		return "voice message"
+	}
+	return "audio file"
+}
 
 // fileRef is what an attachment part's Ref holds: what is needed to download it later.
 // Discord serves attachments without a token, so none is kept here.
@@ -107,7 +121,7 @@ func (c *Channel) Fetch(ctx context.Context, msg *channels.Message) error {
 	f := channels.FetchRefs(msg.Parts, func(p channels.Part) (channels.Part, string) { return c.fetchPart(ctx, p, limit) })
 	err := f.Settle(ctx, msg, channels.AnyRef(f.Refused, func(r fileRef) bool { return r.Text }), missingNote, func(text string) { c.notice(ctx, msg, text) })
 	if err != nil && ctx.Err() != nil {
-		return errors.New(notFetched) // whatever the parts said, the download was cut
+		return errors.New(notFetched(f.Refused[0])) // whatever the parts said, the download was cut
 	}
 	return err
 }
@@ -139,10 +153,10 @@ func (c *Channel) fetchPart(ctx context.Context, p channels.Part, limit int64) (
 	err := json.Unmarshal([]byte(p.Ref), &r)
 	if err != nil || r.URL == "" || r.File == "" || r.File != filepath.Base(r.File) || strings.HasPrefix(r.File, ".") {
 		c.log.Warn("discord: an attachment reference could not be read; the user is told", "err", err)
-		return channels.Part{}, notFetched
+		return channels.Part{}, notFetched(p)
 	}
 	if r.Size > limit {
-		return channels.Part{}, (&tooBigError{size: r.Size, limit: limit}).text()
+		return channels.Part{}, (&tooBigError{size: r.Size, limit: limit}).text(p)
 	}
 	path, size, err := c.download(ctx, r.URL, r.File, limit)
 	var gone *goneError
@@ -156,12 +170,12 @@ func (c *Channel) fetchPart(ctx context.Context, p channels.Part, limit int64) (
 	var big *tooBigError
 	switch {
 	case errors.As(err, &big):
-		return channels.Part{}, big.text()
+		return channels.Part{}, big.text(p)
 	case err != nil:
 		if ctx.Err() == nil {
 			c.log.Warn("discord: attachment download failed; the user is told", "attachment_id", r.ID, "err", c.scrub.Wrap(err))
 		}
-		return channels.Part{}, notFetched
+		return channels.Part{}, notFetched(p)
 	}
 	p.Ref, p.Path, p.Size = "", path, size
 	return p, ""
@@ -212,9 +226,13 @@ func (e *tooBigError) Error() string {
 	return fmt.Sprintf("attachment of %d bytes over the %d limit", e.size, e.limit)
 }
 
-func (e *tooBigError) text() string {
-	return fmt.Sprintf("Sorry, that file is too large for me (%.1f MB; the limit is %.1f MB).",
-		float64(e.size)/1e6, float64(e.limit)/1e6)
+// text is what the user reads of p over the limit; of a recording, that it was not heard.
+func (e *tooBigError) text(p channels.Part) string {
+	sizes := fmt.Sprintf("(%.1f MB; the limit is %.1f MB)", float64(e.size)/1e6, float64(e.limit)/1e6)
+	if p.Type == channels.PartAudio {
+		return fmt.Sprintf("Sorry, that %s is too large for me %s, so I haven't heard it.", recording(p), sizes)
+	}
+	return "Sorry, that file is too large for me " + sizes + "."
 }
 
 func partType(mimeType string, voice bool) channels.PartType {

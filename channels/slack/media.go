@@ -108,25 +108,25 @@ func (c *Channel) fetchPart(ctx context.Context, msg *channels.Message, p channe
 	var r fileRef
 	if err := json.Unmarshal([]byte(p.Ref), &r); err != nil || r.URL == "" {
 		c.log.Warn("slack: a file reference could not be read; the user is told", "chat", msg.ChatID, "err", err)
-		return channels.Part{}, notFetched(p.Name)
+		return channels.Part{}, notFetched(p)
 	}
 	if !c.fileHost(r.URL) {
 		// The bot token goes with the download: only to Slack's own hosts (or the API's).
 		c.log.Warn("slack: a file reference points outside Slack; not downloaded, the user is told", "file", r.ID, "chat", msg.ChatID)
-		return channels.Part{}, notFetched(r.Name)
+		return channels.Part{}, notFetched(p)
 	}
 	limit := c.cfg.maxFileBytes()
 	if r.Size > limit {
-		return channels.Part{}, tooLarge(r.Name, r.Size, limit)
+		return channels.Part{}, tooLarge(p, r.Size, limit)
 	}
 	path := filepath.Join(c.dir, fmt.Sprintf("%s-%s-%d-%s", safeName(msg.ChatID), safeName(strings.ReplaceAll(msg.ID, ".", "")), r.Idx, safeName(r.Name)))
 	n, err := c.fetch(ctx, r.URL, path, limit)
 	switch {
 	case errors.Is(err, channels.ErrTooLarge):
-		return channels.Part{}, tooLarge(r.Name, 0, limit) // Slack announced a smaller size
+		return channels.Part{}, tooLarge(p, 0, limit) // Slack announced a smaller size
 	case err != nil:
 		c.log.Warn("slack: could not download a file; the user is told", "file", r.ID, "chat", msg.ChatID, "err", c.scrub.Wrap(err))
-		return channels.Part{}, notFetched(r.Name)
+		return channels.Part{}, notFetched(p)
 	}
 	p.Ref, p.Path, p.Size = "", path, n
 	return p, ""
@@ -151,9 +151,25 @@ func (c *Channel) fileHost(raw string) bool {
 	return false
 }
 
-// notFetched is what the user reads when one of their files could not be downloaded.
-func notFetched(name string) string {
-	return fmt.Sprintf("Sorry, I could not download %s. Please send it again.", displayName(name))
+// notFetched is what the user reads when p could not be downloaded; of a recording, that
+// it was not heard.
+func notFetched(p channels.Part) string {
+	if p.Type == channels.PartAudio {
+		return fmt.Sprintf("Sorry, I could not download %s, so I haven't heard it. Please send it again.", recordingName(p))
+	}
+	return fmt.Sprintf("Sorry, I could not download %s. Please send it again.", displayName(p.Name))
+}
+
+// recordingName names an audio part for its sender: a clip recorded in Slack has a name of
+// Slack's making, not theirs.
+func recordingName(p channels.Part) string {
+	switch {
+	case p.Voice:
+		return "your audio clip"
+	case p.Name == "":
+		return "your audio file"
+	}
+	return p.Name
 }
 
 // fetch downloads url to path, stopping past limit bytes (channels.ErrTooLarge). The
@@ -207,11 +223,18 @@ func (l *limitWriter) Write(p []byte) (int, error) {
 }
 
 // tooLarge is the reply to a file over the limit; size 0 means unknown.
-func tooLarge(name string, size, limit int64) string {
-	if size <= limit {
-		return fmt.Sprintf("Sorry, %s is larger than the %s I can take.", displayName(name), megabytes(limit))
+// tooLarge is what the user reads of p over the limit; of a recording, that it was not heard.
+func tooLarge(p channels.Part, size, limit int64) string {
+	if p.Type == channels.PartAudio {
+		if size <= limit {
+			return fmt.Sprintf("Sorry, %s is larger than the %s I can take, so I haven't heard it.", recordingName(p), megabytes(limit))
+		}
+		return fmt.Sprintf("Sorry, %s is too large for me (%s; I can take files up to %s), so I haven't heard it.", recordingName(p), megabytes(size), megabytes(limit))
 	}
-	return fmt.Sprintf("Sorry, %s is too large (%s); I can take files up to %s.", displayName(name), megabytes(size), megabytes(limit))
+	if size <= limit {
+		return fmt.Sprintf("Sorry, %s is larger than the %s I can take.", displayName(p.Name), megabytes(limit))
+	}
+	return fmt.Sprintf("Sorry, %s is too large (%s); I can take files up to %s.", displayName(p.Name), megabytes(size), megabytes(limit))
 }
 
 func megabytes(n int64) string {

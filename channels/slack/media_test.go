@@ -238,7 +238,7 @@ func TestTextOutlivesItsFailedDownload(t *testing.T) {
 		t.Errorf("the message is marked as spoken, but its audio never arrived")
 	}
 	eventually(t, "the user told", func() bool { return len(s.Posted("D60")) == 1 })
-	if got, want := s.Posted("D60")[0].Text, "Sorry, I could not download memo.m4a. Please send it again."; got != want {
+	if got, want := s.Posted("D60")[0].Text, "Sorry, I could not download memo.m4a, so I haven't heard it. Please send it again."; got != want {
 		t.Errorf("told %q; want %q", got, want)
 	}
 
@@ -298,4 +298,29 @@ func TestJournaledFileRefKeepsWhetherThereWasText(t *testing.T) {
 		}
 	}
 	eventually(t, "the user told", func() bool { return len(s.Posted("D62")) == 1 })
+}
+
+// What the user reads of a recording that could not be downloaded says that it was not
+// heard: an audio clip recorded in Slack that failed (it has no name of the user's), an
+// audio file over the limit.
+func TestAudioNotDownloadedIsToldAsNotHeard(t *testing.T) {
+	s := slacktest.New(t)
+	st := startWith(t, s, func(c *Config) { c.MaxFileBytes = 1 << 20 }, true)
+	s.FailNext(4, fakeserver.Failure{Method: "files.download"}) // every attempt
+	s.AudioClip("D70", user, randomBytes(t, 500), "audio/webm")
+	eventually(t, "the user told", func() bool { return len(s.Posted("D70")) == 1 })
+	if got, want := s.Posted("D70")[0].Text, "Sorry, I could not download your audio clip, so I haven't heard it. Please send it again."; got != want {
+		t.Errorf("told %q; want %q", got, want)
+	}
+	st.sink.ExpectNone(t, 200*time.Millisecond)
+
+	s.Send(slacktest.UserMessage{Channel: "D71", User: user, Text: "what is said here?",
+		Files: []slacktest.UserFile{{Name: "talk.mp3", MIME: "audio/mpeg", Data: []byte("ID3 not really 3 MB"), Size: 3 << 20}}})
+	if m := st.sink.Next(t); m.Text() != "what is said here?\n[The user also sent an audio file (talk.mp3), which could not be downloaded]" {
+		t.Errorf("delivered %q", m.Text())
+	}
+	eventually(t, "the user told", func() bool { return len(s.Posted("D71")) == 1 })
+	if got, want := s.Posted("D71")[0].Text, "Sorry, talk.mp3 is too large for me (3.0 MB; I can take files up to 1.0 MB), so I haven't heard it."; got != want {
+		t.Errorf("told %q; want %q", got, want)
+	}
 }

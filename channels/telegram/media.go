@@ -209,12 +209,42 @@ func missingNote(f channels.Fetched) string {
 	if f.Total > 1 {
 		return fmt.Sprintf("[%d of the %d items of this album could not be downloaded]", len(f.Refused), f.Total)
 	}
-	what := string(f.Refused[0].Type)
+	what := whatOf(f.Refused[0])
 	var r fileRef
 	if json.Unmarshal([]byte(f.Refused[0].Ref), &r) == nil && r.What != "" {
 		what = r.What
 	}
-	return fmt.Sprintf("[The user also sent a %s, which could not be downloaded]", what)
+	return fmt.Sprintf("[The user also sent %s, which could not be downloaded]", withArticle(what))
+}
+
+// whatOf names a part the way a user would when its reference no longer says.
+func whatOf(p channels.Part) string {
+	switch {
+	case p.Voice:
+		return "voice note"
+	case p.Type == channels.PartAudio:
+		return "audio file"
+	case p.Type == channels.PartImage:
+		return "picture"
+	}
+	return "file"
+}
+
+// withArticle puts "a" or "an" before what.
+func withArticle(what string) string {
+	if what != "" && strings.ContainsRune("aeiou", rune(what[0])) {
+		return "an " + what
+	}
+	return "a " + what
+}
+
+// missed says what a file not downloaded means for the user: a recording was not heard,
+// anything else not seen.
+func missed(typ channels.PartType) string {
+	if typ == channels.PartAudio {
+		return "heard"
+	}
+	return "seen"
 }
 
 // fetchPart downloads one referenced part; refusal, when set, is what to tell the user.
@@ -222,7 +252,7 @@ func (c *Channel) fetchPart(ctx context.Context, p channels.Part) (channels.Part
 	var r fileRef
 	if err := json.Unmarshal([]byte(p.Ref), &r); err != nil || r.FileID == "" {
 		c.log.Warn("telegram: a media reference could not be read; the user is told", "err", err)
-		return channels.Part{}, fmt.Sprintf("I couldn't download that %s from Telegram, so I haven't seen it. Please send it again.", p.Type)
+		return channels.Part{}, notFetched(attachment{what: whatOf(p), typ: p.Type})
 	}
 	a := attachment{what: r.What, typ: p.Type, fileID: r.FileID, size: p.Size, mime: p.MIME, name: p.Name, voice: p.Voice, duration: p.Duration}
 	if a.what == "photo" && a.size > c.cfg.MaxFileBytes {
@@ -261,16 +291,19 @@ func notifyTarget(msg *channels.Message) *message {
 	return m
 }
 
+// tooBig is what the user reads of a file over max_file_bytes: that it was not
+// downloaded, and so not heard or seen.
 func (c *Channel) tooBig(a attachment, size int64) string {
+	limit := channels.HumanSize(c.cfg.MaxFileBytes)
 	if size <= 0 {
-		return fmt.Sprintf("That %s is too big for me; the limit is %s.", a.what, channels.HumanSize(c.cfg.MaxFileBytes))
+		return fmt.Sprintf("That %s is more than the %s I can download, so I haven't %s it.", a.what, limit, missed(a.typ))
 	}
-	return fmt.Sprintf("That %s is %s; the limit is %s.", a.what, channels.HumanSize(size), channels.HumanSize(c.cfg.MaxFileBytes))
+	return fmt.Sprintf("That %s is %s, more than the %s I can download, so I haven't %s it.", a.what, channels.HumanSize(size), limit, missed(a.typ))
 }
 
 // notFetched is what the user reads when one of their files could not be downloaded.
 func notFetched(a attachment) string {
-	return fmt.Sprintf("I couldn't download that %s from Telegram, so I haven't seen it. Please send it again.", a.what)
+	return fmt.Sprintf("I couldn't download that %s from Telegram, so I haven't %s it. Please send it again.", a.what, missed(a.typ))
 }
 
 // download fetches one attachment with getFile and the file URL, writes it under the

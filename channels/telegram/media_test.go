@@ -54,7 +54,7 @@ func TestFailedDownloadIsToldAndHoldsUpNobody(t *testing.T) {
 	if got := texts(f, 1001); len(got) != 0 {
 		t.Fatalf("the failed download was answered (%q) before the other chat's message was delivered: it held the intake", got)
 	}
-	want := "I couldn't download that voice note from Telegram, so I haven't seen it. Please send it again."
+	want := "I couldn't download that voice note from Telegram, so I haven't heard it. Please send it again."
 	eventually(t, "the plain-language answer to the voice note", func() bool { return len(f.srv.Messages(1001)) > 0 })
 	if got := texts(f, 1001); !slices.Equal(got, []string{want}) {
 		t.Errorf("the sender got %q; want %q", got, want)
@@ -106,8 +106,11 @@ func TestCaptionOfFailedMediaReachesTheAgent(t *testing.T) {
 			"I couldn't download that document from Telegram, so I haven't seen it. Please send it again.",
 			"[The user also sent a document, which could not be downloaded]"},
 		{"voice note too big", telegramtest.Update{Voice: []byte("OggS tiny"), FileSize: 31 << 20, Caption: "big voice"},
-			"That voice note is 31 MB; the limit is 20 MB.",
+			"That voice note is 31 MB, more than the 20 MB I can download, so I haven't heard it.",
 			"[The user also sent a voice note, which could not be downloaded]"},
+		{"audio file gone (404)", telegramtest.Update{Audio: []byte("ID3 a song"), AudioName: "song.mp3", Caption: "gone song", DownloadStatus: 404},
+			"I couldn't download that audio file from Telegram, so I haven't heard it. Please send it again.",
+			"[The user also sent an audio file, which could not be downloaded]"},
 	}
 	for _, tc := range cases {
 		tc.u.ChatID = 1001
