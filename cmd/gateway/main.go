@@ -2,7 +2,6 @@
 package main
 
 import (
-	"context"
 	"os"
 	"os/signal"
 	"syscall"
@@ -10,9 +9,10 @@ import (
 	"gateway/cmd/internal/gatewaycli"
 )
 
-// main handles signals and nothing else: SIGINT/SIGTERM end the context, SIGHUP asks for a reload.
+// main handles signals and nothing else: SIGINT/SIGTERM end the context (a second one the
+// process, see gatewaycli.Signals), SIGHUP asks for a reload.
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := gatewaycli.Signals()
 	defer stop()
 	// SIGHUP asks for a reload; the one-slot channel coalesces bursts.
 	reload := make(chan struct{}, 1)

@@ -611,7 +611,7 @@ loop:
 	for {
 		select {
 		case <-ctx.Done():
-			a.log.Info("shutting down")
+			a.log.Info("shutting down; a second SIGTERM or Ctrl-C stops at once (what is not answered yet is answered after the next start)")
 			break loop
 		case <-reload:
 			_ = a.reload() // it logs why it failed

@@ -9,12 +9,10 @@ package gatewaycli
 import (
 	"go.uber.org/goleak"
 
-	"context"
 	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -37,7 +35,7 @@ const childEnv = "GATEWAYCLI_TEST_AS_GATEWAY"
 func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) == "1" {
 		// What cmd/gateway's main does, with no environment passed to the config.
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		ctx, stop := Signals()
 		code := Run(ctx, nil, os.Args[1:], os.Stdout, os.Stderr, nil)
 		stop()
 		os.Exit(code)

@@ -113,3 +113,34 @@ func TestSigtermWhileAChannelIsStillConnectingExitsCleanly(t *testing.T) {
 		t.Fatalf("no exit within 30s of SIGTERM; log:\n%s", log)
 	}
 }
+
+// A second SIGTERM while the gateway drains (here waiting for a turn whose model takes a
+// minute) ends the process at once, by the signal, as Ctrl-C pressed twice does; the
+// message whose turn was cut is answered once after the next start.
+func TestSecondSignalStopsAtOnce(t *testing.T) {
+	oai := newSlowModel(t, 1)
+	p := telegramPlatform(t)
+	root, addr := newRoot(t, oai, p)
+	g := startChild(t, root, addr)
+	p.send("hello there")
+	waitFor(t, "the model is asked", func() bool { return oai.calls() == 1 }, g.log)
+	_ = g.cmd.Process.Signal(syscall.SIGTERM)
+	waitFor(t, "the drain begins", func() bool { return strings.Contains(g.log.String(), "shutting down") }, g.log)
+	_ = g.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-g.done:
+	case <-time.After(time.Minute):
+		t.Fatalf("the gateway did not stop within a minute of a second SIGTERM; log:\n%s", g.log)
+	}
+	if ws, ok := g.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGTERM {
+		t.Fatalf("the gateway ended with %v; want ended by the second SIGTERM, not by the drain; log:\n%s", g.cmd.ProcessState, g.log)
+	}
+
+	g = startChild(t, root, addr)
+	waitFor(t, "answered after the restart", func() bool { return len(p.answer()) > 0 }, g.log)
+	quiet()
+	if got := p.answer(); len(got) != 1 || got[0] != "answer 2" {
+		t.Fatalf("after the restart the chat shows %q; want the answer once", got)
+	}
+	g.stop()
+}
