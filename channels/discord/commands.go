@@ -202,10 +202,12 @@ func (st *interactionStream) Send(ctx context.Context, f channels.Frame) error {
 	return st.stream.Send(ctx, f)
 }
 
-// In cluster mode the holder of the gateway connection receives the interactions but the
-// answer may come from another process (the one running the chat's partition): the
-// deferred interactions are kept in State too, as one bounded list, so that any process
-// can replace "thinking…" with the answer.
+// The deferred interactions are kept in State too, as one bounded list. In cluster mode the
+// holder of the gateway connection receives the interactions but the answer may come from
+// another process (the one running the chat's partition); a single process restarted
+// after a crash answers again the commands its last run had deferred: either way the
+// answer replaces "thinking…", rather than coming as a message beside a response left
+// thinking until Discord gives up on it.
 const (
 	sharedMax    = 256 // deferred interactions kept in State, the newest
 	sharedPrefix = "discord.interactions."
@@ -220,10 +222,10 @@ type storedInteraction struct {
 	At    int64  `json:"at"` // unix ms
 }
 
-// share stores a deferred interaction in State, with a Holder (cluster mode) only: a
-// single process answers from memory. Only the holder writes the list.
+// share stores a deferred interaction in State. Only the holder of the gateway
+// connection (the process itself, without cluster mode) writes the list.
 func (c *Channel) share(id string, in *discordgo.Interaction) {
-	if c.holder == nil || c.state == nil {
+	if c.state == nil {
 		return
 	}
 	name := sharedPrefix + c.bot()
@@ -244,9 +246,10 @@ func (c *Channel) share(id string, in *discordgo.Interaction) {
 	}
 }
 
-// shared finds a deferred interaction another process stored; nil when there is none.
+// shared finds a deferred interaction another process, or this one's last run, stored;
+// nil when there is none.
 func (c *Channel) shared(id string) *discordgo.Interaction {
-	if c.holder == nil || c.state == nil || !strings.HasPrefix(id, "i") {
+	if c.state == nil || !strings.HasPrefix(id, "i") {
 		return nil
 	}
 	list, err := c.sharedList(sharedPrefix + c.bot())

@@ -344,3 +344,29 @@ func TestRefusedMessageIsReadBackAfterRestart(t *testing.T) {
 		t.Fatalf("%d refusals; want the one before the restart (and the message delivered after it, a second attempt)", n)
 	}
 }
+
+// A process restarted after a crash (a new adapter on the same state) answers the slash
+// command its last run had deferred in the deferred response, replacing "thinking…", not
+// as a message beside a response left thinking until Discord gives up on it.
+func TestRestartedProcessAnswersItsDeferredInteraction(t *testing.T) {
+	t.Parallel()
+	srv := discordtest.New(t)
+	db := openState(t)
+	a := startProc(t, srv, discord.Options{State: db})
+	id := srv.InjectCommand("707", user, "status", "", false)
+	m := a.sink.Next(t)
+	if r := srv.Interaction(id); r.Type != 5 {
+		t.Fatalf("the interaction was answered with type %d; want 5 (deferred)", r.Type)
+	}
+	a.stop(t)
+	b := startProc(t, srv, discord.Options{State: db})
+	if err := answer(t, b.ch, channels.TargetOf(m), channels.Frame{Type: channels.FrameDone, Text: "all good"}); err != nil {
+		t.Fatal(err)
+	}
+	if r := srv.Interaction(id); !slices.Equal(r.Edits, []string{"all good"}) {
+		t.Fatalf("the deferred response was edited %q; want the answer after the restart once", r.Edits)
+	}
+	if msgs := srv.PostedBy(srv.Bot().ID, "707"); len(msgs) != 0 {
+		t.Fatalf("the answer was posted as a message too: %+v", msgs)
+	}
+}
