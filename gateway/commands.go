@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -128,12 +129,60 @@ func (g *Gateway) pushMenu(ctx context.Context, rt *Runtime, ch channels.Channel
 		given[mt.Chat] = true
 		setChat(mt.Chat, menuCommandsFor(rt.Commands, b.Profile))
 	}
-	for chat := range g.chatMenus[ch.Name()] {
+	for chat := range g.menuChats(ch.Name()) {
 		if !given[chat] {
 			setChat(chat, cmds) // no longer bound: back to the common menu
 		}
 	}
-	g.chatMenus[ch.Name()] = given
+	g.keepMenuChats(ch.Name(), given)
+}
+
+// menuChatsSetting names, in the settings' "gateway" scope, the chats of a channel given a
+// menu of their own, so that a chat unbound while the gateway was down gets the common
+// menu back at the next start too.
+const menuChatsSetting = "menu-chats:"
+
+// menuChats are the chats of channel given a menu of their own by the last push: this
+// run's, or, at the first push of a run, the last run's as the settings keep them.
+// g.menuMu is held.
+func (g *Gateway) menuChats(channel string) map[string]bool {
+	if chats, ok := g.chatMenus[channel]; ok || g.settings == nil {
+		return chats
+	}
+	chats := map[string]bool{}
+	v, ok, err := g.settings.Setting("gateway", menuChatsSetting+channel)
+	if err != nil {
+		g.log.Warn("cannot read which chats have a command menu of their own", "channel", channel, "err", err)
+	}
+	if ok {
+		var list []string
+		if json.Unmarshal([]byte(v), &list) == nil {
+			for _, c := range list {
+				chats[c] = true
+			}
+		}
+	}
+	return chats
+}
+
+// keepMenuChats records the chats of channel now given a menu of their own; g.menuMu is held.
+func (g *Gateway) keepMenuChats(channel string, chats map[string]bool) {
+	was, known := g.chatMenus[channel]
+	g.chatMenus[channel] = chats
+	if g.settings == nil || (known && maps.Equal(was, chats)) {
+		return
+	}
+	list := slices.Sorted(maps.Keys(chats))
+	var err error
+	if len(list) == 0 {
+		err = g.settings.DeleteSetting("gateway", menuChatsSetting+channel)
+	} else {
+		b, _ := json.Marshal(list)
+		err = g.settings.SetSetting("gateway", menuChatsSetting+channel, string(b))
+	}
+	if err != nil {
+		g.log.Warn("cannot keep which chats have a command menu of their own", "channel", channel, "err", err)
+	}
 }
 
 // helpText lists the commands a chat of the profile can use: builtins, then hooks', each

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"slices"
@@ -235,23 +236,10 @@ func TestTelegramChatMenuFollowsAReload(t *testing.T) {
 		t.Cleanup(hd.Close)
 	}
 	tg := telegramtest.NewServer(t)
-	ch, err := telegram.New(telegram.Config{Enabled: true, Token: secret.Secret(tg.Token), APIURL: tg.URL, Mode: telegram.ModePolling,
-		Access: channels.Access{AllowFrom: []string{"4242"}, DMPolicy: channels.DMAllowlist}}, telegram.Options{StateDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := newEnvWith(t, t.TempDir(), []channels.Channel{ch}, func(c *Config, rt *Runtime, d *Deps) {
+	e := newEnvWith(t, t.TempDir(), []channels.Channel{menuTelegram(t, tg)}, func(c *Config, rt *Runtime, d *Deps) {
 		rt.Profiles = bind("4242", "777")
 		withPop(rt)
 	})
-	names := func(cmds []models.BotCommand) string {
-		var n []string
-		for _, c := range cmds {
-			n = append(n, c.Command)
-		}
-		return strings.Join(n, ",")
-	}
-	const common, withStack = "new,stop,compact,status,voice,help", "new,stop,compact,status,voice,help,pop"
 	for _, chat := range []string{"4242", "777"} {
 		if got := names(tg.ChatCommands(chat)); got != withStack {
 			t.Fatalf("before the reload, chat %s's menu %q", chat, got)
@@ -288,4 +276,64 @@ func stackerProfile(t *testing.T) (root, pdir string) {
 		t.Fatal(err)
 	}
 	return root, pdir
+}
+
+const common, withStack = "new,stop,compact,status,voice,help", "new,stop,compact,status,voice,help,pop"
+
+// menuTelegram is a Telegram channel on tg whose menus the menu tests read.
+func menuTelegram(t *testing.T, tg *telegramtest.Server) *telegram.Channel {
+	ch, err := telegram.New(telegram.Config{Enabled: true, Token: secret.Secret(tg.Token), APIURL: tg.URL, Mode: telegram.ModePolling,
+		Access: channels.Access{AllowFrom: []string{"4242"}, DMPolicy: channels.DMAllowlist}}, telegram.Options{StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ch
+}
+
+// names lists a menu's commands.
+func names(cmds []models.BotCommand) string {
+	var n []string
+	for _, c := range cmds {
+		n = append(n, c.Command)
+	}
+	return strings.Join(n, ",")
+}
+
+// A chat whose binding was removed while the gateway was down gets the common menu back at
+// the next start: the chat's own menu, given by the last run, outranks the common one and
+// would keep offering the profile's commands in that chat.
+func TestTelegramChatMenuFollowsARestart(t *testing.T) {
+	root, pdir := stackerProfile(t)
+	dir := t.TempDir()
+	db := openState(t, dir)
+	defer db.Close()
+	tg := telegramtest.NewServer(t)
+	set, err := profiles.Load(profiles.Config{Dir: filepath.Join(root, "profiles")},
+		[]profiles.Binding{{Profile: "stacker", Match: profiles.Match{Channel: "telegram", Chat: "4242"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := newEnvWith(t, t.TempDir(), []channels.Channel{menuTelegram(t, tg)}, withDurable(db), func(c *Config, rt *Runtime, d *Deps) {
+		rt.Profiles = set
+		rt.Commands = NewCommandRegistry()
+		hd := hooks.LoadDir(rt.Bus, filepath.Join(pdir, "hooks"), hooks.DirOptions{Registry: rt.Commands, Profile: "stacker"})
+		if errs := hd.Errors(); len(errs) > 0 {
+			t.Fatal(errs)
+		}
+		t.Cleanup(hd.Close)
+	})
+	if got := names(tg.ChatCommands("4242")); got != withStack {
+		t.Fatalf("the bound chat's menu %q; want %q", got, withStack)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := first.g.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Started again with the binding gone.
+	newEnvWith(t, t.TempDir(), []channels.Channel{menuTelegram(t, tg)}, withDurable(db))
+	if got := names(tg.ChatCommands("4242")); got != common {
+		t.Errorf("after the restart the chat's menu is %q; want the common %q", got, common)
+	}
 }
