@@ -757,3 +757,37 @@ func TestKilledWithAHookCommandQueuedAnswersBothInOrderAfterRestart(t *testing.T
 	}
 	g.stop()
 }
+
+// A state file found empty after a SIGKILL (a failed copy or restore emptied it): the
+// admin is told in plain words, and the message the intake log still holds is answered
+// once, rather than lost without a word.
+func TestEmptiedStateFileIsReportedAndItsUnansweredMessageAnswered(t *testing.T) {
+	p := telegramPlatform(t)
+	oai := newSlowModel(t, 2)
+	root, addr := newRoot(t, oai, p)
+	g := startChild(t, root, addr)
+	p.send("first")
+	waitFor(t, "answered", func() bool { return len(p.answer()) == 1 }, g.log)
+	g.stop() // the intake log is applied to the state file
+	g = startChild(t, root, addr)
+	p.send("second")
+	waitFor(t, "the model is called", func() bool { return oai.calls() == 2 }, g.log)
+	g.kill()
+	if err := os.Truncate(filepath.Join(root, "data", state.FileName), 0); err != nil {
+		t.Fatal(err)
+	}
+
+	g = startChild(t, root, addr)
+	if !strings.Contains(g.log.String(), "the state file was missing or empty") {
+		t.Fatalf("no plain warning about the lost state file; log:\n%s", g.log)
+	}
+	waitFor(t, "the second message is answered", func() bool { return len(p.answer()) == 2 }, g.log)
+	quiet()
+	if got := p.answer(); !slices.Equal(got, []string{"answer 1", "answer 3"}) {
+		t.Fatalf("the chat shows %q; want each message answered once; log:\n%s", got, g.log)
+	}
+	if u := lastUser(oai.Requests()[2]); u != "second" {
+		t.Fatalf("after the restart the model was asked %q", u)
+	}
+	g.stop()
+}
