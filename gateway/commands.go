@@ -227,11 +227,18 @@ func parseCommand(text string) (cmd, arg string, ok bool) {
 
 // command runs a control command; it reports false when cmd is not one of ours (the text
 // then goes to the model). Commands bypass the turn queue and never reach the model. rt is
-// the runtime the message's intake holds, the one prof was resolved from.
-func (s *session) command(cmd, arg string, msg *channels.Message, rt *Runtime, prof *profiles.Profile, info hooks.Session) bool {
+// the runtime the message's intake holds, the one prof was resolved from. queued reports
+// that the command was not answered here but queued as a turn (/compact, a hook's command),
+// which settles the message once its answer reached the chat: until then it stays in the
+// intake journal, so that a crash or a restart before that runs it after the restart
+// rather than never.
+func (s *session) command(cmd, arg string, msg *channels.Message, rt *Runtime, prof *profiles.Profile, info hooks.Session) (handled, queued bool) {
 	g := s.g
 	target := channels.TargetOf(msg)
 	reply := func(text string) { g.notify(g.ctx, rt.Bus, target, text) }
+	// A command queued as a turn finishes an answer a crash cut, as a message's turn does.
+	turnTarget := target
+	turnTarget.Resume = msg.Resume
 	switch cmd {
 	case "help", "start":
 		namer, _ := g.byName[msg.Channel].(channels.CommandNamer)
@@ -265,7 +272,7 @@ func (s *session) command(cmd, arg string, msg *channels.Message, rt *Runtime, p
 		}
 		if err != nil {
 			reply("I couldn't start a new conversation: " + err.Error())
-			return true
+			return true, false
 		}
 		reply("Started a new conversation.")
 	case "compact":
@@ -276,7 +283,9 @@ func (s *session) command(cmd, arg string, msg *channels.Message, rt *Runtime, p
 		if rt.enter() {
 			release = rt.leave
 		}
-		s.dispatch(&turnReq{prompt: arg, profile: prof, info: info, target: target, compact: true, rt: rt, release: release}, QueueFollowup)
+		s.dispatch(&turnReq{prompt: arg, profile: prof, info: info, target: turnTarget, compact: true, rt: rt, release: release,
+			seqs: []uint64{msg.Seq}}, QueueFollowup)
+		return true, true
 	case "status":
 		var b strings.Builder
 		fmt.Fprintf(&b, "Profile: %s\n", prof.Name)
@@ -304,7 +313,7 @@ func (s *session) command(cmd, arg string, msg *channels.Message, rt *Runtime, p
 	case "voice":
 		if !rt.VoiceReplies {
 			reply("Voice replies are not set up on this gateway (tts.mode is off), so I answer in text.")
-			return true
+			return true, false
 		}
 		switch strings.ToLower(arg) {
 		case "on", "always":
@@ -316,21 +325,21 @@ func (s *session) command(cmd, arg string, msg *channels.Message, rt *Runtime, p
 		case "", "status":
 		default:
 			reply("Use /voice on, /voice off or /voice auto.")
-			return true
+			return true, false
 		}
 		if arg != "" && arg != "status" && g.settings != nil {
 			// A choice outlives the session's eviction and a restart.
 			if err := g.settings.SetSetting(s.key, "voice", s.ttsMode); err != nil {
 				g.log.Error("cannot save the chat's /voice choice", "session", s.key, "err", err)
 				reply("Voice replies: " + voiceLabel(s.ttsMode, prof.TTSMode) + " (for now: I could not save this choice, so it lasts until I restart)")
-				return true
+				return true, false
 			}
 		}
 		reply("Voice replies: " + voiceLabel(s.ttsMode, prof.TTSMode))
 	default:
 		hc, ok := rt.Commands.Command(cmd, prof.Name)
 		if !ok || hc.Run == nil {
-			return false
+			return false, false
 		}
 		// A hook command reads and may change the session's entries, and may prompt the
 		// model: it takes its place in the chat's queue, like /compact.
@@ -338,9 +347,17 @@ func (s *session) command(cmd, arg string, msg *channels.Message, rt *Runtime, p
 		if rt.enter() {
 			release = rt.leave
 		}
-		s.dispatch(&turnReq{prompt: arg, profile: prof, info: info, target: target, hookCmd: &hc, rt: rt, release: release}, QueueFollowup)
+		req := &turnReq{prompt: arg, profile: prof, info: info, target: turnTarget, hookCmd: &hc, rt: rt, release: release,
+			seqs: []uint64{msg.Seq}}
+		if msg.Seq != 0 {
+			// The prompt a hook's command may give the model is the message's: asked once
+			// when the command runs again after a crash.
+			req.asked = harness.Attempt{ID: intakeID(msg), Again: msg.Replayed}
+		}
+		s.dispatch(req, QueueFollowup)
+		return true, true
 	}
-	return true
+	return true, false
 }
 
 // commandTurn runs a hook command: the hook gets the session's entries and answers with

@@ -291,13 +291,14 @@ func (s *session) abortAll() {
 func (s *session) intake(msg *channels.Message) {
 	g := s.g
 	rt, release := g.acquire()
-	kept := false // handed to the turn request
+	kept := false   // the runtime is handed to the turn request
+	queued := false // the message is answered by a turn queued for it (/compact, a hook's command)
 	defer func() {
 		if !kept {
 			release()
 			// Answered without a turn (a command, a reject): it leaves the journal, unless
 			// shutdown cut it before anyone answered.
-			if g.ctx.Err() == nil {
+			if !queued && g.ctx.Err() == nil {
 				g.settle(msg.Seq)
 			}
 		}
@@ -362,8 +363,11 @@ func (s *session) intake(msg *channels.Message) {
 		g.notify(g.ctx, rt.Bus, channels.TargetOf(msg), strings.Join(ev.Notices, "\n"))
 	}
 
-	if cmd, arg, ok := parseCommand(text); ok && s.command(cmd, arg, msg, rt, prof, info) {
-		return
+	if cmd, arg, ok := parseCommand(text); ok {
+		var handled bool
+		if handled, queued = s.command(cmd, arg, msg, rt, prof, info); handled {
+			return
+		}
 	}
 	// An answer that began to show before a crash (msg.Resume) came after this echo: the
 	// chat has it already.

@@ -108,17 +108,22 @@ type intakeLog struct {
 
 // openLog opens (or creates and preallocates) the log. Preallocated blocks make a sync
 // write data only: an append that grew the file would also have to write its size.
-func openLog(path string, size int64, log *slog.Logger) (*intakeLog, error) {
+// found is the size the file had, -1 when there was none.
+func openLog(path string, size int64, log *slog.Logger) (l *intakeLog, found int64, err error) {
+	found = -1
+	if fi, err := os.Stat(path); err == nil {
+		found = fi.Size()
+	}
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
-		return nil, err
+		return nil, found, err
 	}
 	fi, err := f.Stat()
 	if err != nil {
 		_ = f.Close()
-		return nil, err
+		return nil, found, err
 	}
-	l := &intakeLog{f: f, path: path, size: max(size, fi.Size())}
+	l = &intakeLog{f: f, path: path, size: max(size, fi.Size())}
 	if fi.Size() < size {
 		// A disk too full to preallocate is no reason not to start: zeros already written
 		// read as the log's end, and records then grow the file as they come.
@@ -130,7 +135,7 @@ func openLog(path string, size int64, log *slog.Logger) (*intakeLog, error) {
 			log.Warn("state: cannot preallocate the intake log; it grows as it is written", "file", path, "err", err)
 		}
 	}
-	return l, nil
+	return l, found, nil
 }
 
 // zero writes zeros from..to and syncs: the blocks exist before any record needs them.
@@ -209,6 +214,29 @@ func (l *intakeLog) sync() error {
 	l.unsynced = false
 	l.syncs++
 	return nil
+}
+
+// firstEpoch is the epoch of the log's first record; false when it has none whole.
+func (l *intakeLog) firstEpoch() (uint64, bool) {
+	var hdr [recHeader]byte
+	if _, err := l.f.ReadAt(hdr[:], 0); err != nil {
+		return 0, false
+	}
+	n := binary.BigEndian.Uint32(hdr[4:])
+	if n < 9 || n > recMax {
+		return 0, false
+	}
+	payload := make([]byte, n)
+	if _, err := l.f.ReadAt(payload, recHeader); err != nil {
+		return 0, false
+	}
+	sum := crc32.NewIEEE()
+	_, _ = sum.Write(hdr[4:])
+	_, _ = sum.Write(payload)
+	if sum.Sum32() != binary.BigEndian.Uint32(hdr[:4]) {
+		return 0, false
+	}
+	return binary.BigEndian.Uint64(payload), true
 }
 
 // replay reads the records of epoch into p.
@@ -400,8 +428,10 @@ func (s *DB) checkpoint() error {
 }
 
 // openIntakeLog opens the log beside the state file and applies what it holds (a crash
-// left it there) to bbolt.
-func (s *DB) openIntakeLog(dir string) error {
+// left it there) to bbolt. fresh says the state file was missing or empty: then the log
+// is read in the epoch of its first record, so that what it holds (the messages taken
+// since the last checkpoint, not yet answered) is not lost with the rest.
+func (s *DB) openIntakeLog(dir string, fresh bool) error {
 	var epoch, lastSeq uint64
 	err := s.db.View(func(tx *bolt.Tx) error {
 		if v := tx.Bucket(bucketCursors).Get(logEpochKey); len(v) == 8 {
@@ -413,9 +443,12 @@ func (s *DB) openIntakeLog(dir string) error {
 	if err != nil {
 		return err
 	}
-	l, err := openLog(filepath.Join(dir, LogName), s.limits.LogSize, s.logger)
+	l, found, err := openLog(filepath.Join(dir, LogName), s.limits.LogSize, s.logger)
 	if err != nil {
 		return err
+	}
+	if e, ok := l.firstEpoch(); ok && fresh {
+		epoch = e
 	}
 	s.log, s.pend = l, newPending(lastSeq)
 	l.epoch = epoch
@@ -423,12 +456,34 @@ func (s *DB) openIntakeLog(dir string) error {
 		_ = l.f.Close()
 		return err
 	}
+	recovered := len(s.pend.accepts)
 	if n := s.pend.records; n > 0 {
 		if err := s.checkpoint(); err != nil {
 			_ = l.f.Close()
 			return err
 		}
 		s.logger.Info("state: applied the intake log left by the last run", "records", n)
+	}
+	statePath := filepath.Join(dir, FileName)
+	switch {
+	case fresh && found >= 0:
+		// A first start finds neither file, and the gateway never leaves the state file
+		// empty: it was lost (deleted, emptied by a failed copy or restore).
+		s.logger.Warn("state: the state file was missing or empty while the intake log beside it was not; "+
+			"the state it held is lost (per-chat settings such as /voice, Slack threads followed, the record of "+
+			"messages already answered, and unanswered messages taken before the log's last checkpoint); "+
+			"the unanswered messages the intake log still held are answered",
+			"file", statePath, "log", l.path, "recovered_messages", recovered)
+	case !fresh && epoch > 0 && found < s.limits.LogSize:
+		// The log is preallocated when created and never shrinks: one this short was cut,
+		// or removed, since the state file was last written.
+		what := "was truncated"
+		if found < 0 {
+			what = "is missing"
+		}
+		s.logger.Warn("state: the intake log "+what+"; messages taken since the state file was last "+
+			"written may go unanswered, and some already answered may be answered again",
+			"log", l.path, "bytes", max(found, 0), "file", statePath)
 	}
 	return nil
 }

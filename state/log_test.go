@@ -344,3 +344,92 @@ func TestPlacementSurvivesACrashUntilDone(t *testing.T) {
 		t.Fatalf("the state file keeps %d placements of answered messages", left)
 	}
 }
+
+// A state file found missing or empty beside an intake log that holds records was lost
+// (deleted, emptied by a failed copy): the admin is told in plain words, and the messages
+// the log still holds (taken since its last checkpoint, unanswered) are kept, not dropped
+// with the rest.
+func TestLostStateFileIsReportedAndTheIntakeLogKept(t *testing.T) {
+	for name, lose := range map[string]func(path string) error{
+		"empty":   func(p string) error { return os.Truncate(p, 0) },
+		"missing": os.Remove,
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			db, _ := open(t, dir, Limits{})
+			if _, err := db.Accept("k0", []byte("answered")); err != nil {
+				t.Fatal(err)
+			}
+			if err := db.Close(); err != nil { // applied to the state file: the log's next epoch
+				t.Fatal(err)
+			}
+			db, _ = open(t, dir, Limits{})
+			seq, err := db.Accept("k1", []byte("unanswered"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := db.SetCursor("telegram.offset", "7"); err != nil {
+				t.Fatal(err)
+			}
+			crash(t, db)
+			if err := lose(filepath.Join(dir, FileName)); err != nil {
+				t.Fatal(err)
+			}
+
+			db, logs := open(t, dir, Limits{})
+			defer db.Close()
+			if !strings.Contains(logs.String(), "the state file was missing or empty") {
+				t.Fatalf("the admin is not told the state file was lost; log: %q", logs.String())
+			}
+			assertPending(t, db, []string{"unanswered"})
+			if _, err := db.Accept("k1", nil); !errors.Is(err, ErrDuplicate) {
+				t.Fatalf("a redelivery of the kept message = %v; want ErrDuplicate", err)
+			}
+			if v, _, _ := db.Cursor("telegram.offset"); v != "7" {
+				t.Fatalf("cursor = %q; want the one in the log", v)
+			}
+			if next, err := db.Accept("k2", []byte("new")); err != nil || next <= seq {
+				t.Fatalf("next message: seq %d, err %v; want past %d", next, err, seq)
+			}
+		})
+	}
+}
+
+// An intake log found cut short or missing beside a state file it was applied to is
+// reported in plain words (what it held since is lost); the state file still serves.
+func TestTruncatedOrMissingIntakeLogIsReported(t *testing.T) {
+	for name, damage := range map[string]func(path string) error{
+		"truncated": func(p string) error { return os.Truncate(p, 10) }, // inside its first record
+		"emptied":   func(p string) error { return os.Truncate(p, 0) },
+		"missing":   os.Remove,
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			db, _ := open(t, dir, Limits{})
+			if _, err := db.Accept("k0", []byte("kept")); err != nil {
+				t.Fatal(err)
+			}
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+			db, _ = open(t, dir, Limits{})
+			if _, err := db.Accept("k1", []byte("in the log only")); err != nil {
+				t.Fatal(err)
+			}
+			crash(t, db)
+			if err := damage(filepath.Join(dir, LogName)); err != nil {
+				t.Fatal(err)
+			}
+
+			db, logs := open(t, dir, Limits{})
+			defer db.Close()
+			if !strings.Contains(logs.String(), "the intake log") || !strings.Contains(logs.String(), "may go unanswered") {
+				t.Fatalf("the admin is not told the intake log was damaged; log: %q", logs.String())
+			}
+			assertPending(t, db, []string{"kept"})
+			if _, err := db.Accept("k2", []byte("new")); err != nil {
+				t.Fatalf("does not serve: %v", err)
+			}
+		})
+	}
+}

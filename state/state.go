@@ -80,6 +80,12 @@ func Open(dir string, limits Limits, log *slog.Logger) (*DB, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	path := dir + string(os.PathSeparator) + FileName
+	// A state file that is not there, or empty, starts a new state; when the intake log
+	// beside it holds records, the old one was lost (see openIntakeLog).
+	fresh := true
+	if fi, err := os.Stat(path); err == nil && fi.Size() > 0 {
+		fresh = false
+	}
 	db, err := openFile(path)
 	if err != nil {
 		if errors.Is(err, errLocked) {
@@ -106,7 +112,7 @@ func Open(dir string, limits Limits, log *slog.Logger) (*DB, error) {
 		}
 	}
 	s := &DB{db: db, limits: limits.withDefaults(), now: time.Now, logger: log}
-	if err := s.openIntakeLog(dir); err != nil {
+	if err := s.openIntakeLog(dir, fresh); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("state: the intake log: %w", err)
 	}

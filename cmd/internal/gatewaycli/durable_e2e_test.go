@@ -679,3 +679,113 @@ func TestSlackKilledWhileTheAnswersPartsAreSentShowsEachPartOnce(t *testing.T) {
 	}
 	g.stop()
 }
+
+// noteHook writes hooks/note: the command /note, whose program records each run in
+// root/runs and answers "noted: ARGS"; while root/hold exists, it waits (a kill comes).
+func noteHook(t *testing.T, root string) (runs string) {
+	runs = filepath.Join(root, "runs")
+	writeHook(t, filepath.Join(root, "hooks"), "note",
+		"commands:\n  - {name: note, description: Note something down}\ncommand: [./run.sh]\n",
+		fmt.Sprintf("cat >/dev/null\necho ran >> %q\nwhile [ -f %q ]; do sleep 0.1; done\necho '{\"text\":\"noted: buy milk\"}'\n",
+			runs, filepath.Join(root, "hold")))
+	return runs
+}
+
+// A SIGKILL while a hook's command runs: after the restart the command runs again and
+// the chat gets its answer, once. (Before, the message left the intake journal when the
+// command was queued, so the chat never got an answer.)
+func TestKilledWhileAHookCommandRunsAnswersItAfterRestart(t *testing.T) {
+	tg := telegramtest.NewServer(t)
+	oai := newSlowModel(t)
+	root, addr := t.TempDir(), freePort(t)
+	runs := noteHook(t, root)
+	writeFile(t, filepath.Join(root, "hold"), "")
+	writeChildConfig(t, root, addr, oai.URL(), fmt.Sprintf("  telegram:\n    enabled: true\n    token: %q\n    api_url: %s\n    allow_from: [%q]\nhooks:\n  dirs: [./hooks]\n",
+		telegramtest.Token, tg.URL, fmt.Sprint(telegramtest.UserID)))
+	g := startChild(t, root, addr)
+	tg.Send(telegramtest.Update{ChatID: tgChat, Text: "/note buy milk"})
+	waitFor(t, "the command's program runs", func() bool { _, err := os.Stat(runs); return err == nil }, g.log)
+	g.kill()
+	if err := os.Remove(filepath.Join(root, "hold")); err != nil {
+		t.Fatal(err)
+	}
+
+	g = startChild(t, root, addr)
+	waitFor(t, "the command is answered after the restart", func() bool { return len(tg.Messages(tgChat)) > 0 }, g.log)
+	quiet()
+	var got []string
+	for _, m := range tg.Messages(tgChat) {
+		got = append(got, m.Text)
+	}
+	if !slices.Equal(got, []string{"noted: buy milk"}) {
+		t.Fatalf("after the restart the chat shows %q; want the command's answer once; log:\n%s", got, g.log)
+	}
+	g.stop()
+}
+
+// A hook's command waiting behind an answer in progress, then a SIGKILL: after the restart
+// the message is answered and then the command, in the order they were sent.
+func TestKilledWithAHookCommandQueuedAnswersBothInOrderAfterRestart(t *testing.T) {
+	tg := telegramtest.NewServer(t)
+	oai := newSlowModel(t, 1)
+	root, addr := t.TempDir(), freePort(t)
+	runs := noteHook(t, root)
+	writeChildConfig(t, root, addr, oai.URL(), fmt.Sprintf("  telegram:\n    enabled: true\n    token: %q\n    api_url: %s\n    allow_from: [%q]\nhooks:\n  dirs: [./hooks]\n",
+		telegramtest.Token, tg.URL, fmt.Sprint(telegramtest.UserID)))
+	g := startChild(t, root, addr)
+	tg.Send(telegramtest.Update{ChatID: tgChat, Text: "hello there"})
+	waitFor(t, "the model is called", func() bool { return oai.calls() == 1 }, g.log)
+	tg.Send(telegramtest.Update{ChatID: tgChat, Text: "/note buy milk"})
+	waitFor(t, "the command is acknowledged to Telegram", func() bool { return tg.Pending() == 0 }, g.log)
+	time.Sleep(500 * time.Millisecond) // the chat's actor takes the command in and queues it
+	g.kill()
+	if _, err := os.Stat(runs); err == nil {
+		t.Fatal("the command ran before the answer in front of it")
+	}
+
+	g = startChild(t, root, addr)
+	waitFor(t, "both are answered after the restart", func() bool { return len(tg.Messages(tgChat)) >= 2 }, g.log)
+	quiet()
+	var got []string
+	for _, m := range tg.Messages(tgChat) {
+		got = append(got, m.Text)
+	}
+	if want := []string{"answer 2", "noted: buy milk"}; !slices.Equal(got, want) {
+		t.Fatalf("after the restart the chat shows %q; want %q; log:\n%s", got, want, g.log)
+	}
+	g.stop()
+}
+
+// A state file found empty after a SIGKILL (a failed copy or restore emptied it): the
+// admin is told in plain words, and the message the intake log still holds is answered
+// once, rather than lost without a word.
+func TestEmptiedStateFileIsReportedAndItsUnansweredMessageAnswered(t *testing.T) {
+	p := telegramPlatform(t)
+	oai := newSlowModel(t, 2)
+	root, addr := newRoot(t, oai, p)
+	g := startChild(t, root, addr)
+	p.send("first")
+	waitFor(t, "answered", func() bool { return len(p.answer()) == 1 }, g.log)
+	g.stop() // the intake log is applied to the state file
+	g = startChild(t, root, addr)
+	p.send("second")
+	waitFor(t, "the model is called", func() bool { return oai.calls() == 2 }, g.log)
+	g.kill()
+	if err := os.Truncate(filepath.Join(root, "data", state.FileName), 0); err != nil {
+		t.Fatal(err)
+	}
+
+	g = startChild(t, root, addr)
+	if !strings.Contains(g.log.String(), "the state file was missing or empty") {
+		t.Fatalf("no plain warning about the lost state file; log:\n%s", g.log)
+	}
+	waitFor(t, "the second message is answered", func() bool { return len(p.answer()) == 2 }, g.log)
+	quiet()
+	if got := p.answer(); !slices.Equal(got, []string{"answer 1", "answer 3"}) {
+		t.Fatalf("the chat shows %q; want each message answered once; log:\n%s", got, g.log)
+	}
+	if u := lastUser(oai.Requests()[2]); u != "second" {
+		t.Fatalf("after the restart the model was asked %q", u)
+	}
+	g.stop()
+}
