@@ -1,0 +1,66 @@
+package web_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"gateway/channels"
+	"gateway/channels/web"
+	"gateway/channels/web/webtest"
+)
+
+// echoAnswer answers every message with "you said: <text>".
+func echoAnswer(ctx context.Context, st channels.Stream, m *channels.Message) error {
+	return sendAll(ctx, st, 0, channels.Frame{Type: channels.FrameStart}, channels.Frame{Type: channels.FrameDone, Text: "you said: " + m.Text()})
+}
+
+// Files over the upload limit are refused before anything is sent, and what the user typed
+// and attached stays where it was: they take the large file out and send again.
+func TestBrowserTooLargeFilesKeepTheMessage(t *testing.T) {
+	base, sink := serveAnsweringWith(t, web.Config{Enabled: true, MaxUploadBytes: 1000}, echoAnswer)
+	dir := t.TempDir()
+	big := filepath.Join(dir, "big.bin")
+	if err := os.WriteFile(big, make([]byte, 5000), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx := webtest.Browser(t)
+	if err := chromedp.Do(ctx, webtest.Open(base),
+		chromedp.SetUploadFiles(chromedp.CSS("#file"), []string{big}, chromedp.NodeReady),
+		webtest.Say("a long explanation I typed with care")); err != nil {
+		t.Fatal(err)
+	}
+	waitShown(t, ctx, "a notice that the file is too large", func(bs []shown) bool {
+		return len(bs) == 1 && bs[0].Role == "notice" && bs[0].State == "error"
+	})
+	type composer struct {
+		Text string `json:"text"`
+		Tray string `json:"tray"`
+	}
+	got, err := chromedp.Run(ctx, chromedp.Evaluate[composer](`({text: document.getElementById('input').value, tray: document.getElementById('tray').hidden ? '' : document.getElementById('tray').textContent})`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Text != "a long explanation I typed with care" || got.Tray == "" {
+		t.Fatalf("after the refusal the message box holds %q and the tray %q; want the typed text and the file kept", got.Text, got.Tray)
+	}
+	// The user takes the file out and sends the text.
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#tray .chip button")), chromedp.Click(chromedp.CSS("#send"))); err != nil {
+		t.Fatal(err)
+	}
+	if m := sink.next(t); m.Text() != "a long explanation I typed with care" || len(m.Parts) != 1 {
+		t.Fatalf("delivered %q with %d parts; want the typed text alone", m.Text(), len(m.Parts))
+	}
+}
+
+// waitJS polls expr until it is true, with a generous deadline.
+func waitJS(t *testing.T, ctx context.Context, what, expr string) {
+	t.Helper()
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](expr, chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(20*time.Second))); err != nil {
+		t.Fatalf("the page never showed %s: %v", what, err)
+	}
+}
