@@ -57,6 +57,50 @@ func TestBrowserTooLargeFilesKeepTheMessage(t *testing.T) {
 	}
 }
 
+// Text in a right-to-left script reads right to left, in the message box and in both
+// bubbles; English stays left to right.
+func TestBrowserRightToLeftText(t *testing.T) {
+	base, sink := serveAnswering(t, func(ctx context.Context, st channels.Stream, m *channels.Message) error {
+		return sendAll(ctx, st, 0, channels.Frame{Type: channels.FrameStart}, channels.Frame{Type: channels.FrameDone, Text: m.Text()})
+	})
+	ctx := webtest.Browser(t)
+	const arabic = "مرحبا، كيف حالك؟ 👋"
+	if err := chromedp.Do(ctx, webtest.Open(base), chromedp.SendKeys(chromedp.CSS("#input"), arabic)); err != nil {
+		t.Fatal(err)
+	}
+	dirInput, err := chromedp.Run(ctx, chromedp.Evaluate[string](`getComputedStyle(document.getElementById('input')).direction`))
+	if err != nil || dirInput != "rtl" {
+		t.Errorf("the message box lays Arabic out %q (%v); want rtl", dirInput, err)
+	}
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#send"))); err != nil {
+		t.Fatal(err)
+	}
+	sink.next(t)
+	if _, err := webtest.Answer(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx, webtest.Say("hello")); err != nil {
+		t.Fatal(err)
+	}
+	sink.next(t)
+	if _, err := webtest.Answer(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	dirs, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll('.msg .text')).map((t) => t.textContent.slice(0, 5) + ':' + getComputedStyle(t).direction)`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"مرحبا:rtl", "مرحبا:rtl", "hello:ltr", "hello:ltr"}
+	if len(dirs) != len(want) {
+		t.Fatalf("bubbles %q; want %q", dirs, want)
+	}
+	for i := range want {
+		if dirs[i] != want[i] {
+			t.Errorf("bubble %d lays out as %q; want %q", i, dirs[i], want[i])
+		}
+	}
+}
+
 // waitJS polls expr until it is true, with a generous deadline.
 func waitJS(t *testing.T, ctx context.Context, what, expr string) {
 	t.Helper()
