@@ -108,3 +108,70 @@ func waitJS(t *testing.T, ctx context.Context, what, expr string) {
 		t.Fatalf("the page never showed %s: %v", what, err)
 	}
 }
+
+// An answer still streaming shows from its beginning in a page reloaded meanwhile and in a
+// tab opened meanwhile, goes on there, and ends once in each.
+func TestBrowserAnswerInProgressAfterAReload(t *testing.T) {
+	more, end := make(chan struct{}), make(chan struct{})
+	base, sink := serveAnswering(t, func(ctx context.Context, st channels.Stream, m *channels.Message) error {
+		steps := []struct {
+			wait  chan struct{}
+			frame channels.Frame
+		}{
+			{nil, channels.Frame{Type: channels.FrameStart}},
+			{nil, channels.Frame{Type: channels.FrameDelta, Text: "The **beginning**, "}},
+			{more, channels.Frame{Type: channels.FrameDelta, Text: "the middle, "}},
+			{end, channels.Frame{Type: channels.FrameDone, Text: "The **beginning**, the middle, the end."}},
+		}
+		for _, s := range steps {
+			if s.wait != nil {
+				select {
+				case <-s.wait:
+				case <-ctx.Done():
+					return nil
+				}
+			}
+			if err := st.Send(ctx, s.frame); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	ctx := webtest.Browser(t)
+	if err := chromedp.Do(ctx, webtest.Open(base), webtest.Say("tell me")); err != nil {
+		t.Fatal(err)
+	}
+	sink.next(t)
+	streamingAs := func(text string) func([]shown) bool {
+		return func(bs []shown) bool {
+			return len(bs) == 2 && bs[0].Text == "tell me" && bs[1].State == "streaming" && bs[1].Text == text
+		}
+	}
+	waitShown(t, ctx, "the answer's beginning", streamingAs("The beginning, "))
+
+	if err := chromedp.Do(ctx, chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS("#input")), webtest.WaitOnline()); err != nil {
+		t.Fatal(err)
+	}
+	got := waitShown(t, ctx, "the answer's beginning after the reload", streamingAs("The beginning, "))
+	if got[1].HTML != "The <strong>beginning</strong>, " {
+		t.Errorf("after the reload the answer so far renders as %q; want its markdown", got[1].HTML)
+	}
+	waitJS(t, ctx, "the Stop button after the reload", `!document.getElementById('stop').hidden`)
+
+	close(more)
+	waitShown(t, ctx, "the answer going on after the reload", streamingAs("The beginning, the middle, "))
+	second, cancel := chromedp.NewContext(ctx) // a tab opened mid-answer
+	defer cancel()
+	if err := chromedp.Do(second, webtest.Open(base)); err != nil {
+		t.Fatal(err)
+	}
+	waitShown(t, second, "the answer so far in a tab opened meanwhile", streamingAs("The beginning, the middle, "))
+
+	close(end)
+	for _, tab := range []context.Context{ctx, second} {
+		waitShown(t, tab, "the finished answer, once", func(bs []shown) bool {
+			return len(bs) == 2 && bs[1].State == "done" && bs[1].Text == "The beginning, the middle, the end."
+		})
+	}
+	waitJS(t, ctx, "no Stop button once the answer ended", `document.getElementById('stop').hidden`)
+}
