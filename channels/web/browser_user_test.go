@@ -175,3 +175,54 @@ func TestBrowserAnswerInProgressAfterAReload(t *testing.T) {
 	}
 	waitJS(t, ctx, "no Stop button once the answer ended", `document.getElementById('stop').hidden`)
 }
+
+// endlessAnswer streams until the user sends /stop, which it answers with "Stopped.".
+func endlessAnswer() func(ctx context.Context, st channels.Stream, m *channels.Message) error {
+	stopped := make(chan struct{})
+	return func(ctx context.Context, st channels.Stream, m *channels.Message) error {
+		if m.Text() == "/stop" {
+			close(stopped)
+			return st.Send(ctx, channels.Frame{Type: channels.FrameDone, Text: "Stopped."})
+		}
+		if err := st.Send(ctx, channels.Frame{Type: channels.FrameStart}); err != nil {
+			return err
+		}
+		for {
+			select {
+			case <-stopped:
+				return st.Send(ctx, channels.Frame{Type: channels.FrameDone})
+			case <-ctx.Done():
+				return nil
+			case <-time.After(100 * time.Millisecond):
+			}
+			if err := st.Send(ctx, channels.Frame{Type: channels.FrameDelta, Text: "and on "}); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// On a small phone (320 px) the message box keeps room to type while an answer streams
+// and the Stop button joins the row, and nothing spills off the screen.
+func TestBrowserNarrowWindowKeepsRoomToType(t *testing.T) {
+	base, sink := serveAnswering(t, endlessAnswer())
+	ctx := webtest.Browser(t)
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(320, 568), webtest.Open(base), webtest.Say("go on")); err != nil {
+		t.Fatal(err)
+	}
+	sink.next(t)
+	waitJS(t, ctx, "the Stop button", `!document.getElementById('stop').hidden`)
+	type layout struct {
+		Input  float64 `json:"input"`
+		Scroll int     `json:"scroll"`
+		Width  int     `json:"width"`
+	}
+	got, err := chromedp.Run(ctx, chromedp.Evaluate[layout](`({input: document.getElementById('input').getBoundingClientRect().width,
+		scroll: document.querySelector('footer').scrollWidth, width: document.documentElement.clientWidth})`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Input < 80 || got.Scroll > got.Width {
+		t.Errorf("at 320 px with Stop showing the message box is %.0f px wide and the row %d px of %d; want room to type (>= 80 px) and nothing off screen", got.Input, got.Scroll, got.Width)
+	}
+}
