@@ -226,3 +226,26 @@ func TestBrowserNarrowWindowKeepsRoomToType(t *testing.T) {
 		t.Errorf("at 320 px with Stop showing the message box is %.0f px wide and the row %d px of %d; want room to type (>= 80 px) and nothing off screen", got.Input, got.Scroll, got.Width)
 	}
 }
+
+// A keyboard user who stops an answer with the Stop button is not left with the focus on
+// nothing when the button goes away: it returns to the message box.
+func TestBrowserStopByKeyboardKeepsFocus(t *testing.T) {
+	base, sink := serveAnswering(t, endlessAnswer())
+	ctx := webtest.Browser(t)
+	if err := chromedp.Do(ctx, webtest.Open(base), webtest.Say("go on")); err != nil {
+		t.Fatal(err)
+	}
+	sink.next(t)
+	waitJS(t, ctx, "the Stop button", `!document.getElementById('stop').hidden`)
+	if err := chromedp.Do(ctx, chromedp.Focus(chromedp.CSS("#stop")), chromedp.KeyEvent(" ")); err != nil {
+		t.Fatal(err)
+	}
+	if m := sink.next(t); m.Text() != "/stop" {
+		t.Fatalf("the Stop button sent %q; want /stop", m.Text())
+	}
+	waitJS(t, ctx, "the Stop button gone", `document.getElementById('stop').hidden`)
+	focused, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.activeElement ? document.activeElement.id || document.activeElement.tagName : ''`))
+	if err != nil || focused != "input" {
+		t.Errorf("after stopping by keyboard the focus is on %q (%v); want the message box", focused, err)
+	}
+}
