@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -247,5 +248,45 @@ func TestBrowserStopByKeyboardKeepsFocus(t *testing.T) {
 	focused, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.activeElement ? document.activeElement.id || document.activeElement.tagName : ''`))
 	if err != nil || focused != "input" {
 		t.Errorf("after stopping by keyboard the focus is on %q (%v); want the message box", focused, err)
+	}
+}
+
+// A message over the text limit is refused before it leaves the page, with the text kept
+// in the message box to shorten, rather than sent, refused, and gone from the box.
+func TestBrowserTooLongMessageStaysInTheBox(t *testing.T) {
+	base, sink := serveAnswering(t, echoAnswer)
+	ctx := webtest.Browser(t)
+	if err := chromedp.Do(ctx, webtest.Open(base)); err != nil {
+		t.Fatal(err)
+	}
+	// Typing 70,000 characters key by key takes minutes; a paste puts them in at once.
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(() => {
+		const i = document.getElementById('input');
+		i.value = 'é'.repeat(40000); // 80,000 UTF-8 bytes
+		i.dispatchEvent(new Event('input'));
+		return true;
+	})()`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#send"))); err != nil {
+		t.Fatal(err)
+	}
+	got := waitShown(t, ctx, "a notice that the message is too long", func(bs []shown) bool { return len(bs) > 0 })
+	if len(got) != 1 || got[0].Role != "notice" || !strings.Contains(got[0].Text, "too long") {
+		t.Fatalf("the page shows %.200s; want only a notice that the message is too long", texts(got))
+	}
+	kept, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.getElementById('input').value.length`))
+	if err != nil || kept != 40000 {
+		t.Errorf("the message box holds %d characters (%v); want the 40000 typed", kept, err)
+	}
+	// Nothing went to the gateway: the next message it gets is the short one.
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.getElementById('input').value = ''; true`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx, webtest.Say("short")); err != nil {
+		t.Fatal(err)
+	}
+	if m := sink.next(t); m.Text() != "short" {
+		t.Fatalf("the gateway got %.40q first; want the short message (the long one never sent)", m.Text())
 	}
 }

@@ -50,6 +50,7 @@ type wireFrame struct {
 	Voice          bool               `json:"voice,omitempty"`            // user: a voice note
 	ChatID         string             `json:"chat_id,omitempty"`          // hello
 	MaxUploadBytes int64              `json:"max_upload_bytes,omitempty"` // hello
+	MaxTextBytes   int                `json:"max_text_bytes,omitempty"`   // hello
 	History        []historyEntry     `json:"history,omitempty"`          // hello: the chat so far
 }
 
@@ -164,7 +165,7 @@ func (c *Channel) serveWS(w http.ResponseWriter, r *http.Request) {
 	defer kcancel()
 	c.life.Go(func(context.Context) { c.keepAlive(kctx, k) })
 
-	hello := wireFrame{Type: "hello", ChatID: chat, MaxUploadBytes: c.cfg.MaxUploadBytes, History: history}
+	hello := wireFrame{Type: "hello", ChatID: chat, MaxUploadBytes: c.cfg.MaxUploadBytes, MaxTextBytes: maxTextBytes, History: history}
 	hctx, hcancel := context.WithTimeout(ctx, writeTimeout)
 	err = k.write(hctx, hello)
 	hcancel()

@@ -50,6 +50,7 @@
 // Server to client:
 //
 //	{"type":"hello","chat_id":"<id>","max_upload_bytes":20000000,   the socket is ready
+//	 "max_text_bytes":65536,                                         (UTF-8 bytes of a text)
 //	 "history":[{"role":"user","id":"<client msg id>","text":"hi","voice":false,
 //	             "parts":[{"type":"image","url":"/media/<id>","name":"a.png"},{"type":"file","name":"b.pdf"}]},
 //	            {"role":"assistant","reply_to":"<client msg id>","text":"...","error":false,
