@@ -304,6 +304,17 @@ func TestMarkdown(t *testing.T) {
 		{"| <script>alert(1)</script> | [x](javascript:alert(1)) |\n|---|---|\n| \" onmouseover=\"alert(1) | ok |",
 			table + `<thead><tr><th>&lt;script&gt;alert(1)&lt;/script&gt;</th><th>[x](javascript:alert(1))</th></tr></thead><tbody><tr><td>&quot; onmouseover=&quot;alert(1)</td><td>ok</td></tr></tbody></table></div>`},
 		{"```\n> not a quote\n| a | b |\n```", "<pre><code>&gt; not a quote\n| a | b |</code></pre>"},
+		// Links as models write them: code or emphasis in the label, parentheses in the URL.
+		{"Use [`fmt.Println`](https://pkg.go.dev/fmt#Println) to print.",
+			`Use <a href="https://pkg.go.dev/fmt#Println" target="_blank" rel="noopener noreferrer"><code>fmt.Println</code></a> to print.`},
+		{"[**docs**](https://go.dev)", `<a href="https://go.dev" target="_blank" rel="noopener noreferrer"><strong>docs</strong></a>`},
+		{"See [Go](https://en.wikipedia.org/wiki/Go_(programming_language)).",
+			`See <a href="https://en.wikipedia.org/wiki/Go_(programming_language)" target="_blank" rel="noopener noreferrer">Go</a>.`},
+		{"(see https://en.wikipedia.org/wiki/Go_(programming_language))",
+			`(see <a href="https://en.wikipedia.org/wiki/Go_(programming_language)" target="_blank" rel="noopener noreferrer">https://en.wikipedia.org/wiki/Go_(programming_language)</a>)`},
+		{"(see https://go.dev).", `(see <a href="https://go.dev" target="_blank" rel="noopener noreferrer">https://go.dev</a>).`},
+		// The renderer's own marks, written by the model, are nothing.
+		{"a\x000\x00b `c`", "a0b <code>c</code>"},
 	}
 	for _, c := range cases {
 		got, err := chromedp.Run(ctx, chromedp.Evaluate[string](`window.__gw.markdown(`+jsString(c.in)+`)`))

@@ -50,6 +50,7 @@ type wireFrame struct {
 	Voice          bool               `json:"voice,omitempty"`            // user: a voice note
 	ChatID         string             `json:"chat_id,omitempty"`          // hello
 	MaxUploadBytes int64              `json:"max_upload_bytes,omitempty"` // hello
+	MaxTextBytes   int                `json:"max_text_bytes,omitempty"`   // hello
 	History        []historyEntry     `json:"history,omitempty"`          // hello: the chat so far
 }
 
@@ -69,15 +70,29 @@ type wirePart struct {
 type conn struct {
 	ws   *websocket.Conn
 	chat string // guarded by Channel.mu; "" until bound
+	// greeted is closed once hello went out (or failed to): the frames of answers streaming
+	// meanwhile wait for it, as the page reads them as following what hello showed.
+	greeted chan struct{}
 }
 
+func newConn(ws *websocket.Conn) *conn { return &conn{ws: ws, greeted: make(chan struct{})} }
+
 func (k *conn) send(ctx context.Context, f wireFrame) error {
+	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
+	select {
+	case <-k.greeted:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return k.write(ctx, f)
+}
+
+func (k *conn) write(ctx context.Context, f wireFrame) error {
 	b, err := json.Marshal(f)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
-	defer cancel()
 	return k.ws.Write(ctx, websocket.MessageText, b)
 }
 
@@ -135,8 +150,10 @@ func (c *Channel) serveWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ws.SetReadLimit(c.readLimit)
-	k := &conn{ws: ws}
-	if err := c.register(k, chat); err != nil {
+	k := newConn(ws)
+	history, err := c.register(k, chat)
+	if err != nil {
+		close(k.greeted)
 		_ = ws.Close(websocket.StatusTryAgainLater, err.Error())
 		return
 	}
@@ -148,11 +165,12 @@ func (c *Channel) serveWS(w http.ResponseWriter, r *http.Request) {
 	defer kcancel()
 	c.life.Go(func(context.Context) { c.keepAlive(kctx, k) })
 
-	hello := wireFrame{Type: "hello", ChatID: chat, MaxUploadBytes: c.cfg.MaxUploadBytes}
-	if chat != "" {
-		hello.History = c.history.get(chat)
-	}
-	if err := k.send(ctx, hello); err != nil {
+	hello := wireFrame{Type: "hello", ChatID: chat, MaxUploadBytes: c.cfg.MaxUploadBytes, MaxTextBytes: maxTextBytes, History: history}
+	hctx, hcancel := context.WithTimeout(ctx, writeTimeout)
+	err = k.write(hctx, hello)
+	hcancel()
+	close(k.greeted)
+	if err != nil {
 		return
 	}
 	c.log.Debug("socket open", "chat", chat)
@@ -205,20 +223,24 @@ func (c *Channel) fullLocked(chat string) string {
 	return ""
 }
 
-func (c *Channel) register(k *conn, chat string) error {
+// register admits k and returns what its hello shows of chat: the transcript, then the
+// answers in progress, taken with k joining the chat so that k gets every later frame of
+// them and none it is shown already.
+func (c *Channel) register(k *conn, chat string) ([]historyEntry, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.life.Running() {
-		return errors.New("gateway stopping")
+		return nil, errors.New("gateway stopping")
 	}
 	if msg := c.fullLocked(chat); msg != "" {
-		return errors.New("too many windows")
+		return nil, errors.New("too many windows")
 	}
 	c.all[k] = struct{}{}
-	if chat != "" {
-		c.bindLocked(k, chat)
+	if chat == "" {
+		return nil, nil
 	}
-	return nil
+	c.bindLocked(k, chat)
+	return append(c.history.get(chat), c.inProgressLocked(chat)...), nil
 }
 
 func (c *Channel) bindLocked(k *conn, chat string) {

@@ -50,10 +50,11 @@
 // Server to client:
 //
 //	{"type":"hello","chat_id":"<id>","max_upload_bytes":20000000,   the socket is ready
+//	 "max_text_bytes":65536,                                         (UTF-8 bytes of a text)
 //	 "history":[{"role":"user","id":"<client msg id>","text":"hi","voice":false,
 //	             "parts":[{"type":"image","url":"/media/<id>","name":"a.png"},{"type":"file","name":"b.pdf"}]},
 //	            {"role":"assistant","reply_to":"<client msg id>","text":"...","error":false,
-//	             "parts":[...]}]}
+//	             "parts":[...],"streaming":false}]}
 //	{"type":"ack","reply_to":"<client msg id>"}                     the gateway took the message
 //	{"type":"user","id":"<client msg id>","text":"hi","voice":false,  sent from another tab of
 //	 "parts":[...]}                                                  the chat (not the sender's)
@@ -75,7 +76,9 @@
 // hello carries the chat's recent transcript (the user's messages the gateway took and the
 // finished answers, oldest first, each answer right after its question as the page shows it
 // live), so a reloaded page shows the conversation again; the page renders it on the first
-// hello of a page load. The transcript is kept by the channel,
+// hello of a page load. Answers still being written follow, marked "streaming" with what
+// they said so far; the socket then gets each of their later frames, and none before hello,
+// so a tab opened, reloaded or reconnected mid-answer shows the answer from its beginning. The transcript is kept by the channel,
 // in memory and bounded (see history.go), because only the server sees answers that finish
 // while no tab is open; /new (or /reset) starts it over.
 package web

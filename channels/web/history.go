@@ -27,6 +27,9 @@ type historyEntry struct {
 	Voice   bool       `json:"voice,omitempty"` // user: a voice note
 	Error   bool       `json:"error,omitempty"` // assistant: the answer failed; Text says why
 	Parts   []wirePart `json:"parts,omitempty"` // media of the message or answer (pictures by URL)
+	// Streaming marks an answer still being written (only in hello, never kept): Text is
+	// what it said so far, and its next frames follow on the socket.
+	Streaming bool `json:"streaming,omitempty"`
 }
 
 func (e historyEntry) size() int {

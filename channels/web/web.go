@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -31,6 +32,7 @@ const DefaultMaxUploadBytes = 20_000_000
 const (
 	maxSockets      = 32               // open sockets in all; each may buffer one upload
 	maxSocketsChat  = 8                // tabs open on one chat
+	maxLiveChat     = 8                // answers in progress remembered per chat
 	maxTextBytes    = 64 << 10         // one typed message
 	maxIDLen        = 128              // chat, message and user ids
 	dedupSize       = 1024             // recent message ids remembered
@@ -88,6 +90,9 @@ type Channel struct {
 	tempDir  bool // mediaDir was created by Start and is removed by Stop
 	all      map[*conn]struct{}
 	byChat   map[string]map[*conn]struct{}
+	// live are the answers in progress per chat, oldest first, so that a tab opened (or
+	// reloaded, or reconnected) while one streams shows it from its beginning.
+	live map[string][]*stream
 }
 
 var (
@@ -115,6 +120,7 @@ func New(cfg Config, opts Options) *Channel {
 		mediaDir:  opts.MediaDir,
 		all:       map[*conn]struct{}{},
 		byChat:    map[string]map[*conn]struct{}{},
+		live:      map[string][]*stream{},
 	}
 }
 
@@ -192,6 +198,9 @@ func (c *Channel) Stop(ctx context.Context) error {
 		return err
 	}
 	c.media.clear()
+	c.mu.Lock()
+	clear(c.live)
+	c.mu.Unlock()
 	// Start holds c.mu from Begin until it has reported the connection, so the disconnect is
 	// reported after it; a Start that failed set no sink and reported nothing.
 	c.mu.Lock()
@@ -243,9 +252,51 @@ func (s *stream) Send(ctx context.Context, f channels.Frame) error {
 		}
 		wf.Parts = append(wf.Parts, wp)
 	}
+	// What a tab opening now is shown (history, answers in progress) and which tabs get
+	// this frame are decided together, so that a new tab sees each piece exactly once.
+	s.c.mu.Lock()
 	s.remember(f.Type, f.Text, wf.Parts)
-	s.c.broadcast(ctx, s.chatID, wf)
+	s.c.trackLocked(s, f.Type)
+	targets := s.c.socketsLocked(s.chatID, nil)
+	s.c.mu.Unlock()
+	s.c.writeAll(ctx, s.chatID, targets, wf)
 	return ctx.Err()
+}
+
+// trackLocked keeps s among its chat's answers in progress until its done or error.
+func (c *Channel) trackLocked(s *stream, t channels.FrameType) {
+	live := c.live[s.chatID]
+	i := slices.Index(live, s)
+	switch {
+	case t == channels.FrameDone || t == channels.FrameError:
+		if i >= 0 {
+			live = slices.Delete(live, i, i+1)
+		}
+	case i < 0:
+		// An answer the gateway abandoned never ends; the oldest make room.
+		if len(live) >= maxLiveChat {
+			live = slices.Delete(live, 0, 1)
+		}
+		live = append(live, s)
+	}
+	if len(live) == 0 {
+		delete(c.live, s.chatID)
+		return
+	}
+	c.live[s.chatID] = live
+}
+
+// inProgressLocked returns chat's answers in progress in the conversation of now (not one
+// that /new ended) as history entries with what they said so far.
+func (c *Channel) inProgressLocked(chat string) []historyEntry {
+	gen := c.history.generation(chat)
+	var out []historyEntry
+	for _, s := range c.live[chat] {
+		if s.gen == gen {
+			out = append(out, s.soFar())
+		}
+	}
+	return out
 }
 
 // remember keeps the answer for the transcript; done or error ends it there.
@@ -253,6 +304,10 @@ func (s *stream) remember(t channels.FrameType, text string, parts []wirePart) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch t {
+	case channels.FrameStart:
+		// Begun again (after a restart): the page starts the bubble over, and so does this.
+		s.text.Reset()
+		s.parts = nil
 	case channels.FrameDelta:
 		if s.text.Len() < historyEntryMax {
 			s.text.WriteString(text)
@@ -272,22 +327,35 @@ func (s *stream) remember(t channels.FrameType, text string, parts []wirePart) {
 	}
 }
 
-// broadcast writes one frame to every socket of chat. A socket that fails is closed (the page
-// reconnects); that is not the answer's failure.
-func (c *Channel) broadcast(ctx context.Context, chat string, f wireFrame) {
-	c.broadcastExcept(ctx, chat, nil, f)
+// soFar is the answer as written so far, for a tab that opens while it streams.
+func (s *stream) soFar() historyEntry {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return historyEntry{Role: "assistant", ReplyTo: s.replyTo, Text: s.text.String(), Parts: slices.Clone(s.parts), Streaming: true}
 }
 
-// broadcastExcept is broadcast to every socket of chat but skip.
+// broadcastExcept writes one frame to every socket of chat but skip.
 func (c *Channel) broadcastExcept(ctx context.Context, chat string, skip *conn, f wireFrame) {
 	c.mu.Lock()
+	targets := c.socketsLocked(chat, skip)
+	c.mu.Unlock()
+	c.writeAll(ctx, chat, targets, f)
+}
+
+// socketsLocked returns chat's sockets but skip.
+func (c *Channel) socketsLocked(chat string, skip *conn) []*conn {
 	targets := make([]*conn, 0, len(c.byChat[chat]))
 	for k := range c.byChat[chat] {
 		if k != skip {
 			targets = append(targets, k)
 		}
 	}
-	c.mu.Unlock()
+	return targets
+}
+
+// writeAll writes f to targets. A socket that fails is closed (the page reconnects); that
+// is not the answer's failure.
+func (c *Channel) writeAll(ctx context.Context, chat string, targets []*conn, f wireFrame) {
 	for _, k := range targets {
 		if err := k.send(ctx, f); err != nil && ctx.Err() == nil {
 			c.log.Debug("frame not written; closing the socket", "chat", chat, "frame", f.Type, "err", c.scrub.Wrap(err))
