@@ -33,6 +33,7 @@ const (
 	maxSockets      = 32               // open sockets in all; each may buffer one upload
 	maxSocketsChat  = 8                // tabs open on one chat
 	maxLiveChat     = 8                // answers in progress remembered per chat
+	liveIdle        = 10 * time.Minute // an answer in progress silent this long is not shown to new tabs
 	maxTextBytes    = 64 << 10         // one typed message
 	maxIDLen        = 128              // chat, message and user ids
 	dedupSize       = 1024             // recent message ids remembered
@@ -230,7 +231,8 @@ type stream struct {
 	c       *Channel
 	chatID  string
 	replyTo string
-	gen     uint64 // the conversation the answer belongs to (see histories.clear)
+	gen     uint64    // the conversation the answer belongs to (see histories.clear)
+	last    time.Time // its latest frame, under Channel.mu (see trackLocked)
 
 	mu    sync.Mutex
 	text  strings.Builder // deltas so far, bounded by historyEntryMax
@@ -265,6 +267,7 @@ func (s *stream) Send(ctx context.Context, f channels.Frame) error {
 
 // trackLocked keeps s among its chat's answers in progress until its done or error.
 func (c *Channel) trackLocked(s *stream, t channels.FrameType) {
+	s.last = time.Now()
 	live := c.live[s.chatID]
 	i := slices.Index(live, s)
 	switch {
@@ -292,7 +295,9 @@ func (c *Channel) inProgressLocked(chat string) []historyEntry {
 	gen := c.history.generation(chat)
 	var out []historyEntry
 	for _, s := range c.live[chat] {
-		if s.gen == gen {
+		// One silent this long was abandoned (the gateway stopped it without an end):
+		// shown, it would stream forever in every tab opened later.
+		if s.gen == gen && time.Since(s.last) < liveIdle {
 			out = append(out, s.soFar())
 		}
 	}
