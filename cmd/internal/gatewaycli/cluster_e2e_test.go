@@ -507,6 +507,20 @@ func (r *clusterRig) poller() (*child, string) {
 	return poller, name
 }
 
+// twoAndAChatOfTheOneNotPolling starts two processes and returns the one that does not
+// poll Telegram, and a chat of a partition it holds: killing it, the test does not wait
+// for the poll lease to move.
+func (r *clusterRig) twoAndAChatOfTheOneNotPolling() (*child, int64) {
+	r.start(2)
+	r.waitBalanced()
+	poller, _ := r.poller()
+	p := r.procs[0]
+	if p == poller {
+		p = r.procs[1]
+	}
+	return p, heldChat(r.t, p)
+}
+
 // heldChat is a Telegram chat of a partition p holds (and is not handing over).
 func heldChat(t testing.TB, p *child) int64 {
 	held := map[int]bool{}
@@ -570,14 +584,7 @@ func (r *clusterRig) historyHolds(text string) bool {
 // time, not twice with the cut answer between.
 func TestClusterKilledAfterTheAnswerWasSavedAsksTheModelOnce(t *testing.T) {
 	r := newClusterRig(t, "polling")
-	r.start(2)
-	r.waitBalanced()
-	poller, _ := r.poller()
-	victim := r.procs[0]
-	if victim == poller {
-		victim = r.procs[1] // the poll lease stays where it is: the test does not wait for it
-	}
-	chat := heldChat(t, victim)
+	victim, chat := r.twoAndAChatOfTheOneNotPolling()
 	r.tg.Slow("sendMessage", time.Minute)
 	r.tg.Send(telegramtest.Update{ChatID: chat, Text: "saved, then killed"})
 	waitFor(t, "the answer saved in the history", func() bool { return r.historyHolds("re: saved, then killed") }, r.logs())
@@ -609,14 +616,7 @@ func TestClusterKilledAfterTheAnswerWasSavedAsksTheModelOnce(t *testing.T) {
 // shows one answer, whole, not the cut start and then the answer again beside it.
 func TestClusterKilledMidStreamFinishesTheAnswerInPlace(t *testing.T) {
 	r := newClusterRig(t, "polling")
-	r.start(2)
-	r.waitBalanced()
-	poller, _ := r.poller()
-	victim := r.procs[0]
-	if victim == poller {
-		victim = r.procs[1]
-	}
-	chat := heldChat(t, victim)
+	victim, chat := r.twoAndAChatOfTheOneNotPolling()
 	var once atomic.Int64
 	once.Store(1)
 	r.cut.Store("cut mid-stream", &once)
