@@ -348,10 +348,22 @@ func TestDMStrangerIsToldWhy(t *testing.T) {
 	t.Parallel()
 	srv := discordtest.New(t)
 	e := start(t, srv, discord.Config{Access: defaultAccess()})
-	srv.InjectDM("720", "666", "hello?")
-	waitFor(t, "the not-allowed notice", func() bool { return len(srv.Posted("720")) == 1 })
-	if got := srv.Posted("720")[0]; got.Content != channels.NotAllowedText("666") || got.ReferenceID != "" {
+	for _, text := range []string{"hello?", "hello??", "anyone?"} {
+		srv.InjectDM("720", "666", text)
+	}
+	// The inbox is handled in order: once the allowed user's DM arrives, the stranger's
+	// three were handled.
+	srv.InjectDM("721", user, "marker")
+	if m := e.sink.Next(t); m.Text() != "marker" {
+		t.Fatalf("delivered %q from %s", m.Text(), m.UserID)
+	}
+	waitFor(t, "the not-allowed notice", func() bool { return len(srv.Posted("720")) >= 1 })
+	posted := srv.Posted("720")
+	if got := posted[0]; got.Content != channels.NotAllowedText("666") || got.ReferenceID != "" {
 		t.Errorf("notice %q (reference %q); want the allowlist text, not quoting in a DM", got.Content, got.ReferenceID)
+	}
+	if len(posted) != 1 {
+		t.Errorf("the stranger was told %d times for 3 messages; want once", len(posted))
 	}
 	e.sink.ExpectNone(t, 200*time.Millisecond)
 }

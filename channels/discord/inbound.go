@@ -73,7 +73,7 @@ func (c *Channel) handle(ctx context.Context, dm *discordgo.Message) {
 	switch c.cfg.Access.Check(msg) {
 	case channels.NotAllowed:
 		c.log.Info("discord: message from a user not on allow_from", "user_id", msg.UserID, "chat_id", msg.ChatID)
-		if msg.ChatType == channels.ChatDM && !isBot {
+		if msg.ChatType == channels.ChatDM && !isBot && c.strangers.Allow(msg.UserID, time.Now()) {
 			c.notice(ctx, msg, channels.NotAllowedText(msg.UserID))
 		}
 		return

@@ -100,7 +100,7 @@ func (c *Channel) handleCallback(ctx context.Context, cb *slackevents.EventsAPIC
 	switch c.cfg.Access.Check(msg) {
 	case channels.NotAllowed:
 		c.log.Info("slack: message from a user not on allow_from", "user", ev.User, "chat", ev.Channel)
-		if msg.ChatType == channels.ChatDM {
+		if msg.ChatType == channels.ChatDM && c.strangers.Allow(ev.User, time.Now()) {
 			c.notice(ctx, target, channels.NotAllowedText(ev.User))
 		}
 		taken = true

@@ -408,6 +408,8 @@ func TestIgnoresBotsAndStrangers(t *testing.T) {
 	s.Send(slacktest.UserMessage{Channel: "D11", User: slacktest.BotUserID, Text: "I am the bot itself"})
 	s.ChannelMessage("C11", "U666", "stranger in a channel", true)
 	s.DM("D12", "U666", "stranger in a DM")
+	s.DM("D12", "U666", "stranger again")
+	s.DM("D12", "U666", "and again")
 	s.DM("D11", user, "a person")
 	if m := st.sink.Next(t); m.Text() != "a person" {
 		t.Fatalf("delivered %q; bots, the bot itself and strangers must be ignored", m.Text())

@@ -52,7 +52,7 @@ type Channel struct {
 	downloads   channels.Sender // file downloads: plain HTTP, classified by fetch itself
 
 	dedup     *channels.Dedup
-	strangers *noticeLimiter
+	strangers *channels.NoticeLimiter
 	stripes   [64]sync.Mutex // per-chat order of webhook updates, bounded by hashing
 
 	dir      string // StateDir/telegram
@@ -88,7 +88,7 @@ func New(cfg Config, opts Options) (*Channel, error) {
 		life:      channels.NewLifecycle(Name),
 		dedup:     channels.NewDedup(4096),
 		albums:    map[int64]*album{},
-		strangers: newNoticeLimiter(1024, time.Hour),
+		strangers: channels.Strangers(),
 		dir:       filepath.Join(opts.StateDir, Name),
 	}
 	c.held = &channels.HeldWhere{Holder: opts.Holder, Log: c.log, Here: "telegram: polling here",
