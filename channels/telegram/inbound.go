@@ -160,7 +160,11 @@ func (c *Channel) normalise(msg *message) (m *channels.Message, forUs bool) {
 	if text == "" {
 		text, entities = msg.Caption, msg.CaptionEntities
 	}
+	cmd := bareCommand(text, entities)
 	text, m.Mentioned, forUs = c.mentions(text, entities, me)
+	if m.ChatType == channels.ChatGroup && !m.Mentioned && c.offers(cmd) {
+		m.Mentioned = true // "/stop" picked from the menu in a group with one bot
+	}
 	if text != "" {
 		m.Parts = append(m.Parts, channels.TextPart(text))
 	}
@@ -220,6 +224,31 @@ func (c *Channel) mentions(text string, entities []models.MessageEntity, me mode
 		text = text[:cut[i][0]] + text[cut[i][1]:]
 	}
 	return strings.TrimSpace(text), mentioned, forUs
+}
+
+// bareCommand is the name of the command a message starts with when it names no bot
+// ("/stop", not "/stop@bot"), or "".
+func bareCommand(text string, entities []models.MessageEntity) string {
+	for _, e := range entities {
+		if e.Type != models.MessageEntityTypeBotCommand || e.Offset != 0 {
+			continue
+		}
+		s, _, _ := utf16Slice(text, e.Offset, e.Length)
+		if len(s) > 1 && !strings.Contains(s, "@") {
+			return strings.ToLower(s[1:])
+		}
+	}
+	return ""
+}
+
+// offers says whether name is a command in one of the bot's menus.
+func (c *Channel) offers(name string) bool {
+	if name == "" {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.offered[name]
 }
 
 // utf16Slice returns the part of s at Telegram's UTF-16 offset and length, and its byte range.

@@ -954,3 +954,27 @@ func TestTextPartIsAMessageOfItsOwnBesideTheAnswer(t *testing.T) {
 		t.Fatalf("the chat shows %q; want the part, then the text", got)
 	}
 }
+
+// In a group with one bot, Telegram's menu sends "/stop", not "/stop@bot": a command the
+// bot offers is for it without a mention, so a busy answer can be stopped; someone else's
+// bare command is not.
+func TestGroupBareCommandFromTheMenu(t *testing.T) {
+	f := newFixture(t)
+	sink := channeltest.NewSink()
+	ch := f.start(f.config(), f.options(), sink)
+	menu := []channels.Command{{Name: "new", Description: "Start a new conversation"}, {Name: "stop", Description: "Stop the answer"}}
+	if err := ch.SetCommands(context.Background(), menu); err != nil {
+		t.Fatal(err)
+	}
+	f.srv.Send(telegramtest.Update{ChatID: -400, Text: "/roll 2d6"})
+	f.srv.Send(telegramtest.Update{ChatID: -400, ThreadID: 9, Text: "/stop"})
+	m := sink.Next(t)
+	if m.Text() != "/stop" || !m.Mentioned || m.ThreadID != "9" {
+		t.Fatalf("delivered %q (mentioned %v, topic %q); want /stop for the bot in topic 9", m.Text(), m.Mentioned, m.ThreadID)
+	}
+	f.srv.Send(telegramtest.Update{ChatID: -400, Text: "/stop is what I would type"})
+	if m := sink.Next(t); m.Text() != "/stop is what I would type" {
+		t.Fatalf("delivered %q", m.Text())
+	}
+	sink.ExpectNone(t, 200*time.Millisecond)
+}
