@@ -978,3 +978,21 @@ func TestGroupBareCommandFromTheMenu(t *testing.T) {
 	}
 	sink.ExpectNone(t, 200*time.Millisecond)
 }
+
+// A group member whose name starts with the bot's (@gateway_test_bot_fan), or a mail
+// address at a domain named like it, is not the bot: the bot stays out of that exchange.
+func TestMentionOfALongerNameIsNotTheBot(t *testing.T) {
+	f := newFixture(t)
+	sink := channeltest.NewSink()
+	f.start(f.config(), f.options(), sink)
+	fan := "@" + telegramtest.BotUsername + "_fan"
+	f.srv.Send(telegramtest.Update{ChatID: -410, Text: fan + " what do you think?", Edit: func(m *models.Message) {
+		m.Entities = []models.MessageEntity{{Type: models.MessageEntityTypeMention, Offset: 0, Length: telegramtest.UTF16Len(fan)}}
+	}})
+	f.srv.Send(telegramtest.Update{ChatID: -410, Text: "write to help" + "@" + telegramtest.BotUsername + ".example.com"})
+	f.srv.Send(telegramtest.Update{ChatID: -410, Text: "and you, @" + telegramtest.BotUsername + "?"})
+	if m := sink.Next(t); !strings.HasPrefix(m.Text(), "and you") {
+		t.Fatalf("delivered %q; want only the message that names the bot", m.Text())
+	}
+	sink.ExpectNone(t, 200*time.Millisecond)
+}
