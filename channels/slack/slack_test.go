@@ -567,6 +567,7 @@ func TestConfigValidate(t *testing.T) {
 		{"allow_from ids", func(c *Config) { c.AllowFrom = []string{"U0123ABCD", "W0123ABCD", "U1"} }, ""},
 		{"allow_from a name", func(c *Config) { c.AllowFrom = []string{"U0123ABCD", "@alice"} }, "channels.slack.allow_from[1]"},
 		{"allow_from lower case", func(c *Config) { c.AllowFrom = []string{"u0123abcd"} }, "Copy member ID"},
+		{"allow_from a channel", func(c *Config) { c.AllowFrom = []string{"U0123ABCD", "C0123ABCD"} }, "channels.slack.allow_from[1]: \"C0123ABCD\" is not a user id"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -783,6 +783,7 @@ func TestConfigValidate(t *testing.T) {
 		{func(c *telegram.Config) { c.Mode = telegram.ModeWebhook }, "channels.telegram.webhook_secret"},
 		{func(c *telegram.Config) { c.APIURL = "api.telegram.org" }, "channels.telegram.api_url"},
 		{func(c *telegram.Config) { c.AllowFrom = []string{"@bob"} }, "channels.telegram.allow_from"},
+		{func(c *telegram.Config) { c.AllowFrom = []string{"42", "-1001234567890"} }, "channels.telegram.allow_from[1]: \"-1001234567890\" is not a user id"},
 		{func(c *telegram.Config) { c.DMPolicy = "everyone" }, "channels.telegram.dm_policy"},
 		{func(c *telegram.Config) { c.MaxFileBytes = -1 }, "channels.telegram.max_file_bytes"},
 	}
