@@ -744,3 +744,21 @@ func TestReplayedAnswerIsPostedOnce(t *testing.T) {
 		t.Errorf("the story ends %q; want the answer sent last", story[max(len(story)-60, 0):])
 	}
 }
+
+// Telling a stranger that they are not allowed is a send like any other, and may wait on
+// a rate limit: meanwhile the messages of other chats are taken at once.
+func TestStrangersNoticeHoldsUpNoOtherChat(t *testing.T) {
+	t.Parallel()
+	srv := discordtest.New(t)
+	e := start(t, srv, discord.Config{Access: defaultAccess()})
+	srv.FailNext(1, fakeserver.Failure{Method: "createMessage", Chat: "720", RetryAfter: 5 * time.Second})
+	srv.InjectDM("720", "666", "hello?")
+	srv.InjectDM("721", user, "my own question")
+	if m := e.sink.Next(t); m.Text() != "my own question" {
+		t.Fatalf("delivered %q", m.Text())
+	}
+	if n := len(srv.Posted("720")); n != 0 {
+		t.Fatalf("the allowed user's message was taken only after the stranger's notice went out (%d posted)", n)
+	}
+	waitFor(t, "the notice after the rate limit", func() bool { return len(srv.Posted("720")) == 1 })
+}
