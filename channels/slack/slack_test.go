@@ -415,6 +415,7 @@ func TestIgnoresBotsAndStrangers(t *testing.T) {
 		t.Fatalf("delivered %q; bots, the bot itself and strangers must be ignored", m.Text())
 	}
 	st.sink.ExpectNone(t, 300*time.Millisecond)
+	eventually(t, "the not-allowed reply", func() bool { return len(s.Posted("D12")) > 0 })
 	if p := s.Posted("D12"); len(p) != 1 || !strings.Contains(p[0].Text, "U666") {
 		t.Fatalf("DM stranger got %+v; want the not-allowed reply naming their id", p)
 	}
@@ -717,4 +718,21 @@ func TestResumedAnswerReplacesTheCutAttemptsParts(t *testing.T) {
 	if p := placed[len(placed)-1]; strings.Contains(p, ";") {
 		t.Errorf("the last placement %q still names parts", p)
 	}
+}
+
+// Telling a stranger that they are not allowed is a post like any other, and may wait on
+// a rate limit: meanwhile the messages of other chats are taken at once.
+func TestStrangersNoticeHoldsUpNoOtherChat(t *testing.T) {
+	s := slacktest.New(t)
+	st := start(t, s, nil)
+	s.FailNext(1, fakeserver.Failure{Method: "chat.postMessage", RetryAfter: 5 * time.Second})
+	s.DM("D12", "U666", "stranger in a DM")
+	s.DM("D11", user, "a person")
+	if m := st.sink.Next(t); m.Text() != "a person" {
+		t.Fatalf("delivered %q", m.Text())
+	}
+	if p := s.Posted("D12"); len(p) != 0 {
+		t.Fatalf("the allowed user's message was taken only after the stranger's notice went out (%d posted)", len(p))
+	}
+	eventually(t, "the notice after the rate limit", func() bool { return len(s.Posted("D12")) == 1 })
 }
