@@ -241,7 +241,9 @@ func (c *Channel) SetChatCommands(ctx context.Context, chatID string, cmds []cha
 func (c *Channel) setCommands(ctx context.Context, scope models.BotCommandScope, cmds []channels.Command) error {
 	list := make([]models.BotCommand, 0, len(cmds))
 	c.mu.Lock()
-	if c.offered == nil {
+	if c.offered == nil || scope == nil {
+		// The common menu comes first in every push of the menus, the chats' own after
+		// it: a command a reload removed stops being one of ours.
 		c.offered = map[string]bool{}
 	}
 	for _, cmd := range cmds {

@@ -977,6 +977,15 @@ func TestGroupBareCommandFromTheMenu(t *testing.T) {
 	if m := sink.Next(t); m.Text() != "/stop is what I would type" {
 		t.Fatalf("delivered %q", m.Text())
 	}
+	// A reload that takes /stop out of the menu makes it someone else's again.
+	if err := ch.SetCommands(context.Background(), menu[:1]); err != nil {
+		t.Fatal(err)
+	}
+	f.srv.Send(telegramtest.Update{ChatID: -400, Text: "/stop"})
+	f.srv.Send(telegramtest.Update{ChatID: -400, Text: "/new"})
+	if m := sink.Next(t); m.Text() != "/new" {
+		t.Fatalf("delivered %q; want /new only", m.Text())
+	}
 	sink.ExpectNone(t, 200*time.Millisecond)
 }
 
