@@ -112,7 +112,8 @@ func (c *Channel) interaction(ctx context.Context, raw json.RawMessage) {
 		}
 	}
 	if c.cfg.Access.Check(msg) == channels.NotAllowed {
-		c.respond(ctx, &in, channels.NotAllowedText(msg.UserID))
+		// Only the stranger sees it: a server channel is not told who may not use the bot.
+		c.respond(ctx, &in, channels.NotAllowedText(msg.UserID), discordgo.MessageFlagsEphemeral)
 		return
 	}
 	// Within Discord's 3 seconds: "thinking…" until the answer replaces it.
@@ -133,10 +134,10 @@ func (c *Channel) interaction(ctx context.Context, raw json.RawMessage) {
 }
 
 // respond answers an interaction at once with text.
-func (c *Channel) respond(ctx context.Context, in *discordgo.Interaction, text string) {
+func (c *Channel) respond(ctx context.Context, in *discordgo.Interaction, text string, flags discordgo.MessageFlags) {
 	_ = c.call(ctx, "interaction", "answer an interaction", func(ctx context.Context) error {
 		return c.s.InteractionRespond(in, &discordgo.InteractionResponse{Type: discordgo.InteractionResponseChannelMessageWithSource,
-			Data: &discordgo.InteractionResponseData{Content: text}}, discordgo.WithContext(ctx))
+			Data: &discordgo.InteractionResponseData{Content: text, Flags: flags}}, discordgo.WithContext(ctx))
 	})
 }
 

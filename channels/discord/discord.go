@@ -81,6 +81,8 @@ type Channel struct {
 	optional    channels.Sender // send's Pacer, one short attempt: typing, streaming previews
 	dedup       *channels.Dedup
 	guard       *botGuard
+	strangers   *channels.NoticeLimiter // who was told lately that they are not on allow_from
+	notices     atomic.Int64            // not-allowed notices being sent, off the intake worker
 	chans       *cache[chanInfo]
 	roles       *cache[[]string]
 	names       *cache[string] // names of mentioned channels ("c/id") and roles ("r/guild/id")
@@ -126,6 +128,8 @@ func New(cfg Config, opts Options) (*Channel, error) {
 		token:  cfg.token(),
 		scrub:  channels.NewScrubber(cfg.token()),
 		dialer: newDialer(),
+		// A stranger writing again is not told again for an hour: every DM would answer.
+		strangers: channels.Strangers(),
 		// Discord allows 5 messages per 5 s per channel and 50 requests/s overall.
 		send: channels.Sender{
 			Pacer:    pace.New(pace.Limits{Global: 40, GlobalBurst: 40, PerKey: 1, PerKeyBurst: 5}),

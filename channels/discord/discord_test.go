@@ -348,10 +348,22 @@ func TestDMStrangerIsToldWhy(t *testing.T) {
 	t.Parallel()
 	srv := discordtest.New(t)
 	e := start(t, srv, discord.Config{Access: defaultAccess()})
-	srv.InjectDM("720", "666", "hello?")
-	waitFor(t, "the not-allowed notice", func() bool { return len(srv.Posted("720")) == 1 })
-	if got := srv.Posted("720")[0]; got.Content != channels.NotAllowedText("666") || got.ReferenceID != "" {
+	for _, text := range []string{"hello?", "hello??", "anyone?"} {
+		srv.InjectDM("720", "666", text)
+	}
+	// The inbox is handled in order: once the allowed user's DM arrives, the stranger's
+	// three were handled.
+	srv.InjectDM("721", user, "marker")
+	if m := e.sink.Next(t); m.Text() != "marker" {
+		t.Fatalf("delivered %q from %s", m.Text(), m.UserID)
+	}
+	waitFor(t, "the not-allowed notice", func() bool { return len(srv.Posted("720")) >= 1 })
+	posted := srv.Posted("720")
+	if got := posted[0]; got.Content != channels.NotAllowedText("666") || got.ReferenceID != "" {
 		t.Errorf("notice %q (reference %q); want the allowlist text, not quoting in a DM", got.Content, got.ReferenceID)
+	}
+	if len(posted) != 1 {
+		t.Errorf("the stranger was told %d times for 3 messages; want once", len(posted))
 	}
 	e.sink.ExpectNone(t, 200*time.Millisecond)
 }
@@ -731,4 +743,22 @@ func TestReplayedAnswerIsPostedOnce(t *testing.T) {
 	if story := got[1].Content + got[2].Content; !strings.HasSuffix(strings.TrimSpace(story), "And they lived happily ever after.") {
 		t.Errorf("the story ends %q; want the answer sent last", story[max(len(story)-60, 0):])
 	}
+}
+
+// Telling a stranger that they are not allowed is a send like any other, and may wait on
+// a rate limit: meanwhile the messages of other chats are taken at once.
+func TestStrangersNoticeHoldsUpNoOtherChat(t *testing.T) {
+	t.Parallel()
+	srv := discordtest.New(t)
+	e := start(t, srv, discord.Config{Access: defaultAccess()})
+	srv.FailNext(1, fakeserver.Failure{Method: "createMessage", Chat: "720", RetryAfter: 5 * time.Second})
+	srv.InjectDM("720", "666", "hello?")
+	srv.InjectDM("721", user, "my own question")
+	if m := e.sink.Next(t); m.Text() != "my own question" {
+		t.Fatalf("delivered %q", m.Text())
+	}
+	if n := len(srv.Posted("720")); n != 0 {
+		t.Fatalf("the allowed user's message was taken only after the stranger's notice went out (%d posted)", n)
+	}
+	waitFor(t, "the notice after the rate limit", func() bool { return len(srv.Posted("720")) == 1 })
 }

@@ -73,8 +73,8 @@ func (c *Channel) handle(ctx context.Context, dm *discordgo.Message) {
 	switch c.cfg.Access.Check(msg) {
 	case channels.NotAllowed:
 		c.log.Info("discord: message from a user not on allow_from", "user_id", msg.UserID, "chat_id", msg.ChatID)
-		if msg.ChatType == channels.ChatDM && !isBot {
-			c.notice(ctx, msg, channels.NotAllowedText(msg.UserID))
+		if msg.ChatType == channels.ChatDM && !isBot && c.strangers.Allow(msg.UserID, time.Now()) {
+			c.noticeLater(msg, channels.NotAllowedText(msg.UserID))
 		}
 		return
 	case channels.NotMentioned:
@@ -248,6 +248,26 @@ func (c *Channel) botRoles(ctx context.Context, guild, bot string) []string {
 	}
 	c.roles.put(guild, m.Roles)
 	return m.Roles
+}
+
+// maxNotices bounds the not-allowed notices in flight at once.
+const maxNotices = 32
+
+// noticeLater sends a notice off the intake worker, which reads every chat's messages in
+// order: a notice waiting on a rate limit must not hold them up. Beyond maxNotices in
+// flight (a flood of strangers) a notice is only logged.
+func (c *Channel) noticeLater(msg *channels.Message, text string) {
+	if c.notices.Add(1) > maxNotices {
+		c.notices.Add(-1)
+		c.log.Warn("discord: too many notices in flight; one was not sent", "chat_id", msg.ChatID)
+		return
+	}
+	if !c.life.Go(func(ctx context.Context) {
+		defer c.notices.Add(-1)
+		c.notice(ctx, msg, text)
+	}) {
+		c.notices.Add(-1)
+	}
 }
 
 // notice answers msg with a short plain text (not allowed, file too large...).

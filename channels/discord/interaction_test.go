@@ -121,3 +121,18 @@ func TestFailedInteractionAnswerHidesItsToken(t *testing.T) {
 		t.Fatalf("error %q; want it to name %s, without the token", err, want)
 	}
 }
+
+// Someone not on allow_from who runs a command in a server channel is told so alone
+// (an ephemeral reply), not in front of the channel; nothing reaches the gateway.
+func TestStrangersCommandIsRefusedToThemAlone(t *testing.T) {
+	t.Parallel()
+	srv := discordtest.New(t)
+	e := start(t, srv, discord.Config{Access: defaultAccess()})
+	id := srv.InjectCommand("900", "666", "status", "", true)
+	waitFor(t, "the refusal", func() bool { return srv.Interaction(id).Type == 4 })
+	r := srv.Interaction(id)
+	if r.Text != channels.NotAllowedText("666") || r.Flags&64 == 0 {
+		t.Errorf("the refusal was %q with flags %d; want the not-allowed text seen only by the stranger (flag 64)", r.Text, r.Flags)
+	}
+	e.sink.ExpectNone(t, 200*time.Millisecond)
+}

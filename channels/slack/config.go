@@ -104,12 +104,14 @@ func (c Config) validate() error {
 }
 
 // userIDHint tells the admin where to find a Slack user id.
-const userIDHint = "Slack user ids are capital letters and digits, like U0123ABCD: open the person's profile, then ⋮ > Copy member ID"
+const userIDHint = "Slack user ids are capital letters and digits, like U0123ABCD: open the person's profile, then ⋮ > Copy member ID; " +
+	"ids starting with C, G or D name channels and let no one in"
 
 // validUserID reports whether id has the form of a Slack user id: capital letters and
-// digits (U0123ABCD, W0123ABCD on Enterprise Grid), never a name or an @handle.
+// digits (U0123ABCD, W0123ABCD on Enterprise Grid), never a name or an @handle, nor a
+// channel's id (C..., G..., D...), which matches no sender.
 func validUserID(id string) bool {
-	if id == "" {
+	if id == "" || strings.ContainsRune("CGD", rune(id[0])) {
 		return false
 	}
 	for _, r := range id {

@@ -100,8 +100,8 @@ func (c *Channel) handleCallback(ctx context.Context, cb *slackevents.EventsAPIC
 	switch c.cfg.Access.Check(msg) {
 	case channels.NotAllowed:
 		c.log.Info("slack: message from a user not on allow_from", "user", ev.User, "chat", ev.Channel)
-		if msg.ChatType == channels.ChatDM {
-			c.notice(ctx, target, channels.NotAllowedText(ev.User))
+		if msg.ChatType == channels.ChatDM && c.strangers.Allow(ev.User, time.Now()) {
+			c.noticeLater(target, channels.NotAllowedText(ev.User))
 		}
 		taken = true
 		return nil
@@ -309,6 +309,26 @@ func displayName(name string) string {
 		return "your file"
 	}
 	return name
+}
+
+// maxNotices bounds the not-allowed notices in flight at once.
+const maxNotices = 32
+
+// noticeLater posts a notice off the event loop, which takes every chat's events in turn
+// and owes Slack an ack within 3 s: a notice waiting on a rate limit must hold up neither.
+// Beyond maxNotices in flight (a flood of strangers) a notice is only logged.
+func (c *Channel) noticeLater(target channels.Target, text string) {
+	if c.notices.Add(1) > maxNotices {
+		c.notices.Add(-1)
+		c.log.Warn("slack: too many notices in flight; one was not sent", "chat", target.ChatID)
+		return
+	}
+	if !c.life.Go(func(ctx context.Context) {
+		defer c.notices.Add(-1)
+		c.notice(ctx, target, text)
+	}) {
+		c.notices.Add(-1)
+	}
 }
 
 // notice posts a plain reply where target points, logging failures: it is best effort.

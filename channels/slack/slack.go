@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	slackgo "github.com/slack-go/slack"
@@ -58,7 +59,10 @@ type Channel struct {
 	claims   *claims
 	threads  *threadSet  // channel:thread_ts the bot answered in: replies there need no mention
 	noStatus *boundedSet // channels where assistant.threads.setStatus was refused
-	names    *names      // authors' display names
+	// strangers are the users told lately that they are not on allow_from.
+	strangers *channels.NoticeLimiter
+	notices   atomic.Int64 // not-allowed notices being sent, off the event loop
+	names     *names       // authors' display names
 	// lastThread is, by channel:user, the thread of the user's latest conversation with
 	// the bot in a channel: a slash command there (never typed in a thread) acts on it.
 	lastThread *boundedMap[string]
@@ -106,6 +110,8 @@ func New(cfg Config, opts Options) (*Channel, error) {
 		claims:   newClaims(dedupSize),
 		threads:  &threadSet{mem: newBoundedSet(threadSetSize), st: opts.State, log: log},
 		noStatus: newBoundedSet(1000),
+		// A stranger writing again is not told again for an hour: every DM would answer.
+		strangers: channels.Strangers(),
 
 		lastThread: newBoundedMap[string](threadSetSize),
 		commands:   newBoundedMap[slashInfo](1000),

@@ -408,11 +408,14 @@ func TestIgnoresBotsAndStrangers(t *testing.T) {
 	s.Send(slacktest.UserMessage{Channel: "D11", User: slacktest.BotUserID, Text: "I am the bot itself"})
 	s.ChannelMessage("C11", "U666", "stranger in a channel", true)
 	s.DM("D12", "U666", "stranger in a DM")
+	s.DM("D12", "U666", "stranger again")
+	s.DM("D12", "U666", "and again")
 	s.DM("D11", user, "a person")
 	if m := st.sink.Next(t); m.Text() != "a person" {
 		t.Fatalf("delivered %q; bots, the bot itself and strangers must be ignored", m.Text())
 	}
 	st.sink.ExpectNone(t, 300*time.Millisecond)
+	eventually(t, "the not-allowed reply", func() bool { return len(s.Posted("D12")) > 0 })
 	if p := s.Posted("D12"); len(p) != 1 || !strings.Contains(p[0].Text, "U666") {
 		t.Fatalf("DM stranger got %+v; want the not-allowed reply naming their id", p)
 	}
@@ -565,6 +568,7 @@ func TestConfigValidate(t *testing.T) {
 		{"allow_from ids", func(c *Config) { c.AllowFrom = []string{"U0123ABCD", "W0123ABCD", "U1"} }, ""},
 		{"allow_from a name", func(c *Config) { c.AllowFrom = []string{"U0123ABCD", "@alice"} }, "channels.slack.allow_from[1]"},
 		{"allow_from lower case", func(c *Config) { c.AllowFrom = []string{"u0123abcd"} }, "Copy member ID"},
+		{"allow_from a channel", func(c *Config) { c.AllowFrom = []string{"U0123ABCD", "C0123ABCD"} }, "channels.slack.allow_from[1]: \"C0123ABCD\" is not a user id"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -714,4 +718,21 @@ func TestResumedAnswerReplacesTheCutAttemptsParts(t *testing.T) {
 	if p := placed[len(placed)-1]; strings.Contains(p, ";") {
 		t.Errorf("the last placement %q still names parts", p)
 	}
+}
+
+// Telling a stranger that they are not allowed is a post like any other, and may wait on
+// a rate limit: meanwhile the messages of other chats are taken at once.
+func TestStrangersNoticeHoldsUpNoOtherChat(t *testing.T) {
+	s := slacktest.New(t)
+	st := start(t, s, nil)
+	s.FailNext(1, fakeserver.Failure{Method: "chat.postMessage", RetryAfter: 5 * time.Second})
+	s.DM("D12", "U666", "stranger in a DM")
+	s.DM("D11", user, "a person")
+	if m := st.sink.Next(t); m.Text() != "a person" {
+		t.Fatalf("delivered %q", m.Text())
+	}
+	if p := s.Posted("D12"); len(p) != 0 {
+		t.Fatalf("the allowed user's message was taken only after the stranger's notice went out (%d posted)", len(p))
+	}
+	eventually(t, "the notice after the rate limit", func() bool { return len(s.Posted("D12")) == 1 })
 }

@@ -79,14 +79,16 @@ func (c Config) Validate() error {
 	if c.MaxFileBytes < 0 {
 		errs = append(errs, fmt.Errorf("channels.telegram.max_file_bytes: %d is negative", c.MaxFileBytes))
 	}
-	errs = append(errs, c.Access.Validate(Name, validUserID, "a numeric Telegram user id: usernames can change, ids cannot"))
+	errs = append(errs, c.Access.Validate(Name, validUserID,
+		"a Telegram user id is a positive number: usernames can change, ids cannot; a group's id is negative and lets no one in, so list its members"))
 	return errors.Join(errs...)
 }
 
-// validUserID reports whether id is a Telegram user id, a number.
+// validUserID reports whether id is a Telegram user id, a positive number. A group's id
+// (negative) matches no sender: the bot would stay silent in the group it names.
 func validUserID(id string) bool {
-	_, err := strconv.ParseInt(id, 10, 64)
-	return err == nil
+	n, err := strconv.ParseInt(id, 10, 64)
+	return err == nil && n > 0
 }
 
 // WithDefaults is cfg as the adapter runs it: each key that is not set takes its default.

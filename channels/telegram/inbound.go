@@ -160,7 +160,11 @@ func (c *Channel) normalise(msg *message) (m *channels.Message, forUs bool) {
 	if text == "" {
 		text, entities = msg.Caption, msg.CaptionEntities
 	}
+	cmd := bareCommand(text, entities)
 	text, m.Mentioned, forUs = c.mentions(text, entities, me)
+	if m.ChatType == channels.ChatGroup && !m.Mentioned && c.offers(cmd) {
+		m.Mentioned = true // "/stop" picked from the menu in a group with one bot
+	}
 	if text != "" {
 		m.Parts = append(m.Parts, channels.TextPart(text))
 	}
@@ -188,12 +192,13 @@ func (c *Channel) normalise(msg *message) (m *channels.Message, forUs bool) {
 // what the user meant ("/new@bot" becomes "/new"). forUs is false for /command@otherbot.
 func (c *Channel) mentions(text string, entities []models.MessageEntity, me models.User) (string, bool, bool) {
 	handle := "@" + strings.ToLower(me.Username)
-	mentioned, forUs := false, true
+	mentioned, forUs, tagged := false, true, false
 	var cut [][2]int // byte ranges to remove
 	for _, e := range entities {
 		s, from, to := utf16Slice(text, e.Offset, e.Length)
 		switch e.Type {
 		case models.MessageEntityTypeMention:
+			tagged = true
 			if me.Username != "" && strings.ToLower(s) == handle {
 				mentioned = true
 				cut = append(cut, [2]int{from, to})
@@ -213,13 +218,64 @@ func (c *Channel) mentions(text string, entities []models.MessageEntity, me mode
 			}
 		}
 	}
-	if len(cut) == 0 && me.Username != "" && strings.Contains(strings.ToLower(text), handle) {
+	if !tagged && me.Username != "" && namesHandle(strings.ToLower(text), handle) {
 		mentioned = true // clients always send an entity; this catches hand-made updates
 	}
 	for i := len(cut) - 1; i >= 0; i-- {
 		text = text[:cut[i][0]] + text[cut[i][1]:]
 	}
 	return strings.TrimSpace(text), mentioned, forUs
+}
+
+// namesHandle says whether text holds handle as a name of its own: not the start of a
+// longer one (@bot_fan) nor the domain of a mail address (help@bot.example.com).
+func namesHandle(text, handle string) bool {
+	for i := 0; ; {
+		j := strings.Index(text[i:], handle)
+		if j < 0 {
+			return false
+		}
+		from, to := i+j, i+j+len(handle)
+		before := from == 0 || !isNameByte(text[from-1])
+		rest := text[to:]
+		// A full stop ends a sentence ("thanks @bot."), not a domain ("@bot.example").
+		rest = strings.TrimPrefix(rest, ".")
+		after := rest == "" || !isNameByte(rest[0])
+		if before && after {
+			return true
+		}
+		i = from + 1
+	}
+}
+
+// isNameByte reports whether b may be part of a Telegram username.
+func isNameByte(b byte) bool {
+	return b == '_' || b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9'
+}
+
+// bareCommand is the name of the command a message starts with when it names no bot
+// ("/stop", not "/stop@bot"), or "".
+func bareCommand(text string, entities []models.MessageEntity) string {
+	for _, e := range entities {
+		if e.Type != models.MessageEntityTypeBotCommand || e.Offset != 0 {
+			continue
+		}
+		s, _, _ := utf16Slice(text, e.Offset, e.Length)
+		if len(s) > 1 && !strings.Contains(s, "@") {
+			return strings.ToLower(s[1:])
+		}
+	}
+	return ""
+}
+
+// offers says whether name is a command in one of the bot's menus.
+func (c *Channel) offers(name string) bool {
+	if name == "" {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.offered[name]
 }
 
 // utf16Slice returns the part of s at Telegram's UTF-16 offset and length, and its byte range.

@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,7 +53,7 @@ type Channel struct {
 	downloads   channels.Sender // file downloads: plain HTTP, classified by fetch itself
 
 	dedup     *channels.Dedup
-	strangers *noticeLimiter
+	strangers *channels.NoticeLimiter
 	stripes   [64]sync.Mutex // per-chat order of webhook updates, bounded by hashing
 
 	dir      string // StateDir/telegram
@@ -68,6 +69,10 @@ type Channel struct {
 	sink      channels.Sink
 	me        models.User
 	connected bool
+	// offered are the names of the commands in the bot's menus: in a group, "/stop"
+	// without @bot is one of ours when we offer it (Telegram sends a privacy-mode bot such
+	// a command only when it was the last bot to speak), someone else's otherwise.
+	offered map[string]bool
 
 	held *channels.HeldWhere // with a Holder: polling, held by one process at a time
 }
@@ -88,7 +93,7 @@ func New(cfg Config, opts Options) (*Channel, error) {
 		life:      channels.NewLifecycle(Name),
 		dedup:     channels.NewDedup(4096),
 		albums:    map[int64]*album{},
-		strangers: newNoticeLimiter(1024, time.Hour),
+		strangers: channels.Strangers(),
 		dir:       filepath.Join(opts.StateDir, Name),
 	}
 	c.held = &channels.HeldWhere{Holder: opts.Holder, Log: c.log, Here: "telegram: polling here",
@@ -235,9 +240,18 @@ func (c *Channel) SetChatCommands(ctx context.Context, chatID string, cmds []cha
 
 func (c *Channel) setCommands(ctx context.Context, scope models.BotCommandScope, cmds []channels.Command) error {
 	list := make([]models.BotCommand, 0, len(cmds))
+	c.mu.Lock()
+	if c.offered == nil || scope == nil {
+		// The common menu comes first in every push of the menus, the chats' own after
+		// it: a command a reload removed stops being one of ours.
+		c.offered = map[string]bool{}
+	}
 	for _, cmd := range cmds {
 		list = append(list, models.BotCommand{Command: cmd.Name, Description: cmd.Summary(256)}) // Telegram's limit
+		// Bounded: only the gateway's own commands are ever offered.
+		c.offered[strings.ToLower(cmd.Name)] = true
 	}
+	c.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	return c.calls.Do(ctx, "", func(ctx context.Context) error {

@@ -783,6 +783,7 @@ func TestConfigValidate(t *testing.T) {
 		{func(c *telegram.Config) { c.Mode = telegram.ModeWebhook }, "channels.telegram.webhook_secret"},
 		{func(c *telegram.Config) { c.APIURL = "api.telegram.org" }, "channels.telegram.api_url"},
 		{func(c *telegram.Config) { c.AllowFrom = []string{"@bob"} }, "channels.telegram.allow_from"},
+		{func(c *telegram.Config) { c.AllowFrom = []string{"42", "-1001234567890"} }, "channels.telegram.allow_from[1]: \"-1001234567890\" is not a user id"},
 		{func(c *telegram.Config) { c.DMPolicy = "everyone" }, "channels.telegram.dm_policy"},
 		{func(c *telegram.Config) { c.MaxFileBytes = -1 }, "channels.telegram.max_file_bytes"},
 	}
@@ -953,4 +954,55 @@ func TestTextPartIsAMessageOfItsOwnBesideTheAnswer(t *testing.T) {
 	if got := texts(f, chat); !slices.Equal(got, []string{"the answer", "a footnote", "first", "second"}) {
 		t.Fatalf("the chat shows %q; want the part, then the text", got)
 	}
+}
+
+// In a group with one bot, Telegram's menu sends "/stop", not "/stop@bot": a command the
+// bot offers is for it without a mention, so a busy answer can be stopped; someone else's
+// bare command is not.
+func TestGroupBareCommandFromTheMenu(t *testing.T) {
+	f := newFixture(t)
+	sink := channeltest.NewSink()
+	ch := f.start(f.config(), f.options(), sink)
+	menu := []channels.Command{{Name: "new", Description: "Start a new conversation"}, {Name: "stop", Description: "Stop the answer"}}
+	if err := ch.SetCommands(context.Background(), menu); err != nil {
+		t.Fatal(err)
+	}
+	f.srv.Send(telegramtest.Update{ChatID: -400, Text: "/roll 2d6"})
+	f.srv.Send(telegramtest.Update{ChatID: -400, ThreadID: 9, Text: "/stop"})
+	m := sink.Next(t)
+	if m.Text() != "/stop" || !m.Mentioned || m.ThreadID != "9" {
+		t.Fatalf("delivered %q (mentioned %v, topic %q); want /stop for the bot in topic 9", m.Text(), m.Mentioned, m.ThreadID)
+	}
+	f.srv.Send(telegramtest.Update{ChatID: -400, Text: "/stop is what I would type"})
+	if m := sink.Next(t); m.Text() != "/stop is what I would type" {
+		t.Fatalf("delivered %q", m.Text())
+	}
+	// A reload that takes /stop out of the menu makes it someone else's again.
+	if err := ch.SetCommands(context.Background(), menu[:1]); err != nil {
+		t.Fatal(err)
+	}
+	f.srv.Send(telegramtest.Update{ChatID: -400, Text: "/stop"})
+	f.srv.Send(telegramtest.Update{ChatID: -400, Text: "/new"})
+	if m := sink.Next(t); m.Text() != "/new" {
+		t.Fatalf("delivered %q; want /new only", m.Text())
+	}
+	sink.ExpectNone(t, 200*time.Millisecond)
+}
+
+// A group member whose name starts with the bot's (@gateway_test_bot_fan), or a mail
+// address at a domain named like it, is not the bot: the bot stays out of that exchange.
+func TestMentionOfALongerNameIsNotTheBot(t *testing.T) {
+	f := newFixture(t)
+	sink := channeltest.NewSink()
+	f.start(f.config(), f.options(), sink)
+	fan := "@" + telegramtest.BotUsername + "_fan"
+	f.srv.Send(telegramtest.Update{ChatID: -410, Text: fan + " what do you think?", Edit: func(m *models.Message) {
+		m.Entities = []models.MessageEntity{{Type: models.MessageEntityTypeMention, Offset: 0, Length: telegramtest.UTF16Len(fan)}}
+	}})
+	f.srv.Send(telegramtest.Update{ChatID: -410, Text: "write to help" + "@" + telegramtest.BotUsername + ".example.com"})
+	f.srv.Send(telegramtest.Update{ChatID: -410, Text: "and you, @" + telegramtest.BotUsername + "?"})
+	if m := sink.Next(t); !strings.HasPrefix(m.Text(), "and you") {
+		t.Fatalf("delivered %q; want only the message that names the bot", m.Text())
+	}
+	sink.ExpectNone(t, 200*time.Millisecond)
 }

@@ -24,6 +24,7 @@ type AppCommand struct {
 type InteractionReply struct {
 	Type      int      // 4: message, 5: deferred
 	Text      string   // the callback's content
+	Flags     int      // the callback's message flags (64: only the user who ran the command sees it)
 	Edits     []string // PATCH …/messages/@original
 	Followups []string // POST /webhooks/{app}/{token}, in order
 }
@@ -48,6 +49,7 @@ func (s *Server) interactionCallback(w http.ResponseWriter, r *http.Request, _ B
 		Type int `json:"type"`
 		Data struct {
 			Content string `json:"content"`
+			Flags   int    `json:"flags"`
 		} `json:"data"`
 	}
 	id := r.PathValue("iid")
@@ -63,7 +65,7 @@ func (s *Server) interactionCallback(w http.ResponseWriter, r *http.Request, _ B
 		return
 	}
 	rep.answered = true
-	rep.reply.Type, rep.reply.Text = body.Type, body.Data.Content
+	rep.reply.Type, rep.reply.Text, rep.reply.Flags = body.Type, body.Data.Content, body.Data.Flags
 	w.WriteHeader(http.StatusNoContent)
 }
 

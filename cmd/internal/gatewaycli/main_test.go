@@ -57,6 +57,7 @@ func TestCheckNamesEachBadKey(t *testing.T) {
 		{"negative retries", "state_dir: STATE\nllm:\n  max_retries: -1\n", ".yaml:3: llm.max_retries: must not be negative"},
 		{"binding to no channel", "state_dir: STATE\nbindings:\n  - profile: default\n    match: {channel: webb}\n", ".yaml:4: bindings[0].match.channel: \"webb\" is not one of telegram, discord, slack, web"},
 		{"key twice", "state_dir: STATE\nsessions:\n  queue_size: 3\n  queue_size: 4\n", ".yaml:4: sessions.queue_size: given twice"},
+		{"group id as a user", "state_dir: STATE\nchannels:\n  telegram:\n    enabled: true\n    token: \"1:x\"\n    allow_from: [\"-1001234567890\"]\n", `channels.telegram.allow_from[0]: "-1001234567890" is not a user id (a Telegram user id is a positive number`},
 		{"missing tts program", "state_dir: STATE\ntts:\n  mode: always\n  provider: command\n  command: [no-such-tts-program, -w, \"{output}\", \"{text}\"]\n", "no-such-tts-program"},
 	}
 	for _, c := range cases {

@@ -1,14 +1,15 @@
-package telegram
+package channels
 
 import (
 	"sync"
 	"time"
 )
 
-// noticeLimiter decides whether a stranger gets the "not allowed" answer again: once per
+// NoticeLimiter decides whether a stranger gets the "not allowed" answer again: once per
 // window per user, remembering at most size users (the oldest are forgotten first), so a
-// flood of strangers costs bounded memory and at most one answer each per window.
-type noticeLimiter struct {
+// flood of strangers costs bounded memory and at most one answer each per window. Every
+// adapter that answers strangers in DMs keeps one.
+type NoticeLimiter struct {
 	mu     sync.Mutex
 	size   int
 	window time.Duration
@@ -17,12 +18,16 @@ type noticeLimiter struct {
 
 // The map grows as strangers write: made with room for size entries, it held 96 KB from
 // start for a limiter most bots never use.
-func newNoticeLimiter(size int, window time.Duration) *noticeLimiter {
-	return &noticeLimiter{size: size, window: window, last: map[string]time.Time{}}
+func NewNoticeLimiter(size int, window time.Duration) *NoticeLimiter {
+	return &NoticeLimiter{size: size, window: window, last: map[string]time.Time{}}
 }
 
+// Strangers is the limiter adapters use: one notice per stranger an hour, for up to 1024
+// strangers at a time.
+func Strangers() *NoticeLimiter { return NewNoticeLimiter(1024, time.Hour) }
+
 // Allow reports whether user may be answered now, and records it if so.
-func (n *noticeLimiter) Allow(user string, now time.Time) bool {
+func (n *NoticeLimiter) Allow(user string, now time.Time) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if t, ok := n.last[user]; ok && now.Sub(t) < n.window {
