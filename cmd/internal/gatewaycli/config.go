@@ -706,6 +706,20 @@ func (c Config) validate() error {
 	default:
 		add(fmt.Errorf("llm.provider: %q is not one of openai, anthropic, fake, echo", c.LLM.Provider))
 	}
+	// Checked as profile.yaml checks its own llm section: otherwise `check` passes and every
+	// message fails (an Ollama address written without http://).
+	if c.LLM.BaseURL != "" {
+		// The URL is not echoed: it may carry credentials.
+		if u, err := url.Parse(c.LLM.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			add(errors.New("llm.base_url: must be an http:// or https:// URL (e.g. http://127.0.0.1:11434/v1)"))
+		}
+	}
+	switch cw := c.LLM.ContextWindow; {
+	case cw < 0:
+		add(fmt.Errorf("llm.context_window: %d is negative; write the model's context window in tokens, or 0 for the known default", cw))
+	case cw > 0 && cw < 1024:
+		add(fmt.Errorf("llm.context_window: %d tokens is too small to hold a conversation (at least 1024)", cw))
+	}
 	if c.LLM.MaxRetries < 0 {
 		add(errors.New("llm.max_retries: must not be negative (0 makes one call and no retries)"))
 	}

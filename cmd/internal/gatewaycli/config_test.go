@@ -226,6 +226,34 @@ func TestLLMSectionKeepsItsProvidersDefaults(t *testing.T) {
 	}
 }
 
+// TestCheckRefusesAModelAddressRunCannotUse: the global llm section is checked as a
+// profile's is. An Ollama address written without http:// used to pass `check` and start,
+// and then every message failed with "unsupported protocol scheme".
+func TestCheckRefusesAModelAddressRunCannotUse(t *testing.T) {
+	path := writeConfig(t, "state_dir: STATE\nllm:\n  provider: openai\n  model: llama3.2\n  base_url: localhost:11434/v1\n  context_window: 100\n")
+	code, out := cli(t, context.Background(), nil, "check", "--config", path)
+	if code != 1 {
+		t.Fatalf("check: exit %d; want 1:\n%s", code, out)
+	}
+	for _, want := range []string{
+		path + ":5: llm.base_url: must be an http:// or https:// URL",
+		path + ":6: llm.context_window: 100 tokens is too small",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("check output lacks %q:\n%s", want, out)
+		}
+	}
+	env := map[string]string{"GATEWAY_LLM_BASE_URL": "127.0.0.1:11434/v1"}
+	code, out = cli(t, context.Background(), env, "check", "--config", writeConfig(t, "state_dir: STATE\nllm: {provider: openai, model: llama3.2}\n"))
+	if code != 1 || !strings.Contains(out, "GATEWAY_LLM_BASE_URL: llm.base_url: must be an http:// or https:// URL") {
+		t.Errorf("base_url from the environment: exit %d:\n%s", code, out)
+	}
+	code, out = cli(t, context.Background(), nil, "check", "--config", writeConfig(t, "state_dir: STATE\nllm: {provider: openai, model: llama3.2, base_url: \"http://127.0.0.1:11434/v1\", context_window: 1024}\n"))
+	if code != 0 {
+		t.Errorf("a well-formed address: exit %d:\n%s", code, out)
+	}
+}
+
 // TestCheckValidatesProfiles: a profile that would fail on every turn of its chats (a tool
 // the harness does not have, an unknown provider, a typo in a key, an unset variable) fails
 // `gateway check`, each problem with its file, line and key.
