@@ -1010,12 +1010,17 @@ func TestReloadNamesWhatWaitsForARestart(t *testing.T) {
 	if err := os.WriteFile(g.cfgPath, bytes.Replace(data, []byte("model: test-model"), []byte("model: other-model"), 1), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if code, out := cli(t, context.Background(), nil, "reload", "--config", g.cfgPath); code != 0 {
+	code, out := cli(t, context.Background(), nil, "reload", "--config", g.cfgPath)
+	if code != 0 {
 		t.Fatalf("`gateway reload` = %d:\n%s", code, out)
 	}
 	recs := g.waitLog(warn, 1)
 	if got := fmt.Sprint(recs[0]["sections"]); got != "llm" {
 		t.Fatalf("the warning names %q; want llm", got)
+	}
+	// The admin who ran the command is told too, not only whoever reads the log.
+	if want := "apply only after a restart: llm"; !strings.Contains(out, want) {
+		t.Fatalf("`gateway reload` printed %q; want it to say %q", out, want)
 	}
 }
 
@@ -1048,11 +1053,15 @@ func TestReloadNamesProfilesWhoseMCPWaitsForARestart(t *testing.T) {
 	}
 	writeProfile("support", "mcp:\n  - {name: one, url: \"http://127.0.0.1:1/mcp\"}\n  - {name: two, url: \"http://127.0.0.1:1/other\"}\n")
 	writeProfile("extra", "mcp:\n  - {name: three, url: \"http://127.0.0.1:1/mcp\"}\n")
-	if code, out := cli(t, context.Background(), nil, "reload", "--config", g.cfgPath); code != 0 {
+	code, out := cli(t, context.Background(), nil, "reload", "--config", g.cfgPath)
+	if code != 0 {
 		t.Fatalf("`gateway reload` = %d:\n%s", code, out)
 	}
 	recs := g.waitLog(warn, 1)
 	if got := fmt.Sprint(recs[0]["profiles"]); got != "extra, support" {
 		t.Fatalf("the warning names %q; want extra, support", got)
+	}
+	if want := "apply only after a restart: extra, support"; !strings.Contains(out, want) {
+		t.Fatalf("`gateway reload` printed %q; want it to say %q", out, want)
 	}
 }
