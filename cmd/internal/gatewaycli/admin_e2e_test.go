@@ -1065,3 +1065,40 @@ func TestReloadNamesProfilesWhoseMCPWaitsForARestart(t *testing.T) {
 		t.Fatalf("`gateway reload` printed %q; want it to say %q", out, want)
 	}
 }
+
+// TestStatusAfterAReloadShowsTheNewModel: an admin who gives a profile another model and
+// reloads checks with /status in an idle chat that already talked. It showed the model and
+// context window from before the reload (while the queue mode beside them was the new
+// one), as if the reload had done nothing, until the chat's next message.
+func TestStatusAfterAReloadShowsTheNewModel(t *testing.T) {
+	root := t.TempDir()
+	prof := filepath.Join(root, "profiles")
+	writeFile(t, filepath.Join(prof, "alpha", "profile.yaml"), "queue_mode: followup\n")
+	g := startGateway(t, root, "bindings:\n  - profile: alpha\n    match: {channel: web, chat: chat-s}\n")
+	u := g.user("chat-s")
+	if got := u.ask("hi"); got[len(got)-1].Type != "done" {
+		t.Fatalf("first answer: frames %v", frameTypes(got))
+	}
+	status := func() string {
+		t.Helper()
+		got := u.ask("/status")
+		return got[len(got)-1].Text
+	}
+	if s := status(); !strings.Contains(s, "Model: test-model (openai)") {
+		t.Fatalf("/status before the reload:\n%s", s)
+	}
+	writeFile(t, filepath.Join(prof, "alpha", "profile.yaml"), "queue_mode: collect\nllm: {model: gpt-4o}\n")
+	g.signalReload()
+	g.waitLog("reloaded profiles and hooks", 1)
+	s := status()
+	for _, want := range []string{"Model: gpt-4o (openai)", "of 128,000 tokens", "Queue mode: collect"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("/status after the reload lacks %q:\n%s", want, s)
+		}
+	}
+	// The next message goes to the new model, the history kept.
+	u.ask("again")
+	if r := g.lastRequest(); r.Model != "gpt-4o" || len(r.Messages) < 4 {
+		t.Errorf("after the reload the model got model %q with %d messages; want gpt-4o with the history", r.Model, len(r.Messages))
+	}
+}
