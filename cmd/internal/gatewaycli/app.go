@@ -311,7 +311,7 @@ func (a *app) buildRuntime(cfg Config) (*gateway.Runtime, hookReport, error) {
 	var report hookReport
 	profs, err := profiles.LoadWith(cfg.Profiles, cfg.Bindings, profileOptions(cfg, a.getenv))
 	if err != nil {
-		return nil, report, err
+		return nil, report, locateProfileErrors(a.cfgPath, a.getenv, err)
 	}
 	bus := hooks.NewBus(hooks.Options{Timeout: cfg.Hooks.Timeout, Logger: a.log, OnError: a.metrics.HookError})
 	var closers []func()

@@ -479,13 +479,7 @@ func loadStrict(path string, getenv func(string) string, names []string) (Config
 			if unsetKeys[key] {
 				continue
 			}
-			if name := setBy(key, getenv); name != "" {
-				l = name + ": " + l // the variable's value overrides the file's
-			} else if key != "" && root != nil && path != "" {
-				if at := config.At(path, root, key, "%s", l); at.Line > 0 {
-					l = fmt.Sprintf("%s:%d: %s", path, at.Line, l)
-				}
-			}
+			l = locate(path, root, getenv, key, l)
 			if !slices.Contains(lines, l) {
 				lines = append(lines, l)
 			}
@@ -495,6 +489,42 @@ func loadStrict(path string, getenv func(string) string, names []string) (Config
 		return cfg, errors.New(strings.Join(lines, "\n"))
 	}
 	return cfg, nil
+}
+
+// locate prefixes the problem line l about key with where the value came from: the
+// GATEWAY_ variable that set it, or the file and line, when either is known.
+func locate(path string, root *yaml.Node, getenv func(string) string, key, l string) string {
+	if name := setBy(key, getenv); name != "" {
+		return name + ": " + l // the variable's value overrides the file's
+	}
+	if key != "" && root != nil && path != "" {
+		if at := config.At(path, root, key, "%s", l); at.Line > 0 {
+			return fmt.Sprintf("%s:%d: %s", path, at.Line, l)
+		}
+	}
+	return l
+}
+
+// locateProfileErrors adds to each problem of loading the profiles that is about a key of the
+// config file (a binding naming a profile that does not exist, profiles.default) the file and
+// line, or the variable, that set it; the problems of profile.yaml files name their own.
+func locateProfileErrors(path string, getenv func(string) string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var root *yaml.Node
+	if path != "" {
+		if data, rerr := os.ReadFile(path); rerr == nil {
+			root, _ = config.Parse(path, data)
+		}
+	}
+	lines := strings.Split(err.Error(), "\n")
+	for i, l := range lines {
+		if strings.HasPrefix(l, "bindings[") || strings.HasPrefix(l, "profiles.") {
+			lines[i] = locate(path, root, getenv, problemKey(l), l)
+		}
+	}
+	return errors.New(strings.Join(lines, "\n"))
 }
 
 // setBy is the GATEWAY_ variable that set key or the key holding it ("GATEWAY_BINDINGS"

@@ -254,6 +254,25 @@ func TestCheckRefusesAModelAddressRunCannotUse(t *testing.T) {
 	}
 }
 
+// TestBindingToAMissingProfileNamesItsLine: a binding that names no existing profile is
+// reported with the line of gateway.yaml that says it (or the variable that set it), as
+// every other problem of the file is, by check, profiles list and run alike.
+func TestBindingToAMissingProfileNamesItsLine(t *testing.T) {
+	path := writeConfig(t, "state_dir: STATE\nprofiles: {dir: STATE/profiles}\nbindings:\n  - profile: assistant\n    match: {channel: web}\n  - profile: suport\n    match: {channel: slack}\n")
+	want := path + `:6: bindings[1].profile: unknown profile` // run's log quotes the name
+	for _, args := range [][]string{{"check"}, {"profiles", "list"}, {"run"}} {
+		code, out := cli(t, context.Background(), nil, append(args, "--config", path)...)
+		if code != 1 || !strings.Contains(out, want) {
+			t.Errorf("%v: exit %d; want 1 and %q in:\n%s", args, code, want, out)
+		}
+	}
+	env := map[string]string{"GATEWAY_BINDINGS": "[{profile: ghost}]"}
+	code, out := cli(t, context.Background(), env, "check", "--config", path)
+	if want := `GATEWAY_BINDINGS: bindings[0].profile: unknown profile "ghost"`; code != 1 || !strings.Contains(out, want) {
+		t.Errorf("bindings from the environment: exit %d; want 1 and %q in:\n%s", code, want, out)
+	}
+}
+
 // TestCheckValidatesProfiles: a profile that would fail on every turn of its chats (a tool
 // the harness does not have, an unknown provider, a typo in a key, an unset variable) fails
 // `gateway check`, each problem with its file, line and key.
