@@ -112,10 +112,24 @@ func startGatewayRetrying(t *testing.T, root, extra string, retries int) *liveGa
 // launchGateway is startGatewayRetrying waiting until up accepts what /readyz answers.
 func launchGateway(t *testing.T, root, extra string, retries int, up func(code int, body string) bool) *liveGateway {
 	t.Helper()
+	return launchGatewayEdited(t, root, extra, retries, up, nil)
+}
+
+// launchGatewayEdited is launchGateway with the config file's text passed through edit
+// (nil: as written) before the gateway reads it.
+func launchGatewayEdited(t *testing.T, root, extra string, retries int, up func(code int, body string) bool, edit func(string) string) *liveGateway {
+	t.Helper()
 	oai := openaitest.NewServer()
 	t.Cleanup(oai.Close) // runs last: the gateway stops first
 	g := &liveGateway{t: t, root: root, addr: freePort(t), oai: oai, reload: make(chan struct{}, 1), log: &logBuffer{}}
 	g.cfgPath = gatewayConfigRetrying(t, root, g.addr, oai.URL(), extra, retries)
+	if edit != nil {
+		data, err := os.ReadFile(g.cfgPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, g.cfgPath, edit(string(data)))
+	}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	exited := make(chan int, 1)
@@ -1100,5 +1114,45 @@ func TestStatusAfterAReloadShowsTheNewModel(t *testing.T) {
 	u.ask("again")
 	if r := g.lastRequest(); r.Model != "gpt-4o" || len(r.Messages) < 4 {
 		t.Errorf("after the reload the model got model %q with %d messages; want gpt-4o with the history", r.Model, len(r.Messages))
+	}
+}
+
+// TestProfileWithItsOwnServerIsNotSentTheGlobalKey: a profile that points the same provider
+// at another server (docs/profiles.md's Ollama example) got the global llm.api_key in
+// every request to that server, the OpenAI key included, though it was given for OpenAI.
+// A profile that names its own key still sends it.
+func TestProfileWithItsOwnServerIsNotSentTheGlobalKey(t *testing.T) {
+	root := t.TempDir()
+	other := openaitest.NewServer()
+	t.Cleanup(other.Close)
+	other.SetFunc(func(openaitest.Request) openaitest.Reply { return openaitest.Reply{Text: "from the other server"} })
+	prof := filepath.Join(root, "profiles")
+	writeFile(t, filepath.Join(prof, "local", "profile.yaml"), "llm: {base_url: \""+other.URL()+"\", model: llama3.2}\n")
+	writeFile(t, filepath.Join(prof, "keyed", "profile.yaml"), "llm: {base_url: \""+other.URL()+"\", model: llama3.2, api_key: sk-profile-own}\n")
+	// The global section gets a key: the test config has none.
+	withKey := func(yaml string) string {
+		if !strings.Contains(yaml, "  model: test-model\n") {
+			t.Fatalf("the test config changed:\n%s", yaml)
+		}
+		return strings.Replace(yaml, "  model: test-model\n", "  model: test-model\n  api_key: sk-global-openai\n", 1)
+	}
+	g := launchGatewayEdited(t, root, "bindings:\n  - profile: local\n    match: {channel: web, chat: chat-l}\n  - profile: keyed\n    match: {channel: web, chat: chat-k}\n",
+		1, func(code int, _ string) bool { return code == http.StatusOK }, withKey)
+	// The global endpoint still gets the global key.
+	if got := g.user("chat-g").ask("hello"); got[len(got)-1].Type != "done" {
+		t.Fatalf("global chat: frames %v", frameTypes(got))
+	}
+	if auth := g.lastRequest().Header.Get("Authorization"); auth != "Bearer sk-global-openai" {
+		t.Fatalf("the global endpoint got Authorization %q; want the global key", auth)
+	}
+	for _, c := range []struct{ chat, auth string }{{"chat-l", ""}, {"chat-k", "Bearer sk-profile-own"}} {
+		got := g.user(c.chat).ask("hello")
+		if last := got[len(got)-1]; last.Type != "done" || last.Text != "from the other server" {
+			t.Fatalf("%s: frames %v, last %+v", c.chat, frameTypes(got), last)
+		}
+		reqs := other.Requests()
+		if auth := reqs[len(reqs)-1].Header.Get("Authorization"); auth != c.auth {
+			t.Errorf("%s: the profile's server got Authorization %q; want %q", c.chat, auth, c.auth)
+		}
 	}
 }
