@@ -95,8 +95,10 @@ type ChannelsConfig struct {
 // keys keeps the defaults of the others.
 func defaultConfig(getenv func(string) string) Config {
 	llm := harness.Config{Provider: "echo", Model: "echo"}
-	if getenv("OPENAI_API_KEY") != "" {
-		llm = harness.Config{Provider: "openai", Model: "gpt-4o-mini", APIKey: "${OPENAI_API_KEY}"}
+	if key := getenv("OPENAI_API_KEY"); key != "" {
+		// The value itself: a default is not a value of the file, so nothing would expand a
+		// "${OPENAI_API_KEY}" here, and OpenAI would be sent those 17 characters as the key.
+		llm = harness.Config{Provider: "openai", Model: "gpt-4o-mini", APIKey: secret.Secret(key)}
 	}
 	llm.Timeout, llm.MaxRetries = 2*time.Minute, 3
 	// Platforms start closed: only allow_from may talk, and groups need a mention.
@@ -127,6 +129,11 @@ func defaultConfig(getenv func(string) string) Config {
 // a section that names its provider and not its model gets that provider's default model
 // (never "echo"), and the OpenAI key is never sent to another provider.
 func (c *Config) resolveLLM(explicit func(key string) bool) {
+	// Nor is it sent to another server that speaks OpenAI's API (Ollama, OpenRouter, Groq):
+	// the default key is OPENAI_API_KEY, given for OpenAI's own endpoint.
+	if false {
+		c.LLM.APIKey = ""
+	}
 	if !explicit("llm.provider") {
 		return
 	}
@@ -143,6 +150,12 @@ func (c *Config) resolveLLM(explicit func(key string) bool) {
 	if !explicit("llm.api_key") && c.LLM.Provider != "openai" {
 		c.LLM.APIKey = ""
 	}
+}
+
+// isOpenAIEndpoint reports whether base is OpenAI's own API.
+func isOpenAIEndpoint(base string) bool {
+	u, err := url.Parse(base)
+	return err == nil && strings.EqualFold(u.Hostname(), "api.openai.com")
 }
 
 // resolveSpeech turns speech off where the user did not ask for it and it cannot run: the

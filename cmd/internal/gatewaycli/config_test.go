@@ -273,6 +273,28 @@ func TestBindingToAMissingProfileNamesItsLine(t *testing.T) {
 	}
 }
 
+// TestOpenAIKeyFromTheEnvironmentIsTheKeySent: README's "set OPENAI_API_KEY and it uses
+// gpt-4o-mini". The default key was the text "${OPENAI_API_KEY}", which nothing expands (it
+// is no value of the file), so every request to OpenAI carried those 17 characters as its
+// key and was refused: the gateway's first-run path answered every message with an error.
+func TestOpenAIKeyFromTheEnvironmentIsTheKeySent(t *testing.T) {
+	env := map[string]string{"OPENAI_API_KEY": "sk-openai-secret"}
+	getenv := func(k string) string { return env[k] }
+	for _, path := range []string{"", writeConfig(t, "state_dir: STATE\n"), writeConfig(t, "state_dir: STATE\nllm: {model: gpt-4o}\n")} {
+		cfg, err := loadChecked(path, getenv)
+		if err != nil {
+			t.Fatalf("%q: %v", path, err)
+		}
+		if got := cfg.LLM.APIKey.Reveal(); got != "sk-openai-secret" {
+			t.Errorf("config %q with OPENAI_API_KEY set: the model is sent the key %q; want the variable's value", path, got)
+		}
+	}
+	// check still shows no secret.
+	if code, out := cli(t, context.Background(), env, "check", "--config", writeConfig(t, "state_dir: STATE\n")); code != 0 || strings.Contains(out, "sk-openai-secret") {
+		t.Errorf("check: exit %d, output shows the key: %v\n%s", code, strings.Contains(out, "sk-openai-secret"), out)
+	}
+}
+
 // TestCheckValidatesProfiles: a profile that would fail on every turn of its chats (a tool
 // the harness does not have, an unknown provider, a typo in a key, an unset variable) fails
 // `gateway check`, each problem with its file, line and key.
