@@ -131,7 +131,7 @@ func defaultConfig(getenv func(string) string) Config {
 func (c *Config) resolveLLM(explicit func(key string) bool) {
 	// Nor is it sent to another server that speaks OpenAI's API (Ollama, OpenRouter, Groq):
 	// the default key is OPENAI_API_KEY, given for OpenAI's own endpoint.
-	if false {
+	if !explicit("llm.api_key") && c.LLM.BaseURL != "" && !isOpenAIEndpoint(c.LLM.BaseURL) {
 		c.LLM.APIKey = ""
 	}
 	if !explicit("llm.provider") {

@@ -295,6 +295,38 @@ func TestOpenAIKeyFromTheEnvironmentIsTheKeySent(t *testing.T) {
 	}
 }
 
+// TestOpenAIKeyStaysWithOpenAI: the README's Ollama line (GATEWAY_LLM_BASE_URL and a model)
+// run in a shell that also has OPENAI_API_KEY sent that key in every request to the other
+// server, be it a local Ollama or a third party such as Groq or OpenRouter. The default key
+// now goes only to OpenAI's endpoint; a key the config names is sent where it says.
+func TestOpenAIKeyStaysWithOpenAI(t *testing.T) {
+	env := map[string]string{"OPENAI_API_KEY": "sk-openai-secret"}
+	getenv := func(k string) string { return env[k] }
+	for _, c := range []struct {
+		yaml string
+		key  string
+	}{
+		{"state_dir: STATE\nllm: {provider: openai, base_url: \"http://127.0.0.1:11434/v1\", model: llama3.2}\n", ""},
+		{"state_dir: STATE\nllm: {base_url: \"https://api.groq.com/openai/v1\", model: llama3}\n", ""},
+		{"state_dir: STATE\nllm: {base_url: \"https://api.groq.com/openai/v1\", api_key: \"${OPENAI_API_KEY}\"}\n", "sk-openai-secret"},
+		{"state_dir: STATE\nllm: {base_url: \"https://api.openai.com/v1\"}\n", "sk-openai-secret"},
+	} {
+		cfg, err := loadChecked(writeConfig(t, c.yaml), getenv)
+		if err != nil {
+			t.Fatalf("%s: %v", c.yaml, err)
+		}
+		if got := cfg.LLM.APIKey.Reveal(); got != c.key {
+			t.Errorf("%s: api_key %q; want %q", c.yaml, got, c.key)
+		}
+	}
+	env["GATEWAY_LLM_BASE_URL"] = "http://127.0.0.1:11434/v1"
+	env["GATEWAY_LLM_MODEL"] = "llama3.2"
+	cfg, err := loadChecked("", getenv)
+	if err != nil || cfg.LLM.APIKey.IsSet() {
+		t.Errorf("the README's Ollama line with OPENAI_API_KEY set: api_key set %v, err %v; want no key", cfg.LLM.APIKey.IsSet(), err)
+	}
+}
+
 // TestCheckValidatesProfiles: a profile that would fail on every turn of its chats (a tool
 // the harness does not have, an unknown provider, a typo in a key, an unset variable) fails
 // `gateway check`, each problem with its file, line and key.
