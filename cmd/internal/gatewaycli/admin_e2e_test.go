@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -1154,5 +1155,55 @@ func TestProfileWithItsOwnServerIsNotSentTheGlobalKey(t *testing.T) {
 		if auth := reqs[len(reqs)-1].Header.Get("Authorization"); auth != c.auth {
 			t.Errorf("%s: the profile's server got Authorization %q; want %q", c.chat, auth, c.auth)
 		}
+	}
+}
+
+// TestReloadReadsAConfigFileWrittenAfterTheStart: README's first step runs the gateway with
+// no gateway.yaml; an admin who then writes one (profiles, bindings) beside it and reloads
+// expects it read, as a start would read it. The reload read the built-in defaults again,
+// answered "reloaded" and left every chat on the built-in profile.
+func TestReloadReadsAConfigFileWrittenAfterTheStart(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	oai := openaitest.NewServer()
+	t.Cleanup(oai.Close)
+	g := &liveGateway{t: t, root: dir, addr: freePort(t), oai: oai, reload: make(chan struct{}, 1), log: &logBuffer{}}
+	env := map[string]string{
+		"GATEWAY_HTTP_LISTEN": g.addr, "GATEWAY_LOG_FORMAT": "json",
+		"GATEWAY_LLM_PROVIDER": "openai", "GATEWAY_LLM_MODEL": "test-model", "GATEWAY_LLM_BASE_URL": oai.URL(),
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	exited := make(chan int, 1)
+	go func() {
+		exited <- run(ctx, g.reload, []string{"run"}, io.Discard, g.log, func(k string) string { return env[k] }, slices.Collect(maps.Keys(env)))
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			t.Errorf("gateway did not shut down within 30s")
+		}
+	})
+	deadline := time.Now().Add(15 * time.Second)
+	for code, _ := g.get("/readyz"); code != http.StatusOK; code, _ = g.get("/readyz") {
+		if time.Now().After(deadline) {
+			t.Fatalf("gateway not ready within 15s; log:\n%s", g.log)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	u := g.user("chat-1")
+	u.ask("hello")
+	if sys := systemOf(g.lastRequest()); sys != profiles.DefaultSystemPrompt {
+		t.Fatalf("before the file: system prompt %q", sys)
+	}
+
+	writeFile(t, filepath.Join(dir, "data", "profiles", "desk", "SYSTEM.md"), "You are the desk.\n")
+	writeFile(t, filepath.Join(dir, "gateway.yaml"), "bindings:\n  - profile: desk\n    match: {channel: web}\n")
+	g.signalReload()
+	g.waitLog("reloaded profiles and hooks", 1)
+	u.ask("hello again")
+	if sys := systemOf(g.lastRequest()); sys != "You are the desk." {
+		t.Fatalf("after writing gateway.yaml and reloading: system prompt %q; want the bound profile's", sys)
 	}
 }

@@ -63,7 +63,7 @@ type app struct {
 	pg          *cluster.Postgres // cluster mode: sessions and gateway state; nil on a single node
 	node        *cluster.Node     // cluster mode: the shared intake on NATS; nil on a single node
 
-	reloadMu sync.Mutex         // one reload at a time; guards cfg, hooks and loadErrs after start
+	reloadMu sync.Mutex         // one reload at a time; guards cfg, cfgPath, hooks and loadErrs after start
 	hooks    []hooks.LoadedHook // of the current runtime's hook directories, disabled ones included
 	loadErrs []hooks.LoadError  // of the current runtime, for `check` and `hooks list`
 }
@@ -434,6 +434,12 @@ func (a *app) reload() ([]string, error) {
 func (a *app) tryReload() ([]string, error) {
 	a.reloadMu.Lock()
 	defer a.reloadMu.Unlock()
+	if a.cfgPath == "" {
+		// Started with no config file (built-in defaults): a ./gateway.yaml written since is
+		// the file the admin asks to be read, as a start would. Otherwise the reload read
+		// the defaults again and said "reloaded", the new profiles and bindings unused.
+		a.cfgPath = resolveConfigPath("", a.getenv)
+	}
 	cfg, err := loadChecked(a.cfgPath, a.getenv)
 	if err != nil {
 		return nil, fmt.Errorf("reload: config: %w", err)
