@@ -97,11 +97,12 @@ func (g *Gateway) apiRoutes(mux *http.ServeMux, opts HTTPOptions) {
 	}
 	if opts.Reload != nil {
 		routes = append(routes, apiRoute{http.MethodPost, "/api/v1/reload", func(w http.ResponseWriter, r *http.Request) {
-			if err := opts.Reload(); err != nil {
+			notes, err := opts.Reload()
+			if err != nil {
 				writeJSON(w, http.StatusUnprocessableEntity, map[string]any{"status": "kept the previous configuration", "error": err.Error()})
 				return
 			}
-			writeJSON(w, http.StatusOK, map[string]any{"status": "reloaded"})
+			writeJSON(w, http.StatusOK, reloaded(notes))
 		}})
 	}
 	var known []string

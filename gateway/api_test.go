@@ -71,7 +71,7 @@ func TestAPISendAndToken(t *testing.T) {
 		t.Fatalf("unknown channel: %d", code)
 	}
 
-	srv := httptest.NewServer(e.g.Handler(HTTPOptions{AdminToken: "s3cret", Reload: func() error { return nil }}))
+	srv := httptest.NewServer(e.g.Handler(HTTPOptions{AdminToken: "s3cret", Reload: func() ([]string, error) { return nil, nil }}))
 	defer srv.Close()
 	for _, path := range []string{"/api/v1/send", "/api/v1/inject", "/api/v1/reload"} {
 		if code, _ := apiPost(t, srv.URL+path, "", map[string]any{}); code != http.StatusUnauthorized {
@@ -111,7 +111,7 @@ func TestAPISendAndToken(t *testing.T) {
 // like every other refusal, naming what to use; without the token only 401 is told.
 func TestAPIAnswersUnknownEndpointsInJSON(t *testing.T) {
 	e := newEnv(t)
-	srv := httptest.NewServer(e.g.Handler(HTTPOptions{AdminToken: "s3cret", Reload: func() error { return nil }}))
+	srv := httptest.NewServer(e.g.Handler(HTTPOptions{AdminToken: "s3cret", Reload: func() ([]string, error) { return nil, nil }}))
 	defer srv.Close()
 	call := func(method, path, token string) (int, string, string) {
 		req, _ := http.NewRequest(method, srv.URL+path, nil)

@@ -289,8 +289,10 @@ func (s *session) command(cmd, arg string, msg *channels.Message, rt *Runtime, p
 	case "status":
 		var b strings.Builder
 		fmt.Fprintf(&b, "Profile: %s\n", prof.Name)
-		if s.agent == nil {
-			// Open the chat's history (as its next message would) to tell its context use.
+		// Open the chat's history as its next message would, to tell its context use. An idle
+		// chat whose profile a reload changed is reopened too: otherwise /status shows the model
+		// and window from before the reload, as if the reload had done nothing.
+		if s.agent == nil || s.running == nil && (s.agentRT != rt || s.agentProfile != prof) {
 			if _, err := s.ensureAgent(&turnReq{profile: prof, info: info}, rt); err != nil {
 				g.log.Warn("status: cannot open the chat session", "session", s.key, "err", err)
 			}

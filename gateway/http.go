@@ -15,7 +15,9 @@ import (
 type HTTPOptions struct {
 	Gatherer prometheus.Gatherer // for /metrics
 	// Reload re-reads profiles and hook directories (POST /admin/reload); nil disables it.
-	Reload func() error
+	// Its notes tell the admin, in the answer, what the reload did not apply (changes that
+	// wait for a restart).
+	Reload func() (notes []string, err error)
 	// AdminToken, when set, is the bearer token every admin request must carry, from any
 	// address; when empty the admin endpoints answer loopback clients only.
 	AdminToken string
@@ -42,16 +44,26 @@ func (g *Gateway) Handler(opts HTTPOptions) http.Handler {
 	}
 	if opts.Reload != nil {
 		mux.Handle("POST /admin/reload", adminOnly(opts.AdminToken, func(w http.ResponseWriter, r *http.Request) {
-			if err := opts.Reload(); err != nil {
+			notes, err := opts.Reload()
+			if err != nil {
 				writeJSON(w, http.StatusUnprocessableEntity, map[string]any{"status": "kept the previous configuration", "error": err.Error()})
 				return
 			}
-			writeJSON(w, http.StatusOK, map[string]any{"status": "reloaded"})
+			writeJSON(w, http.StatusOK, reloaded(notes))
 		}))
 	}
 	g.apiRoutes(mux, opts)
 	g.Routes(mux)
 	return mux
+}
+
+// reloaded is the answer to a reload that was applied: its notes, when any, under "warnings".
+func reloaded(notes []string) map[string]any {
+	out := map[string]any{"status": "reloaded"}
+	if len(notes) > 0 {
+		out["warnings"] = notes
+	}
+	return out
 }
 
 func (g *Gateway) connState() map[string]bool {

@@ -600,8 +600,10 @@ func mergeLLM(base, over harness.Config) harness.Config {
 	if over.ContextWindow > 0 {
 		base.ContextWindow = over.ContextWindow
 	}
-	if over.BaseURL != "" {
-		base.BaseURL = over.BaseURL
+	if over.BaseURL != "" && over.BaseURL != base.BaseURL {
+		// The global key was given for the global endpoint: another server (a local Ollama,
+		// OpenRouter) is not sent it unless the profile gives a key of its own.
+		base.BaseURL, base.APIKey = over.BaseURL, ""
 	}
 	if over.APIKey != "" {
 		base.APIKey = over.APIKey

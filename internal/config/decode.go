@@ -94,7 +94,14 @@ type Options struct {
 func Parse(file string, data []byte) (*yaml.Node, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, &Error{File: file, Line: yamlErrorLine(err), Msg: cleanYAMLError(err.Error())}
+		line, msg := yamlErrorLine(err), cleanYAMLError(err.Error())
+		if strings.HasPrefix(msg, "did not find expected ',' or") {
+			line = flowErrorLine(data, line)
+			if l := lineOf(data, line); strings.Contains(l, "${") {
+				msg += ` (inside {...} or [...] a ${VAR} needs quotes: "${VAR}")`
+			}
+		}
+		return nil, &Error{File: file, Line: line, Msg: msg}
 	}
 	n := &doc
 	if n.Kind == yaml.DocumentNode {
@@ -507,6 +514,31 @@ func yamlErrorLine(err error) int {
 		return n
 	}
 	return 0
+}
+
+// flowErrorLine is the line of the {...} or [...] that a "did not find expected ',' or"
+// error is about. The YAML library reports such a parser error at the 0-based line of the
+// collection, which reads as the line before it, or, for one on the first line, at the
+// 0-based line of where it gave up. Parsed again one line down, the collection is never on
+// the first line, so the line reported is its 1-based line in data.
+func flowErrorLine(data []byte, reported int) int {
+	var doc yaml.Node
+	shifted := append([]byte("\n"), data...)
+	if err := yaml.Unmarshal(shifted, &doc); err != nil {
+		if n := yamlErrorLine(err); n > 0 {
+			return n
+		}
+	}
+	return reported
+}
+
+// lineOf is the 1-based line n of data, "" when there is none.
+func lineOf(data []byte, n int) string {
+	lines := strings.Split(string(data), "\n")
+	if n < 1 || n > len(lines) {
+		return ""
+	}
+	return lines[n-1]
 }
 
 // cleanYAMLError drops the "yaml: " and "line N: " prefixes and any quoted value, which

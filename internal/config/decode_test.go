@@ -65,6 +65,24 @@ func TestDecodeErrorsCarryFileLineAndKey(t *testing.T) {
 	}
 }
 
+// TestUnclosedBracketNamesItsLine: a {...} or [...] that does not parse is reported at its
+// own line (the YAML library says the line before it), and an unquoted ${VAR} in one, the
+// usual cause in a config written like the README's examples, gets a hint.
+func TestUnclosedBracketNamesItsLine(t *testing.T) {
+	cases := []struct{ doc, want string }{
+		{"state_dir: ./state\nllm: {provider: openai, api_key: ${OPENAI_API_KEY}}\n",
+			`f.yaml:2: did not find expected ',' or '}' (inside {...} or [...] a ${VAR} needs quotes: "${VAR}")`},
+		{"a: 1\n\nb:\n  c: 1\n  d: [1, 2\ne: 3\n", "f.yaml:5: did not find expected ',' or ']'"},
+		{"description: [unclosed\n", "f.yaml:1: did not find expected ',' or ']'"},
+	}
+	for _, c := range cases {
+		_, err := Parse("f.yaml", []byte(c.doc))
+		if err == nil || err.Error() != c.want {
+			t.Errorf("%q: error %v; want %s", c.doc, err, c.want)
+		}
+	}
+}
+
 func TestAtFindsTheLineOfAKey(t *testing.T) {
 	root, err := Parse("f.yaml", []byte("a:\n  b:\n    - x\n    - y\n"))
 	if err != nil {

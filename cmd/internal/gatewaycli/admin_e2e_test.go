@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -112,10 +113,24 @@ func startGatewayRetrying(t *testing.T, root, extra string, retries int) *liveGa
 // launchGateway is startGatewayRetrying waiting until up accepts what /readyz answers.
 func launchGateway(t *testing.T, root, extra string, retries int, up func(code int, body string) bool) *liveGateway {
 	t.Helper()
+	return launchGatewayEdited(t, root, extra, retries, up, nil)
+}
+
+// launchGatewayEdited is launchGateway with the config file's text passed through edit
+// (nil: as written) before the gateway reads it.
+func launchGatewayEdited(t *testing.T, root, extra string, retries int, up func(code int, body string) bool, edit func(string) string) *liveGateway {
+	t.Helper()
 	oai := openaitest.NewServer()
 	t.Cleanup(oai.Close) // runs last: the gateway stops first
 	g := &liveGateway{t: t, root: root, addr: freePort(t), oai: oai, reload: make(chan struct{}, 1), log: &logBuffer{}}
 	g.cfgPath = gatewayConfigRetrying(t, root, g.addr, oai.URL(), extra, retries)
+	if edit != nil {
+		data, err := os.ReadFile(g.cfgPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, g.cfgPath, edit(string(data)))
+	}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	exited := make(chan int, 1)
@@ -1010,12 +1025,17 @@ func TestReloadNamesWhatWaitsForARestart(t *testing.T) {
 	if err := os.WriteFile(g.cfgPath, bytes.Replace(data, []byte("model: test-model"), []byte("model: other-model"), 1), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if code, out := cli(t, context.Background(), nil, "reload", "--config", g.cfgPath); code != 0 {
+	code, out := cli(t, context.Background(), nil, "reload", "--config", g.cfgPath)
+	if code != 0 {
 		t.Fatalf("`gateway reload` = %d:\n%s", code, out)
 	}
 	recs := g.waitLog(warn, 1)
 	if got := fmt.Sprint(recs[0]["sections"]); got != "llm" {
 		t.Fatalf("the warning names %q; want llm", got)
+	}
+	// The admin who ran the command is told too, not only whoever reads the log.
+	if want := "apply only after a restart: llm"; !strings.Contains(out, want) {
+		t.Fatalf("`gateway reload` printed %q; want it to say %q", out, want)
 	}
 }
 
@@ -1048,11 +1068,142 @@ func TestReloadNamesProfilesWhoseMCPWaitsForARestart(t *testing.T) {
 	}
 	writeProfile("support", "mcp:\n  - {name: one, url: \"http://127.0.0.1:1/mcp\"}\n  - {name: two, url: \"http://127.0.0.1:1/other\"}\n")
 	writeProfile("extra", "mcp:\n  - {name: three, url: \"http://127.0.0.1:1/mcp\"}\n")
-	if code, out := cli(t, context.Background(), nil, "reload", "--config", g.cfgPath); code != 0 {
+	code, out := cli(t, context.Background(), nil, "reload", "--config", g.cfgPath)
+	if code != 0 {
 		t.Fatalf("`gateway reload` = %d:\n%s", code, out)
 	}
 	recs := g.waitLog(warn, 1)
 	if got := fmt.Sprint(recs[0]["profiles"]); got != "extra, support" {
 		t.Fatalf("the warning names %q; want extra, support", got)
+	}
+	if want := "apply only after a restart: extra, support"; !strings.Contains(out, want) {
+		t.Fatalf("`gateway reload` printed %q; want it to say %q", out, want)
+	}
+}
+
+// TestStatusAfterAReloadShowsTheNewModel: an admin who gives a profile another model and
+// reloads checks with /status in an idle chat that already talked. It showed the model and
+// context window from before the reload (while the queue mode beside them was the new
+// one), as if the reload had done nothing, until the chat's next message.
+func TestStatusAfterAReloadShowsTheNewModel(t *testing.T) {
+	root := t.TempDir()
+	prof := filepath.Join(root, "profiles")
+	writeFile(t, filepath.Join(prof, "alpha", "profile.yaml"), "queue_mode: followup\n")
+	g := startGateway(t, root, "bindings:\n  - profile: alpha\n    match: {channel: web, chat: chat-s}\n")
+	u := g.user("chat-s")
+	if got := u.ask("hi"); got[len(got)-1].Type != "done" {
+		t.Fatalf("first answer: frames %v", frameTypes(got))
+	}
+	status := func() string {
+		t.Helper()
+		got := u.ask("/status")
+		return got[len(got)-1].Text
+	}
+	if s := status(); !strings.Contains(s, "Model: test-model (openai)") {
+		t.Fatalf("/status before the reload:\n%s", s)
+	}
+	writeFile(t, filepath.Join(prof, "alpha", "profile.yaml"), "queue_mode: collect\nllm: {model: gpt-4o}\n")
+	g.signalReload()
+	g.waitLog("reloaded profiles and hooks", 1)
+	s := status()
+	for _, want := range []string{"Model: gpt-4o (openai)", "of 128,000 tokens", "Queue mode: collect"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("/status after the reload lacks %q:\n%s", want, s)
+		}
+	}
+	// The next message goes to the new model, the history kept.
+	u.ask("again")
+	if r := g.lastRequest(); r.Model != "gpt-4o" || len(r.Messages) < 4 {
+		t.Errorf("after the reload the model got model %q with %d messages; want gpt-4o with the history", r.Model, len(r.Messages))
+	}
+}
+
+// TestProfileWithItsOwnServerIsNotSentTheGlobalKey: a profile that points the same provider
+// at another server (docs/profiles.md's Ollama example) got the global llm.api_key in
+// every request to that server, the OpenAI key included, though it was given for OpenAI.
+// A profile that names its own key still sends it.
+func TestProfileWithItsOwnServerIsNotSentTheGlobalKey(t *testing.T) {
+	root := t.TempDir()
+	other := openaitest.NewServer()
+	t.Cleanup(other.Close)
+	other.SetFunc(func(openaitest.Request) openaitest.Reply { return openaitest.Reply{Text: "from the other server"} })
+	prof := filepath.Join(root, "profiles")
+	writeFile(t, filepath.Join(prof, "local", "profile.yaml"), "llm: {base_url: \""+other.URL()+"\", model: llama3.2}\n")
+	writeFile(t, filepath.Join(prof, "keyed", "profile.yaml"), "llm: {base_url: \""+other.URL()+"\", model: llama3.2, api_key: sk-profile-own}\n")
+	// The global section gets a key: the test config has none.
+	withKey := func(yaml string) string {
+		if !strings.Contains(yaml, "  model: test-model\n") {
+			t.Fatalf("the test config changed:\n%s", yaml)
+		}
+		return strings.Replace(yaml, "  model: test-model\n", "  model: test-model\n  api_key: sk-global-openai\n", 1)
+	}
+	g := launchGatewayEdited(t, root, "bindings:\n  - profile: local\n    match: {channel: web, chat: chat-l}\n  - profile: keyed\n    match: {channel: web, chat: chat-k}\n",
+		1, func(code int, _ string) bool { return code == http.StatusOK }, withKey)
+	// The global endpoint still gets the global key.
+	if got := g.user("chat-g").ask("hello"); got[len(got)-1].Type != "done" {
+		t.Fatalf("global chat: frames %v", frameTypes(got))
+	}
+	if auth := g.lastRequest().Header.Get("Authorization"); auth != "Bearer sk-global-openai" {
+		t.Fatalf("the global endpoint got Authorization %q; want the global key", auth)
+	}
+	for _, c := range []struct{ chat, auth string }{{"chat-l", ""}, {"chat-k", "Bearer sk-profile-own"}} {
+		got := g.user(c.chat).ask("hello")
+		if last := got[len(got)-1]; last.Type != "done" || last.Text != "from the other server" {
+			t.Fatalf("%s: frames %v, last %+v", c.chat, frameTypes(got), last)
+		}
+		reqs := other.Requests()
+		if auth := reqs[len(reqs)-1].Header.Get("Authorization"); auth != c.auth {
+			t.Errorf("%s: the profile's server got Authorization %q; want %q", c.chat, auth, c.auth)
+		}
+	}
+}
+
+// TestReloadReadsAConfigFileWrittenAfterTheStart: README's first step runs the gateway with
+// no gateway.yaml; an admin who then writes one (profiles, bindings) beside it and reloads
+// expects it read, as a start would read it. The reload read the built-in defaults again,
+// answered "reloaded" and left every chat on the built-in profile.
+func TestReloadReadsAConfigFileWrittenAfterTheStart(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	oai := openaitest.NewServer()
+	t.Cleanup(oai.Close)
+	g := &liveGateway{t: t, root: dir, addr: freePort(t), oai: oai, reload: make(chan struct{}, 1), log: &logBuffer{}}
+	env := map[string]string{
+		"GATEWAY_HTTP_LISTEN": g.addr, "GATEWAY_LOG_FORMAT": "json",
+		"GATEWAY_LLM_PROVIDER": "openai", "GATEWAY_LLM_MODEL": "test-model", "GATEWAY_LLM_BASE_URL": oai.URL(),
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	exited := make(chan int, 1)
+	go func() {
+		exited <- run(ctx, g.reload, []string{"run"}, io.Discard, g.log, func(k string) string { return env[k] }, slices.Collect(maps.Keys(env)))
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			t.Errorf("gateway did not shut down within 30s")
+		}
+	})
+	deadline := time.Now().Add(15 * time.Second)
+	for code, _ := g.get("/readyz"); code != http.StatusOK; code, _ = g.get("/readyz") {
+		if time.Now().After(deadline) {
+			t.Fatalf("gateway not ready within 15s; log:\n%s", g.log)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	u := g.user("chat-1")
+	u.ask("hello")
+	if sys := systemOf(g.lastRequest()); sys != profiles.DefaultSystemPrompt {
+		t.Fatalf("before the file: system prompt %q", sys)
+	}
+
+	writeFile(t, filepath.Join(dir, "data", "profiles", "desk", "SYSTEM.md"), "You are the desk.\n")
+	writeFile(t, filepath.Join(dir, "gateway.yaml"), "bindings:\n  - profile: desk\n    match: {channel: web}\n")
+	g.signalReload()
+	g.waitLog("reloaded profiles and hooks", 1)
+	u.ask("hello again")
+	if sys := systemOf(g.lastRequest()); sys != "You are the desk." {
+		t.Fatalf("after writing gateway.yaml and reloading: system prompt %q; want the bound profile's", sys)
 	}
 }

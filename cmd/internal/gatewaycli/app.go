@@ -63,7 +63,7 @@ type app struct {
 	pg          *cluster.Postgres // cluster mode: sessions and gateway state; nil on a single node
 	node        *cluster.Node     // cluster mode: the shared intake on NATS; nil on a single node
 
-	reloadMu sync.Mutex         // one reload at a time; guards cfg, hooks and loadErrs after start
+	reloadMu sync.Mutex         // one reload at a time; guards cfg, cfgPath, hooks and loadErrs after start
 	hooks    []hooks.LoadedHook // of the current runtime's hook directories, disabled ones included
 	loadErrs []hooks.LoadError  // of the current runtime, for `check` and `hooks list`
 }
@@ -311,7 +311,7 @@ func (a *app) buildRuntime(cfg Config) (*gateway.Runtime, hookReport, error) {
 	var report hookReport
 	profs, err := profiles.LoadWith(cfg.Profiles, cfg.Bindings, profileOptions(cfg, a.getenv))
 	if err != nil {
-		return nil, report, err
+		return nil, report, locateProfileErrors(a.cfgPath, a.getenv, err)
 	}
 	bus := hooks.NewBus(hooks.Options{Timeout: cfg.Hooks.Timeout, Logger: a.log, OnError: a.metrics.HookError})
 	var closers []func()
@@ -421,26 +421,34 @@ func checkStateDir(dir string) error {
 // admin is changing a running set, and half of the change is worse than none. On failure
 // the running set stays and the error (also logged) says why. Turns in flight finish with
 // the set they started with.
-func (a *app) reload() error {
-	err := a.tryReload()
+// The notes it returns name what the file changed that waits for a restart, so that
+// `gateway reload` tells the admin as the log does.
+func (a *app) reload() ([]string, error) {
+	notes, err := a.tryReload()
 	if err != nil {
 		a.log.Error("reload failed; keeping the previous profiles and hooks", "err", err)
 	}
-	return err
+	return notes, err
 }
 
-func (a *app) tryReload() error {
+func (a *app) tryReload() ([]string, error) {
 	a.reloadMu.Lock()
 	defer a.reloadMu.Unlock()
+	if a.cfgPath == "" {
+		// Started with no config file (built-in defaults): a ./gateway.yaml written since is
+		// the file the admin asks to be read, as a start would. Otherwise the reload read
+		// the defaults again and said "reloaded", the new profiles and bindings unused.
+		a.cfgPath = resolveConfigPath("", a.getenv)
+	}
 	cfg, err := loadChecked(a.cfgPath, a.getenv)
 	if err != nil {
-		return fmt.Errorf("reload: config: %w", err)
+		return nil, fmt.Errorf("reload: config: %w", err)
 	}
 	next := a.cfg
 	next.Profiles, next.Bindings, next.Hooks = cfg.Profiles, cfg.Bindings, cfg.Hooks
 	rt, report, err := a.buildRuntime(next)
 	if err != nil {
-		return fmt.Errorf("reload: %w", err)
+		return nil, fmt.Errorf("reload: %w", err)
 	}
 	if len(report.errs) > 0 {
 		rt.Close()
@@ -448,20 +456,25 @@ func (a *app) tryReload() error {
 		for i, e := range report.errs {
 			errs[i] = fmt.Errorf("hook %w", e)
 		}
-		return fmt.Errorf("reload: %w", errors.Join(errs...))
+		return nil, fmt.Errorf("reload: %w", errors.Join(errs...))
 	}
 	a.cfg, a.hooks, a.loadErrs = next, report.hooks, report.errs
 	a.gw.Swap(rt)
 	hooks.LogLoaded(a.log, report.hooks) // only now: a refused set never reads as loaded
 	a.log.Info("reloaded profiles and hooks", "hooks", len(report.hooks), "handlers", len(rt.Bus.Handlers()))
+	var notes []string
 	if changed := restartOnly(next, cfg); len(changed) > 0 {
-		a.log.Warn("reload: these sections of the config file changed and apply only after a restart", "sections", strings.Join(changed, ", "))
+		const msg = "these sections of the config file changed and apply only after a restart"
+		a.log.Warn("reload: "+msg, "sections", strings.Join(changed, ", "))
+		notes = append(notes, msg+": "+strings.Join(changed, ", "))
 	}
 	if changed := mcpChanged(a.mcpProfiles, profileMCP(rt.Profiles)); len(changed) > 0 {
 		// Otherwise a profile's new server is silently absent: its tools never reach the model.
-		a.log.Warn("reload: the MCP servers of these profiles changed and apply only after a restart", "profiles", strings.Join(changed, ", "))
+		const msg = "the MCP servers of these profiles changed and apply only after a restart"
+		a.log.Warn("reload: "+msg, "profiles", strings.Join(changed, ", "))
+		notes = append(notes, msg+": "+strings.Join(changed, ", "))
 	}
-	return nil
+	return notes, nil
 }
 
 // profileMCP is each profile's own MCP servers, for the profiles that have some.
@@ -614,7 +627,7 @@ loop:
 			a.log.Info("shutting down; a second SIGTERM or Ctrl-C stops at once (what is not answered yet is answered after the next start)")
 			break loop
 		case <-reload:
-			_ = a.reload() // it logs why it failed
+			_, _ = a.reload() // it logs why it failed and what waits for a restart
 		case err := <-serveErr:
 			a.log.Error("http server stopped", "err", err)
 			runErr = exitCode(1)

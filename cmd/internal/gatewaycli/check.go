@@ -276,6 +276,7 @@ func newProfilesCmd(path func() string, out io.Writer, getenv func(string) strin
 			}
 			set, err := profiles.LoadWith(cfg.Profiles, cfg.Bindings, profileOptions(cfg, getenv))
 			if err != nil {
+				err = locateProfileErrors(path(), getenv, err)
 				fmt.Fprintf(out, "the profiles have problems:\n%s\n", indent(err.Error()))
 				return exitCode(1)
 			}

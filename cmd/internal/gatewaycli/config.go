@@ -95,8 +95,10 @@ type ChannelsConfig struct {
 // keys keeps the defaults of the others.
 func defaultConfig(getenv func(string) string) Config {
 	llm := harness.Config{Provider: "echo", Model: "echo"}
-	if getenv("OPENAI_API_KEY") != "" {
-		llm = harness.Config{Provider: "openai", Model: "gpt-4o-mini", APIKey: "${OPENAI_API_KEY}"}
+	if key := getenv("OPENAI_API_KEY"); key != "" {
+		// The value itself: a default is not a value of the file, so nothing would expand a
+		// "${OPENAI_API_KEY}" here, and OpenAI would be sent those 17 characters as the key.
+		llm = harness.Config{Provider: "openai", Model: "gpt-4o-mini", APIKey: secret.Secret(key)}
 	}
 	llm.Timeout, llm.MaxRetries = 2*time.Minute, 3
 	// Platforms start closed: only allow_from may talk, and groups need a mention.
@@ -127,6 +129,11 @@ func defaultConfig(getenv func(string) string) Config {
 // a section that names its provider and not its model gets that provider's default model
 // (never "echo"), and the OpenAI key is never sent to another provider.
 func (c *Config) resolveLLM(explicit func(key string) bool) {
+	// Nor is it sent to another server that speaks OpenAI's API (Ollama, OpenRouter, Groq):
+	// the default key is OPENAI_API_KEY, given for OpenAI's own endpoint.
+	if !explicit("llm.api_key") && c.LLM.BaseURL != "" && !isOpenAIEndpoint(c.LLM.BaseURL) {
+		c.LLM.APIKey = ""
+	}
 	if !explicit("llm.provider") {
 		return
 	}
@@ -143,6 +150,12 @@ func (c *Config) resolveLLM(explicit func(key string) bool) {
 	if !explicit("llm.api_key") && c.LLM.Provider != "openai" {
 		c.LLM.APIKey = ""
 	}
+}
+
+// isOpenAIEndpoint reports whether base is OpenAI's own API.
+func isOpenAIEndpoint(base string) bool {
+	u, err := url.Parse(base)
+	return err == nil && strings.EqualFold(u.Hostname(), "api.openai.com")
 }
 
 // resolveSpeech turns speech off where the user did not ask for it and it cannot run: the
@@ -479,13 +492,7 @@ func loadStrict(path string, getenv func(string) string, names []string) (Config
 			if unsetKeys[key] {
 				continue
 			}
-			if name := setBy(key, getenv); name != "" {
-				l = name + ": " + l // the variable's value overrides the file's
-			} else if key != "" && root != nil && path != "" {
-				if at := config.At(path, root, key, "%s", l); at.Line > 0 {
-					l = fmt.Sprintf("%s:%d: %s", path, at.Line, l)
-				}
-			}
+			l = locate(path, root, getenv, key, l)
 			if !slices.Contains(lines, l) {
 				lines = append(lines, l)
 			}
@@ -495,6 +502,42 @@ func loadStrict(path string, getenv func(string) string, names []string) (Config
 		return cfg, errors.New(strings.Join(lines, "\n"))
 	}
 	return cfg, nil
+}
+
+// locate prefixes the problem line l about key with where the value came from: the
+// GATEWAY_ variable that set it, or the file and line, when either is known.
+func locate(path string, root *yaml.Node, getenv func(string) string, key, l string) string {
+	if name := setBy(key, getenv); name != "" {
+		return name + ": " + l // the variable's value overrides the file's
+	}
+	if key != "" && root != nil && path != "" {
+		if at := config.At(path, root, key, "%s", l); at.Line > 0 {
+			return fmt.Sprintf("%s:%d: %s", path, at.Line, l)
+		}
+	}
+	return l
+}
+
+// locateProfileErrors adds to each problem of loading the profiles that is about a key of the
+// config file (a binding naming a profile that does not exist, profiles.default) the file and
+// line, or the variable, that set it; the problems of profile.yaml files name their own.
+func locateProfileErrors(path string, getenv func(string) string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var root *yaml.Node
+	if path != "" {
+		if data, rerr := os.ReadFile(path); rerr == nil {
+			root, _ = config.Parse(path, data)
+		}
+	}
+	lines := strings.Split(err.Error(), "\n")
+	for i, l := range lines {
+		if strings.HasPrefix(l, "bindings[") || strings.HasPrefix(l, "profiles.") {
+			lines[i] = locate(path, root, getenv, problemKey(l), l)
+		}
+	}
+	return errors.New(strings.Join(lines, "\n"))
 }
 
 // setBy is the GATEWAY_ variable that set key or the key holding it ("GATEWAY_BINDINGS"
@@ -705,6 +748,20 @@ func (c Config) validate() error {
 	case "openai", "fake", "echo":
 	default:
 		add(fmt.Errorf("llm.provider: %q is not one of openai, anthropic, fake, echo", c.LLM.Provider))
+	}
+	// Checked as profile.yaml checks its own llm section: otherwise `check` passes and every
+	// message fails (an Ollama address written without http://).
+	if c.LLM.BaseURL != "" {
+		// The URL is not echoed: it may carry credentials.
+		if u, err := url.Parse(c.LLM.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			add(errors.New("llm.base_url: must be an http:// or https:// URL (e.g. http://127.0.0.1:11434/v1)"))
+		}
+	}
+	switch cw := c.LLM.ContextWindow; {
+	case cw < 0:
+		add(fmt.Errorf("llm.context_window: %d is negative; write the model's context window in tokens, or 0 for the known default", cw))
+	case cw > 0 && cw < 1024:
+		add(fmt.Errorf("llm.context_window: %d tokens is too small to hold a conversation (at least 1024)", cw))
 	}
 	if c.LLM.MaxRetries < 0 {
 		add(errors.New("llm.max_retries: must not be negative (0 makes one call and no retries)"))

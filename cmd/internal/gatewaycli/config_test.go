@@ -226,6 +226,107 @@ func TestLLMSectionKeepsItsProvidersDefaults(t *testing.T) {
 	}
 }
 
+// TestCheckRefusesAModelAddressRunCannotUse: the global llm section is checked as a
+// profile's is. An Ollama address written without http:// used to pass `check` and start,
+// and then every message failed with "unsupported protocol scheme".
+func TestCheckRefusesAModelAddressRunCannotUse(t *testing.T) {
+	path := writeConfig(t, "state_dir: STATE\nllm:\n  provider: openai\n  model: llama3.2\n  base_url: localhost:11434/v1\n  context_window: 100\n")
+	code, out := cli(t, context.Background(), nil, "check", "--config", path)
+	if code != 1 {
+		t.Fatalf("check: exit %d; want 1:\n%s", code, out)
+	}
+	for _, want := range []string{
+		path + ":5: llm.base_url: must be an http:// or https:// URL",
+		path + ":6: llm.context_window: 100 tokens is too small",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("check output lacks %q:\n%s", want, out)
+		}
+	}
+	env := map[string]string{"GATEWAY_LLM_BASE_URL": "127.0.0.1:11434/v1"}
+	code, out = cli(t, context.Background(), env, "check", "--config", writeConfig(t, "state_dir: STATE\nllm: {provider: openai, model: llama3.2}\n"))
+	if code != 1 || !strings.Contains(out, "GATEWAY_LLM_BASE_URL: llm.base_url: must be an http:// or https:// URL") {
+		t.Errorf("base_url from the environment: exit %d:\n%s", code, out)
+	}
+	code, out = cli(t, context.Background(), nil, "check", "--config", writeConfig(t, "state_dir: STATE\nllm: {provider: openai, model: llama3.2, base_url: \"http://127.0.0.1:11434/v1\", context_window: 1024}\n"))
+	if code != 0 {
+		t.Errorf("a well-formed address: exit %d:\n%s", code, out)
+	}
+}
+
+// TestBindingToAMissingProfileNamesItsLine: a binding that names no existing profile is
+// reported with the line of gateway.yaml that says it (or the variable that set it), as
+// every other problem of the file is, by check, profiles list and run alike.
+func TestBindingToAMissingProfileNamesItsLine(t *testing.T) {
+	path := writeConfig(t, "state_dir: STATE\nprofiles: {dir: STATE/profiles}\nbindings:\n  - profile: assistant\n    match: {channel: web}\n  - profile: suport\n    match: {channel: slack}\n")
+	want := path + `:6: bindings[1].profile: unknown profile` // run's log quotes the name
+	for _, args := range [][]string{{"check"}, {"profiles", "list"}, {"run"}} {
+		code, out := cli(t, context.Background(), nil, append(args, "--config", path)...)
+		if code != 1 || !strings.Contains(out, want) {
+			t.Errorf("%v: exit %d; want 1 and %q in:\n%s", args, code, want, out)
+		}
+	}
+	env := map[string]string{"GATEWAY_BINDINGS": "[{profile: ghost}]"}
+	code, out := cli(t, context.Background(), env, "check", "--config", path)
+	if want := `GATEWAY_BINDINGS: bindings[0].profile: unknown profile "ghost"`; code != 1 || !strings.Contains(out, want) {
+		t.Errorf("bindings from the environment: exit %d; want 1 and %q in:\n%s", code, want, out)
+	}
+}
+
+// TestOpenAIKeyFromTheEnvironmentIsTheKeySent: README's "set OPENAI_API_KEY and it uses
+// gpt-4o-mini". The default key was the text "${OPENAI_API_KEY}", which nothing expands (it
+// is no value of the file), so every request to OpenAI carried those 17 characters as its
+// key and was refused: the gateway's first-run path answered every message with an error.
+func TestOpenAIKeyFromTheEnvironmentIsTheKeySent(t *testing.T) {
+	env := map[string]string{"OPENAI_API_KEY": "sk-openai-secret"}
+	getenv := func(k string) string { return env[k] }
+	for _, path := range []string{"", writeConfig(t, "state_dir: STATE\n"), writeConfig(t, "state_dir: STATE\nllm: {model: gpt-4o}\n")} {
+		cfg, err := loadChecked(path, getenv)
+		if err != nil {
+			t.Fatalf("%q: %v", path, err)
+		}
+		if got := cfg.LLM.APIKey.Reveal(); got != "sk-openai-secret" {
+			t.Errorf("config %q with OPENAI_API_KEY set: the model is sent the key %q; want the variable's value", path, got)
+		}
+	}
+	// check still shows no secret.
+	if code, out := cli(t, context.Background(), env, "check", "--config", writeConfig(t, "state_dir: STATE\n")); code != 0 || strings.Contains(out, "sk-openai-secret") {
+		t.Errorf("check: exit %d, output shows the key: %v\n%s", code, strings.Contains(out, "sk-openai-secret"), out)
+	}
+}
+
+// TestOpenAIKeyStaysWithOpenAI: the README's Ollama line (GATEWAY_LLM_BASE_URL and a model)
+// run in a shell that also has OPENAI_API_KEY sent that key in every request to the other
+// server, be it a local Ollama or a third party such as Groq or OpenRouter. The default key
+// now goes only to OpenAI's endpoint; a key the config names is sent where it says.
+func TestOpenAIKeyStaysWithOpenAI(t *testing.T) {
+	env := map[string]string{"OPENAI_API_KEY": "sk-openai-secret"}
+	getenv := func(k string) string { return env[k] }
+	for _, c := range []struct {
+		yaml string
+		key  string
+	}{
+		{"state_dir: STATE\nllm: {provider: openai, base_url: \"http://127.0.0.1:11434/v1\", model: llama3.2}\n", ""},
+		{"state_dir: STATE\nllm: {base_url: \"https://api.groq.com/openai/v1\", model: llama3}\n", ""},
+		{"state_dir: STATE\nllm: {base_url: \"https://api.groq.com/openai/v1\", api_key: \"${OPENAI_API_KEY}\"}\n", "sk-openai-secret"},
+		{"state_dir: STATE\nllm: {base_url: \"https://api.openai.com/v1\"}\n", "sk-openai-secret"},
+	} {
+		cfg, err := loadChecked(writeConfig(t, c.yaml), getenv)
+		if err != nil {
+			t.Fatalf("%s: %v", c.yaml, err)
+		}
+		if got := cfg.LLM.APIKey.Reveal(); got != c.key {
+			t.Errorf("%s: api_key %q; want %q", c.yaml, got, c.key)
+		}
+	}
+	env["GATEWAY_LLM_BASE_URL"] = "http://127.0.0.1:11434/v1"
+	env["GATEWAY_LLM_MODEL"] = "llama3.2"
+	cfg, err := loadChecked("", getenv)
+	if err != nil || cfg.LLM.APIKey.IsSet() {
+		t.Errorf("the README's Ollama line with OPENAI_API_KEY set: api_key set %v, err %v; want no key", cfg.LLM.APIKey.IsSet(), err)
+	}
+}
+
 // TestCheckValidatesProfiles: a profile that would fail on every turn of its chats (a tool
 // the harness does not have, an unknown provider, a typo in a key, an unset variable) fails
 // `gateway check`, each problem with its file, line and key.
