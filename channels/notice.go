@@ -1,7 +1,9 @@
 package channels
 
 import (
+	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -50,5 +52,29 @@ func (n *NoticeLimiter) Allow(user string, now time.Time) bool {
 		}
 	}
 	n.last[user] = now
+	return true
+}
+
+// MaxNoticesInFlight bounds the notices an adapter sends at once off its intake.
+const MaxNoticesInFlight = 32
+
+// Notices sends an adapter's notices (not allowed, file too large) off its intake, which
+// reads every chat's messages in order: a notice waiting on a rate limit must not hold
+// them up. At most MaxNoticesInFlight are in flight; past that (a flood of strangers) a
+// notice is not sent, and Go reports false for the adapter to log.
+type Notices struct{ inFlight atomic.Int64 }
+
+// Go runs send on life's goroutines unless too many are in flight or life is stopping.
+func (n *Notices) Go(life *Lifecycle, send func(ctx context.Context)) bool {
+	if n.inFlight.Add(1) > MaxNoticesInFlight {
+		n.inFlight.Add(-1)
+		return false
+	}
+	if !life.Go(func(ctx context.Context) {
+		defer n.inFlight.Add(-1)
+		send(ctx)
+	}) {
+		n.inFlight.Add(-1)
+	}
 	return true
 }

@@ -82,7 +82,7 @@ type Channel struct {
 	dedup       *channels.Dedup
 	guard       *botGuard
 	strangers   *channels.NoticeLimiter // who was told lately that they are not on allow_from
-	notices     atomic.Int64            // not-allowed notices being sent, off the intake worker
+	notices     channels.Notices        // not-allowed notices being sent, off the intake worker
 	chans       *cache[chanInfo]
 	roles       *cache[[]string]
 	names       *cache[string] // names of mentioned channels ("c/id") and roles ("r/guild/id")

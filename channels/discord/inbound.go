@@ -250,23 +250,10 @@ func (c *Channel) botRoles(ctx context.Context, guild, bot string) []string {
 	return m.Roles
 }
 
-// maxNotices bounds the not-allowed notices in flight at once.
-const maxNotices = 32
-
-// noticeLater sends a notice off the intake worker, which reads every chat's messages in
-// order: a notice waiting on a rate limit must not hold them up. Beyond maxNotices in
-// flight (a flood of strangers) a notice is only logged.
+// noticeLater sends a notice off the intake worker (channels.Notices).
 func (c *Channel) noticeLater(msg *channels.Message, text string) {
-	if c.notices.Add(1) > maxNotices {
-		c.notices.Add(-1)
+	if !c.notices.Go(c.life, func(ctx context.Context) { c.notice(ctx, msg, text) }) {
 		c.log.Warn("discord: too many notices in flight; one was not sent", "chat_id", msg.ChatID)
-		return
-	}
-	if !c.life.Go(func(ctx context.Context) {
-		defer c.notices.Add(-1)
-		c.notice(ctx, msg, text)
-	}) {
-		c.notices.Add(-1)
 	}
 }
 

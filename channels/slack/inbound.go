@@ -311,23 +311,11 @@ func displayName(name string) string {
 	return name
 }
 
-// maxNotices bounds the not-allowed notices in flight at once.
-const maxNotices = 32
-
 // noticeLater posts a notice off the event loop, which takes every chat's events in turn
-// and owes Slack an ack within 3 s: a notice waiting on a rate limit must hold up neither.
-// Beyond maxNotices in flight (a flood of strangers) a notice is only logged.
+// and owes Slack an ack within 3 s (channels.Notices).
 func (c *Channel) noticeLater(target channels.Target, text string) {
-	if c.notices.Add(1) > maxNotices {
-		c.notices.Add(-1)
+	if !c.notices.Go(c.life, func(ctx context.Context) { c.notice(ctx, target, text) }) {
 		c.log.Warn("slack: too many notices in flight; one was not sent", "chat", target.ChatID)
-		return
-	}
-	if !c.life.Go(func(ctx context.Context) {
-		defer c.notices.Add(-1)
-		c.notice(ctx, target, text)
-	}) {
-		c.notices.Add(-1)
 	}
 }
 

@@ -14,7 +14,6 @@ import (
 	"regexp"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	slackgo "github.com/slack-go/slack"
@@ -61,8 +60,8 @@ type Channel struct {
 	noStatus *boundedSet // channels where assistant.threads.setStatus was refused
 	// strangers are the users told lately that they are not on allow_from.
 	strangers *channels.NoticeLimiter
-	notices   atomic.Int64 // not-allowed notices being sent, off the event loop
-	names     *names       // authors' display names
+	notices   channels.Notices // not-allowed notices being sent, off the event loop
+	names     *names           // authors' display names
 	// lastThread is, by channel:user, the thread of the user's latest conversation with
 	// the bot in a channel: a slash command there (never typed in a thread) acts on it.
 	lastThread *boundedMap[string]

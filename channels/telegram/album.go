@@ -26,9 +26,8 @@ import (
 // else (so the chat's order holds).
 
 const (
-	albumWait  = time.Second // how long an album waits for its next item
-	maxAlbum   = 10          // Telegram's own limit of items in an album
-	maxNotices = 32          // access notices in flight at once
+	albumWait = time.Second // how long an album waits for its next item
+	maxAlbum  = 10          // Telegram's own limit of items in an album
 )
 
 // item is one accepted update of an album.
@@ -264,17 +263,9 @@ func (c *Channel) migrateInbox(ctx context.Context) {
 }
 
 // notifyLater sends an access notice off the intake, so that a chat held by a 429 does not
-// hold the intake; at most maxNotices are in flight, the rest are only logged.
+// hold the intake (channels.Notices).
 func (c *Channel) notifyLater(msg *message, text string) {
-	if c.notices.Add(1) > maxNotices {
-		c.notices.Add(-1)
+	if !c.notices.Go(c.life, func(ctx context.Context) { c.notify(ctx, msg, text) }) {
 		c.log.Warn("telegram: too many notices in flight; one was not sent", "chat", msg.Chat.ID)
-		return
-	}
-	if !c.life.Go(func(ctx context.Context) {
-		defer c.notices.Add(-1)
-		c.notify(ctx, msg, text)
-	}) {
-		c.notices.Add(-1)
 	}
 }

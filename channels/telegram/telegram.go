@@ -19,7 +19,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-telegram/bot"
@@ -61,7 +60,7 @@ type Channel struct {
 
 	albumMu sync.Mutex
 	albums  map[int64]*album // albums being gathered, by chat; see album.go
-	notices atomic.Int64     // access notices in flight
+	notices channels.Notices // access notices in flight
 
 	life *channels.Lifecycle // new → running → stopped; owns the goroutines
 
