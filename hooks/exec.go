@@ -33,7 +33,7 @@ func (x *execRunner) invoke(ctx context.Context, event string, body []byte) ([]b
 	cmd.Env = append(x.env[:len(x.env):len(x.env)], "GATEWAY_HOOK_EVENT="+event)
 	cmd.Stdin = bytes.NewReader(body)
 	stdout := &capBuffer{max: maxOutput}
-	stderr := &tailBuffer{max: maxStderr}
+	stderr := &childproc.Tail{Max: maxStderr}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	childproc.OwnGroup(cmd) // at timeout the whole group is killed, not only the program
 	// If something the program started keeps stdout open, stop waiting for it soon.
@@ -43,15 +43,15 @@ func (x *execRunner) invoke(ctx context.Context, event string, body []byte) ([]b
 		childproc.KillGroup(cmd.Process.Pid) // whatever it left running in the background
 	}
 	if ctx.Err() != nil {
-		return nil, fmt.Errorf("hook %q: stopped (%v); its processes were killed%s", x.name, context.Cause(ctx), stderr.suffix())
+		return nil, fmt.Errorf("hook %q: stopped (%v); its processes were killed%s", x.name, context.Cause(ctx), stderrSuffix(stderr))
 	}
 	if err != nil {
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
 			if ee.ExitCode() >= 0 {
-				return nil, fmt.Errorf("hook %q exited with code %d%s", x.name, ee.ExitCode(), stderr.suffix())
+				return nil, fmt.Errorf("hook %q exited with code %d%s", x.name, ee.ExitCode(), stderrSuffix(stderr))
 			}
-			return nil, fmt.Errorf("hook %q: %s%s", x.name, ee.String(), stderr.suffix())
+			return nil, fmt.Errorf("hook %q: %s%s", x.name, ee.String(), stderrSuffix(stderr))
 		}
 		return nil, fmt.Errorf("hook %q: %w", x.name, err)
 	}
@@ -77,23 +77,9 @@ func (c *capBuffer) Write(p []byte) (int, error) {
 	return c.buf.Write(p)
 }
 
-// tailBuffer keeps the last max bytes written.
-type tailBuffer struct {
-	b   []byte
-	max int
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.b = append(t.b, p...)
-	if len(t.b) > t.max {
-		t.b = append(t.b[:0], t.b[len(t.b)-t.max:]...)
-	}
-	return len(p), nil
-}
-
-// suffix is ": <stderr tail>" for an error message, or "" when stderr was empty.
-func (t *tailBuffer) suffix() string {
-	s := strings.TrimSpace(strings.ToValidUTF8(string(t.b), "?"))
+// stderrSuffix is "; stderr: <its tail>" for an error message, or "" when stderr was empty.
+func stderrSuffix(t *childproc.Tail) string {
+	s := strings.TrimSpace(strings.ToValidUTF8(t.String(), "?"))
 	if s == "" {
 		return ""
 	}

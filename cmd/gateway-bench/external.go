@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,9 +12,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
+
+	"gateway/internal/childproc"
 )
 
 // runExternal runs `gateway run` as a child process with the fixture's config and
@@ -35,7 +35,7 @@ func startChild(binary string, floor bool, fx *fixture) (*running, error) {
 	if err != nil {
 		return nil, err
 	}
-	log := &tailBuffer{max: 16 << 10}
+	log := &childproc.Tail{Max: 16 << 10}
 	args := fx.args()
 	what := "`gateway run`"
 	if floor {
@@ -179,33 +179,4 @@ func (c *childProc) scrape(names ...string) ([]float64, bool) {
 		}
 	}
 	return vals, found == len(names)
-}
-
-// tailBuffer keeps the last max bytes written to it.
-type tailBuffer struct {
-	mu  sync.Mutex
-	max int
-	buf bytes.Buffer
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf.Write(p)
-	if extra := t.buf.Len() - t.max; extra > 0 {
-		t.buf.Next(extra)
-	}
-	return len(p), nil
-}
-
-func (t *tailBuffer) Len() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.buf.Len()
-}
-
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.buf.String()
 }

@@ -15,6 +15,7 @@ import (
 
 	"gateway/channels/telegram/telegramtest"
 	"gateway/harness/openaitest"
+	"gateway/internal/childproc"
 )
 
 // fixture is what both modes run the gateway against: a fake Bot API (and, for
@@ -146,7 +147,7 @@ type running struct {
 	tgt  target
 	done <-chan struct{} // closed when the gateway has returned or exited
 	stop func() error    // asks it to stop and waits
-	log  *tailBuffer     // its stderr (the log: warnings and errors)
+	log  *childproc.Tail // its stderr (the log: warnings and errors)
 	what string          // for Result.Includes
 }
 
@@ -180,7 +181,7 @@ func bench(ctx context.Context, o Options, mode string, start func(*fixture) (*r
 	}
 	res, err = measure(ctx, o, fx.tr, fx.fake, gw.tgt, profile)
 	res.Mode, res.Includes = mode, gw.what
-	if err != nil && gw.log.Len() > 0 {
+	if err != nil && gw.log.String() != "" {
 		err = fmt.Errorf("%w\nthe gateway's log:\n%s", err, gw.log.String())
 	}
 	return res, err

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"gateway/cmd/internal/gatewaycli"
+	"gateway/internal/childproc"
 )
 
 // runInProcess runs the gateway in this process through gatewaycli.Run, the whole
@@ -44,7 +45,7 @@ func runInProcess(ctx context.Context, o Options) (Result, error) {
 // does in `gateway run`).
 func startSelf(ctx context.Context, fx *fixture) *running {
 	runCtx, cancel := context.WithCancel(ctx)
-	log := &tailBuffer{max: 16 << 10}
+	log := &childproc.Tail{Max: 16 << 10}
 	done := make(chan struct{})
 	var code int
 	go func() {

@@ -258,7 +258,7 @@ func connect(ctx context.Context, c ServerConfig, hc *http.Client) (_ conn, err 
 		// Like a hook program, a server gets a minimal environment plus what its env: gives
 		// it, never the gateway's tokens and API keys unless the admin passes them there.
 		cmd.Env = childproc.BaseEnv()
-		stderr = &stderrTail{}
+		stderr = &stderrTail{Tail: childproc.Tail{Max: maxStderr}}
 		for k, v := range c.Env {
 			cmd.Env = append(cmd.Env, k+"="+v.Reveal())
 			stderr.secrets = append(stderr.secrets, v.Reveal())
@@ -313,24 +313,11 @@ func connect(ctx context.Context, c ServerConfig, hc *http.Client) (_ conn, err 
 // why it failed; a server that logs a lot to stderr while it runs costs no more.
 const maxStderr = 4 << 10
 
-// stderrTail keeps the end of what a stdio server writes to stderr. Exec's copying
-// goroutine writes it while the supervisor may read it, hence the lock.
+// stderrTail keeps the end of what a stdio server writes to stderr, and the values of its
+// env:, which an error never quotes.
 type stderrTail struct {
-	mu      sync.Mutex
-	b       []byte
-	cut     bool     // more was written than is kept
-	secrets []string // the values of the server's env:, never quoted
-}
-
-func (t *stderrTail) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.b = append(t.b, p...)
-	if over := len(t.b) - maxStderr; over > 0 {
-		t.b = append(t.b[:0], t.b[over:]...)
-		t.cut = true
-	}
-	return len(p), nil
+	childproc.Tail
+	secrets []string
 }
 
 // explain returns err with the end of the server's stderr, on one line, appended
@@ -340,9 +327,7 @@ func (t *stderrTail) explain(err error) error {
 	if t == nil || err == nil {
 		return err
 	}
-	t.mu.Lock()
-	text, cut := strings.ToValidUTF8(string(t.b), ""), t.cut
-	t.mu.Unlock()
+	text, cut := strings.ToValidUTF8(t.String(), ""), t.Cut()
 	for _, v := range t.secrets {
 		if len(v) < 4 {
 			continue // shorter values ("1", "on") are settings, and would blank out words

@@ -81,12 +81,12 @@ func Run(ctx context.Context, c Cmd) ([]byte, error) {
 	cmd.WaitDelay = 2 * time.Second
 	cmd.Stdin = c.Stdin
 	stdout := &limitBuffer{max: c.MaxStdout}
-	stderr := &tailBuffer{max: stderrTail}
+	stderr := &childproc.Tail{Max: stderrTail}
 	cmd.Stdout = stdout
 	cmd.Stderr = stderr
 	err := childproc.Run(cmd)
 	if err != nil {
-		re := &RunError{Program: c.Argv[0], ExitCode: -1, Stderr: stderr.String(), Err: err}
+		re := &RunError{Program: c.Argv[0], ExitCode: -1, Stderr: oneLine(stderr), Err: err}
 		var ee *exec.ExitError
 		if ctx.Err() != nil {
 			re.TimedOut = errors.Is(ctx.Err(), context.DeadlineExceeded)
@@ -126,26 +126,7 @@ func (l *limitBuffer) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// tailBuffer keeps the last max bytes written.
-type tailBuffer struct {
-	buf []byte
-	max int
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	n := len(p)
-	if len(p) >= t.max {
-		t.buf = append(t.buf[:0], p[len(p)-t.max:]...)
-		return n, nil
-	}
-	if over := len(t.buf) + len(p) - t.max; over > 0 {
-		t.buf = append(t.buf[:0], t.buf[over:]...)
-	}
-	t.buf = append(t.buf, p...)
-	return n, nil
-}
-
-func (t *tailBuffer) String() string {
-	s := strings.ToValidUTF8(string(t.buf), "")
-	return strings.Join(strings.Fields(s), " ")
+// oneLine is a program's stderr tail as an error quotes it: valid UTF-8, on one line.
+func oneLine(t *childproc.Tail) string {
+	return strings.Join(strings.Fields(strings.ToValidUTF8(t.String(), "")), " ")
 }
