@@ -216,24 +216,31 @@ func (l *intakeLog) sync() error {
 	return nil
 }
 
-// firstEpoch is the epoch of the log's first record; false when it has none whole.
-func (l *intakeLog) firstEpoch() (uint64, bool) {
+// readRecord reads the next record from r and returns its payload (in buf's array); false
+// at the log's end: zeros (preallocated space), or a torn or damaged record.
+func readRecord(r io.Reader, buf []byte) ([]byte, bool) {
 	var hdr [recHeader]byte
-	if _, err := l.f.ReadAt(hdr[:], 0); err != nil {
-		return 0, false
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return nil, false
 	}
 	n := binary.BigEndian.Uint32(hdr[4:])
 	if n < 9 || n > recMax {
-		return 0, false
+		return nil, false
 	}
-	payload := make([]byte, n)
-	if _, err := l.f.ReadAt(payload, recHeader); err != nil {
-		return 0, false
+	buf = slices.Grow(buf[:0], int(n))[:n]
+	if _, err := io.ReadFull(r, buf); err != nil {
+		return nil, false
 	}
 	sum := crc32.NewIEEE()
 	_, _ = sum.Write(hdr[4:])
-	_, _ = sum.Write(payload)
-	if sum.Sum32() != binary.BigEndian.Uint32(hdr[:4]) {
+	_, _ = sum.Write(buf)
+	return buf, sum.Sum32() == binary.BigEndian.Uint32(hdr[:4])
+}
+
+// firstEpoch is the epoch of the log's first record; false when it has none whole.
+func (l *intakeLog) firstEpoch() (uint64, bool) {
+	payload, ok := readRecord(io.NewSectionReader(l.f, 0, 1<<62), nil)
+	if !ok {
 		return 0, false
 	}
 	return binary.BigEndian.Uint64(payload), true
@@ -242,30 +249,16 @@ func (l *intakeLog) firstEpoch() (uint64, bool) {
 // replay reads the records of epoch into p.
 func (l *intakeLog) replay(epoch uint64, p *pending) error {
 	r := bufio.NewReader(io.NewSectionReader(l.f, 0, 1<<62))
-	var hdr [recHeader]byte
 	var payload []byte
 	for {
-		if _, err := io.ReadFull(r, hdr[:]); err != nil {
-			return nil
-		}
-		n := binary.BigEndian.Uint32(hdr[4:])
-		if n < 9 || n > recMax {
-			return nil
-		}
-		payload = slices.Grow(payload[:0], int(n))[:n]
-		if _, err := io.ReadFull(r, payload); err != nil {
-			return nil
-		}
-		sum := crc32.NewIEEE()
-		_, _ = sum.Write(hdr[4:])
-		_, _ = sum.Write(payload)
-		if sum.Sum32() != binary.BigEndian.Uint32(hdr[:4]) || binary.BigEndian.Uint64(payload) != epoch {
+		var ok bool
+		if payload, ok = readRecord(r, payload); !ok || binary.BigEndian.Uint64(payload) != epoch {
 			return nil
 		}
 		if err := decode(payload[8:], p); err != nil {
 			return fmt.Errorf("%s at offset %d: %w", l.path, l.off, err)
 		}
-		l.off += recHeader + int64(n)
+		l.off += recHeader + int64(len(payload))
 	}
 }
 
