@@ -69,11 +69,25 @@ var _ SessionStore = (*Store)(nil)
 // for each save point and closed again, so the store holds no descriptors between turns.
 // At most one Session per key may be open at a time.
 type Store struct {
-	dir string
+	dir   string
+	ahead WriteAhead
 
 	mu     sync.Mutex
 	closed bool
 }
+
+// WriteAhead makes an append durable in place of the file's own sync: the gateway's intake
+// log (state.DB), which writes the bytes into an unsynced record that the next synced one
+// makes durable, syncs the file before it lets the record go, and writes the bytes back
+// into the file after a power cut. An error means nothing was recorded: the file is synced.
+type WriteAhead interface {
+	WriteAhead(path string, off int64, data []byte) error
+}
+
+// WriteAheadTo has the history files' appends made durable by w (see WriteAhead) rather
+// than by a sync each. A file's first append, which creates it, is still synced. Call it
+// before the store is used.
+func (s *Store) WriteAheadTo(w WriteAhead) { s.ahead = w }
 
 // OpenStore opens (creating) the store directory.
 func OpenStore(dir string) (*Store, error) {
@@ -82,6 +96,10 @@ func OpenStore(dir string) (*Store, error) {
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("state_dir: cannot create %s: %w", dir, err)
+	}
+	dir, err := filepath.Abs(dir) // a write-ahead record names its file from the state directory
+	if err != nil {
+		return nil, fmt.Errorf("state_dir: %w", err)
 	}
 	fi, err := os.Stat(dir)
 	if err != nil {
@@ -93,8 +111,8 @@ func OpenStore(dir string) (*Store, error) {
 	return &Store{dir: dir}, nil
 }
 
-// Close ends the store: later saves fail. Every save is already durable when it returns,
-// so there is nothing to flush.
+// Close ends the store: later saves fail. Every save is already durable when it returns
+// (synced, or recorded by the WriteAhead, which keeps it), so there is nothing to flush.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -870,7 +888,7 @@ func (h *history) appendPending() error {
 		data = append(h.header(), data...)
 	}
 	_, err := h.f.Write(data)
-	if err == nil {
+	if err == nil && (h.size == 0 || h.files.ahead == nil || h.files.ahead.WriteAhead(h.path, h.size, data) != nil) {
 		err = h.f.Sync()
 	}
 	if err != nil {

@@ -38,6 +38,7 @@ const (
 	recDone   byte = 2 // seq
 	recCursor byte = 3 // name, value
 	recPlace  byte = 4 // seq, placement: where the answer to an accepted message shows so far
+	recAhead  byte = 5 // offset, file (relative to the state directory), bytes written there (ahead.go)
 
 	recHeader = 8        // CRC-32 and payload length, both uint32
 	recMax    = 64 << 20 // a longer length is a torn header, not a record
@@ -54,13 +55,14 @@ type pending struct {
 	dones   map[uint64]struct{} // done this epoch, accepted before it (in bbolt)
 	places  map[uint64]string   // placements of answers to messages not done: seq → placement
 	cursors map[string]string
-	lastSeq uint64 // the journal's highest seq handed out
+	ahead   map[string]struct{} // files written ahead this epoch: synced before a checkpoint
+	lastSeq uint64              // the journal's highest seq handed out
 	records int
 }
 
 func newPending(lastSeq uint64) pending {
 	return pending{accepts: map[uint64][]byte{}, keys: map[string]int64{}, dones: map[uint64]struct{}{},
-		places: map[uint64]string{}, cursors: map[string]string{}, lastSeq: lastSeq}
+		places: map[uint64]string{}, cursors: map[string]string{}, ahead: map[string]struct{}{}, lastSeq: lastSeq}
 }
 
 // apply adds one record's effect. It is the same for a write and for a replay. A cursor's
@@ -90,6 +92,8 @@ func (p *pending) apply(kind byte, seq uint64, at int64, key string, body []byte
 		}
 	case recCursor:
 		p.cursors[key] = string(body)
+	case recAhead:
+		p.ahead[key] = struct{}{}
 	}
 }
 
@@ -175,6 +179,10 @@ func (l *intakeLog) encode(kind byte, seq uint64, at int64, key string, body []b
 		b = append(b, key...)
 	case recDone, recPlace:
 		b = binary.BigEndian.AppendUint64(b, seq)
+	case recAhead:
+		b = binary.BigEndian.AppendUint64(b, seq)
+		b = binary.AppendUvarint(b, uint64(len(key)))
+		b = append(b, key...)
 	case recCursor:
 		b = binary.AppendUvarint(b, uint64(len(key)))
 		b = append(b, key...)
@@ -246,8 +254,9 @@ func (l *intakeLog) firstEpoch() (uint64, bool) {
 	return binary.BigEndian.Uint64(payload), true
 }
 
-// replay reads the records of epoch into p.
-func (l *intakeLog) replay(epoch uint64, p *pending) error {
+// replay reads the records of epoch into p; ahead, when not nil, gets each record of an
+// append written ahead (restoreAhead).
+func (l *intakeLog) replay(epoch uint64, p *pending, ahead func(rel string, off int64, data []byte)) error {
 	r := bufio.NewReader(io.NewSectionReader(l.f, 0, 1<<62))
 	var payload []byte
 	for {
@@ -255,44 +264,54 @@ func (l *intakeLog) replay(epoch uint64, p *pending) error {
 		if payload, ok = readRecord(r, payload); !ok || binary.BigEndian.Uint64(payload) != epoch {
 			return nil
 		}
-		if err := decode(payload[8:], p); err != nil {
+		kind, seq, key, body, err := decode(payload[8:], p)
+		if err != nil {
 			return fmt.Errorf("%s at offset %d: %w", l.path, l.off, err)
+		}
+		if kind == recAhead && ahead != nil {
+			ahead(key, int64(seq), body)
 		}
 		l.off += recHeader + int64(len(payload))
 	}
 }
 
-// decode applies one record's kind and fields (after the epoch) to p.
-func decode(b []byte, p *pending) error {
-	kind, b := b[0], b[1:]
-	var seq uint64
+// decode applies one record's kind and fields (after the epoch) to p, and returns them.
+func decode(b []byte, p *pending) (kind byte, seq uint64, key string, body []byte, err error) {
+	kind, b = b[0], b[1:]
 	var at int64
-	var key string
 	switch kind {
-	case recAccept, recDone, recPlace:
+	case recAccept, recDone, recPlace, recAhead:
 		if len(b) < 8 {
-			return errors.New("short record")
+			return kind, 0, "", nil, errors.New("short record")
 		}
 		seq, b = binary.BigEndian.Uint64(b), b[8:]
-		if kind != recAccept {
+		if kind == recDone || kind == recPlace {
 			break
 		}
-		if len(b) < 8 {
-			return errors.New("short record")
+		if kind == recAccept {
+			if len(b) < 8 {
+				return kind, 0, "", nil, errors.New("short record")
+			}
+			at, b = int64(binary.BigEndian.Uint64(b)), b[8:]
 		}
-		at, b = int64(binary.BigEndian.Uint64(b)), b[8:]
 		fallthrough
 	case recCursor:
 		n, w := binary.Uvarint(b)
 		if w <= 0 || uint64(len(b)-w) < n {
-			return errors.New("bad key length")
+			return kind, 0, "", nil, errors.New("bad key length")
 		}
 		key, b = string(b[w:w+int(n)]), b[w+int(n):]
 	default:
-		return fmt.Errorf("unknown record kind %d", kind)
+		return kind, 0, "", nil, fmt.Errorf("unknown record kind %d", kind)
 	}
-	p.apply(kind, seq, at, key, append([]byte(nil), b...))
-	return nil
+	if kind == recAhead {
+		// Not kept in p: the bytes are in the file, or restored into it from here.
+		p.apply(kind, seq, at, key, nil)
+		return kind, seq, key, b, nil
+	}
+	body = append([]byte(nil), b...)
+	p.apply(kind, seq, at, key, body)
+	return kind, seq, key, body, nil
 }
 
 // record writes one record, checkpointing first when it would not fit, and applies it.
@@ -316,7 +335,7 @@ func (s *DB) record(kind byte, seq uint64, at int64, key string, body []byte) er
 	// it is written while the answer streams, and a crash of the process keeps the write.
 	// The timer is armed by the first unsynced record only: re-arming it for each Done
 	// would put the sync off for as long as Dones come closer together than the window.
-	lazy := kind == recDone || kind == recPlace
+	lazy := kind == recDone || kind == recPlace || kind == recAhead
 	sync, arm := !lazy, lazy && !s.log.unsynced
 	if err := s.log.append(rec, sync); err != nil {
 		return err
@@ -327,8 +346,11 @@ func (s *DB) record(kind byte, seq uint64, at int64, key string, body []byte) er
 	case arm:
 		s.syncTimer.Reset(doneSyncWithin)
 	}
-	if kind == recAccept {
+	switch kind {
+	case recAccept:
 		body = append([]byte(nil), body...) // the caller's buffer is not ours to keep
+	case recAhead:
+		body = nil // in the file already
 	}
 	s.pend.apply(kind, seq, at, key, body)
 	return nil
@@ -365,6 +387,10 @@ func (s *DB) checkpoint() error {
 	p := &s.pend
 	if p.records == 0 {
 		return nil
+	}
+	// The files' appends are durable only through this log's records until synced.
+	if err := s.syncAhead(p.ahead); err != nil {
+		return err
 	}
 	next := s.log.epoch + 1
 	err := s.db.Update(func(tx *bolt.Tx) error {
@@ -445,7 +471,7 @@ func (s *DB) openIntakeLog(dir string, fresh bool) error {
 	}
 	s.log, s.pend = l, newPending(lastSeq)
 	l.epoch = epoch
-	if err = l.replay(epoch, &s.pend); err != nil {
+	if err = l.replay(epoch, &s.pend, s.restoreAhead); err != nil {
 		_ = l.f.Close()
 		return err
 	}
@@ -455,7 +481,7 @@ func (s *DB) openIntakeLog(dir string, fresh bool) error {
 			_ = l.f.Close()
 			return err
 		}
-		s.logger.Info("state: applied the intake log left by the last run", "records", n)
+		s.logger.Info("state: applied the intake log left by the last run", "records", n, "history_appends_restored", s.aheadRestored)
 	}
 	statePath := filepath.Join(dir, FileName)
 	switch {

@@ -57,6 +57,7 @@ func (l Limits) withDefaults() Limits {
 // DB is the open state file and its intake log. Safe for concurrent use.
 type DB struct {
 	db     *bolt.DB
+	dir    string // the state directory: files written ahead are named relative to it
 	limits Limits
 	now    func() time.Time
 	logger *slog.Logger
@@ -67,6 +68,7 @@ type DB struct {
 	checkpointFailing bool
 	syncTimer         *time.Timer // syncs a Done written without a sync (doneSyncWithin)
 	closed            bool
+	aheadRestored     int // appends written back into their files at start (the tests read it)
 }
 
 // Open opens (or creates) dir/state.db. A file that cannot be read as a state file (torn,
@@ -74,6 +76,12 @@ type DB struct {
 // plain words, and a fresh state starts; what the old file held is lost, which the log says.
 func Open(dir string, limits Limits, log *slog.Logger) (*DB, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("state: %w", err)
+	}
+	// Files written ahead are recorded relative to it, and found again after a restart from
+	// another working directory.
+	dir, err := filepath.Abs(dir)
+	if err != nil {
 		return nil, fmt.Errorf("state: %w", err)
 	}
 	if log == nil {
@@ -111,7 +119,7 @@ func Open(dir string, limits Limits, log *slog.Logger) (*DB, error) {
 			return nil, fmt.Errorf("state: cannot move the intake log aside: %w", rerr)
 		}
 	}
-	s := &DB{db: db, limits: limits.withDefaults(), now: time.Now, logger: log}
+	s := &DB{db: db, dir: dir, limits: limits.withDefaults(), now: time.Now, logger: log}
 	if err := s.openIntakeLog(dir, fresh); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("state: the intake log: %w", err)

@@ -201,10 +201,17 @@ func buildApp(cfg Config, cfgPath string, log *slog.Logger, getenv func(string) 
 		}
 		a.reg.MustRegister(a.node.Collector())
 	} else if !dryRun {
-		if store, err = harness.OpenStore(filepath.Join(cfg.StateDir, "sessions")); err != nil {
+		files, err := harness.OpenStore(filepath.Join(cfg.StateDir, "sessions"))
+		if err != nil {
 			rt.Close()
 			return nil, fmt.Errorf("state_dir: %w", err)
 		}
+		if db != nil {
+			// A turn's history is made durable by the intake log's next sync, not a sync
+			// of its own (state/ahead.go).
+			files.WriteAheadTo(db)
+		}
+		store = files
 	}
 	var mediaStore *media.Store // nil in a dry run: nothing is kept, no folder is made
 	if !dryRun {

@@ -789,3 +789,52 @@ func TestEmptiedStateFileIsReportedAndItsUnansweredMessageAnswered(t *testing.T)
 	}
 	g.stop()
 }
+
+// A power cut after two answers, which left the chat's history file as its first turn made
+// it (the second turn's history is not synced to the file on its own: the intake log holds
+// it): after the start the next message is asked with the whole conversation, and neither
+// answered message is answered again.
+func TestPowerCutAfterAnswersKeepsTheConversation(t *testing.T) {
+	p := telegramPlatform(t)
+	oai := newSlowModel(t)
+	root, addr := newRoot(t, oai, p)
+	g := startChild(t, root, addr)
+	p.send("first question")
+	waitFor(t, "the first answer", func() bool { return len(p.answer()) == 1 }, g.log)
+	files, err := filepath.Glob(filepath.Join(root, "data", "sessions", "*.jsonl"))
+	if err != nil || len(files) != 1 {
+		t.Fatalf("history files = %q (%v); want one", files, err)
+	}
+	fi, err := os.Stat(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	firstTurn := fi.Size() // made by the first turn, and synced as a new file is
+	p.send("second question")
+	waitFor(t, "the second answer", func() bool { return len(p.answer()) == 2 }, g.log)
+	quiet() // the intake log's lazy sync (100 ms) has made the Done and the history durable
+	g.kill()
+	// What the disk kept of the history file: the second turn's pages were never synced.
+	if err := os.Truncate(files[0], firstTurn); err != nil {
+		t.Fatal(err)
+	}
+
+	g = startChild(t, root, addr)
+	p.send("third question")
+	waitFor(t, "the third answer", func() bool { return len(p.answer()) == 3 }, g.log)
+	quiet()
+	if got := p.answer(); !slices.Equal(got, []string{"answer 1", "answer 2", "answer 3"}) {
+		t.Fatalf("the chat shows %q; want each message answered once", got)
+	}
+	var asked []string
+	for _, m := range oai.Requests()[2].Messages {
+		if m.Role != "system" {
+			asked = append(asked, m.Role+": "+m.Content)
+		}
+	}
+	want := []string{"user: first question", "assistant: answer 1", "user: second question", "assistant: answer 2", "user: third question"}
+	if !slices.Equal(asked, want) {
+		t.Fatalf("after the power cut the model was asked with %q; want %q; log:\n%s", asked, want, g.log)
+	}
+	g.stop()
+}
