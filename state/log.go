@@ -333,6 +333,7 @@ func (s *DB) record(kind byte, seq uint64, at int64, key string, body []byte) er
 	// A Done is not synced on its own: the next Accept or cursor syncs it, or the timer
 	// within doneSyncWithin. See doneSyncWithin for what that risks. A placement neither:
 	// it is written while the answer streams, and a crash of the process keeps the write.
+	// Nor an append written ahead (ahead.go): it comes before its message's Done.
 	// The timer is armed by the first unsynced record only: re-arming it for each Done
 	// would put the sync off for as long as Dones come closer together than the window.
 	lazy := kind == recDone || kind == recPlace || kind == recAhead
