@@ -467,7 +467,8 @@ func (s *DB) openIntakeLog(dir string, fresh bool) error {
 	if err != nil {
 		return err
 	}
-	if e, ok := l.firstEpoch(); ok && fresh {
+	e, hasRecords := l.firstEpoch()
+	if hasRecords && fresh {
 		epoch = e
 	}
 	s.log, s.pend = l, newPending(lastSeq)
@@ -477,6 +478,7 @@ func (s *DB) openIntakeLog(dir string, fresh bool) error {
 		return err
 	}
 	recovered := len(s.pend.accepts)
+	s.recovered = recovered
 	if n := s.pend.records; n > 0 {
 		if err := s.checkpoint(); err != nil {
 			_ = l.f.Close()
@@ -486,7 +488,7 @@ func (s *DB) openIntakeLog(dir string, fresh bool) error {
 	}
 	statePath := filepath.Join(dir, FileName)
 	switch {
-	case fresh && found >= 0:
+	case fresh && hasRecords && !s.brokenAside: // Open says what a broken state file lost
 		// A first start finds neither file, and the gateway never leaves the state file
 		// empty: it was lost (deleted, emptied by a failed copy or restore).
 		s.logger.Warn("state: the state file was missing or empty while the intake log beside it was not; "+

@@ -395,6 +395,25 @@ func TestLostStateFileIsReportedAndTheIntakeLogKept(t *testing.T) {
 	}
 }
 
+// A first start that left an empty state file and an intake log without a record (a disk
+// too full to write either) is a first start again, not lost state: no warning.
+func TestEmptyStateBesideARecordlessLogIsNotLostState(t *testing.T) {
+	dir := t.TempDir()
+	for name, size := range map[string]int64{FileName: 0, LogName: 4096} {
+		if err := os.WriteFile(filepath.Join(dir, name), make([]byte, size), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db, logs := open(t, dir, Limits{})
+	defer db.Close()
+	if strings.Contains(logs.String(), "lost") || strings.Contains(logs.String(), "level=WARN") {
+		t.Fatalf("a first start was reported as lost state: %q", logs.String())
+	}
+	if _, err := db.Accept("k", []byte("m")); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // An intake log found cut short or missing beside a state file it was applied to is
 // reported in plain words (what it held since is lost); the state file still serves.
 func TestTruncatedOrMissingIntakeLogIsReported(t *testing.T) {

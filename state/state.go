@@ -13,6 +13,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -69,6 +70,8 @@ type DB struct {
 	syncTimer         *time.Timer // syncs a Done written without a sync (doneSyncWithin)
 	closed            bool
 	aheadRestored     int // appends written back into their files at start (the tests read it)
+	recovered         int // unanswered messages the intake log held at start
+	brokenAside       bool
 }
 
 // Open opens (or creates) dir/state.db. A file that cannot be read as a state file (torn,
@@ -94,6 +97,8 @@ func Open(dir string, limits Limits, log *slog.Logger) (*DB, error) {
 	if fi, err := os.Stat(path); err == nil && fi.Size() > 0 {
 		fresh = false
 	}
+	var aside string
+	var brokenErr error
 	db, err := openFile(path)
 	if err != nil {
 		if errors.Is(err, errLocked) {
@@ -105,29 +110,57 @@ func Open(dir string, limits Limits, log *slog.Logger) (*DB, error) {
 			return nil, fmt.Errorf("state: cannot open %s: permission denied; the gateway runs as user %d, which must be able to read and write state_dir (%s) and every file in it", path, os.Geteuid(), dir)
 		}
 		stamp := time.Now().UTC().Format("20060102T150405")
-		aside := path + ".broken-" + stamp
+		aside = path + ".broken-" + stamp
 		if rerr := os.Rename(path, aside); rerr != nil {
 			return nil, fmt.Errorf("state: %s cannot be read (%v) nor moved aside: %w", path, err, rerr)
 		}
-		log.Warn("the state file could not be read and was moved aside; starting with empty state (unanswered messages and per-chat settings in it are lost)",
-			"file", path, "moved_to", aside, "err", err)
+		brokenErr = err
 		if db, err = openFile(path); err != nil {
 			return nil, fmt.Errorf("state: %w", err)
 		}
-		// The log's records are of the lost file's epochs: what they would apply to is gone.
-		if rerr := os.Rename(filepath.Join(dir, LogName), filepath.Join(dir, LogName+".broken-"+stamp)); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
-			return nil, fmt.Errorf("state: cannot move the intake log aside: %w", rerr)
+		// The log is read as beside a lost state file (openIntakeLog): the messages taken
+		// since its last checkpoint are still in it. A copy is kept for the admin.
+		fresh = true
+		if cerr := copyFile(filepath.Join(dir, LogName), filepath.Join(dir, LogName+".broken-"+stamp)); cerr != nil && !errors.Is(cerr, os.ErrNotExist) {
+			log.Warn("state: cannot keep a copy of the intake log beside the broken state file", "err", cerr)
 		}
 	}
-	s := &DB{db: db, dir: dir, limits: limits.withDefaults(), now: time.Now, logger: log}
+	s := &DB{db: db, dir: dir, limits: limits.withDefaults(), now: time.Now, logger: log, brokenAside: aside != ""}
 	if err := s.openIntakeLog(dir, fresh); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("state: the intake log: %w", err)
+	}
+	if aside != "" {
+		log.Warn("the state file could not be read and was moved aside; starting with empty state: per-chat settings "+
+			"(such as /voice), Slack threads followed, the record of messages already answered and unanswered messages "+
+			"taken before the intake log's last checkpoint are lost; the unanswered messages the intake log still held are answered",
+			"file", path, "moved_to", aside, "err", brokenErr, "recovered_messages", s.recovered)
 	}
 	return s, nil
 }
 
 var errLocked = errors.New("locked")
+
+// copyFile copies src to dst, synced.
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(out, in)
+	if err == nil {
+		err = out.Sync()
+	}
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
 
 func openFile(path string) (db *bolt.DB, err error) {
 	// bbolt panics on some corrupt files instead of returning an error.

@@ -77,11 +77,16 @@ func TestBrokenStateFileIsMovedAsideNotFatal(t *testing.T) {
 			}
 			db, logs := open(t, dir, Limits{})
 			defer db.Close()
-			if !strings.Contains(logs.String(), "moved aside") {
-				t.Fatalf("no warning in the log: %q", logs.String())
+			if !strings.Contains(logs.String(), "moved aside") || !strings.Contains(logs.String(), "recovered_messages=1") {
+				t.Fatalf("no warning in the log, or not of the message recovered: %q", logs.String())
 			}
-			if p, _ := db.Pending(); len(p) != 0 {
-				t.Fatalf("fresh state has %d entries", len(p))
+			if strings.Contains(logs.String(), "missing or empty") {
+				t.Fatalf("the broken file was also reported as a missing one: %q", logs.String())
+			}
+			// The message was still unanswered, and its record still in the intake log.
+			assertPending(t, db, []string{"lost"})
+			if copies, _ := filepath.Glob(filepath.Join(dir, LogName+".broken-*")); len(copies) != 1 {
+				t.Fatalf("no copy of the intake log kept beside the broken file: %v", copies)
 			}
 			if _, err := db.Accept("y", []byte("new")); err != nil {
 				t.Fatalf("fresh state does not serve: %v", err)

@@ -838,3 +838,30 @@ func TestPowerCutAfterAnswersKeepsTheConversation(t *testing.T) {
 	}
 	g.stop()
 }
+
+// A state file found broken after a crash is moved aside, and the messages the intake log
+// still held are answered all the same: the message cut by the crash is answered once.
+func TestBrokenStateFileAfterACrashStillAnswersTheCutMessage(t *testing.T) {
+	p := telegramPlatform(t)
+	oai := newSlowModel(t, 1)
+	root, addr := newRoot(t, oai, p)
+	g := startChild(t, root, addr)
+	p.send("hello there")
+	waitFor(t, "the model is called", func() bool { return oai.calls() == 1 }, g.log)
+	g.kill()
+	path := filepath.Join(root, "data", state.FileName)
+	if err := os.WriteFile(path, []byte(strings.Repeat("not a state file ", 2000)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	g = startChild(t, root, addr)
+	waitFor(t, "answered after the restart", func() bool { return len(p.answer()) > 0 }, g.log)
+	quiet()
+	if got := p.answer(); !slices.Equal(got, []string{"answer 2"}) {
+		t.Fatalf("answers after the restart = %q; want the cut message answered once; log:\n%s", got, g.log)
+	}
+	if log := g.log.String(); !strings.Contains(log, "moved aside") || !strings.Contains(log, `"recovered_messages":1`) {
+		t.Fatalf("no plain warning of the broken state file and the message it recovered; log:\n%s", log)
+	}
+	g.stop()
+}
