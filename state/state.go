@@ -13,7 +13,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -22,6 +21,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"gateway/internal/files"
 )
 
 // FileName is the state file's name under state_dir.
@@ -121,7 +122,7 @@ func Open(dir string, limits Limits, log *slog.Logger) (*DB, error) {
 		// The log is read as beside a lost state file (openIntakeLog): the messages taken
 		// since its last checkpoint are still in it. A copy is kept for the admin.
 		fresh = true
-		if cerr := copyFile(filepath.Join(dir, LogName), filepath.Join(dir, LogName+".broken-"+stamp)); cerr != nil && !errors.Is(cerr, os.ErrNotExist) {
+		if cerr := files.Copy(filepath.Join(dir, LogName), filepath.Join(dir, LogName+".broken-"+stamp)); cerr != nil && !errors.Is(cerr, os.ErrNotExist) {
 			log.Warn("state: cannot keep a copy of the intake log beside the broken state file", "err", cerr)
 		}
 	}
@@ -140,27 +141,6 @@ func Open(dir string, limits Limits, log *slog.Logger) (*DB, error) {
 }
 
 var errLocked = errors.New("locked")
-
-// copyFile copies src to dst, synced.
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = io.Copy(out, in)
-	if err == nil {
-		err = out.Sync()
-	}
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
 
 func openFile(path string) (db *bolt.DB, err error) {
 	// bbolt panics on some corrupt files instead of returning an error.

@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -14,6 +13,8 @@ import (
 	"sync"
 	"time"
 	"unicode"
+
+	"gateway/internal/files"
 )
 
 // Store defaults: media are kept for 30 days and at most 1 GB.
@@ -102,7 +103,7 @@ func (s *Store) Keep(path, name string) (string, error) {
 		_ = os.Chtimes(dst, now, now) // the age counts from when it was kept
 		return dst, nil
 	}
-	if err := copyFile(path, dst); err != nil {
+	if err := files.Copy(path, dst); err != nil {
 		return "", fmt.Errorf("keeping %s: %w", name, err)
 	}
 	return dst, nil
@@ -133,24 +134,6 @@ func safeName(name string) string {
 		out = "file"
 	}
 	return out
-}
-
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		os.Remove(dst)
-		return err
-	}
-	return out.Close()
 }
 
 // Prune deletes files under the store older than MaxAge, then the oldest until the total
