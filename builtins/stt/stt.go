@@ -47,10 +47,10 @@ type Options struct {
 
 // STT transcribes audio parts. It is safe for concurrent use.
 type STT struct {
-	cfg    Config
-	opts   Options
-	client openai.Client // openai provider only
-	slots  speech.Slots  // bounds the voice notes processed at once
+	cfg   Config
+	opts  Options
+	api   openai.AudioService // the openai provider's client
+	slots speech.Slots        // bounds the voice notes processed at once
 }
 
 // New checks cfg and that the programs it needs exist (ffmpeg, ffprobe and the command's
@@ -67,12 +67,12 @@ func New(cfg Config, opts Options) (*STT, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	client, err := speech.Setup(speech.Provider{Name: s.cfg.Provider, Command: s.cfg.Command,
+	api, err := speech.Setup(speech.Provider{Name: s.cfg.Provider, Command: s.cfg.Command,
 		BaseURL: s.cfg.BaseURL, APIKey: s.cfg.APIKey, HTTPClient: opts.HTTPClient})
 	if err != nil {
 		return nil, err
 	}
-	s.client = client
+	s.api = api
 	return s, nil
 }
 
@@ -332,7 +332,7 @@ func (s *STT) viaOpenAI(ctx, prep context.Context, path, work string, info audio
 	if language != "" {
 		params.Language = openai.String(language)
 	}
-	res, err := s.client.Audio.Transcriptions.New(callCtx, params)
+	res, err := s.api.Transcriptions.New(callCtx, params)
 	if err != nil {
 		return "", s.providerFailure(ctx, callCtx, err)
 	}

@@ -504,3 +504,33 @@ func benchReceive(b *testing.B, bus *hooks.Bus) {
 		}
 	}
 }
+
+// The speech client is made from the config alone: the OpenAI SDK's own reading of the
+// environment would send OPENAI_API_KEY (and OPENAI_CUSTOM_HEADERS) to a local Whisper
+// server that base_url names, and OPENAI_BASE_URL would send the audio elsewhere.
+func TestOpenAIProviderIgnoresTheSDKsEnvironment(t *testing.T) {
+	needSpeechTools(t)
+	t.Setenv("OPENAI_API_KEY", "sk-from-the-environment")
+	t.Setenv("OPENAI_BASE_URL", "http://127.0.0.1:1/v1")
+	t.Setenv("OPENAI_CUSTOM_HEADERS", "X-Leak: yes")
+	t.Setenv("OPENAI_ORG_ID", "org-leak")
+	srv := voicetest.NewServer(t)
+	cfg := openaiConfig(srv)
+	cfg.APIKey = "" // a local server that needs no key
+	bus := setup(t, cfg, stt.Options{})
+
+	ev := voiceNote(voicetest.WriteFile(t, "file_18.oga", voicetest.SpeakOgg(t, phrase)))
+	if rej := bus.Receive(t.Context(), ev); rej != nil {
+		t.Fatalf("rejected: %s", rej.Reason)
+	}
+	ups := srv.Uploads()
+	if len(ups) != 1 {
+		t.Fatalf("%d uploads reached the configured server, want 1 (text now %q)", len(ups), ev.Text)
+	}
+	h := ups[0].Header
+	for _, name := range []string{"Authorization", "X-Leak", "Openai-Organization"} {
+		if v := h.Get(name); v != "" {
+			t.Errorf("the local server got %s: %q from the gateway's environment", name, v)
+		}
+	}
+}

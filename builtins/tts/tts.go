@@ -43,10 +43,10 @@ type Options struct {
 
 // TTS speaks replies. It is safe for concurrent use.
 type TTS struct {
-	cfg    Config
-	opts   Options
-	client openai.Client
-	slots  speech.Slots // bounds the replies synthesised at once
+	cfg   Config
+	opts  Options
+	api   openai.AudioService // the openai provider's client
+	slots speech.Slots        // bounds the replies synthesised at once
 }
 
 // New checks cfg and that the programs it needs exist (ffmpeg, ffprobe and the command's
@@ -62,12 +62,12 @@ func New(cfg Config, opts Options) (*TTS, error) {
 	if t.cfg.Mode == ModeOff {
 		return t, nil
 	}
-	client, err := speech.Setup(speech.Provider{Name: t.cfg.Provider, Command: t.cfg.Command,
+	api, err := speech.Setup(speech.Provider{Name: t.cfg.Provider, Command: t.cfg.Command,
 		BaseURL: t.cfg.BaseURL, APIKey: t.cfg.APIKey, HTTPClient: opts.HTTPClient})
 	if err != nil {
 		return nil, err
 	}
-	t.client = client
+	t.api = api
 	return t, nil
 }
 
@@ -201,7 +201,7 @@ func isOggOpusFile(path string) bool {
 func (t *TTS) viaOpenAI(ctx context.Context, work, text, voice string) (string, error) {
 	callCtx, cancel := context.WithTimeout(ctx, t.cfg.Timeout)
 	defer cancel()
-	resp, err := t.client.Audio.Speech.New(callCtx, openai.AudioSpeechNewParams{
+	resp, err := t.api.Speech.New(callCtx, openai.AudioSpeechNewParams{
 		Input:          text,
 		Model:          t.cfg.Model,
 		Voice:          openai.AudioSpeechNewParamsVoiceUnion{OfString: openai.String(voice)},

@@ -31,6 +31,7 @@ type Upload struct {
 	Filename       string
 	ContentType    string // of the file part
 	Data           []byte
+	Header         http.Header // the request's headers (Authorization among them)
 }
 
 // SpeechRequest is one request to /audio/speech.
@@ -238,6 +239,7 @@ func (s *Server) transcriptions(w http.ResponseWriter, r *http.Request) {
 		Filename:       hdr.Filename,
 		ContentType:    hdr.Header.Get("Content-Type"),
 		Data:           data,
+		Header:         r.Header.Clone(),
 	}
 	if up.Model == "" {
 		apiError(w, http.StatusBadRequest, "you must provide a model parameter")

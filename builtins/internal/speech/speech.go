@@ -36,30 +36,40 @@ type Provider struct {
 
 // Setup checks that the programs p needs exist (ffmpeg and ffprobe, and the command's
 // program), so that a broken setup fails at startup rather than at the first voice note,
-// and returns the client of the openai provider (the zero client for a command).
-func Setup(p Provider) (openai.Client, error) {
+// and returns the audio client of the openai provider (the zero service for a command).
+//
+// The client is made from p alone: openai.NewClient would also read OPENAI_API_KEY,
+// OPENAI_BASE_URL, OPENAI_ORG_ID and OPENAI_CUSTOM_HEADERS from the environment, and send
+// that key or those headers to whatever server base_url names (a local Whisper server).
+// The config decides which key goes where (the environment's key only to OpenAI's own API).
+func Setup(p Provider) (openai.AudioService, error) {
 	tools := []string{"ffmpeg", "ffprobe"}
 	if p.Name == Command {
 		tools = append(tools, p.Command[0])
 	}
 	if err := audio.CheckTools(tools...); err != nil {
-		return openai.Client{}, err
+		return openai.AudioService{}, err
 	}
 	if p.Name != OpenAI {
-		return openai.Client{}, nil
+		return openai.AudioService{}, nil
 	}
-	ropts := []option.RequestOption{option.WithMaxRetries(1)}
-	if p.BaseURL != "" {
-		ropts = append(ropts, option.WithBaseURL(p.BaseURL))
+	base := p.BaseURL
+	if base == "" {
+		base = DefaultBaseURL
 	}
+	client := p.HTTPClient
+	if client == nil {
+		client = &http.Client{}
+	}
+	ropts := []option.RequestOption{option.WithBaseURL(base), option.WithHTTPClient(client), option.WithMaxRetries(1)}
 	if p.APIKey.IsSet() {
 		ropts = append(ropts, option.WithAPIKey(p.APIKey.Reveal()))
 	}
-	if p.HTTPClient != nil {
-		ropts = append(ropts, option.WithHTTPClient(p.HTTPClient))
-	}
-	return openai.NewClient(ropts...), nil
+	return openai.NewAudioService(ropts...), nil
 }
+
+// DefaultBaseURL is OpenAI's API, where an openai provider without base_url goes.
+const DefaultBaseURL = "https://api.openai.com/v1/"
 
 // Slots bounds the audio jobs running at once: a burst queues here instead of starting
 // a converter each.

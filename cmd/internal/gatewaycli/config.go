@@ -171,6 +171,18 @@ func (c *Config) resolveSpeech(explicit func(key string) bool, getenv func(strin
 	if !explicit("tts.mode") && noKey(c.TTS.Provider, c.TTS.APIKey, c.TTS.BaseURL) {
 		c.TTS.Mode = tts.ModeOff
 	}
+	// A speech section without a key of its own uses OPENAI_API_KEY for OpenAI's API only,
+	// as llm does: never for another server base_url names (a local Whisper or TTS server).
+	key := secret.Secret(getenv("OPENAI_API_KEY"))
+	openAI := func(provider, baseURL string) bool {
+		return (provider == "" || provider == "openai") && (baseURL == "" || isOpenAIEndpoint(baseURL))
+	}
+	if !c.STT.APIKey.IsSet() && openAI(c.STT.Provider, c.STT.BaseURL) {
+		c.STT.APIKey = key
+	}
+	if !c.TTS.APIKey.IsSet() && openAI(c.TTS.Provider, c.TTS.BaseURL) {
+		c.TTS.APIKey = key
+	}
 }
 
 // withDefaults is c as the gateway runs it: every section whose package fills in defaults

@@ -327,6 +327,32 @@ func TestOpenAIKeyStaysWithOpenAI(t *testing.T) {
 	}
 }
 
+// TestSpeechKeyStaysWithOpenAI: speech sections without a key of their own used to leave
+// the key to the OpenAI SDK, which read OPENAI_API_KEY from the environment and sent it to
+// any server: a local Whisper or TTS server named by base_url got the OpenAI key. The
+// environment's key now goes to OpenAI's API only, as llm's does.
+func TestSpeechKeyStaysWithOpenAI(t *testing.T) {
+	env := map[string]string{"OPENAI_API_KEY": "sk-openai-secret"}
+	getenv := func(k string) string { return env[k] }
+	for _, c := range []struct {
+		yaml string
+		key  string
+	}{
+		{"state_dir: STATE\n", "sk-openai-secret"},
+		{"state_dir: STATE\nstt: {base_url: \"https://api.openai.com/v1\"}\ntts: {base_url: \"https://api.openai.com/v1\"}\n", "sk-openai-secret"},
+		{"state_dir: STATE\nstt: {base_url: \"http://127.0.0.1:8000/v1\"}\ntts: {base_url: \"http://127.0.0.1:8000/v1\"}\n", ""},
+		{"state_dir: STATE\nstt: {base_url: \"http://127.0.0.1:8000/v1\", api_key: local-key}\ntts: {base_url: \"http://127.0.0.1:8000/v1\", api_key: local-key}\n", "local-key"},
+	} {
+		cfg, err := loadChecked(writeConfig(t, c.yaml), getenv)
+		if err != nil {
+			t.Fatalf("%s: %v", c.yaml, err)
+		}
+		if stt, tts := cfg.STT.APIKey.Reveal(), cfg.TTS.APIKey.Reveal(); stt != c.key || tts != c.key {
+			t.Errorf("%s: stt api_key %q, tts api_key %q; want %q", c.yaml, stt, tts, c.key)
+		}
+	}
+}
+
 // TestCheckValidatesProfiles: a profile that would fail on every turn of its chats (a tool
 // the harness does not have, an unknown provider, a typo in a key, an unset variable) fails
 // `gateway check`, each problem with its file, line and key.
