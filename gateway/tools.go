@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"strings"
 	"time"
@@ -27,7 +28,12 @@ func (h hookTool) Run(ctx context.Context, args json.RawMessage) (string, error)
 	call, _ := harness.CallInfo(ctx)
 	out, err := h.t.Run(ctx, &hooks.Tool{Session: call.Session, Name: h.t.Name, ToolCallID: call.ID, Arguments: args})
 	if err != nil {
-		return "", err
+		if ctx.Err() != nil {
+			return "", ctx.Err() // stopped, or past the harness's limit: it says which
+		}
+		// err quotes the program's stderr, the admin's (logged and counted where the call
+		// failed); the model, an outside provider, and the chat get plain words.
+		return "", &harness.ToolFailed{Content: fmt.Sprintf("error: the tool %s failed: %s", h.t.Name, hooks.FailureReason(err))}
 	}
 	if out.IsError {
 		return "", &harness.ToolFailed{Content: out.Content}

@@ -43,20 +43,26 @@ func (x *execRunner) invoke(ctx context.Context, event string, body []byte) ([]b
 		childproc.KillGroup(cmd.Process.Pid) // whatever it left running in the background
 	}
 	if ctx.Err() != nil {
-		return nil, fmt.Errorf("hook %q: stopped (%v); its processes were killed%s", x.name, context.Cause(ctx), stderrSuffix(stderr))
+		reason := "its program was stopped"
+		if errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
+			reason = "its program timed out"
+		}
+		return nil, &Failure{reason, fmt.Errorf("hook %q: stopped (%v); its processes were killed%s", x.name, context.Cause(ctx), stderrSuffix(stderr))}
 	}
 	if err != nil {
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
 			if ee.ExitCode() >= 0 {
-				return nil, fmt.Errorf("hook %q exited with code %d%s", x.name, ee.ExitCode(), stderrSuffix(stderr))
+				return nil, &Failure{fmt.Sprintf("its program exited with status %d", ee.ExitCode()),
+					fmt.Errorf("hook %q exited with code %d%s", x.name, ee.ExitCode(), stderrSuffix(stderr))}
 			}
-			return nil, fmt.Errorf("hook %q: %s%s", x.name, ee.String(), stderrSuffix(stderr))
+			return nil, &Failure{"its program crashed (" + ee.String() + ")", fmt.Errorf("hook %q: %s%s", x.name, ee.String(), stderrSuffix(stderr))}
 		}
-		return nil, fmt.Errorf("hook %q: %w", x.name, err)
+		return nil, &Failure{"its program could not be started", fmt.Errorf("hook %q: %w", x.name, err)}
 	}
 	if stdout.over {
-		return nil, fmt.Errorf("hook %q wrote more than %d KiB to stdout", x.name, maxOutput>>10)
+		msg := fmt.Sprintf("wrote more than %d KiB to stdout", maxOutput>>10)
+		return nil, &Failure{"its program " + msg, fmt.Errorf("hook %q %s", x.name, msg)}
 	}
 	return stdout.buf.Bytes(), nil
 }

@@ -36,7 +36,8 @@ func (h *hookHandler) handle(ctx context.Context, ev Event) (any, error) {
 	}
 	res, err := decodeFor(ev, out)
 	if err != nil {
-		return nil, fmt.Errorf("hook %q: %w", h.name, err)
+		// The error quotes the output, which may be a debug dump: the log's, not the model's.
+		return nil, &Failure{"its answer is not a valid " + ev.EventName() + " result", fmt.Errorf("hook %q: %w", h.name, err)}
 	}
 	switch r := res.(type) {
 	case *ReceiveResult:

@@ -214,8 +214,13 @@ esac
 	if len(tools) != 1 {
 		t.Fatalf("tools %+v", tools)
 	}
-	if _, err := tools[0].Run(ctxT(t), &Tool{Session: Session{SessionKey: "web:c1"}, Name: "lookup", ToolCallID: "c1", Arguments: json.RawMessage(`{}`)}); err == nil {
+	_, err := tools[0].Run(ctxT(t), &Tool{Session: Session{SessionKey: "web:c1"}, Name: "lookup", ToolCallID: "c1", Arguments: json.RawMessage(`{}`)})
+	if err == nil {
 		t.Fatal("the crashing tool succeeded")
+	}
+	// What may be shown outside says what happened, never what the program wrote to stderr.
+	if r := FailureReason(err); r != "its program exited with status 3" {
+		t.Errorf("the failure's plain words are %q", r)
 	}
 	f := b.onlyFailure(t, "dir:x/broken", "exited with code 3", "database unreachable")
 	if f.event != NameTool {

@@ -47,7 +47,7 @@ func redactURL(u *url.URL) string {
 func (u *urlRunner) invoke(ctx context.Context, event string, body []byte) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.url, bytes.NewReader(body))
 	if err != nil {
-		return nil, fmt.Errorf("hook %q: POST %s: bad request", u.name, u.shown)
+		return nil, &Failure{"its URL could not be called", fmt.Errorf("hook %q: POST %s: bad request", u.name, u.shown)}
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
@@ -59,18 +59,25 @@ func (u *urlRunner) invoke(ctx context.Context, event string, body []byte) ([]by
 		if errors.As(err, &ue) { // its message repeats the full URL
 			err = ue.Err
 		}
-		return nil, fmt.Errorf("hook %q: POST %s: %v", u.name, u.shown, err)
+		reason := "its URL could not be reached"
+		if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
+			reason = "its URL did not answer in time"
+		}
+		return nil, &Failure{reason, fmt.Errorf("hook %q: POST %s: %v", u.name, u.shown, err)}
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxOutput+1))
 	if err != nil {
-		return nil, fmt.Errorf("hook %q: POST %s: reading the response: %v", u.name, u.shown, err)
+		return nil, &Failure{"its URL's answer could not be read", fmt.Errorf("hook %q: POST %s: reading the response: %v", u.name, u.shown, err)}
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return nil, fmt.Errorf("hook %q: POST %s: status %s: %s", u.name, u.shown, resp.Status, snippet(bytes.TrimSpace(data)))
+		// The body (an error page, a stack trace) is for the log, like a program's stderr.
+		return nil, &Failure{"its URL answered " + resp.Status,
+			fmt.Errorf("hook %q: POST %s: status %s: %s", u.name, u.shown, resp.Status, snippet(bytes.TrimSpace(data)))}
 	}
 	if len(data) > maxOutput {
-		return nil, fmt.Errorf("hook %q: POST %s: response larger than %d KiB", u.name, u.shown, maxOutput>>10)
+		return nil, &Failure{fmt.Sprintf("its URL's answer is larger than %d KiB", maxOutput>>10),
+			fmt.Errorf("hook %q: POST %s: response larger than %d KiB", u.name, u.shown, maxOutput>>10)}
 	}
 	return data, nil
 }

@@ -271,6 +271,10 @@ type frame struct {
 		Type string `json:"type"`
 		Text string `json:"text"`
 	} `json:"parts"`
+	Tool *struct {
+		Name    string `json:"name"`
+		Summary string `json:"summary"`
+	} `json:"tool"`
 }
 
 // chatUser is a person in the web chat: one real WebSocket bound to one chat id.

@@ -40,6 +40,9 @@ func TestMain(m *testing.M) {
 		stop()
 		os.Exit(code)
 	}
+	if os.Getenv(mcpServerEnv) == "1" {
+		serveTestMCP()
+	}
 	goleak.VerifyTestMain(m) // every gateway a test ran in-process has stopped all it started
 }
 
