@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 
+	"gateway/internal/audio"
 	"gateway/internal/llm"
 	"gateway/internal/media"
 )
@@ -186,7 +187,7 @@ func (m *mediaProvider) prepare(ctx context.Context, req *Request, mode imageMod
 			case p.Type == llm.PartImage:
 				im, err := m.image(p, bounds)
 				if err != nil {
-					notes = append(notes, fmt.Sprintf("[image %s: %s]", name, unavailable(err)))
+					notes = append(notes, fmt.Sprintf("[image %s: %s]", name, m.unavailable(name, err)))
 					continue
 				}
 				parts = append(parts, llm.Part{Type: llm.PartImage, MIME: im.MIME, Path: p.Path, Name: p.Name, Size: int64(len(im.Data)), Data: im.Data})
@@ -245,10 +246,21 @@ func (m *mediaProvider) describe(p llm.Part) string {
 	return text
 }
 
-// unavailable says why a part could not be read, in words for the model.
-func unavailable(err error) string {
+// unavailable says why a part could not be read, in words for the model, an outside
+// provider: not the file's path under state_dir, nor what a converter wrote to stderr.
+// The whole error goes to the log.
+func (m *mediaProvider) unavailable(name string, err error) string {
 	if errors.Is(err, fs.ErrNotExist) {
 		return "no longer available (old files are deleted after a while)"
+	}
+	m.log.Warn("a file sent in the chat could not be read for the model", "file", name, "err", err)
+	var pe *fs.PathError
+	var re *audio.RunError
+	switch {
+	case errors.As(err, &re):
+		return "could not be read (" + re.Program + " failed)"
+	case errors.As(err, &pe):
+		return "could not be read: " + pe.Err.Error()
 	}
 	return "could not be read: " + err.Error()
 }
@@ -293,19 +305,19 @@ func (m *mediaProvider) document(ctx context.Context, p llm.Part) string {
 	name := partName(p)
 	key, err := cacheKey("doc", p.Path, "")
 	if err != nil {
-		return fmt.Sprintf("[file %s: %s]", name, unavailable(err))
+		return fmt.Sprintf("[file %s: %s]", name, m.unavailable(name, err))
 	}
 	if v, ok := m.cache.get(key); ok {
 		return v.text
 	}
-	text := documentText(ctx, p, name)
+	text := m.documentText(ctx, p, name)
 	if ctx.Err() == nil { // a cut-off pdftotext is not remembered
 		m.cache.put(key, cached{text: text}, int64(len(text))+256)
 	}
 	return text
 }
 
-func documentText(ctx context.Context, p llm.Part, name string) string {
+func (m *mediaProvider) documentText(ctx context.Context, p llm.Part, name string) string {
 	doc, err := media.DocumentText(ctx, p.Path, p.MIME, name, media.DefaultMaxDocumentText)
 	switch {
 	case errors.Is(err, media.ErrNotText):
@@ -318,7 +330,7 @@ func documentText(ctx context.Context, p llm.Part, name string) string {
 		}
 		return fmt.Sprintf("[file %s (%s): not a text document or PDF, so its contents cannot be shown to you]", name, strings.Join(what, ", "))
 	case err != nil:
-		return fmt.Sprintf("[file %s: %s]", name, unavailable(err))
+		return fmt.Sprintf("[file %s: %s]", name, m.unavailable(name, err))
 	}
 	switch {
 	case doc.Truncated: // its start may be blank; the file is not

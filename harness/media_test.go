@@ -3,6 +3,7 @@ package harness_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -332,4 +333,38 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// A file that cannot be read is described to the model, an outside provider, in plain
+// words: without its path under state_dir (which names the chat and the state directory).
+// The admin's log has the whole error.
+func TestUnreadableMediaAreDescribedWithoutTheirPath(t *testing.T) {
+	srv := newOpenAIServer(t)
+	dir := filepath.Join(t.TempDir(), "private-state-dir")
+	photo, doc := filepath.Join(dir, "photo.jpg"), filepath.Join(dir, "notes.txt")
+	for _, p := range []string{photo, doc} { // a folder where the file should be: reading it fails
+		if err := os.MkdirAll(p, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var logs strings.Builder
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	s := openSession(t, harness.SessionOptions{Key: "test:unreadable", Store: openStore(t), Provider: openAI(t, srv), Logger: log})
+	if _, err := s.RunWith(context.Background(), "Look.", []llm.Part{{Type: llm.PartImage, MIME: "image/jpeg", Path: photo, Name: "photo.jpg"},
+		{Type: llm.PartFile, MIME: "text/plain", Path: doc, Name: "notes.txt"}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	var user string
+	for _, m := range srv.Requests()[0].Messages {
+		if m.Role == "user" {
+			user = m.Content
+		}
+	}
+	if strings.Contains(user, "private-state-dir") || !strings.Contains(user, "[image photo.jpg: could not be read") ||
+		!strings.Contains(user, "[file notes.txt: could not be read") {
+		t.Fatalf("the model was told %q; want both files said unreadable, without their path", user)
+	}
+	if !strings.Contains(logs.String(), "private-state-dir") {
+		t.Fatalf("the log does not have the whole error:\n%s", logs.String())
+	}
 }
