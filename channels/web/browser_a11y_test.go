@@ -1,12 +1,18 @@
 package web_test
 
 import (
+	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
+	"gateway/channels"
 	"gateway/channels/web"
 	"gateway/channels/web/webtest"
 	"gateway/internal/secret"
@@ -127,5 +133,138 @@ func TestBrowserTokenDialogKeepsTheFocus(t *testing.T) {
 	}
 	if m := sink.next(t); m.Text() != "hi" {
 		t.Errorf("typing right after the dialog sent %q; want hi", m.Text())
+	}
+}
+
+// announcedJS records, from the moment a document is created, what a screen reader is told
+// of it: the text of every node added to, and every text changed in, a live region
+// (aria-live polite or assertive, or role log, status or alert) that is not aria-busy.
+const announcedJS = `(() => {
+	const said = window.__said = [];
+	const region = (n) => {
+		for (let e = n && (n.nodeType === 1 ? n : n.parentElement); e; e = e.parentElement) {
+			if (e.getAttribute('aria-busy') === 'true') return false;
+			const live = e.getAttribute('aria-live');
+			if (live === 'off') return false;
+			if (live === 'polite' || live === 'assertive' || ['log', 'status', 'alert'].includes(e.getAttribute('role'))) return true;
+		}
+		return false;
+	};
+	new MutationObserver((records) => {
+		for (const r of records) {
+			if (!region(r.target)) continue;
+			const texts = r.type === 'characterData' ? [r.target.data] : Array.from(r.addedNodes, (n) => n.textContent);
+			for (const t of texts) if (t.trim()) said.push(t.trim());
+		}
+	}).observe(document, {subtree: true, childList: true, characterData: true});
+})()`
+
+// recordAnnouncements has every document the tab opens from now on record announcedJS's
+// window.__said.
+func recordAnnouncements() chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		_, err := cdp.Call(ctx, t, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: announcedJS})
+		return err
+	})
+}
+
+// announced returns what the page has had announced that contains any of words.
+func announced(t *testing.T, ctx context.Context, words ...string) []string {
+	t.Helper()
+	all, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`window.__said`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slices.DeleteFunc(all, func(s string) bool {
+		return !slices.ContainsFunc(words, func(w string) bool { return strings.Contains(s, w) })
+	})
+}
+
+// A screen reader announces an answer once, whole, when it has ended (finished, failed or
+// stopped), not again at every streamed word; while it streams its bubble says it is still
+// being written. The chat shown as the page opens is not read out.
+func TestBrowserAnswerAnnouncedOnceWhenEnded(t *testing.T) {
+	const fish = "One fish, two fish, red fish, blue fish."
+	release := make(chan struct{})
+	base, sink := serveAnswering(t, func(ctx context.Context, st channels.Stream, m *channels.Message) error {
+		switch m.Text() {
+		case "fish":
+			if err := sendAll(ctx, st, 0, channels.Frame{Type: channels.FrameStart},
+				channels.Frame{Type: channels.FrameDelta, Text: "One fish, "}, channels.Frame{Type: channels.FrameDelta, Text: "two fish, "}); err != nil {
+				return err
+			}
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return nil
+			}
+			return sendAll(ctx, st, 0, channels.Frame{Type: channels.FrameDelta, Text: "red fish, "},
+				channels.Frame{Type: channels.FrameDelta, Text: "blue fish."}, channels.Frame{Type: channels.FrameDone, Text: fish})
+		case "fail":
+			return sendAll(ctx, st, 0, channels.Frame{Type: channels.FrameStart},
+				channels.Frame{Type: channels.FrameDelta, Text: "Half an "}, channels.Frame{Type: channels.FrameError, Text: "The model is unavailable."})
+		default: // stopped: the answer ends with what was streamed
+			return sendAll(ctx, st, 0, channels.Frame{Type: channels.FrameStart},
+				channels.Frame{Type: channels.FrameDelta, Text: "Cut "}, channels.Frame{Type: channels.FrameDelta, Text: "short"}, channels.Frame{Type: channels.FrameDone})
+		}
+	})
+	ctx := webtest.Browser(t)
+	if err := chromedp.Do(ctx, recordAnnouncements(), webtest.Open(base), webtest.Say("fish")); err != nil {
+		t.Fatal(err)
+	}
+	sink.next(t)
+	waitShown(t, ctx, "the answer half streamed", func(bs []shown) bool {
+		return len(bs) == 2 && bs[1].State == "streaming" && bs[1].Text == "One fish, two fish, "
+	})
+	if got := announced(t, ctx, "fish"); len(got) > 0 {
+		t.Errorf("while the answer streams the screen reader was told %q; want nothing until it ends", got)
+	}
+	busy, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('[data-role=assistant]').getAttribute('aria-busy') || ''`))
+	if err != nil || busy != "true" {
+		t.Errorf("the streaming bubble has aria-busy %q (%v); want true", busy, err)
+	}
+	close(release)
+	if b, err := webtest.Answer(ctx, 0); err != nil || b.Text != fish {
+		t.Fatalf("the answer shows as %+v (%v)", b, err)
+	}
+	waitJS(t, ctx, "the answer announced", `window.__said.some((s) => s.includes('blue fish'))`)
+	if got := announced(t, ctx, "fish"); !slices.Equal(got, []string{fish}) {
+		t.Errorf("the screen reader was told %q of the answer; want it once, whole: %q", got, fish)
+	}
+	busy, err = chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('[data-role=assistant]').getAttribute('aria-busy') || ''`))
+	if err != nil || busy == "true" {
+		t.Errorf("the finished bubble has aria-busy %q (%v); want it gone", busy, err)
+	}
+
+	// A failed answer is announced by its reason, a stopped one by what it had said.
+	for _, c := range []struct{ say, want, partial string }{
+		{"fail", "The model is unavailable.", "Half an"},
+		{"stop", "Cut short", "Cut short"},
+	} {
+		if err := chromedp.Do(ctx, webtest.Say(c.say)); err != nil {
+			t.Fatal(err)
+		}
+		sink.next(t)
+		waitJS(t, ctx, "the end of the answer to "+c.say+" announced", `window.__said.some((s) => s.includes(`+jsString(c.want)+`))`)
+		if got := announced(t, ctx, c.want, c.partial); !slices.Equal(got, []string{c.want}) {
+			t.Errorf("the screen reader was told %q of the answer to %s; want %q once", got, c.say, c.want)
+		}
+	}
+
+	// After a reload the conversation shows again, silently; a new answer is announced.
+	if err := chromedp.Do(ctx, chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS("#input")), webtest.WaitOnline()); err != nil {
+		t.Fatal(err)
+	}
+	waitShown(t, ctx, "the conversation after the reload", func(bs []shown) bool { return len(bs) == 6 && bs[5].State == "done" })
+	if got := announced(t, ctx, "fish", "unavailable", "Cut", "fail", "stop"); len(got) > 0 {
+		t.Errorf("after the reload the screen reader was told %q; want the past conversation left to read, not announced", got)
+	}
+	if err := chromedp.Do(ctx, webtest.Say("fish")); err != nil {
+		t.Fatal(err)
+	}
+	sink.next(t)
+	waitJS(t, ctx, "the new answer announced", `window.__said.some((s) => s.includes('blue fish'))`)
+	if got := announced(t, ctx, "fish"); !slices.Equal(got, []string{fish}) {
+		t.Errorf("after the reload the screen reader was told %q; want the new answer once: %q", got, fish)
 	}
 }
