@@ -74,7 +74,7 @@ func TestBrowserTokenAskedOnceAndKept(t *testing.T) {
 	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS("#input"))); err != nil {
 		t.Fatal(err)
 	}
-	if err := pollJS(ctx, `window.__gw.asking && !document.getElementById('auth').hidden`); err != nil {
+	if err := pollJS(ctx, `window.__gw.asking && document.getElementById('auth').checkVisibility()`); err != nil {
 		t.Fatalf("the page did not ask for the token: %v", err)
 	}
 	// A wrong token: asked again, with a plain message.
@@ -108,7 +108,7 @@ func TestBrowserTokenAskedOnceAndKept(t *testing.T) {
 	if err := chromedp.Do(ctx, chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS("#input")), webtest.WaitOnline()); err != nil {
 		t.Fatalf("after a reload the chat did not open by itself: %v", err)
 	}
-	asking, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.__gw.asking || !document.getElementById('auth').hidden`))
+	asking, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.__gw.asking || document.getElementById('auth').checkVisibility()`))
 	if err != nil || asking {
 		t.Errorf("asked for the token again after a reload (%v)", err)
 	}
