@@ -32,6 +32,16 @@ import (
 // also reaches each MCP server (a stdio one is started and stopped) and lists its tools.
 func checkConfig(ctx context.Context, path string, out io.Writer, getenv func(string) string, names []string, connect bool) error {
 	cfg, err := loadStrict(path, getenv, names)
+	source := path
+	if source == "" {
+		source = "(no config file: built-in defaults)"
+	}
+	if unread := (*unreadError)(nil); errors.As(err, &unread) {
+		// The file never reached the config: printing one here would show the built-in
+		// defaults as if they had been read from it and checked.
+		fmt.Fprintf(out, "# config: %s (not read: nothing was checked)\n\nproblems:\n%s\n", source, indent(err.Error()))
+		return exitCode(1)
+	}
 	var mcpOut string
 	if err == nil {
 		// Build everything run builds, logging nowhere, then let it go.
@@ -62,10 +72,6 @@ func checkConfig(ctx context.Context, path string, out io.Writer, getenv func(st
 			_ = a.gw.Stop(stopCtx)
 			cancel()
 		}
-	}
-	source := path
-	if source == "" {
-		source = "(no config file: built-in defaults)"
 	}
 	fmt.Fprintf(out, "# config: %s\n", source)
 	if b, merr := showConfig(cfg); merr == nil {

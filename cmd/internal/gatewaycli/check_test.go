@@ -148,3 +148,40 @@ func TestMisspeltVariableIsAnError(t *testing.T) {
 		t.Fatalf("check without the misspelt variable: exit %d:\n%s", code, out)
 	}
 }
+
+// A gateway.yaml that is not YAML (here a key indented one space too far) is reported with
+// its file and line, and nothing else is shown: no config, since none was read from the
+// file, and the built-in defaults printed above the error read as what was checked. Every
+// command that loads the file says the same and fails; a missing file too.
+func TestUnparsableConfigShowsNoConfig(t *testing.T) {
+	const broken = "state_dir: ./data\nllm:\n  provider: anthropic\n   model: claude-sonnet-4-5\n"
+	code, out := checkIn(t, broken, nil)
+	if code != 1 || !strings.Contains(out, "gateway.yaml:4: ") || !strings.Contains(out, "mapping values are not allowed") {
+		t.Fatalf("check: exit %d; want 1 and the error at gateway.yaml:4:\n%s", code, out)
+	}
+	// What the defaults would have shown: the echo provider the file does not name, the
+	// listen address, the "config OK" verdict.
+	dump := []string{"provider: echo", "listen: 127.0.0.1:8080", "max_upload_bytes:", "config OK"}
+	for _, line := range dump {
+		if strings.Contains(out, line) {
+			t.Errorf("check printed %q beside a file it could not read:\n%s", line, out)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, args := range [][]string{{"run"}, {"hooks", "list"}, {"profiles", "list"}, {"reload"}} {
+		code, out := cli(t, ctx, nil, append(args, "--config", "gateway.yaml")...)
+		if code != 1 || !strings.Contains(out, "gateway.yaml:4: ") {
+			t.Errorf("gateway %s: exit %d; want 1 and the error at gateway.yaml:4:\n%s", strings.Join(args, " "), code, out)
+		}
+		for _, line := range append(dump, "listening") {
+			if strings.Contains(out, line) {
+				t.Errorf("gateway %s printed %q beside a file it could not read:\n%s", strings.Join(args, " "), line, out)
+			}
+		}
+	}
+	code, out = cli(t, ctx, nil, "check", "--config", "missing.yaml")
+	if code != 1 || !strings.Contains(out, "missing.yaml: cannot read the config file") || strings.Contains(out, "provider: echo") {
+		t.Fatalf("check of a missing file: exit %d; want 1, the error, and no config:\n%s", code, out)
+	}
+}
