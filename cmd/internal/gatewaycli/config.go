@@ -153,10 +153,7 @@ func (c *Config) resolveLLM(explicit func(key string) bool) {
 }
 
 // isOpenAIEndpoint reports whether base is OpenAI's own API.
-func isOpenAIEndpoint(base string) bool {
-	u, err := url.Parse(base)
-	return err == nil && strings.EqualFold(u.Hostname(), "api.openai.com")
-}
+func isOpenAIEndpoint(base string) bool { return hostIs(base, "api.openai.com") }
 
 // resolveSpeech turns speech off where the user did not ask for it and it cannot run: the
 // openai provider with no key and no base_url of its own (a local server needs no key). A
