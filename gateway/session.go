@@ -586,6 +586,12 @@ func (s *session) ensureAgent(req *turnReq, rt *Runtime) (*harness.Session, erro
 	return agent, nil
 }
 
+// ProfileLLM is the llm section the chats of profile p run with: p's own settings over the
+// global ones, as mergeLLM lays them (`gateway check` tells what each profile will send).
+func ProfileLLM(global harness.Config, p *profiles.Profile) harness.Config {
+	return mergeLLM(global, p.LLM)
+}
+
 // mergeLLM overlays a profile's llm settings on the global ones, field by field.
 func mergeLLM(base, over harness.Config) harness.Config {
 	if over.Provider != "" && over.Provider != base.Provider {

@@ -218,7 +218,7 @@ func TestLoadReportsEveryProblem(t *testing.T) {
 		filepath.Join("g", "profile.yaml")+`:1: tools: expected a list, got text`,
 		filepath.Join("h", "profile.yaml")+`:1: llm: expected a mapping, got text`,
 		filepath.Join("i", "profile.yaml")+`:1: expected a mapping of keys, got a list`,
-		filepath.Join("j", "profile.yaml")+`:1: did not find expected`,
+		filepath.Join("j", "profile.yaml")+`:1: not valid YAML: did not find expected`,
 		filepath.Join("k", "profile.yaml")+`:1: llm.context_window: 100 tokens is too small to hold a conversation (at least 1024)`,
 		`Bad.Name: invalid profile name "Bad.Name"`,
 		`UPPER: invalid profile name "UPPER"`,

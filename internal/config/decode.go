@@ -16,6 +16,7 @@
 package config
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -91,17 +92,14 @@ type Options struct {
 }
 
 // Parse reads a YAML document. An empty document (or only comments) returns a nil node.
+// A document that is not YAML is an error at the line where it stops being YAML, saying
+// so in words, with the usual cause of the YAML library's message where one is known.
 func Parse(file string, data []byte) (*yaml.Node, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		line, msg := yamlErrorLine(err), cleanYAMLError(err.Error())
-		if strings.HasPrefix(msg, "did not find expected ',' or") {
-			line = flowErrorLine(data, line)
-			if l := lineOf(data, line); strings.Contains(l, "${") {
-				msg += ` (inside {...} or [...] a ${VAR} needs quotes: "${VAR}")`
-			}
-		}
-		return nil, &Error{File: file, Line: line, Msg: msg}
+		msg := cleanYAMLError(err.Error())
+		line := errorLine(data, msg, yamlErrorLine(err))
+		return nil, &Error{File: file, Line: line, Msg: "not valid YAML: " + msg + syntaxHint(msg, lineOf(data, line))}
 	}
 	n := &doc
 	if n.Kind == yaml.DocumentNode {
@@ -516,20 +514,75 @@ func yamlErrorLine(err error) int {
 	return 0
 }
 
-// flowErrorLine is the line of the {...} or [...] that a "did not find expected ',' or"
-// error is about. The YAML library reports such a parser error at the 0-based line of the
-// collection, which reads as the line before it, or, for one on the first line, at the
-// 0-based line of where it gave up. Parsed again one line down, the collection is never on
-// the first line, so the line reported is its 1-based line in data.
-func flowErrorLine(data []byte, reported int) int {
-	var doc yaml.Node
-	shifted := append([]byte("\n"), data...)
-	if err := yaml.Unmarshal(shifted, &doc); err != nil {
-		if n := yamlErrorLine(err); n > 0 {
+// textAfterQuote reports whether line's value starts with a quote and goes on after the
+// quote that closes it (name: 'it's').
+func textAfterQuote(line string) bool {
+	_, v, ok := strings.Cut(line, ": ")
+	v = strings.TrimSpace(v)
+	if !ok || v == "" || (v[0] != '\'' && v[0] != '"') {
+		return false
+	}
+	i := strings.IndexByte(v[1:], v[0])
+	if i < 0 {
+		return false
+	}
+	after := strings.TrimSpace(v[i+2:])
+	return after != "" && !strings.HasPrefix(after, "#")
+}
+
+// maxLinesToLocate bounds errorLine's work (a parse per line): config files are far shorter.
+const maxLinesToLocate = 2000
+
+// errorLine is the line where data stops being YAML: the first line whose end, read from the
+// top, gives the same error msg as the whole document. The YAML library's own line is not it:
+// a parser error is given at the 0-based line of the collection it was in (the line before,
+// or the line where that collection starts), and none at all on the first line. A prefix
+// that fails otherwise (cut inside a [...] that closes further down) is passed over.
+// reported is kept when no prefix gives msg, or data is too long to try.
+func errorLine(data []byte, msg string, reported int) int {
+	if bytes.Count(data, []byte("\n")) > maxLinesToLocate {
+		return reported
+	}
+	end := 0
+	for n := 1; end < len(data); n++ {
+		if i := bytes.IndexByte(data[end:], '\n'); i >= 0 {
+			end += i + 1
+		} else {
+			end = len(data)
+		}
+		var doc yaml.Node
+		if err := yaml.Unmarshal(data[:end], &doc); err != nil && cleanYAMLError(err.Error()) == msg {
 			return n
 		}
 	}
 	return reported
+}
+
+// syntaxHint says in words what usually causes the YAML library's message msg about line,
+// or "".
+func syntaxHint(msg, line string) string {
+	indent := line[:len(line)-len(strings.TrimLeft(line, " \t"))]
+	switch {
+	case strings.Contains(indent, "\t"):
+		return " (this line is indented with a tab: YAML indents with spaces)"
+	case strings.HasPrefix(msg, "did not find expected ',' or") && strings.Contains(line, "${"):
+		return ` (inside {...} or [...] a ${VAR} needs quotes: "${VAR}")`
+	case strings.HasPrefix(msg, "did not find expected ',' or"):
+		return " (a {...} or [...] that starts here is not closed, or lacks a comma)"
+	case msg == "mapping values are not allowed in this context":
+		return ` (a key indented more than the one above it, or a value with ": " in it that needs quotes)`
+	case msg == "did not find expected key" && textAfterQuote(line):
+		return ` (text after a quoted value's closing quote: quote the whole value, and write a ' inside '...' as '')`
+	case msg == "did not find expected key" && indent != "":
+		return " (this line is indented less than the keys above it, and more than the section they are in)"
+	case msg == "did not find expected '-' indicator":
+		return " (a key among the items of a list: each item starts with -)"
+	case msg == "found unexpected end of stream" && strings.ContainsAny(line, `"'`):
+		return " (a quote opened on this line is never closed)"
+	case msg == "found character that cannot start any token":
+		return " (a value starting with @, ` or % needs quotes)"
+	}
+	return ""
 }
 
 // lineOf is the 1-based line n of data, "" when there is none.

@@ -69,16 +69,38 @@ func TestDecodeErrorsCarryFileLineAndKey(t *testing.T) {
 // own line (the YAML library says the line before it), and an unquoted ${VAR} in one, the
 // usual cause in a config written like the README's examples, gets a hint.
 func TestUnclosedBracketNamesItsLine(t *testing.T) {
+	const unclosed = " (a {...} or [...] that starts here is not closed, or lacks a comma)"
 	cases := []struct{ doc, want string }{
 		{"state_dir: ./state\nllm: {provider: openai, api_key: ${OPENAI_API_KEY}}\n",
-			`f.yaml:2: did not find expected ',' or '}' (inside {...} or [...] a ${VAR} needs quotes: "${VAR}")`},
-		{"a: 1\n\nb:\n  c: 1\n  d: [1, 2\ne: 3\n", "f.yaml:5: did not find expected ',' or ']'"},
-		{"description: [unclosed\n", "f.yaml:1: did not find expected ',' or ']'"},
+			`f.yaml:2: not valid YAML: did not find expected ',' or '}' (inside {...} or [...] a ${VAR} needs quotes: "${VAR}")`},
+		{"a: 1\n\nb:\n  c: 1\n  d: [1, 2\ne: 3\n", "f.yaml:5: not valid YAML: did not find expected ',' or ']'" + unclosed},
+		{"description: [unclosed\n", "f.yaml:1: not valid YAML: did not find expected ',' or ']'" + unclosed},
 	}
 	for _, c := range cases {
 		_, err := Parse("f.yaml", []byte(c.doc))
 		if err == nil || err.Error() != c.want {
 			t.Errorf("%q: error %v; want %s", c.doc, err, c.want)
+		}
+	}
+}
+
+// TestSyntaxErrorNamesItsLine: a document that is not YAML is reported at the line where it
+// stops being YAML, with the usual cause in words. The YAML library gives a parser error
+// at the 0-based line of the collection it was in, and no line for the first one.
+func TestSyntaxErrorNamesItsLine(t *testing.T) {
+	cases := []struct{ doc, want string }{
+		{"llm: provider: openai\n", `f.yaml:1: not valid YAML: mapping values are not allowed in this context (a key indented more than the one above it, or a value with ": " in it that needs quotes)`},
+		{"a: 1\nb: 2\nllm:\n  provider: openai\n model: x\n", "f.yaml:5: not valid YAML: did not find expected key (this line is indented less than the keys above it, and more than the section they are in)"},
+		{"a: [1,\n   2]\nb:\n  c: 1\n d: 2\n", "f.yaml:5: not valid YAML: did not find expected key (this line is indented less than the keys above it, and more than the section they are in)"},
+		{"a: 1\nb:\n  - a\n  c: d\n", "f.yaml:4: not valid YAML: did not find expected '-' indicator (a key among the items of a list: each item starts with -)"},
+		{"llm:\n\tprovider: openai\n", "f.yaml:2: not valid YAML: found character that cannot start any token (this line is indented with a tab: YAML indents with spaces)"},
+		{"a: 1\nname: 'it's'\n", `f.yaml:2: not valid YAML: did not find expected key (text after a quoted value's closing quote: quote the whole value, and write a ' inside '...' as '')`},
+		{"a: 1\nkey: \"sk-secret\nb: 2\n", "f.yaml:2: not valid YAML: found unexpected end of stream (a quote opened on this line is never closed)"},
+	}
+	for _, c := range cases {
+		_, err := Parse("f.yaml", []byte(c.doc))
+		if err == nil || err.Error() != c.want {
+			t.Errorf("%q: error %v;\nwant %s", c.doc, err, c.want)
 		}
 	}
 }

@@ -475,6 +475,11 @@ func (a *app) tryReload() ([]string, error) {
 		a.log.Warn("reload: "+msg, "sections", strings.Join(changed, ", "))
 		notes = append(notes, msg+": "+strings.Join(changed, ", "))
 	}
+	for _, w := range apiKeyWarnings(a.cfg, a.cfgPath, rt.Profiles) {
+		// A profile the reload brought in is told of as one present at the start is.
+		a.log.Warn("reload: " + w)
+		notes = append(notes, w)
+	}
 	if changed := mcpChanged(a.mcpProfiles, profileMCP(rt.Profiles)); len(changed) > 0 {
 		// Otherwise a profile's new server is silently absent: its tools never reach the model.
 		const msg = "the MCP servers of these profiles changed and apply only after a restart"
@@ -552,6 +557,9 @@ func runGateway(ctx context.Context, path string, reload <-chan struct{}, stderr
 	if err != nil {
 		log.Error("cannot start", "err", err)
 		return exitCode(1)
+	}
+	for _, w := range apiKeyWarnings(cfg, path, a.gw.Runtime().Profiles) {
+		log.Warn(w)
 	}
 	a.startMCP(ctx)
 	defer a.stopMCP()

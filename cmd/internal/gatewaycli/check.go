@@ -26,13 +26,24 @@ import (
 )
 
 // checkConfig loads and validates the config and builds every part the way `run` does, up to
-// connecting; it prints the effective config with secrets masked and each problem on its own
-// line. Any problem → exit status 1. It starts no program and calls no service (the model,
+// connecting; it prints the effective config with secrets masked, each warning (what run
+// starts with but will fail at) and each problem on its own line. Any problem → exit status 1. It starts no program and calls no service (the model,
 // speech and MCP servers are checked as written), but for the cluster's engines; connect
 // also reaches each MCP server (a stdio one is started and stopped) and lists its tools.
 func checkConfig(ctx context.Context, path string, out io.Writer, getenv func(string) string, names []string, connect bool) error {
 	cfg, err := loadStrict(path, getenv, names)
+	source := path
+	if source == "" {
+		source = "(no config file: built-in defaults)"
+	}
+	if unread := (*unreadError)(nil); errors.As(err, &unread) {
+		// The file never reached the config: printing one here would show the built-in
+		// defaults as if they had been read from it and checked.
+		fmt.Fprintf(out, "# config: %s (not read: nothing was checked)\n\nproblems:\n%s\n", source, indent(err.Error()))
+		return exitCode(1)
+	}
 	var mcpOut string
+	var warnings []string
 	if err == nil {
 		// Build everything run builds, logging nowhere, then let it go.
 		var a *app
@@ -42,6 +53,9 @@ func checkConfig(ctx context.Context, path string, out io.Writer, getenv func(st
 			var herrs []error
 			for _, e := range a.loadErrs {
 				herrs = append(herrs, fmt.Errorf("hook %s: %w", e.Path, e.Err))
+			}
+			if rt := a.gw.Runtime(); rt != nil {
+				warnings = apiKeyWarnings(cfg, path, rt.Profiles)
 			}
 			var merrs []error
 			mcpOut, merrs = checkMCP(ctx, cfg, a, connect)
@@ -63,15 +77,15 @@ func checkConfig(ctx context.Context, path string, out io.Writer, getenv func(st
 			cancel()
 		}
 	}
-	source := path
-	if source == "" {
-		source = "(no config file: built-in defaults)"
-	}
 	fmt.Fprintf(out, "# config: %s\n", source)
 	if b, merr := showConfig(cfg); merr == nil {
 		out.Write(b)
 	}
 	fmt.Fprint(out, mcpOut)
+	if len(warnings) > 0 {
+		// Not problems: run starts with them, and they are what its first messages meet.
+		fmt.Fprintf(out, "\nwarnings:\n%s\n", indent(strings.Join(warnings, "\n")))
+	}
 	if err != nil {
 		fmt.Fprintf(out, "\nproblems:\n%s\n", indent(err.Error()))
 		return exitCode(1)

@@ -148,3 +148,49 @@ func TestMisspeltVariableIsAnError(t *testing.T) {
 		t.Fatalf("check without the misspelt variable: exit %d:\n%s", code, out)
 	}
 }
+
+// A gateway.yaml that is not YAML (a key indented one space too far, or one too few) is
+// reported with its file, its line and the cause in words, and nothing else is shown: no
+// config, since none was read from the file, and the built-in defaults printed above the
+// error read as what was checked. Every command that loads the file says the same and
+// fails; a missing file too.
+func TestUnparsableConfigShowsNoConfig(t *testing.T) {
+	cases := []struct{ yaml, want string }{
+		{"state_dir: ./data\nllm:\n  provider: anthropic\n   model: claude-sonnet-4-5\n",
+			`gateway.yaml:4: not valid YAML: mapping values are not allowed in this context (a key indented more than the one above it, or a value with ": " in it that needs quotes)`},
+		// The YAML library says line 3 for this one: the line before.
+		{"state_dir: ./data\nllm:\n  provider: anthropic\n model: claude-sonnet-4-5\n",
+			"gateway.yaml:4: not valid YAML: did not find expected key (this line is indented less than the keys above it, and more than the section they are in)"},
+	}
+	// What the defaults would have shown: the echo provider the file does not name, the
+	// listen address, the "config OK" verdict.
+	dump := []string{"provider: echo", "listen: 127.0.0.1:8080", "max_upload_bytes:", "config OK"}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, c := range cases {
+		code, out := checkIn(t, c.yaml, nil)
+		if code != 1 || !strings.Contains(out, c.want) {
+			t.Errorf("check: exit %d; want 1 and %q:\n%s", code, c.want, out)
+		}
+		for _, line := range dump {
+			if strings.Contains(out, line) {
+				t.Errorf("check printed %q beside a file it could not read:\n%s", line, out)
+			}
+		}
+		for _, args := range [][]string{{"run"}, {"hooks", "list"}, {"profiles", "list"}, {"reload"}} {
+			code, out := cli(t, ctx, nil, append(args, "--config", "gateway.yaml")...)
+			if code != 1 || !strings.Contains(out, c.want) {
+				t.Errorf("gateway %s: exit %d; want 1 and %q:\n%s", strings.Join(args, " "), code, c.want, out)
+			}
+			for _, line := range append(dump, "listening") {
+				if strings.Contains(out, line) {
+					t.Errorf("gateway %s printed %q beside a file it could not read:\n%s", strings.Join(args, " "), line, out)
+				}
+			}
+		}
+	}
+	code, out := cli(t, ctx, nil, "check", "--config", "missing.yaml")
+	if code != 1 || !strings.Contains(out, "missing.yaml: cannot read the config file") || strings.Contains(out, "provider: echo") {
+		t.Fatalf("check of a missing file: exit %d; want 1, the error, and no config:\n%s", code, out)
+	}
+}

@@ -153,10 +153,7 @@ func (c *Config) resolveLLM(explicit func(key string) bool) {
 }
 
 // isOpenAIEndpoint reports whether base is OpenAI's own API.
-func isOpenAIEndpoint(base string) bool {
-	u, err := url.Parse(base)
-	return err == nil && strings.EqualFold(u.Hostname(), "api.openai.com")
-}
+func isOpenAIEndpoint(base string) bool { return hostIs(base, "api.openai.com") }
 
 // resolveSpeech turns speech off where the user did not ask for it and it cannot run: the
 // openai provider with no key and no base_url of its own (a local server needs no key). A
@@ -240,7 +237,7 @@ func envKey(key string) string {
 // the environment variable). It reports every problem it finds in one go; the config it
 // returns is as complete as they allow.
 func loadConfig(path string, getenv func(string) string) (Config, error) {
-	cfg, _, errs := load(path, getenv, nil)
+	cfg, _, errs, _ := load(path, getenv, nil)
 	return cfg, errs.Err()
 }
 
@@ -249,7 +246,7 @@ func loadConfig(path string, getenv func(string) string) (Config, error) {
 // theirs to report. A cron job that sets the admin token's variable alone is not refused
 // for a platform token's ${VAR}.
 func loadClient(path string, getenv func(string) string) (Config, error) {
-	cfg, _, errs := load(path, getenv, nil)
+	cfg, _, errs, _ := load(path, getenv, nil)
 	var theirs config.Errors
 	for _, e := range errs {
 		section, _, _ := strings.Cut(e.Key, ".")
@@ -269,11 +266,12 @@ func notKeys() []string {
 	return []string{"GATEWAY_CONFIG", apiURLVar, apiTokenVar, "GATEWAY_HOOK_NAME", "GATEWAY_HOOK_DIR", "GATEWAY_HOOK_EVENT"}
 }
 
-// load is loadConfig, also returning the document (for the line of a key) and the
-// problems one by one. names, when given, are the environment's variable names: one that
+// load is loadConfig, also returning the document (for the line of a key), the
+// problems one by one, and whether the file (when there is one) was read and parsed: when
+// not, its one problem says why, and the config is the defaults, not the file's. names, when given, are the environment's variable names: one that
 // starts with GATEWAY_, is set, and is neither a key's variable, nor in notKeys, nor named
 // by the file as ${VAR}, is a misspelt key, reported like an unknown key of the file.
-func load(path string, getenv func(string) string, names []string) (Config, *yaml.Node, config.Errors) {
+func load(path string, getenv func(string) string, names []string) (Config, *yaml.Node, config.Errors, bool) {
 	cfg := defaultConfig(getenv)
 	// viper holds the key set (every key with its default) and tells which keys the file
 	// sets; the values are decoded by the same decoder as profile.yaml and HOOK.yaml.
@@ -287,12 +285,12 @@ func load(path string, getenv func(string) string, names []string) (Config, *yam
 	if path != "" {
 		data, err := os.ReadFile(path)
 		if err != nil {
-			return cfg, nil, config.Errors{{File: path, Msg: fmt.Sprintf("cannot read the config file: %v", errors.Unwrap(err))}}
+			return cfg, nil, config.Errors{{File: path, Msg: fmt.Sprintf("cannot read the config file: %v", errors.Unwrap(err))}}, false
 		}
 		if root, err = config.Parse(path, data); err != nil {
 			var e *config.Error
 			errors.As(err, &e)
-			return cfg, nil, config.Errors{e}
+			return cfg, nil, config.Errors{e}, false
 		}
 		if root != nil {
 			_ = v.ReadConfig(bytes.NewReader(data)) // parsed above: it cannot fail
@@ -349,7 +347,7 @@ func load(path string, getenv func(string) string, names []string) (Config, *yam
 			errs = append(errs, e)
 		}
 	}
-	return cfg, root, errs
+	return cfg, root, errs, true
 }
 
 // unknownEnv reports each set variable of names that starts with envPrefix and is not
@@ -486,9 +484,14 @@ func loadChecked(path string, getenv func(string) string) (Config, error) {
 }
 
 // loadStrict is loadChecked, also refusing a GATEWAY_ variable of names that sets no key:
-// what check and startup load. (A reload runs in the environment startup checked.)
+// what check and startup load. (A reload runs in the environment startup checked.) A file
+// that cannot be read or is not YAML is an *unreadError, and nothing else is checked: the
+// config it comes with is the defaults, which the file never reached.
 func loadStrict(path string, getenv func(string) string, names []string) (Config, error) {
-	cfg, root, errs := load(path, getenv, names)
+	cfg, root, errs, read := load(path, getenv, names)
+	if !read {
+		return cfg, &unreadError{errs[0]}
+	}
 	lines := make([]string, 0, len(errs))
 	unsetKeys := map[string]bool{}
 	for _, e := range errs {
@@ -515,6 +518,12 @@ func loadStrict(path string, getenv func(string) string, names []string) (Config
 	}
 	return cfg, nil
 }
+
+// unreadError is a config file that could not be read or is not YAML: none of it was
+// loaded, so there is no config beside it to show or check.
+type unreadError struct{ err *config.Error }
+
+func (e *unreadError) Error() string { return e.err.Error() }
 
 // locate prefixes the problem line l about key with where the value came from: the
 // GATEWAY_ variable that set it, or the file and line, when either is known.
