@@ -742,6 +742,12 @@ func (g *Gateway) queue(msg *channels.Message) error {
 	if errors.Is(err, channels.ErrStopping) {
 		return err
 	}
+	if msg.MigrateFrom != "" && (err != nil || !queued) {
+		// Nobody wrote it, so nobody is told: it stays journaled, and is taken after a restart.
+		g.log.Warn("no room to take the news that a chat's id changed now; it is taken after a restart",
+			"session", key, "old_chat", msg.MigrateFrom, "err", err)
+		return nil
+	}
 	if err != nil {
 		// Every chat slot is busy: tell the user rather than leave them unanswered.
 		g.refuse(msg, "capacity", fmt.Sprintf("too many active chats (sessions.max_sessions: %d); the message was not taken", g.cfg.MaxSessions),
