@@ -3,9 +3,11 @@ package gateway
 import (
 	"bytes"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"gateway/channels/telegram/telegramtest"
 	"gateway/harness"
 	"gateway/harness/openaitest"
+	"gateway/profiles"
 )
 
 // migrateEnv is a gateway with Telegram (groups, mention gate), durable state (journal
@@ -25,7 +28,7 @@ type migrateEnv struct {
 	dir string
 }
 
-func newMigrateEnv(t *testing.T, answer func(openaitest.Request) openaitest.Reply) *migrateEnv {
+func newMigrateEnv(t *testing.T, answer func(openaitest.Request) openaitest.Reply, opts ...envOpt) *migrateEnv {
 	t.Helper()
 	tg := telegramtest.NewServer(t)
 	ai := openaitest.NewServer()
@@ -40,12 +43,12 @@ func newMigrateEnv(t *testing.T, answer func(openaitest.Request) openaitest.Repl
 	db := openState(t, dir)
 	t.Cleanup(func() { db.Close() })
 	sessions := filepath.Join(dir, "sessions")
-	e := newEnvWith(t, sessions, []channels.Channel{groupTelegram(t, tg, fmt.Sprint(telegramtest.UserID))}, withDurable(db),
-		func(_ *Config, rt *Runtime, d *Deps) {
-			rt.VoiceReplies = true
-			rt.LLM = harness.Config{Provider: "openai", Model: "gpt-test", BaseURL: ai.URL()}
-			d.NewProvider = func(cfg harness.Config) (harness.Provider, error) { return harness.NewProvider(cfg, nil) }
-		})
+	opts = append([]envOpt{withDurable(db), func(_ *Config, rt *Runtime, d *Deps) {
+		rt.VoiceReplies = true
+		rt.LLM = harness.Config{Provider: "openai", Model: "gpt-test", BaseURL: ai.URL()}
+		d.NewProvider = func(cfg harness.Config) (harness.Provider, error) { return harness.NewProvider(cfg, nil) }
+	}}, opts...)
+	e := newEnvWith(t, sessions, []channels.Channel{groupTelegram(t, tg, fmt.Sprint(telegramtest.UserID))}, opts...)
 	return &migrateEnv{testEnv: e, tg: tg, ai: ai, dir: sessions}
 }
 
@@ -112,6 +115,24 @@ func (m *migrateEnv) history(t *testing.T, chat int64) []byte {
 
 // count is how many of list are the user's message text (as the model sees it, with the
 // speaker's name).
+// logBuffer is a log's text, written from any goroutine.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
 func count(list []string, text string) int {
 	n := 0
 	for _, s := range list {
@@ -124,10 +145,22 @@ func count(list []string, text string) int {
 
 // A group the bot talks in is upgraded to a supergroup (a new chat id, Telegram's two
 // service messages): in the supergroup the bot still knows the conversation, and the
-// chat's /voice choice still holds. The service messages coming again move nothing more.
+// chat's /voice choice still holds; the log tells the admin that the chat's id changed and
+// which binding names the old one. The service messages coming again move nothing more.
 func TestGroupUpgradedToSupergroupKeepsItsConversation(t *testing.T) {
 	const group, super = -500, -100500
-	m := newMigrateEnv(t, nil)
+	set, err := profiles.Load(profiles.Config{Dir: t.TempDir()}, []profiles.Binding{
+		{Profile: "assistant", Match: profiles.Match{Channel: "discord", Chat: "-500"}},
+		{Profile: "assistant", Match: profiles.Match{Channel: "telegram", Chat: "-500"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs logBuffer
+	m := newMigrateEnv(t, nil, func(_ *Config, rt *Runtime, d *Deps) {
+		rt.Profiles = set
+		d.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
 	m.say(t, group, "my colour is blue", "answer to alice: my colour is blue")
 	m.say(t, group, "/voice off", "Voice replies: off")
 
@@ -139,6 +172,17 @@ func TestGroupUpgradedToSupergroupKeepsItsConversation(t *testing.T) {
 		t.Fatalf("in the supergroup the model was asked %q; want the group's conversation before it, once", got)
 	}
 	m.say(t, super, "/voice", "Voice replies: off")
+	for _, want := range []string{
+		"telegram: the chat -500 has a new id, -100500",
+		"gateway.yaml names the old id -500 in bindings[1] (profile assistant): change it to -100500 there",
+	} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("the log does not tell the admin %q:\n%s", want, logs.String())
+		}
+	}
+	if strings.Contains(logs.String(), "bindings[0]") {
+		t.Errorf("the log names a binding of another channel:\n%s", logs.String())
+	}
 
 	// Telegram sends the notices again (both of them), then the conversation goes on.
 	m.tg.MigrateTo(group, super)
