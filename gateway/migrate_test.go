@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -257,5 +259,69 @@ func TestUpgradeKeepsAConversationTheSupergroupHasAlready(t *testing.T) {
 	}
 	if old := m.history(t, group); !bytes.Contains(old, []byte("my colour is blue")) {
 		t.Fatalf("the group's history is gone:\n%s", old)
+	}
+}
+
+// moveFails is a history store whose MoveLog fails, as a crash or a disk error in the
+// middle of a move would leave it; moving is told each attempt.
+type moveFails struct {
+	harness.SessionStore
+	moving chan struct{}
+}
+
+func (s moveFails) MoveLog(string, string) (harness.LogMove, error) {
+	s.moving <- struct{}{}
+	return 0, errors.New("the disk failed")
+}
+
+// A chat's move to its new id that could not be done (the store failed) stays in the
+// intake journal: after the restart it is done, and the conversation is found under the
+// new id.
+func TestChatMoveThatFailedIsDoneAfterRestart(t *testing.T) {
+	dir := t.TempDir()
+	db := openState(t, dir)
+	defer db.Close()
+	sessions := filepath.Join(dir, "sessions")
+	moving := make(chan struct{}, 1)
+	first := newEnvIn(t, sessions, withDurable(db), func(_ *Config, _ *Runtime, d *Deps) {
+		d.Store = moveFails{SessionStore: d.Store, moving: moving}
+	})
+	first.fake.SetFunc(func(req *harness.Request) harness.FakeReply { return harness.FakeReply{Text: "noted"} })
+	first.mem.inject(t, "g1", "m1", "my colour is blue")
+	first.mem.waitDone(t, 1)
+	err := first.g.Deliver(context.Background(), &channels.Message{ID: "migrate:g1", Channel: "mem", ChatID: "g2",
+		ChatType: channels.ChatGroup, MigrateFrom: "g1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-moving:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the move was never tried")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := first.g.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := db.Pending(); len(p) != 1 {
+		t.Fatalf("the journal holds %d messages after the failed move; want its notice", len(p))
+	}
+
+	second := newEnvIn(t, sessions, withDurable(db))
+	second.fake.SetFunc(func(req *harness.Request) harness.FakeReply { return harness.FakeReply{Text: "blue"} })
+	second.mem.inject(t, "g2", "m2", "what is my colour?")
+	second.mem.waitDone(t, 1)
+	reqs := second.fake.Requests()
+	if len(reqs) != 1 || len(reqs[0].Messages) < 3 || reqs[0].Messages[len(reqs[0].Messages)-3].Content != "my colour is blue" {
+		t.Fatalf("after the restart the new chat's model was asked %+v; want the old chat's conversation before the question", reqs)
+	}
+	// The answer's message leaves the journal just after its done frame was delivered.
+	deadline := time.Now().Add(20 * time.Second)
+	for p, _ := db.Pending(); len(p) != 0; p, _ = db.Pending() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the journal still holds %d messages once the move was done", len(p))
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
