@@ -712,7 +712,7 @@ func (g *Gateway) Deliver(ctx context.Context, msg *channels.Message) error {
 	if shared {
 		return nil // queued when it comes back through Take, on whichever process holds the chat
 	}
-	if g.metrics != nil {
+	if g.metrics != nil && msg.MigrateFrom == "" { // the platform's notice, not a message anyone wrote
 		g.metrics.MessagesIn.WithLabelValues(msg.Channel).Inc()
 	}
 	if draining {
