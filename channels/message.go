@@ -76,6 +76,12 @@ type Message struct {
 	Parts     []Part    `json:"parts"`
 	IsVoice   bool      `json:"is_voice,omitempty"` // the user spoke (kept after STT replaces the audio)
 	Time      time.Time `json:"time"`
+	// MigrateFrom, set on a message an adapter makes of its own, says the platform gave
+	// the chat MigrateFrom the id ChatID (Telegram upgrading a group to a supergroup): the
+	// gateway moves that chat's conversation and settings here, and answers nothing. It
+	// is journaled like any message, so that a move a crash cut is done after the restart.
+	// Never part of the hook wire (hooks never see such a message).
+	MigrateFrom string `json:"migrate_from,omitempty"`
 	// Seq is the message's place in the gateway's intake journal (0: not journaled). It is
 	// set by the gateway and never part of the wire.
 	Seq uint64 `json:"-"`

@@ -388,6 +388,59 @@ func (s *Sessions) AppendLog(key string, lines []byte) error {
 	return nil
 }
 
+// MoveLog gives from's log to to (see harness.SessionStore), in one transaction: the rows
+// change key together and the first one's header is rewritten to name to, or nothing
+// changes. Two moves to the same key at once (two processes learning of one migration)
+// are serialised by a lock on to, and the second finds nothing left to move.
+func (s *Sessions) MoveLog(from, to string) (harness.LogMove, error) {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return 0, errors.New("the history store is closed")
+	}
+	var out harness.LogMove
+	err := s.p.waitOut(func() error {
+		ctx, cancel := s.p.ctx()
+		defer cancel()
+		return pgx.BeginFunc(ctx, s.p.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('gateway_session_log:' || $1))`, to); err != nil {
+				return err
+			}
+			var n int64
+			var first []byte
+			err := tx.QueryRow(ctx, `SELECT n, lines FROM gateway_session_log WHERE key = $1 ORDER BY n LIMIT 1`, from).Scan(&n, &first)
+			if errors.Is(err, pgx.ErrNoRows) {
+				out = harness.LogAbsent
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			var taken bool
+			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM gateway_session_log WHERE key = $1)`, to).Scan(&taken); err != nil {
+				return err
+			}
+			if taken {
+				out = harness.LogKept
+				return nil
+			}
+			if _, err := tx.Exec(ctx, `UPDATE gateway_session_log SET key = $2 WHERE key = $1`, from, to); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `UPDATE gateway_session_log SET lines = $3 WHERE key = $1 AND n = $2`, to, n, harness.Rekey(first, to)); err != nil {
+				return err
+			}
+			out = harness.LogMoved
+			return nil
+		})
+	})
+	if err != nil {
+		return 0, s.p.wrap("cannot move the history of "+from+" to "+to, err)
+	}
+	return out, nil
+}
+
 // outage is how long a history read or write waits for an unreachable Postgres (a
 // restart, a failover) before the turn fails with its error.
 const outage = 60 * time.Second

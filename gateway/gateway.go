@@ -712,7 +712,7 @@ func (g *Gateway) Deliver(ctx context.Context, msg *channels.Message) error {
 	if shared {
 		return nil // queued when it comes back through Take, on whichever process holds the chat
 	}
-	if g.metrics != nil {
+	if g.metrics != nil && msg.MigrateFrom == "" { // the platform's notice, not a message anyone wrote
 		g.metrics.MessagesIn.WithLabelValues(msg.Channel).Inc()
 	}
 	if draining {
@@ -741,6 +741,12 @@ func (g *Gateway) queue(msg *channels.Message) error {
 	queued, err := g.enqueue(key, msg)
 	if errors.Is(err, channels.ErrStopping) {
 		return err
+	}
+	if msg.MigrateFrom != "" && (err != nil || !queued) {
+		// Nobody wrote it, so nobody is told: it stays journaled, and is taken after a restart.
+		g.log.Warn("no room to take the news that a chat's id changed now; it is taken after a restart",
+			"session", key, "old_chat", msg.MigrateFrom, "err", err)
+		return nil
 	}
 	if err != nil {
 		// Every chat slot is busy: tell the user rather than leave them unanswered.

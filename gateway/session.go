@@ -290,6 +290,12 @@ func (s *session) abortAll() {
 // all use it, whatever a reload does meanwhile.
 func (s *session) intake(msg *channels.Message) {
 	g := s.g
+	if msg.MigrateFrom != "" {
+		if s.migrate(msg) {
+			g.settle(msg.Seq)
+		}
+		return
+	}
 	rt, release := g.acquire()
 	kept := false   // the runtime is handed to the turn request
 	queued := false // the message is answered by a turn queued for it (/compact, a hook's command)

@@ -59,8 +59,63 @@ type SessionStore interface {
 	// AppendLog appends lines (each ending in '\n') to key's log, durably and all or
 	// nothing, before it returns. After Close it fails.
 	AppendLog(key string, lines []byte) error
+	// MoveLog gives from's log to to (a chat whose platform gave it a new id): after it
+	// returns LogMoved, to's log is what from's was, its header naming to, and from has
+	// none. It is all or nothing: a crash midway leaves the log whole under one key (or
+	// under to, with from's copy not yet removed), never lost nor in to twice, and the call
+	// made again completes it. When to already has a log of its own, both are left as they
+	// are (LogKept); when from has none (never written, or moved before), nothing is done
+	// (LogAbsent). Neither key may have a Session open meanwhile.
+	MoveLog(from, to string) (LogMove, error)
 	// Close ends the store; every append is already durable, so there is nothing to flush.
 	Close() error
+}
+
+// LogMove is what MoveLog did.
+type LogMove int
+
+const (
+	LogMoved  LogMove = iota + 1 // to holds the log from held
+	LogAbsent                    // from had no log: nothing was done
+	LogKept                      // to had a log of its own: both were left as they are
+)
+
+func (m LogMove) String() string {
+	switch m {
+	case LogMoved:
+		return "moved"
+	case LogAbsent:
+		return "absent"
+	case LogKept:
+		return "kept"
+	}
+	return fmt.Sprintf("LogMove(%d)", int(m))
+}
+
+// Rekey is log with its header (the first line, when it is a session header) naming key:
+// what a log moved to key holds. Anything else is returned as it is. The result is the
+// same for the same input, so that a store can tell its own earlier copy.
+func Rekey(log []byte, key string) []byte {
+	first, rest, ok := bytes.Cut(log, []byte("\n"))
+	if !ok {
+		return log
+	}
+	var h map[string]json.RawMessage
+	if json.Unmarshal(first, &h) != nil || string(h["type"]) != `"`+entrySession+`"` {
+		return log
+	}
+	k, err := json.Marshal(key)
+	if err != nil {
+		return log
+	}
+	h["key"] = k
+	line, err := json.Marshal(h) // keys sorted: the same bytes every time
+	if err != nil {
+		return log
+	}
+	out := make([]byte, 0, len(line)+1+len(rest))
+	out = append(append(append(out, line...), '\n'), rest...)
+	return out
 }
 
 var _ SessionStore = (*Store)(nil)
@@ -156,6 +211,78 @@ func (s *Store) AppendLog(key string, lines []byte) error {
 		return err
 	}
 	return appendDurable(p, lines)
+}
+
+// MoveLog gives from's history file to to (see SessionStore). The copy, its header naming
+// to, is written and synced under a temporary name and renamed into place before from's
+// file is removed, so a crash leaves from's file, or to's complete copy (with from's file
+// still there: the next call sees its own copy and only removes it).
+func (s *Store) MoveLog(from, to string) (LogMove, error) {
+	if s.isClosed() {
+		return 0, errors.New("the history store is closed")
+	}
+	src, err := s.Path(from)
+	if err != nil {
+		return 0, err
+	}
+	dst, err := s.Path(to)
+	if err != nil {
+		return 0, err
+	}
+	old, err := os.ReadFile(src)
+	if errors.Is(err, os.ErrNotExist) {
+		return LogAbsent, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	moved := Rekey(old, to)
+	cur, err := os.ReadFile(dst)
+	switch {
+	case errors.Is(err, os.ErrNotExist) || err == nil && len(cur) == 0:
+		if err := writeSynced(dst, moved); err != nil {
+			return 0, fmt.Errorf("moving the history of %s to %s: %w", from, to, err)
+		}
+	case err != nil:
+		return 0, err
+	case !bytes.HasPrefix(cur, moved):
+		return LogKept, nil
+	}
+	// to holds the copy (written now, or by a call a crash cut): from's file goes.
+	if err := os.Remove(src); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return 0, fmt.Errorf("removing the history of %s, moved to %s: %w", from, to, err)
+	}
+	syncDir(s.dir)
+	return LogMoved, nil
+}
+
+// writeSynced puts data at path whole or not at all: written and synced under a temporary
+// name, then renamed, the directory synced.
+func writeSynced(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".move-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // after the rename, nothing of that name is left
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Chmod(tmp.Name(), 0o600); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	syncDir(filepath.Dir(path))
+	return nil
 }
 
 func (s *Store) isClosed() bool {

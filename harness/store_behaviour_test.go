@@ -1,6 +1,8 @@
 package harness_test
 
 import (
+	"bytes"
+	"os"
 	"testing"
 
 	"gateway/harness"
@@ -34,4 +36,40 @@ func TestLogStoreBehaviour(t *testing.T) {
 	storetest.Run(t,
 		func(*testing.T) harness.SessionStore { m = storetest.NewMemory(); return m },
 		func(*testing.T) harness.SessionStore { return m.Reopen() })
+}
+
+// A move of a history file cut by a crash after its copy was in place, before the old file
+// was removed: done again, it removes the old file and leaves the copy as it is, so the
+// conversation is neither lost nor in the new chat's file twice.
+func TestJSONLMoveCutAfterItsCopyCompletesOnce(t *testing.T) {
+	dir := t.TempDir()
+	st, err := harness.OpenStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	const from, to = "telegram:-8", "telegram:-1008"
+	log := []byte("{\"type\":\"session\",\"version\":1,\"id\":\"h\",\"timestamp\":\"2025-01-01T00:00:00Z\",\"key\":\"telegram:-8\"}\n" +
+		"{\"type\":\"message\",\"id\":\"a1\",\"parentId\":null,\"timestamp\":\"2025-01-01T00:00:01Z\",\"message\":{\"role\":\"user\",\"content\":\"my colour is blue\"}}\n")
+	if err := st.AppendLog(from, log); err != nil {
+		t.Fatal(err)
+	}
+	dst, _ := st.Path(to)
+	copied := harness.Rekey(log, to)
+	if err := os.WriteFile(dst, copied, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := st.MoveLog(from, to); m != harness.LogMoved || err != nil {
+		t.Fatalf("MoveLog = %v, %v; want moved", m, err)
+	}
+	if b, _ := st.ReadLog(to); !bytes.Equal(b, copied) {
+		t.Fatalf("the new chat's history after the move was completed:\n%s\nwant\n%s", b, copied)
+	}
+	if b, _ := st.ReadLog(from); b != nil {
+		t.Fatalf("the old chat's history is still there: %q", b)
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 {
+		t.Fatalf("the store holds %d files after the move; want the moved one alone", len(entries))
+	}
 }

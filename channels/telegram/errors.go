@@ -21,6 +21,7 @@ type apiError struct {
 	err        error // the scrubbed error: its text is the message
 	kind       error // bot.ErrorBadRequest, ... or nil
 	retryAfter int   // seconds, for 429
+	migrateTo  int64 // the chat's new id, for a send to a group upgraded to a supergroup
 }
 
 func (e *apiError) Error() string   { return e.err.Error() }
@@ -51,7 +52,7 @@ func (s scrubber) wrap(err error) error {
 	case errors.As(err, &tmr):
 		e.kind, e.retryAfter = bot.ErrorTooManyRequests, tmr.RetryAfter
 	case errors.As(err, &mig):
-		e.kind = bot.ErrorBadRequest
+		e.kind, e.migrateTo = bot.ErrorBadRequest, int64(mig.MigrateToChatID)
 	default:
 		for _, k := range append([]error{context.Canceled, context.DeadlineExceeded}, apiKinds...) {
 			if errors.Is(err, k) {
@@ -82,6 +83,16 @@ func (s scrubber) classify(err error) error {
 		return e
 	}
 	return pace.Transient(e)
+}
+
+// migratedTo is the chat's new id when err is Telegram refusing a call to a group that was
+// upgraded to a supergroup (400 with parameters.migrate_to_chat_id); 0 otherwise.
+func migratedTo(err error) int64 {
+	var e *apiError
+	if errors.As(err, &e) {
+		return e.migrateTo
+	}
+	return 0
 }
 
 // isNotModified reports Telegram's answer to an edit that changes nothing.

@@ -33,6 +33,19 @@ func (c *Channel) safeHandle(ctx context.Context, u *update) (a *album, err erro
 // album.go); an error means it must come again.
 func (c *Channel) take(ctx context.Context, u *update) (*album, error) {
 	msg := u.Message
+	if msg != nil && msg.Chat.Type != models.ChatTypeChannel && (msg.MigrateToChatID != 0 || msg.MigrateFromChatID != 0) {
+		// Telegram's notice, in the old group or the new supergroup, that the chat has a new
+		// id: the conversation follows it. Nobody addressed it to the bot, so neither the
+		// access policy nor the mention gate applies.
+		old, moved := msg.Chat.ID, msg.MigrateToChatID
+		if moved == 0 {
+			old, moved = msg.MigrateFromChatID, msg.Chat.ID
+		}
+		if err := c.flushChat(ctx, msg.Chat.ID); err != nil {
+			return nil, err
+		}
+		return nil, c.chatMoved(ctx, old, moved)
+	}
 	if msg == nil || msg.From == nil || msg.From.IsBot || msg.Chat.Type == models.ChatTypeChannel {
 		return nil, nil // edits, channel posts, our own and other bots' messages
 	}
@@ -103,6 +116,21 @@ func fillEmpty(m *channels.Message, msg *message) bool {
 		m.Parts = append(m.Parts, channels.TextPart("[The user sent a kind of Telegram message this bot cannot show]"))
 	}
 	return true
+}
+
+// chatMoved hands the gateway the news that the group old is now the supergroup moved, in
+// the new chat's order, under an id that both of Telegram's notices and a refused send
+// share: the gateway takes it once, and moves the conversation there.
+func (c *Channel) chatMoved(ctx context.Context, old, moved int64) error {
+	c.log.Info("telegram: a group was upgraded to a supergroup, which has a new id", "old_chat", old, "new_chat", moved)
+	return c.deliver(ctx, &channels.Message{
+		ID:          "migrate:" + strconv.FormatInt(old, 10),
+		Channel:     Name,
+		ChatID:      strconv.FormatInt(moved, 10),
+		ChatType:    channels.ChatGroup,
+		MigrateFrom: strconv.FormatInt(old, 10),
+		Time:        time.Now(),
+	})
 }
 
 func (c *Channel) deliver(ctx context.Context, m *channels.Message) error {

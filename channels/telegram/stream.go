@@ -129,6 +129,34 @@ func (s *stream) leaveAside(i int, err error) {
 // errGone is edit's error for a message of an earlier attempt that isGone.
 var errGone = errors.New("telegram: the message is gone")
 
+// errMoved is edit's error when the chat turned out to have a new id (moved): the answer's
+// messages so far are in the old chat, and it is posted anew in the new one.
+var errMoved = errors.New("telegram: the chat has a new id")
+
+// moved reports whether err is Telegram refusing a call because the group was upgraded to
+// a supergroup: the answer then goes on in the new chat, from its start (what was posted
+// stays in the old group, which nobody writes in any more), and the gateway is told, so
+// that the conversation follows the chat.
+func (s *stream) moved(ctx context.Context, err error) bool {
+	to := migratedTo(err)
+	if to == 0 || to == s.chat {
+		return false
+	}
+	old := s.chat
+	s.c.log.Warn("telegram: the group was upgraded to a supergroup; the answer goes to its new id", "old_chat", old, "new_chat", to)
+	// A message id of the old group names nothing in the new one: no quote, no edits.
+	s.chat, s.thread, s.replyTo = to, 0, 0
+	s.sent, s.oldParts = nil, nil
+	s.renderedMD, s.rendered = "", nil
+	s.report()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := s.c.chatMoved(ctx, old, to); err != nil {
+		s.c.log.Warn("telegram: the gateway did not take the news of the new chat id; the next send to the old one tells it again", "old_chat", old, "err", err)
+	}
+	return true
+}
+
 // Send shows one frame of the answer. Each frame's work is a method of its own: the
 // answer's final send waits for its send slot (seconds when many answers are due at once)
 // under these frames, and a collection shrinks the stack of a goroutine that waits using
@@ -443,6 +471,9 @@ func (s *stream) preview(ctx context.Context, md string) {
 		s.leaveAside(i, err)
 		return
 	}
+	if s.moved(ctx, err) {
+		return // the next preview, or the final text, posts the answer in the new chat
+	}
 	// A failed preview is only logged; a 429 has held the chat, so the final text waits
 	// out its retry_after too.
 	if err != nil && !errors.Is(err, channels.ErrSkipped) {
@@ -464,6 +495,10 @@ func (s *stream) sync(ctx context.Context, md string) error {
 			err := s.edit(ctx, i, chunk)
 			if errors.Is(err, errGone) {
 				i-- // the next message of the earlier attempt, or a new one, takes its place
+				continue
+			}
+			if errors.Is(err, errMoved) {
+				i = -1 // the whole answer, in the new chat
 				continue
 			}
 			if err != nil {
@@ -514,6 +549,9 @@ func (s *stream) edit(ctx context.Context, i int, chunk string) error {
 		s.leaveAside(i, err)
 		return errGone
 	}
+	if s.moved(ctx, err) {
+		return errMoved
+	}
 	if err != nil {
 		return fmt.Errorf("telegram: editing the answer in chat %d: %w", s.chat, err)
 	}
@@ -535,6 +573,9 @@ func (s *stream) sendNew(ctx context.Context, chunk string) error {
 // postChunk posts one chunk of HTML, as plain text when Telegram refuses its HTML.
 func (s *stream) postChunk(ctx context.Context, chunk string) (int, error) {
 	id, err := s.post(ctx, s.messageParams(chunk, true))
+	if s.moved(ctx, err) {
+		id, err = s.post(ctx, s.messageParams(chunk, true))
+	}
 	if isParseError(err) {
 		id, err = s.postPlain(ctx, chunk, err)
 	}
@@ -577,10 +618,15 @@ func (s *stream) sendPlain(ctx context.Context, text string) error {
 	to, key := s.c.to(s.chat, 30*time.Second)
 	for _, chunk := range markdown.SplitTelegramHTML(markdown.EscapeHTML(text), MaxText) {
 		plain := markdown.TelegramText(chunk)
-		err := to.Do(ctx, key, func(ctx context.Context) error {
+		send := func(ctx context.Context) error {
 			_, err := s.c.sendMessage(ctx, s.messageParams(plain, false))
 			return err
-		})
+		}
+		err := to.Do(ctx, key, send)
+		if s.moved(ctx, err) {
+			to, key = s.c.to(s.chat, 30*time.Second)
+			err = to.Do(ctx, key, send)
+		}
 		if err != nil {
 			return fmt.Errorf("telegram: sending a notice to chat %d: %w", s.chat, err)
 		}
@@ -648,6 +694,9 @@ func (s *stream) sendPart(ctx context.Context, p channels.Part) error {
 		call, params = "sendDocument", &bot.SendDocumentParams{ChatID: s.chat, MessageThreadID: s.thread, ReplyParameters: reply}
 	}
 	id, err := s.upload(ctx, call, params, method, name, data)
+	if s.moved(ctx, err) {
+		return s.sendPart(ctx, p) // its parameters anew, for the new chat
+	}
 	if method == "voice" && isVoiceForbidden(err) {
 		// The user's privacy settings refuse voice notes: an expected refusal, not a
 		// failed delivery. The same sound as a file is still theirs to play.

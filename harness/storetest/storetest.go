@@ -116,6 +116,54 @@ func Run(t *testing.T, open func(t *testing.T) harness.SessionStore, reopen func
 		run(t, opts, "new topic")
 		sent(t, fake, "new topic")
 	})
+	t.Run("MoveLogGivesTheConversationToTheNewKey", func(t *testing.T) {
+		st := open(t)
+		defer st.Close()
+		fake := harness.NewFake(harness.FakeReply{Text: "noted"}, harness.FakeReply{Text: "blue"})
+		run(t, harness.SessionOptions{Key: "telegram:-5", Store: st, Provider: fake}, "my colour is blue")
+		before, _ := st.ReadLog("telegram:-5")
+		if m, err := st.MoveLog("telegram:-5", "telegram:-1005"); m != harness.LogMoved || err != nil {
+			t.Fatalf("MoveLog = %v, %v; want moved", m, err)
+		}
+		if b, err := st.ReadLog("telegram:-5"); len(b) != 0 || err != nil {
+			t.Fatalf("the old key still has a log after the move: %q, %v", b, err)
+		}
+		after, _ := st.ReadLog("telegram:-1005")
+		if !bytes.Equal(after, harness.Rekey(before, "telegram:-1005")) || !bytes.Contains(after, []byte(`"key":"telegram:-1005"`)) {
+			t.Fatalf("the moved log is not the old one with its header naming the new key:\n%s\nwas\n%s", after, before)
+		}
+		run(t, harness.SessionOptions{Key: "telegram:-1005", Store: st, Provider: fake}, "what is my colour?")
+		sent(t, fake, "my colour is blue", "noted", "what is my colour?")
+
+		// Done again (the second service message, a redelivery): nothing more moves.
+		moved, _ := st.ReadLog("telegram:-1005")
+		if m, err := st.MoveLog("telegram:-5", "telegram:-1005"); m != harness.LogAbsent || err != nil {
+			t.Fatalf("MoveLog again = %v, %v; want absent", m, err)
+		}
+		if b, _ := st.ReadLog("telegram:-1005"); !bytes.Equal(b, moved) {
+			t.Fatalf("a repeated move changed the log:\n%s\nwas\n%s", b, moved)
+		}
+	})
+	t.Run("MoveLogKeepsAHistoryTheNewKeyHas", func(t *testing.T) {
+		st := open(t)
+		defer st.Close()
+		for _, k := range []string{"telegram:-6", "telegram:-1006"} {
+			if err := st.AppendLog(k, fmt.Appendf(nil, "{\"type\":\"session\",\"key\":%q}\n", k)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if m, err := st.MoveLog("telegram:-6", "telegram:-1006"); m != harness.LogKept || err != nil {
+			t.Fatalf("MoveLog = %v, %v; want kept", m, err)
+		}
+		for _, k := range []string{"telegram:-6", "telegram:-1006"} {
+			if b, _ := st.ReadLog(k); string(b) != fmt.Sprintf("{\"type\":\"session\",\"key\":%q}\n", k) {
+				t.Fatalf("the log of %s changed: %q", k, b)
+			}
+		}
+		if m, err := st.MoveLog("telegram:-7", "telegram:-1007"); m != harness.LogAbsent || err != nil {
+			t.Fatalf("MoveLog of a key without a log = %v, %v; want absent", m, err)
+		}
+	})
 	if reopen == nil {
 		return
 	}
@@ -195,6 +243,24 @@ func (m *Memory) AppendLog(key string, lines []byte) error {
 	}
 	m.logs[key] = append(m.logs[key], lines...)
 	return nil
+}
+
+// MoveLog implements harness.SessionStore.
+func (m *Memory) MoveLog(from, to string) (harness.LogMove, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return 0, errors.New("the history store is closed")
+	}
+	switch {
+	case len(m.logs[from]) == 0:
+		return harness.LogAbsent, nil
+	case len(m.logs[to]) > 0:
+		return harness.LogKept, nil
+	}
+	m.logs[to] = harness.Rekey(m.logs[from], to)
+	delete(m.logs, from)
+	return harness.LogMoved, nil
 }
 
 // Close implements harness.SessionStore.

@@ -101,6 +101,8 @@ type Server struct {
 	pollGen      int
 	holdConfirm  bool
 	parseFails   int
+	// migrated are groups upgraded to supergroups: old id -> new id (see Migrate).
+	migrated map[int64]int64
 }
 
 type fileEntry struct {
@@ -311,6 +313,18 @@ func (s *Server) handle(ctx context.Context, method string, p map[string]string,
 	if failed {
 		return failure(fail)
 	}
+	if isSend(method) || method == "sendChatAction" || method == "deleteMessage" {
+		if id, err := strconv.ParseInt(p["chat_id"], 10, 64); err == nil {
+			s.mu.Lock()
+			to, gone := s.migrated[id]
+			s.mu.Unlock()
+			if gone {
+				return 400, map[string]any{"ok": false, "error_code": 400,
+					"description": "Bad Request: group chat was upgraded to a supergroup chat",
+					"parameters":  map[string]any{"migrate_to_chat_id": to}}
+			}
+		}
+	}
 	switch method {
 	case "getMe":
 		return ok(models.User{ID: BotID, IsBot: true, FirstName: "Gateway", Username: BotUsername})
@@ -372,6 +386,36 @@ func (s *Server) handle(ctx context.Context, method string, p map[string]string,
 		return s.deleteMessage(p)
 	}
 	return 404, apiErr(404, "Not Found: method not found", 0)
+}
+
+// Migrate upgrades the group old to a supergroup with the id to, as Telegram does when a
+// group grows or an admin changes some settings: from now on every call that sends to,
+// edits in or acts in old is refused with 400 and parameters.migrate_to_chat_id. The
+// service messages Telegram sends about it are MigrateTo and MigrateFrom.
+func (s *Server) Migrate(old, to int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.migrated == nil {
+		s.migrated = map[int64]int64{}
+	}
+	s.migrated[old] = to
+}
+
+// MigrateTo queues the service message Telegram sends in the old group when it became the
+// supergroup to (migrate_to_chat_id), and returns its update id.
+func (s *Server) MigrateTo(old, to int64) int64 {
+	id, _ := s.Send(Update{ChatID: old, Edit: func(m *models.Message) {
+		m.Chat.Type = models.ChatTypeGroup
+		m.MigrateToChatID = to
+	}})
+	return id
+}
+
+// MigrateFrom queues the service message Telegram sends in the new supergroup to about
+// the group old it was (migrate_from_chat_id), and returns its update id.
+func (s *Server) MigrateFrom(old, to int64) int64 {
+	id, _ := s.Send(Update{ChatID: to, Edit: func(m *models.Message) { m.MigrateFromChatID = old }})
+	return id
 }
 
 func ok(v any) (int, any) { return 200, map[string]any{"ok": true, "result": v} }
