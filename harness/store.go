@@ -163,6 +163,13 @@ func OpenStore(dir string) (*Store, error) {
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("state_dir: %s is not a directory", dir)
 	}
+	// A move's copy a crash left before its rename (writeSynced): the move is done again
+	// from the original, so the copy is nobody's.
+	if left, err := filepath.Glob(filepath.Join(dir, moveTemp)); err == nil {
+		for _, p := range left {
+			_ = os.Remove(p)
+		}
+	}
 	return &Store{dir: dir}, nil
 }
 
@@ -256,10 +263,13 @@ func (s *Store) MoveLog(from, to string) (LogMove, error) {
 	return LogMoved, nil
 }
 
+// moveTemp names the copy of a log being moved, before its rename (a pattern: os.CreateTemp's).
+const moveTemp = ".move-*"
+
 // writeSynced puts data at path whole or not at all: written and synced under a temporary
 // name, then renamed, the directory synced.
 func writeSynced(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".move-*")
+	tmp, err := os.CreateTemp(filepath.Dir(path), moveTemp)
 	if err != nil {
 		return err
 	}

@@ -73,3 +73,21 @@ func TestJSONLMoveCutAfterItsCopyCompletesOnce(t *testing.T) {
 		t.Fatalf("the store holds %d files after the move; want the moved one alone", len(entries))
 	}
 }
+
+// A move's copy left by a crash before its rename is removed when the store opens: it is
+// nobody's history (the move is done again from the original), and would stay for good.
+func TestLeftoverMoveCopyIsRemovedAtOpen(t *testing.T) {
+	dir := t.TempDir()
+	left := dir + "/.move-123456"
+	if err := os.WriteFile(left, []byte("half a copy"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st, err := harness.OpenStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := os.Stat(left); !os.IsNotExist(err) {
+		t.Fatalf("the leftover copy is still there: %v", err)
+	}
+}
