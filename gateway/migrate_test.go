@@ -9,11 +9,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"gateway/channels"
+	"gateway/channels/channeltest"
 	"gateway/channels/telegram/telegramtest"
 	"gateway/harness"
 	"gateway/harness/openaitest"
@@ -117,24 +117,6 @@ func (m *migrateEnv) history(t *testing.T, chat int64) []byte {
 
 // count is how many of list are the user's message text (as the model sees it, with the
 // speaker's name).
-// logBuffer is a log's text, written from any goroutine.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 func count(list []string, text string) int {
 	n := 0
 	for _, s := range list {
@@ -158,7 +140,7 @@ func TestGroupUpgradedToSupergroupKeepsItsConversation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs logBuffer
+	var logs channeltest.LogBuffer
 	m := newMigrateEnv(t, nil, func(_ *Config, rt *Runtime, d *Deps) {
 		rt.Profiles = set
 		d.Logger = slog.New(slog.NewTextHandler(&logs, nil))
