@@ -399,7 +399,7 @@ func (s *session) inject(in *injection) error {
 		}
 	}()
 	t := in.target
-	prof := rt.Profiles.Resolve(t.Channel, t.ChatID, t.ThreadID, "")
+	prof := s.profile(rt, t.Channel, t.ChatID, t.ThreadID, "")
 	info := hooks.Session{SessionKey: s.key, Channel: t.Channel, ChatID: t.ChatID, ThreadID: t.ThreadID, Profile: prof.Name}
 	text := in.req.Text
 	arm := func(bus *hooks.Bus) {

@@ -52,6 +52,14 @@ func (s *session) migrate(msg *channels.Message) bool {
 	if !g.moveSettings(from, s.key) {
 		return false
 	}
+	// The bindings of the old id go on applying to the chat (session.profile).
+	if g.settings != nil {
+		if err := g.settings.SetSetting(s.key, formerChatSetting, msg.MigrateFrom); err != nil {
+			g.log.Error("cannot save the chat's former id; tried again after a restart", "session", s.key, "err", err)
+			return false
+		}
+	}
+	s.formerChat = msg.MigrateFrom
 	if g.settings != nil {
 		if v, ok, err := g.settings.Setting(s.key, "voice"); err == nil && ok {
 			s.ttsMode = v
@@ -59,6 +67,10 @@ func (s *session) migrate(msg *channels.Message) bool {
 	}
 	return true
 }
+
+// formerChatSetting is the setting, under the chat's new session key, that holds its old
+// chat id: the bindings naming that id still apply (session.profile).
+const formerChatSetting = "former_chat"
 
 // retireWait is how often retire looks again at a session that is still busy.
 const retireWait = 50 * time.Millisecond
@@ -134,7 +146,7 @@ func (g *Gateway) tellAdmin(msg *channels.Message) {
 	g.log.Warn(fmt.Sprintf("%s: the chat %s has a new id, %s (a Telegram group upgraded to a supergroup); its conversation and settings follow it",
 		msg.Channel, msg.MigrateFrom, msg.ChatID), "channel", msg.Channel, "old_chat", msg.MigrateFrom, "new_chat", msg.ChatID)
 	if len(stale) > 0 {
-		g.log.Warn(fmt.Sprintf("%s: gateway.yaml names the old id %s in %s: change it to %s there, or these no longer apply to the chat",
+		g.log.Warn(fmt.Sprintf("%s: gateway.yaml names the old id %s in %s: they go on applying to the chat under its new id until a binding names %s; change them to it there",
 			msg.Channel, msg.MigrateFrom, strings.Join(stale, ", "), msg.ChatID),
 			"channel", msg.Channel, "old_chat", msg.MigrateFrom, "new_chat", msg.ChatID)
 	}

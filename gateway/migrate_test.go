@@ -158,7 +158,7 @@ func TestGroupUpgradedToSupergroupKeepsItsConversation(t *testing.T) {
 	m.say(t, super, "/voice", "Voice replies: off")
 	for _, want := range []string{
 		"telegram: the chat -500 has a new id, -100500",
-		"gateway.yaml names the old id -500 in bindings[1] (profile assistant): change it to -100500 there",
+		"gateway.yaml names the old id -500 in bindings[1] (profile assistant): they go on applying to the chat under its new id until a binding names -100500",
 	} {
 		if !strings.Contains(logs.String(), want) {
 			t.Errorf("the log does not tell the admin %q:\n%s", want, logs.String())
@@ -305,5 +305,33 @@ func TestChatMoveThatFailedIsDoneAfterRestart(t *testing.T) {
 			t.Fatalf("the journal still holds %d messages once the move was done", len(p))
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// The profile bound to the group's old id goes on answering in the supergroup: the admin
+// is told to change the binding, and until then the chat keeps its persona.
+func TestUpgradedGroupKeepsTheProfileBoundToItsOldId(t *testing.T) {
+	const group, super = -600, -100600
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "pirate"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "pirate", "SYSTEM.md"), []byte("You are a pirate."), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	set, err := profiles.Load(profiles.Config{Dir: dir}, []profiles.Binding{
+		{Profile: "pirate", Match: profiles.Match{Channel: "telegram", Chat: fmt.Sprint(group)}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newMigrateEnv(t, nil, func(_ *Config, rt *Runtime, _ *Deps) { rt.Profiles = set })
+	m.say(t, group, "ahoy", "answer to alice: ahoy")
+	m.tg.Migrate(group, super)
+	m.tg.MigrateTo(group, super)
+	m.settled(t)
+	m.say(t, super, "where is the treasure?", "answer to alice: where is the treasure?")
+	if got := m.asked(t, "where is the treasure?"); len(got) == 0 || got[0] != "You are a pirate." {
+		t.Fatalf("in the supergroup the model was asked %q; want the pirate profile's prompt first", got)
 	}
 }

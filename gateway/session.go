@@ -52,6 +52,7 @@ type session struct {
 	agentRT      *Runtime
 	agentProfile *profiles.Profile
 	ttsMode      string // the chat's /voice choice; "" follows the profile/config
+	formerChat   string // the chat's id before the platform gave it this one (migrate.go); "" when none
 	// nextTurn are messages injected for the next turn (deliver_as next_turn): they go
 	// before its prompt.
 	nextTurn []string
@@ -133,8 +134,21 @@ func newSession(g *Gateway, key string) *session {
 		} else if ok {
 			s.ttsMode = v
 		}
+		if v, ok, err := g.settings.Setting(key, formerChatSetting); err == nil && ok {
+			s.formerChat = v
+		}
 	}
 	return s
+}
+
+// profile is the profile of the chat's message: the bindings of the chat's former id
+// (migrate.go) apply to it until one names its new id, so that a Telegram group upgraded
+// to a supergroup keeps its profile before the admin edits gateway.yaml.
+func (s *session) profile(rt *Runtime, channel, chat, thread, user string) *profiles.Profile {
+	if s.formerChat != "" && !rt.Profiles.NamesChat(channel, chat) {
+		chat = s.formerChat
+	}
+	return rt.Profiles.Resolve(channel, chat, thread, user)
 }
 
 // loop is the actor: it takes messages in order, runs their receive hooks and commands,
@@ -309,7 +323,7 @@ func (s *session) intake(msg *channels.Message) {
 			}
 		}
 	}()
-	prof := rt.Profiles.Resolve(msg.Channel, msg.ChatID, msg.ThreadID, msg.UserID)
+	prof := s.profile(rt, msg.Channel, msg.ChatID, msg.ThreadID, msg.UserID)
 	info := hooks.Session{SessionKey: s.key, Channel: msg.Channel, ChatID: msg.ChatID, ThreadID: msg.ThreadID, UserID: msg.UserID, Profile: prof.Name}
 
 	if !s.fetch(msg, rt) {

@@ -102,6 +102,16 @@ func (s *Set) Resolve(channel, chat, thread, user string) *Profile {
 	return s.byName[s.def]
 }
 
+// NamesChat reports whether a binding names chat (on channel, or on any channel).
+func (s *Set) NamesChat(channel, chat string) bool {
+	for _, b := range s.bindings {
+		if b.Match.Chat == chat && (b.Match.Channel == "" || b.Match.Channel == channel) {
+			return true
+		}
+	}
+	return false
+}
+
 // score ranks how specific a match is: user > thread > chat > channel.
 func (m Match) score(channel, chat, thread, user string) (int, bool) {
 	score := 0
