@@ -46,7 +46,7 @@ func (c *Channel) take(ctx context.Context, u *update) (*album, error) {
 		}
 		return nil, c.chatMoved(ctx, old, moved)
 	}
-	if msg == nil || msg.From == nil || msg.From.IsBot || msg.Chat.Type == models.ChatTypeChannel {
+	if msg == nil || msg.From == nil || (msg.From.IsBot && !anonymousAdmin(msg)) || msg.Chat.Type == models.ChatTypeChannel {
 		return nil, nil // edits, channel posts, our own and other bots' messages
 	}
 	if a := c.holding(msg.Chat.ID, msg.ID); a != nil {
@@ -69,6 +69,11 @@ func (c *Channel) take(ctx context.Context, u *update) (*album, error) {
 	}
 	switch c.cfg.Access.Check(&probe) {
 	case channels.NotAllowed:
+		if anonymousAdmin(msg) {
+			// No user id to put on allow_from: only dm_policy open answers them.
+			c.log.Info("message from an anonymous admin of a group (sent as the group); they have no user id for allow_from, so only dm_policy: open answers them", "chat", m.ChatID)
+			return nil, nil
+		}
 		c.log.Info("message from a user not on allow_from", "user", m.UserID, "chat", m.ChatID)
 		if m.ChatType == channels.ChatDM && c.strangers.Allow(m.UserID, time.Now()) {
 			c.notifyLater(msg, channels.NotAllowedText(m.UserID))
@@ -180,6 +185,13 @@ func (c *Channel) normalise(msg *message) (m *channels.Message, forUs bool) {
 	}
 	if msg.Chat.Type == models.ChatTypePrivate {
 		m.ChatType = channels.ChatDM
+	}
+	if anonymousAdmin(msg) {
+		// Telegram shows the group as the author; so does the gateway.
+		m.UserID, m.UserName = strconv.FormatInt(msg.SenderChat.ID, 10), msg.SenderChat.Title
+		if m.UserName == "" {
+			m.UserName = "group admin"
+		}
 	}
 	if msg.IsTopicMessage && msg.MessageThreadID != 0 {
 		m.ThreadID = strconv.Itoa(msg.MessageThreadID)
@@ -323,6 +335,14 @@ func utf16Slice(s string, off, length int) (string, int, int) {
 		return "", len(s), len(s)
 	}
 	return s[from:to], from, to
+}
+
+// anonymousAdmin reports a message a group's admin sent as the group itself ("remain
+// anonymous"): From is then Telegram's placeholder bot and SenderChat the group. A post a
+// linked channel forwards into its discussion group has SenderChat the channel, and stays
+// out, as channel posts do.
+func anonymousAdmin(msg *message) bool {
+	return msg.SenderChat != nil && msg.SenderChat.ID == msg.Chat.ID && msg.Chat.Type != models.ChatTypePrivate
 }
 
 func userName(u *models.User) string {

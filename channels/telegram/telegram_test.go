@@ -1006,3 +1006,37 @@ func TestMentionOfALongerNameIsNotTheBot(t *testing.T) {
 	}
 	sink.ExpectNone(t, 200*time.Millisecond)
 }
+
+// A group admin who writes "as the group" (Telegram's remain anonymous) is not a bot: with
+// dm_policy open the message is taken, from the group; with an allowlist it cannot be
+// listed (no user id), and the log says so. A linked channel's post forwarded into its
+// discussion group stays out.
+func TestAnonymousGroupAdmin(t *testing.T) {
+	anon := &models.User{ID: 1087968824, IsBot: true, FirstName: "Group", Username: "GroupAnonymousBot"}
+	asGroup := func(chat int64) func(m *models.Message) {
+		return func(m *models.Message) { m.SenderChat = &models.Chat{ID: chat, Type: models.ChatTypeSupergroup, Title: "Book club"} }
+	}
+	f := newFixture(t)
+	sink := channeltest.NewSink()
+	cfg := f.config()
+	cfg.DMPolicy = channels.DMOpen
+	f.start(cfg, f.options(), sink)
+	f.srv.Send(telegramtest.Update{ChatID: -1005, From: anon, Mention: true, Text: "from a linked channel", Edit: asGroup(-1009)})
+	f.srv.Send(telegramtest.Update{ChatID: -1005, From: anon, Mention: true, Text: "what do we read next?", Edit: asGroup(-1005)})
+	m := sink.Next(t)
+	if m.Text() != "what do we read next?" || m.UserID != "-1005" || m.UserName != "Book club" || m.ChatID != "-1005" {
+		t.Fatalf("delivered %q from %s (%q) in %s; want the admin's message, from the group", m.Text(), m.UserID, m.UserName, m.ChatID)
+	}
+
+	f2 := newFixture(t)
+	sink2 := channeltest.NewSink()
+	f2.start(f2.config(), f2.options(), sink2)
+	f2.srv.Send(telegramtest.Update{ChatID: -1005, From: anon, Mention: true, Text: "anyone?", Edit: asGroup(-1005)})
+	f2.srv.Send(telegramtest.Update{ChatID: 1001, Text: "marker"})
+	if m := sink2.Next(t); m.Text() != "marker" {
+		t.Fatalf("with an allowlist, delivered %q from %s", m.Text(), m.UserID)
+	}
+	if !strings.Contains(f2.logs.String(), "anonymous admin") {
+		t.Fatalf("the log does not say why the anonymous admin was not answered:\n%s", f2.logs.String())
+	}
+}

@@ -22,6 +22,7 @@ type message struct {
 	ID              int                    `json:"message_id"`
 	MessageThreadID int                    `json:"message_thread_id,omitempty"`
 	From            *models.User           `json:"from,omitempty"`
+	SenderChat      *models.Chat           `json:"sender_chat,omitempty"` // an anonymous admin's group, a channel's post
 	Date            int                    `json:"date"`
 	Chat            models.Chat            `json:"chat"`
 	IsTopicMessage  bool                   `json:"is_topic_message,omitempty"`
