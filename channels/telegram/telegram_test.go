@@ -1014,7 +1014,9 @@ func TestMentionOfALongerNameIsNotTheBot(t *testing.T) {
 func TestAnonymousGroupAdmin(t *testing.T) {
 	anon := &models.User{ID: 1087968824, IsBot: true, FirstName: "Group", Username: "GroupAnonymousBot"}
 	asGroup := func(chat int64) func(m *models.Message) {
-		return func(m *models.Message) { m.SenderChat = &models.Chat{ID: chat, Type: models.ChatTypeSupergroup, Title: "Book club"} }
+		return func(m *models.Message) {
+			m.SenderChat = &models.Chat{ID: chat, Type: models.ChatTypeSupergroup, Title: "Book club"}
+		}
 	}
 	f := newFixture(t)
 	sink := channeltest.NewSink()
