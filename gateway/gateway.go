@@ -160,6 +160,10 @@ type Gateway struct {
 	sessions map[string]*session
 
 	dedup *channels.Dedup
+	// taking holds the dedup keys Deliver is storing now (see claimDelivery); an entry
+	// lives as long as its Deliver call.
+	takingMu sync.Mutex
+	taking   map[string]chan struct{}
 	// journalTold: messages whose sender was told that the journal could not store them;
 	// the platform offers such a message again every few seconds, and once is enough.
 	journalTold *channels.Dedup
@@ -244,6 +248,7 @@ func New(cfg Config, rt *Runtime, deps Deps) (*Gateway, error) {
 		providers:   map[harness.Config]harness.Provider{},
 		sessions:    map[string]*session{},
 		dedup:       channels.NewDedup(10_000),
+		taking:      map[string]chan struct{}{},
 		journalTold: channels.NewDedup(1000),
 		turnSem:     make(chan struct{}, cfg.MaxConcurrentTurns),
 		ctx:         ctx,
@@ -671,6 +676,11 @@ func (g *Gateway) Deliver(ctx context.Context, msg *channels.Message) error {
 	dedupKey := ""
 	if msg.ID != "" {
 		dedupKey = msg.Channel + "|" + msg.ChatID + "|" + msg.ID
+		release, err := g.claimDelivery(ctx, dedupKey)
+		if err != nil {
+			return fmt.Errorf("%w: %w", channels.ErrNotAccepted, err)
+		}
+		defer release()
 		if g.dedup.Seen(dedupKey) {
 			g.log.Debug("dropped a redelivered message", "channel", msg.Channel, "chat", msg.ChatID, "id", msg.ID)
 			return nil
@@ -730,6 +740,36 @@ func (g *Gateway) Deliver(ctx context.Context, msg *channels.Message) error {
 		return err
 	}
 	return nil
+}
+
+// claimDelivery makes the Deliver calls of one message take turns: a second delivery of
+// it (Telegram's two notices of a group's new id, a platform's redelivery) that comes
+// while the first is still being stored waits for that one to end. Dropped at once, it
+// would let the adapter go on to the chat's next message, which could then be queued
+// ahead of the first; and were the first refused, the second would be acknowledged with
+// neither taken. It returns what ends the caller's turn.
+func (g *Gateway) claimDelivery(ctx context.Context, key string) (release func(), err error) {
+	for {
+		g.takingMu.Lock()
+		busy, ok := g.taking[key]
+		if !ok {
+			done := make(chan struct{})
+			g.taking[key] = done
+			g.takingMu.Unlock()
+			return func() {
+				g.takingMu.Lock()
+				delete(g.taking, key)
+				g.takingMu.Unlock()
+				close(done)
+			}, nil
+		}
+		g.takingMu.Unlock()
+		select {
+		case <-busy:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 }
 
 // queue puts an accepted (journaled) message on its chat's session, or answers why it

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -422,5 +423,71 @@ func TestAFullQueueIsAnsweredWholeAfterRestart(t *testing.T) {
 	want := []string{"done:answer to question 0", "done:answer to question 1", "done:answer to question 2"}
 	if got := second.mem.finals("c1"); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("answers after restart %q; want %q", got, want)
+	}
+}
+
+// heldJournal holds the first Accept of the key ending in hold until release is closed,
+// and tells entered when it begins; after tells when any other key is accepted.
+type heldJournal struct {
+	*state.DB
+	hold    string
+	once    sync.Once
+	entered chan struct{}
+	release chan struct{}
+	after   chan struct{}
+}
+
+func (j *heldJournal) Accept(key string, body []byte) (uint64, error) {
+	if strings.HasSuffix(key, j.hold) {
+		j.once.Do(func() {
+			close(j.entered)
+			<-j.release
+		})
+	} else {
+		select {
+		case j.after <- struct{}{}:
+		default:
+		}
+	}
+	return j.DB.Accept(key, body)
+}
+
+// A message delivered twice at once (Telegram's two notices of a group's new id, a
+// redelivery racing its first delivery) is taken once, and the chat's next message, which
+// the adapter hands over only after the second delivery returned, is answered after it:
+// the second delivery waits for the first to be stored rather than being dropped at once.
+func TestSecondDeliveryWaitsForTheFirstSoTheChatKeepsItsOrder(t *testing.T) {
+	dir := t.TempDir()
+	db := openState(t, dir)
+	defer db.Close()
+	j := &heldJournal{DB: db, hold: "|c1|m1", entered: make(chan struct{}), release: make(chan struct{}), after: make(chan struct{}, 1)}
+	e := newEnvIn(t, filepath.Join(dir, "sessions"), func(_ *Config, _ *Runtime, d *Deps) { d.Journal, d.Settings = j, db })
+	e.fake.SetFunc(func(req *harness.Request) harness.FakeReply { return harness.FakeReply{Text: "re: " + lastUser(*req)} })
+	msg := func(id, text string) *channels.Message {
+		return &channels.Message{ID: id, Channel: "mem", ChatID: "c1", UserID: "uc1", ChatType: channels.ChatDM,
+			Parts: []channels.Part{channels.TextPart(text)}}
+	}
+	errs := make(chan error, 3)
+	go func() { errs <- e.mem.sink.Deliver(context.Background(), msg("m1", "first")) }()
+	<-j.entered
+	go func() {
+		errs <- e.mem.sink.Deliver(context.Background(), msg("m1", "first"))
+		errs <- e.mem.sink.Deliver(context.Background(), msg("m2", "second"))
+	}()
+	// Without the wait, the second message is stored while the first is held; give it the
+	// chance, then let the first go.
+	select {
+	case <-j.after:
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(j.release)
+	for range 3 {
+		if err := <-errs; err != nil {
+			t.Fatalf("Deliver: %v", err)
+		}
+	}
+	e.mem.waitDone(t, 2)
+	if got := e.mem.finals("c1"); !slices.Equal(got, []string{"done:re: first", "done:re: second"}) {
+		t.Fatalf("the chat was answered %q; want the first message once, then the second", got)
 	}
 }
