@@ -459,6 +459,7 @@ func (t *tool) Run(ctx context.Context, args json.RawMessage) (string, error) {
 	cs := t.s.session
 	t.s.mu.Unlock()
 	if cs == nil {
+		t.s.opts.Logger.Warn("mcp tool call refused: its server is not connected", "server", t.s.cfg.Name, "tool", t.name)
 		return "", fmt.Errorf("the MCP server %s is not available right now", t.s.cfg.Name)
 	}
 	ctx, cancel := context.WithTimeout(ctx, t.s.opts.CallTimeout)
@@ -468,6 +469,9 @@ func (t *tool) Run(ctx context.Context, args json.RawMessage) (string, error) {
 	}
 	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: t.name, Arguments: args})
 	if err != nil {
+		// The model is told too, but the admin reads the log: a server that fails calls
+		// while it stays connected shows nowhere else.
+		t.s.opts.Logger.Warn("mcp tool call failed", "server", t.s.cfg.Name, "tool", t.name, "err", err)
 		return "", fmt.Errorf("MCP server %s: %w", t.s.cfg.Name, err)
 	}
 	var b strings.Builder

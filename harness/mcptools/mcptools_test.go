@@ -293,3 +293,36 @@ func TestStdioServerStderrIsLoggedWhenItDies(t *testing.T) {
 		}
 	}
 }
+
+// A call that fails at the server (it died under the call) is logged with the server and
+// the tool, not only told to the model.
+func TestFailedCallIsLogged(t *testing.T) {
+	var log syncBuffer
+	m := Start([]ServerConfig{stdioConfig(t, "local")}, Options{Logger: slog.New(slog.NewTextHandler(&log, nil)),
+		MinBackoff: time.Hour, MaxBackoff: time.Hour})
+	defer m.Close()
+	ts := waitTools(t, m, "local", "local__add,local__env,local__exit,local__fail")
+	if _, err := call(t, ts, "local__exit", `{}`); err == nil {
+		t.Fatal("a call that ended the server's process succeeded")
+	}
+	logged := func(want string) bool {
+		for _, line := range strings.Split(log.String(), "\n") {
+			if strings.Contains(line, want) && strings.Contains(line, "server=local") {
+				return true
+			}
+		}
+		return false
+	}
+	if !logged("msg=\"mcp tool call failed\"") || !strings.Contains(log.String(), "tool=exit") {
+		t.Fatalf("the failed call is not in the log:\n%s", log.String())
+	}
+	// Gone, and not restarted for an hour: a later call is refused, and that is logged too.
+	deadline := time.Now().Add(20 * time.Second)
+	for !logged("mcp tool call refused") {
+		if time.Now().After(deadline) {
+			t.Fatalf("a call to the dead server is not in the log:\n%s", log.String())
+		}
+		_, _ = call(t, ts, "local__add", `{"a":1,"b":1}`)
+		time.Sleep(20 * time.Millisecond)
+	}
+}
