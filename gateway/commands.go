@@ -238,7 +238,7 @@ func (s *session) command(cmd, arg string, msg *channels.Message, rt *Runtime, p
 	reply := func(text string) { g.notify(g.ctx, rt.Bus, target, text) }
 	// A command queued as a turn finishes an answer a crash cut, as a message's turn does.
 	turnTarget := target
-	turnTarget.Resume = msg.Resume
+	turnTarget.Resume = answerResume(msg)
 	switch cmd {
 	case "help", "start":
 		namer, _ := g.byName[msg.Channel].(channels.CommandNamer)

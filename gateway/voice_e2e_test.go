@@ -22,6 +22,7 @@ import (
 	"gateway/channels"
 	"gateway/channels/telegram"
 	"gateway/channels/telegram/telegramtest"
+	"gateway/harness"
 	"gateway/internal/audio"
 	"gateway/internal/secret"
 )
@@ -405,4 +406,50 @@ func telegramVoiceEnv(t *testing.T) (*telegramtest.Server, *testEnv) {
 		t.Fatal(err)
 	}
 	return tg, newEnvWith(t, t.TempDir(), []channels.Channel{ch}, localVoice(t))
+}
+
+// A voice note whose transcript was echoed, with the crash (here a shutdown past its
+// deadline) coming while the model still worked on it, is answered after the restart
+// without a second echo: the chat saw it already.
+func TestVoiceNoteEchoedBeforeACrashIsNotEchoedAgain(t *testing.T) {
+	srv := voicetest.NewServer(t)
+	srv.SetTranscript(spoken)
+	dir := t.TempDir()
+	db := openState(t, dir)
+	defer db.Close()
+	note := filepath.Join(dir, "note.ogg")
+	ogg := voicetest.SpeakOgg(t, spoken)
+	if err := os.WriteFile(note, ogg, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	echo := func(c *Config, _ *Runtime, _ *Deps) { c.EchoTranscript = true }
+	first := newEnvIn(t, filepath.Join(dir, "sessions"), openAIVoice(t, srv), withDurable(db), echo)
+	asked := make(chan struct{}, 1)
+	first.fake.SetFunc(func(*harness.Request) harness.FakeReply {
+		asked <- struct{}{}
+		return harness.FakeReply{Text: "never finished", Delay: time.Hour}
+	})
+	msg := &channels.Message{ID: "n1", Channel: "mem", ChatID: "v1", UserID: "uv1", ChatType: channels.ChatDM, IsVoice: true,
+		Parts: []channels.Part{{Type: channels.PartAudio, MIME: "audio/ogg", Path: note, Size: int64(len(ogg)), Voice: true}}}
+	if err := first.mem.sink.Deliver(context.Background(), msg); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-asked:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the model was never asked")
+	}
+	if got := first.mem.finals("v1"); len(got) != 1 || got[0] != "done:🎤 "+spoken {
+		t.Fatalf("before the crash the chat got %q; want the echo", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	_ = first.g.Stop(ctx) // past the deadline: the turn is cut, as a crash would cut it
+	cancel()
+
+	second := newEnvIn(t, filepath.Join(dir, "sessions"), openAIVoice(t, srv), withDurable(db), echo)
+	second.fake.SetFunc(func(req *harness.Request) harness.FakeReply { return harness.FakeReply{Text: "the lights are on"} })
+	second.mem.waitDone(t, 1)
+	if got := second.mem.finals("v1"); len(got) != 1 || !strings.HasPrefix(got[0], "done:the lights are on") {
+		t.Fatalf("after the restart the chat got %q; want the answer alone, no second echo", got)
+	}
 }
