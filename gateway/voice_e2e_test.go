@@ -25,6 +25,7 @@ import (
 	"gateway/harness"
 	"gateway/internal/audio"
 	"gateway/internal/secret"
+	"gateway/state"
 )
 
 const spoken = "please turn on the kitchen lights"
@@ -349,24 +350,30 @@ func TestProfileVoiceOverrides(t *testing.T) {
 	}
 }
 
-// A voice note answered again after a crash had its transcript echoed before its answer
-// began to show (the journal kept where the answer showed): the restart does not echo it
-// a second time. One whose answer never began to show is echoed, since the crash may have
-// come before the echo.
-func TestReplayedVoiceNoteIsNotEchoedTwice(t *testing.T) {
-	srv := voicetest.NewServer(t)
+// spokenNote is a speech server that hears spoken, a state file in a new folder, and a
+// voice note saying spoken saved there.
+func spokenNote(t *testing.T) (srv *voicetest.Server, dir string, db *state.DB, note channels.Part) {
+	srv = voicetest.NewServer(t)
 	srv.SetTranscript(spoken)
-	dir := t.TempDir()
-	db := openState(t, dir)
-	defer db.Close()
-	note := filepath.Join(dir, "note.ogg")
+	dir = t.TempDir()
+	db = openState(t, dir)
+	t.Cleanup(func() { db.Close() })
+	path := filepath.Join(dir, "note.ogg")
 	ogg := voicetest.SpeakOgg(t, spoken)
-	if err := os.WriteFile(note, ogg, 0o600); err != nil {
+	if err := os.WriteFile(path, ogg, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	return srv, dir, db, channels.Part{Type: channels.PartAudio, MIME: "audio/ogg", Path: path, Size: int64(len(ogg)), Voice: true}
+}
+
+// A voice note answered again after a crash had its transcript echoed before its answer
+// began to show (the journal kept where the answer showed): the restart does not echo it
+// a second time. One with nothing kept is echoed: the crash came before the echo.
+func TestReplayedVoiceNoteIsNotEchoedTwice(t *testing.T) {
+	srv, dir, db, note := spokenNote(t)
 	journal := func(chat string, shown bool) {
 		body, err := encode(&channels.Message{ID: chat + "-1", Channel: "mem", ChatID: chat, UserID: "u" + chat, ChatType: channels.ChatDM,
-			IsVoice: true, Parts: []channels.Part{{Type: channels.PartAudio, MIME: "audio/ogg", Path: note, Size: int64(len(ogg)), Voice: true}}, Time: time.Now()})
+			IsVoice: true, Parts: []channels.Part{note}, Time: time.Now()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -412,16 +419,7 @@ func telegramVoiceEnv(t *testing.T) (*telegramtest.Server, *testEnv) {
 // deadline) coming while the model still worked on it, is answered after the restart
 // without a second echo: the chat saw it already.
 func TestVoiceNoteEchoedBeforeACrashIsNotEchoedAgain(t *testing.T) {
-	srv := voicetest.NewServer(t)
-	srv.SetTranscript(spoken)
-	dir := t.TempDir()
-	db := openState(t, dir)
-	defer db.Close()
-	note := filepath.Join(dir, "note.ogg")
-	ogg := voicetest.SpeakOgg(t, spoken)
-	if err := os.WriteFile(note, ogg, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	srv, dir, db, note := spokenNote(t)
 	echo := func(c *Config, _ *Runtime, _ *Deps) { c.EchoTranscript = true }
 	first := newEnvIn(t, filepath.Join(dir, "sessions"), openAIVoice(t, srv), withDurable(db), echo)
 	asked := make(chan struct{}, 1)
@@ -430,7 +428,7 @@ func TestVoiceNoteEchoedBeforeACrashIsNotEchoedAgain(t *testing.T) {
 		return harness.FakeReply{Text: "never finished", Delay: time.Hour}
 	})
 	msg := &channels.Message{ID: "n1", Channel: "mem", ChatID: "v1", UserID: "uv1", ChatType: channels.ChatDM, IsVoice: true,
-		Parts: []channels.Part{{Type: channels.PartAudio, MIME: "audio/ogg", Path: note, Size: int64(len(ogg)), Voice: true}}}
+		Parts: []channels.Part{note}}
 	if err := first.mem.sink.Deliver(context.Background(), msg); err != nil {
 		t.Fatal(err)
 	}
