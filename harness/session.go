@@ -95,7 +95,6 @@ func configFrom(opts SessionOptions) sessionConfig {
 	if c.provider == nil {
 		c.provider = NewEcho()
 	}
-	c.provider = withMedia(c.provider, opts.TextOnly, opts.Logger)
 	switch {
 	case c.maxRetries == 0:
 		c.maxRetries = defaultMaxRetries
@@ -109,6 +108,7 @@ func configFrom(opts SessionOptions) sessionConfig {
 		c.toolTimeout = defaultToolTimeout
 	}
 	c.budget = newBudget(ContextWindow(c.model, opts.ContextWindow), c.maxTokens)
+	c.provider = withMedia(c.provider, opts.TextOnly, c.budget, opts.Logger)
 	if c.maxTurns <= 0 {
 		c.maxTurns = defaultMaxTurns
 	}
