@@ -508,3 +508,38 @@ func TestIdleResetStartsAFreshHistory(t *testing.T) {
 		t.Fatalf("idle_reset 0 dropped the history: %+v", m)
 	}
 }
+
+// The files and pictures of the messages a compaction summarises reach the summariser
+// (a document with the start of its text), so the summary can keep them: once summarised,
+// the model sees nothing else of them. Before, the summariser read only the words typed
+// beside them.
+func TestSummaryIsAskedWithTheFilesTheUserSent(t *testing.T) {
+	srv := newOpenAIServer(t)
+	summariser(srv)
+	dir := t.TempDir()
+	notes := writeFile(t, dir, "notes.txt", []byte("the meeting moved to Thursday 14:00"))
+	photo := writeFile(t, dir, "photo.jpg", []byte("not decoded"))
+	s := openSession(t, harness.SessionOptions{Key: "web:files", Store: openStore(t), Provider: openAI(t, srv), Model: "gpt-test"})
+	if _, err := s.RunWith(context.Background(), "Keep these.", []llm.Part{
+		{Type: llm.PartFile, MIME: "text/plain", Path: notes, Name: "notes.txt"},
+		{Type: llm.PartImage, MIME: "image/jpeg", Path: photo, Name: "photo.jpg"}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Run(context.Background(), "And remember this too.", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Compact(context.Background(), ""); err != nil {
+		t.Fatal(err)
+	}
+	var ask string
+	for _, r := range srv.Requests() {
+		if isSummaryRequest(r.Messages) {
+			ask = r.Messages[len(r.Messages)-1].Content
+		}
+	}
+	for _, want := range []string{"[User]: Keep these.", "[User sent file notes.txt]", "the meeting moved to Thursday 14:00", "[User sent image photo.jpg]"} {
+		if !strings.Contains(ask, want) {
+			t.Errorf("the summariser was not given %q:\n%s", want, ask)
+		}
+	}
+}
