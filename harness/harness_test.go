@@ -226,6 +226,42 @@ func TestOpenAIServerErrorsRetriedThenReadableError(t *testing.T) {
 	}
 }
 
+// A message whose run failed (after more than one attempt) and that the user then sends
+// again, as told, is asked of the model once, also after a restart; the failed attempt
+// stays in the file. Before, the model read it twice in a row.
+func TestMessageSentAgainAfterAFailureIsAskedOnce(t *testing.T) {
+	srv := newOpenAIServer(t)
+	srv.FailNext(2, fakeserver.Failure{Status: 500})
+	st := openStore(t)
+	opts := harness.SessionOptions{Key: "web:again", Store: st, Provider: openAI(t, srv), MaxRetries: 1}
+	s := openSession(t, opts)
+	if _, err := s.Run(context.Background(), "What is the capital of Peru?", nil); err == nil || !strings.Contains(err.Error(), "Please try again") {
+		t.Fatalf("err = %v", err)
+	}
+	if n := len(srv.Requests()); n != 2 {
+		t.Fatalf("%d attempts, want 2", n)
+	}
+	res, err := s.Run(context.Background(), "What is the capital of Peru?", nil)
+	if err != nil || res.Text != "ok" {
+		t.Fatalf("sent again: %q %v", res.Text, err)
+	}
+	reqs := srv.Requests()
+	if m := reqs[len(reqs)-1].Messages; len(m) != 1 || m[0].Content != "What is the capital of Peru?" {
+		t.Fatalf("the model was sent %+v", m)
+	}
+	s2 := openSession(t, opts)
+	if n := s2.Stats().Messages; n != 2 {
+		t.Fatalf("reopened history has %d messages on its branch, want 2", n)
+	}
+	if _, err := s2.Run(context.Background(), "And of Chile?", nil); err != nil {
+		t.Fatal(err)
+	}
+	reqs = srv.Requests()
+	if m := reqs[len(reqs)-1].Messages; len(m) != 3 || m[0].Content != "What is the capital of Peru?" || m[1].Content != "ok" {
+		t.Fatalf("after a restart the model was sent %+v", m)
+	}
+}
+
 func TestOpenAIRetryAfterIsHonoured(t *testing.T) {
 	srv := newOpenAIServer(t)
 	srv.FailNext(1, fakeserver.Failure{RetryAfter: time.Second})

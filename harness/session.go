@@ -425,7 +425,11 @@ func (r *run) start(prompt string) string {
 		r.s.count.Store(int64(r.s.hist.total))
 	}
 	r.idleReset()
-	r.s.hist.addAs(llm.Message{Role: llm.RoleUser, Content: prompt, Parts: r.parts}, false, r.asked.ID)
+	msg := llm.Message{Role: llm.RoleUser, Content: prompt, Parts: r.parts}
+	if r.s.hist.takeBackResent(msg) {
+		r.s.log.Info("a message sent again after it got no answer replaces its unanswered copy", "key", r.s.key)
+	}
+	r.s.hist.addAs(msg, false, r.asked.ID)
 	r.s.count.Store(int64(r.s.hist.total))
 
 	system := r.cfg.system
