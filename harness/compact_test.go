@@ -470,6 +470,49 @@ func TestAnthropicPromptTooLongCompactsAndRetries(t *testing.T) {
 	}
 }
 
+// Anthropic's other wording, for a prompt that fits but leaves no room for max_tokens
+// ("input length and `max_tokens` exceed context limit"), compacts and retries too; before,
+// the user was shown the API's words and every later message failed alike.
+func TestAnthropicNoRoomForMaxTokensCompactsAndRetries(t *testing.T) {
+	srv := anthropictest.NewServer()
+	t.Cleanup(srv.Close)
+	var mu sync.Mutex
+	full := false
+	srv.SetFunc(func(r anthropictest.Request) anthropictest.Reply {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case strings.Contains(r.System, "You write summaries"):
+			full = false
+			return anthropictest.Reply{Text: "SUMMARY: earlier talk."}
+		case full:
+			return anthropictest.Reply{Status: 400, Message: "input length and `max_tokens` exceed context limit: 196112 + 8192 > 200000, decrease input length or `max_tokens` and try again"}
+		}
+		return anthropictest.Reply{Text: "fine"}
+	})
+	p, err := harness.NewProvider(harness.Config{Provider: "anthropic", Model: "claude-test", BaseURL: srv.URL(), APIKey: secret.Secret(testKey)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := openSession(t, harness.SessionOptions{Key: "web:claude-full", Store: openStore(t), Provider: p, Model: "claude-test", MaxRetries: 2})
+	for i := range 6 {
+		if _, err := s.Run(context.Background(), fmt.Sprintf("n %d %s", i, strings.Repeat("w", 500)), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := len(srv.Requests())
+	mu.Lock()
+	full = true
+	mu.Unlock()
+	if res, err := s.Run(context.Background(), "still there?", nil); err != nil || res.Text != "fine" {
+		t.Fatalf("%q %v", res.Text, err)
+	}
+	// the refused attempt, the summary, the retry
+	if n := len(srv.Requests()) - before; n != 3 {
+		t.Fatalf("%d requests; want the refused one, a summary and one retry", n)
+	}
+}
+
 // idle_reset: a chat silent longer than the limit starts a fresh history.
 func TestIdleResetStartsAFreshHistory(t *testing.T) {
 	fake := harness.NewFake()
