@@ -432,6 +432,41 @@ func (lookupTool) Run(context.Context, json.RawMessage) (string, error) {
 	return strings.Repeat("result ", 30), nil
 }
 
+// pageTool returns a long web page, as an MCP fetch tool does.
+type pageTool struct{}
+
+func (pageTool) Def() llm.ToolDef {
+	return llm.ToolDef{Name: "fetch_page", Description: "Fetch a web page", Parameters: json.RawMessage(`{"type":"object"}`)}
+}
+func (pageTool) Run(context.Context, json.RawMessage) (string, error) {
+	return strings.Repeat("<p>a paragraph of the page</p>\n", 2000), nil
+}
+
+// A tool whose output is far larger than a small model's window (60 KB for 8192 tokens, as
+// the server counts too) reaches the model cut to fit, marked as cut, and the user gets an
+// answer. Before, the request was refused as too long, and the user was told to send /new.
+func TestLongToolOutputIsCutToTheModelsWindow(t *testing.T) {
+	srv := newOpenAIServer(t)
+	srv.LimitContext(8192)
+	srv.Push(openaitest.Reply{ToolCalls: []openaitest.ToolCall{{ID: "f1", Name: "fetch_page", Arguments: `{}`}}},
+		openaitest.Reply{Text: "The page is about paragraphs."})
+	s := openSession(t, harness.SessionOptions{Key: "web:page", Store: openStore(t), Provider: openAI(t, srv), Model: "llama3",
+		ContextWindow: 8192, Tools: []harness.Tool{pageTool{}}})
+	res, err := s.Run(context.Background(), "What is on the page?", nil)
+	if err != nil || res.Text != "The page is about paragraphs." {
+		t.Fatalf("%q %v", res.Text, err)
+	}
+	reqs := srv.Requests()
+	if len(reqs) != 2 {
+		t.Fatalf("%d requests; want the call and the answer", len(reqs))
+	}
+	m := reqs[1].Messages
+	got := m[len(m)-1]
+	if got.Role != "tool" || !strings.HasPrefix(got.Content, "<p>a paragraph of the page</p>") || !strings.Contains(got.Content, "[the rest of the tool's output is cut") {
+		t.Fatalf("tool result %q … %q", got.Content[:min(len(got.Content), 40)], got.Content[max(len(got.Content)-120, 0):])
+	}
+}
+
 // Anthropic's wording ("prompt is too long") is recognised as well.
 func TestAnthropicPromptTooLongCompactsAndRetries(t *testing.T) {
 	srv := anthropictest.NewServer()

@@ -75,10 +75,10 @@ func withMedia(p Provider, textOnly bool, b budget, log *slog.Logger) Provider {
 // minDocumentText is the least text a document is given, however small the window.
 const minDocumentText = 2000
 
-// documentBytes is the text the documents of one message may bring: half of what a
-// request may hold, at a pessimistic 3 bytes per token, so that a file sent to a model
-// with a small window is read in part rather than refused as a conversation too long
-// (which /new would not mend: the same file would not fit either).
+// documentBytes is the text the documents of one message (or one tool result) may bring:
+// half of what a request may hold, at a pessimistic 3 bytes per token, so that a file sent
+// to a model with a small window is read in part rather than refused as a conversation too
+// long (which /new would not mend: the same file would not fit either).
 func documentBytes(b budget) int {
 	return min(max(b.threshold/2*3, minDocumentText), media.DefaultMaxDocumentText)
 }

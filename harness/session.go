@@ -798,6 +798,11 @@ func (r *run) tool(tc llm.ToolCall) llm.Message {
 		bus.ToolResult(r.evCtx(), ev)
 		content, isErr = clip(ev.Content, maxToolOutput), ev.IsError
 	}
+	if limit := documentBytes(r.cfg.budget); len(content) > limit {
+		// A small window cannot take a long output whole: sent whole it would be refused as
+		// a conversation too long, which no compaction mends (a call keeps its result).
+		content = clip(content, limit) + fmt.Sprintf("\n[the rest of the tool's output is cut: only its first %s are shown]", humanSize(int64(limit)))
+	}
 	r.on(Update{Kind: UpdateToolEnd, ToolID: tc.ID, ToolName: tc.Name, IsError: isErr, Text: clip(content, 200)})
 	return llm.Message{Role: llm.RoleTool, Content: content, ToolCallID: tc.ID, Name: tc.Name, IsError: isErr}
 }
