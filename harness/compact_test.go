@@ -223,8 +223,9 @@ func TestOverflowAnswerCompactsAndRetriesOnce(t *testing.T) {
 	}
 }
 
-// When the retry after a compaction still fails, the user is told in plain words, and the
-// chat works again after /new.
+// When the retry after a compaction still fails with only the user's message in it, the
+// user is told in plain words that the message itself is too long (not to send /new, which
+// cannot help it), and the chat's next message is answered; /new works too.
 func TestOverflowThatPersistsIsToldAndNewHelps(t *testing.T) {
 	srv := newOpenAIServer(t)
 	summariser(srv)
@@ -232,11 +233,14 @@ func TestOverflowThatPersistsIsToldAndNewHelps(t *testing.T) {
 	srv.LimitContext(1500)
 	huge := strings.Repeat("y", 20_000) // one message larger than the model's window
 	_, err := s.Run(context.Background(), huge, nil)
-	if err == nil || !strings.Contains(err.Error(), "too long") || !strings.Contains(err.Error(), "/new") {
+	if err == nil || !strings.Contains(err.Error(), "Your message is too long") || strings.Contains(err.Error(), "/new") {
 		t.Fatalf("err = %v", err)
 	}
 	if n := len(srv.Requests()); n < 2 {
 		t.Fatalf("%d attempts; want the request retried once", n)
+	}
+	if res, err := s.Run(context.Background(), "a short one", nil); err != nil || !strings.HasPrefix(res.Text, "answer to a short one") {
+		t.Fatalf("the next message: %q, %v", res.Text, err)
 	}
 	if err := s.Reset(context.Background()); err != nil {
 		t.Fatal(err)

@@ -34,6 +34,9 @@ type ProviderError struct {
 	// Overflow is set when the provider said the conversation is too long for the model's
 	// context window (the session compacts and retries once before this reaches a user).
 	Overflow bool
+	// Alone is set, with Overflow, when the user's newest message did not fit even sent
+	// without the rest of the conversation: /new would not help, a shorter message would.
+	Alone bool
 	// Attempts is how many calls were made before giving up (set by the session).
 	Attempts int
 	// Err is the underlying cause, with secrets removed.
@@ -43,6 +46,8 @@ type ProviderError struct {
 func (e *ProviderError) Error() string {
 	var b strings.Builder
 	switch {
+	case e.Overflow && e.Alone:
+		return "Your message is too long for this model to read, even on its own. Please send it shorter, or in parts."
 	case e.Overflow:
 		return "This conversation has grown too long for the model, even after I summarised the older part. " +
 			"Send /new to start a fresh conversation (or /compact to try summarising again)."

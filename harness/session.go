@@ -589,6 +589,10 @@ func (r *run) callWithBudget(turn int, system string, defs []llm.ToolDef, fixed 
 		full = start == 0
 		resp, partial, err = r.call(req, r.streamDelta)
 		if err == nil || attempt > 1 || !isOverflow(err) || r.ctx.Err() != nil {
+			var pe *ProviderError
+			if attempt > 1 && turn == 1 && start >= lastUser(r.s.hist.entries) && errors.As(err, &pe) && pe.Overflow {
+				pe.Alone = true // the retry held only the prompt (and the summary)
+			}
 			return resp, partial, full, err
 		}
 		limit = r.overflowed(fixed, start)
