@@ -262,6 +262,37 @@ func TestMessageSentAgainAfterAFailureIsAskedOnce(t *testing.T) {
 	}
 }
 
+// An answer cut midway by the provider, its question then sent again as the user is told:
+// the model is asked it once, without the cut answer (which stays in the file). A question
+// that differs goes on after the cut answer, as before.
+func TestQuestionSentAgainAfterACutAnswerIsAskedOnce(t *testing.T) {
+	srv := newOpenAIServer(t)
+	s := openSession(t, harness.SessionOptions{Key: "web:cut", Store: openStore(t), Provider: openAI(t, srv)})
+	srv.Push(openaitest.Reply{Chunks: []string{"Lima is ", "the capital ", "of"}, CutAfter: 2})
+	if _, err := s.Run(context.Background(), "What is the capital of Peru?", nil); err == nil || !strings.Contains(err.Error(), "midway") {
+		t.Fatalf("err = %v", err)
+	}
+	srv.Push(openaitest.Reply{Text: "Lima."})
+	if res, err := s.Run(context.Background(), "What is the capital of Peru?", nil); err != nil || res.Text != "Lima." {
+		t.Fatalf("sent again: %q %v", res.Text, err)
+	}
+	reqs := srv.Requests()
+	if m := reqs[len(reqs)-1].Messages; len(m) != 1 || m[0].Content != "What is the capital of Peru?" {
+		t.Fatalf("the model was sent %+v", m)
+	}
+	srv.Push(openaitest.Reply{Chunks: []string{"Santiago ", "is"}, CutAfter: 1}, openaitest.Reply{Text: "Yes."})
+	if _, err := s.Run(context.Background(), "And of Chile?", nil); err == nil {
+		t.Fatal("want the cut answer's error")
+	}
+	if _, err := s.Run(context.Background(), "Go on.", nil); err != nil {
+		t.Fatal(err)
+	}
+	reqs = srv.Requests()
+	if m := reqs[len(reqs)-1].Messages; len(m) != 5 || m[3].Role != "assistant" || m[3].Content != "Santiago " || m[4].Content != "Go on." {
+		t.Fatalf("after a cut answer the model was sent %+v", m)
+	}
+}
+
 func TestOpenAIRetryAfterIsHonoured(t *testing.T) {
 	srv := newOpenAIServer(t)
 	srv.FailNext(1, fakeserver.Failure{RetryAfter: time.Second})

@@ -881,12 +881,15 @@ func (h *history) takeBack(intake string) bool {
 	return i >= 0 && h.takeBackAt(i)
 }
 
-// takeBackResent takes back the branch's last message when it is a user message that
-// got no answer (its run failed, or was stopped before a word) and m is the same message
-// again: the user did as told and sent it again, and the model is asked it once, not twice
-// in a row. It reports whether it did.
+// takeBackResent takes back the branch's last user message, when it got no answer (its
+// run failed or was stopped, before a word or with an answer cut midway) and m is the same
+// message again: the user did as told and sent it again, and the model is asked it once,
+// not twice. It reports whether it did.
 func (h *history) takeBackResent(m llm.Message) bool {
 	n := len(h.entries)
+	for n > 0 && h.entries[n-1].aborted && h.entries[n-1].msg.Role == llm.RoleAssistant && len(h.entries[n-1].msg.ToolCalls) == 0 {
+		n-- // a cut answer: text only, nothing done
+	}
 	if n == 0 {
 		return false
 	}
