@@ -770,6 +770,65 @@ func TestHooksSeeTheRunAndCanBlockTools(t *testing.T) {
 	}
 }
 
+// validToolTraffic reports what a real API refuses in a request: a tool message that does
+// not answer a call of the assistant message before it, or a call left without its result.
+func validToolTraffic(msgs []openaitest.Message) string {
+	var open []string
+	for i, m := range msgs {
+		switch {
+		case m.Role == "tool":
+			if len(open) == 0 || open[0] != m.ToolCallID {
+				return fmt.Sprintf("message %d: a tool result (%s) that answers no call before it", i, m.ToolCallID)
+			}
+			open = open[1:]
+		case len(open) > 0:
+			return fmt.Sprintf("message %d: calls %v left without results", i, open)
+		case m.Role == "assistant":
+			for _, tc := range m.ToolCalls {
+				open = append(open, tc.ID)
+			}
+		}
+	}
+	if len(open) > 0 {
+		return fmt.Sprintf("calls %v left without results", open)
+	}
+	return ""
+}
+
+// A context hook that keeps only the newest messages (a common way to save tokens) may cut
+// between a tool call and its result: the model is still sent a valid conversation, and the
+// user an answer. Before, the request held an orphan tool result, which real APIs refuse
+// with a 400 that then came back at every message.
+func TestContextHookCuttingToolTrafficStillAnswers(t *testing.T) {
+	srv := newOpenAIServer(t)
+	tools, err := harness.BuiltinTools([]string{"current_time"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bus := hooks.NewBus(hooks.Options{})
+	bus.On(hooks.NameContext, "keep-last-3", func(_ context.Context, ev hooks.Event) (any, error) {
+		msgs := ev.(*hooks.Context).Messages
+		return &hooks.ContextResult{Messages: msgs[max(len(msgs)-3, 0):]}, nil
+	})
+	s := openSession(t, harness.SessionOptions{Store: openStore(t), Provider: openAI(t, srv), Tools: tools, Bus: bus})
+	srv.Push(openaitest.Reply{ToolCalls: []openaitest.ToolCall{{ID: "c1", Name: "current_time", Arguments: `{}`}}},
+		openaitest.Reply{Text: "It is noon."}, openaitest.Reply{Text: "You are welcome."})
+	for _, q := range []string{"What time is it?", "Thanks!"} {
+		if _, err := s.Run(context.Background(), q, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, r := range srv.Requests() {
+		if bad := validToolTraffic(r.Messages); bad != "" {
+			t.Errorf("request %d would be refused: %s", i, bad)
+		}
+	}
+	reqs := srv.Requests()
+	if m := reqs[len(reqs)-1].Messages; m[len(m)-1].Content != "Thanks!" {
+		t.Fatalf("the last request ends with %+v", m[len(m)-1])
+	}
+}
+
 func TestAnthropicStreamingWithToolCall(t *testing.T) {
 	srv := anthropictest.NewServer()
 	t.Cleanup(srv.Close)

@@ -628,7 +628,9 @@ func (r *run) prepare(turn, attempt int, system string, defs []llm.ToolDef, fixe
 		if r.cfg.bus.Has(hooks.NameContext) {
 			ev.Entries = h.branch()
 		}
-		msgs = r.cfg.bus.Context(r.ctx, ev)
+		// A hook's list is repaired as the history is: one that keeps the newest messages
+		// may cut between a call and its result, which the APIs refuse.
+		msgs = repair(r.cfg.bus.Context(r.ctx, ev))
 	}
 	req = r.request(system, msgs, defs)
 	if attempt == 1 {
