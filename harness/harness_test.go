@@ -337,6 +337,27 @@ func TestOpenAIUnauthorizedIsNotRetried(t *testing.T) {
 	}
 }
 
+// OpenAI answers an account without credit 429 insufficient_quota: the user is told that
+// the quota is used up, at once, not that the model is busy after retries that cannot help.
+func TestOpenAIQuotaUsedUpIsToldAndNotRetried(t *testing.T) {
+	srv := newOpenAIServer(t)
+	srv.Push(openaitest.Reply{Status: 429, Code: "insufficient_quota",
+		Message: "You exceeded your current quota, please check your plan and billing details."})
+	s := openSession(t, harness.SessionOptions{Provider: openAI(t, srv)})
+	var u updates
+	_, err := s.Run(context.Background(), "hi", u.on)
+	if err == nil || !strings.Contains(err.Error(), "used up its quota or credit") || !strings.Contains(err.Error(), "check your plan and billing") ||
+		strings.Contains(err.Error(), "try again") {
+		t.Fatalf("err = %v", err)
+	}
+	if n := len(srv.Requests()); n != 1 {
+		t.Fatalf("%d attempts, want 1", n)
+	}
+	if st := u.of(harness.UpdateStatus); len(st) != 0 {
+		t.Fatalf("the chat was shown %+v", st)
+	}
+}
+
 func TestOpenAIBadRequestShowsProviderMessageWithoutKey(t *testing.T) {
 	srv := newOpenAIServer(t)
 	srv.Push(openaitest.Reply{Status: 400, Message: "model gpt-test does not exist for key " + testKey})
