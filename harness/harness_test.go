@@ -1140,6 +1140,30 @@ func TestSlowProviderTimesOutAndIsRetried(t *testing.T) {
 	}
 }
 
+// llm.timeout bounds the model's silence, not the answer's length: a slow model streaming
+// for longer than it, a piece every 300 ms, is answered whole; one that falls silent midway
+// for longer is cut there, and the chat is told. Before, the slow answer was cut at the
+// timeout and the user read that the model stopped answering midway.
+func TestSlowStreamIsNotCutWhileItFlows(t *testing.T) {
+	srv := newOpenAIServer(t)
+	chunks := []string{"one ", "two ", "three ", "four ", "five ", "six ", "seven"}
+	srv.Push(openaitest.Reply{Chunks: chunks, ChunkDelay: 300 * time.Millisecond},
+		openaitest.Reply{Chunks: []string{"half ", "an answer"}, Hang: true})
+	s := openSession(t, harness.SessionOptions{Provider: openAI(t, srv), Timeout: time.Second})
+	start := time.Now()
+	res, err := s.Run(context.Background(), "count slowly", nil)
+	if err != nil || res.Text != strings.Join(chunks, "") {
+		t.Fatalf("run: %q, %v", res.Text, err)
+	}
+	if took := time.Since(start); took < 1500*time.Millisecond {
+		t.Fatalf("the answer took %v; the test needs it longer than the timeout", took)
+	}
+	res, err = s.Run(context.Background(), "and now?", nil)
+	if err == nil || !strings.Contains(err.Error(), "midway") || res.Text != "half an answer" {
+		t.Fatalf("a silent model: %q, %v", res.Text, err)
+	}
+}
+
 // badTool fails in the two ways a tool can: an error, or a panic.
 type badTool struct{ panics bool }
 

@@ -685,9 +685,9 @@ func (r *run) call(req *Request, show func(string)) (*Response, string, error) {
 	}
 }
 
-// attempt is one call of the provider, with the call's own timeout.
+// attempt is one call of the provider, ended by a silence of the call's timeout.
 func (r *run) attempt(req *Request, onDelta func(string)) (*Response, error) {
-	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.timeout)
+	ctx, cancel := withIdle(r.ctx, r.cfg.timeout)
 	defer cancel()
 	return r.cfg.provider.Stream(ctx, req, onDelta)
 }
