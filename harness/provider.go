@@ -69,6 +69,7 @@ func postStreaming(ctx context.Context, client *http.Client, endpoint string, bo
 		req.OnResponse(resp.StatusCode, resp.Header)
 	}
 	if resp.StatusCode < 400 {
+		resp.Body = touching(ctx, resp.Body)
 		return resp, nil, nil
 	}
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
