@@ -152,6 +152,37 @@ echo '{"action":"reject","reason":"too late"}'
 	}
 }
 
+// A program that answers and exits while something it started in the background still
+// holds its stdout is heard at once: its answer counts, and what it left behind is killed.
+func TestExecHookAnswerCountsWhenItLeavesABackgroundProcess(t *testing.T) {
+	root := t.TempDir()
+	dir := writeHook(t, root, "bg", receiveHook, `
+cat >/dev/null
+sleep 30 &
+echo $! > child.pid
+echo '{"action":"reject","reason":"not here"}'
+`)
+	b := newTestBus(t, 10*time.Second)
+	loadOne(t, b, root, DirOptions{Source: "dir:hooks"})
+	start := time.Now()
+	rej := b.Receive(ctxT(t), receiveEvent(channels.TextPart("hello")))
+	if rej == nil || rej.Reason != "not here" {
+		t.Fatalf("reject = %+v (failures %+v): the program's answer was lost", rej, b.Failures())
+	}
+	if elapsed := time.Since(start); elapsed > 900*time.Millisecond {
+		t.Errorf("Receive took %s: it waited for the background process", elapsed)
+	}
+	if fs := b.Failures(); len(fs) != 0 {
+		t.Errorf("failures: %+v", fs)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "child.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(data)))
+	childproctest.WaitGone(t, pid, "the background process the hook left")
+}
+
 func TestExecHookFailures(t *testing.T) {
 	cases := []struct {
 		name, script string
