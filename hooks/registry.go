@@ -74,11 +74,40 @@ func declared(hf hookFile, s *hookSpec, bad func(key, format string, args ...any
 		if t.Parameters == nil {
 			t.Parameters = map[string]any{"type": "object", "properties": map[string]any{}}
 		}
+		if err := objectSchema(t.Parameters, key+".parameters", bad); err != nil {
+			return err
+		}
 		p, err := json.Marshal(t.Parameters)
 		if err != nil {
 			return bad(key+".parameters", "%v", err)
 		}
 		s.Tools = append(s.Tools, ToolSpec{Name: t.Name, Description: t.Description, Parameters: p, Timeout: t.Timeout})
+	}
+	return nil
+}
+
+// objectSchema checks the top of a tool's parameters as the providers do: they refuse every
+// request carrying a tool whose parameters are not an object schema, so each turn of every
+// chat that has the tool would fail, long after the hook loaded.
+func objectSchema(p map[string]any, key string, bad func(key, format string, args ...any) error) error {
+	if typ, ok := p["type"]; ok && typ != "object" {
+		return bad(key+".type", "%q: a tool's parameters are an object (type: object, properties: {...})", fmt.Sprint(typ))
+	}
+	if props, ok := p["properties"]; ok {
+		if _, isMap := props.(map[string]any); !isMap {
+			return bad(key+".properties", "want a mapping of each argument's name to its schema")
+		}
+	}
+	if req, ok := p["required"]; ok {
+		list, isList := req.([]any)
+		if !isList {
+			return bad(key+".required", "want a list of argument names")
+		}
+		for _, r := range list {
+			if _, isStr := r.(string); !isStr {
+				return bad(key+".required", "want a list of argument names")
+			}
+		}
 	}
 	return nil
 }

@@ -141,6 +141,10 @@ func TestHookYAMLDeclarationErrors(t *testing.T) {
 		"commands: [{name: pop, description: x, extra: 1}]\ncommand: [./run.sh]\n": "commands[0].extra: unknown key",
 		"tools: [{name: t, description: x, timeout: soon}]\ncommand: [./run.sh]\n": `"soon" is not a duration`,
 		"events: [command]\ncommand: [./run.sh]\n":                                 "declare the hook's commands under commands:",
+		// Providers refuse every request that carries such a tool: each chat that has it would fail.
+		"tools: [{name: t, description: x, parameters: {type: string}}]\ncommand: [./run.sh]\n":     `tools[0].parameters.type: "string": a tool's parameters are an object`,
+		"tools: [{name: t, description: x, parameters: {properties: [id]}}]\ncommand: [./run.sh]\n": "tools[0].parameters.properties: want a mapping",
+		"tools: [{name: t, description: x, parameters: {required: id}}]\ncommand: [./run.sh]\n":     "tools[0].parameters.required: want a list",
 	} {
 		root := t.TempDir()
 		writeHook(t, root, "h", yaml, "exit 0\n")
