@@ -136,14 +136,31 @@ func LoadDir(bus *Bus, dir string, opts DirOptions) *Dir {
 }
 
 // LogLoaded logs each hook of a set the gateway took (at startup, or a reload that was not
-// refused): loaded, with its kind and events, or disabled.
+// refused): loaded, with its kind, events, commands and tools, or disabled.
 func LogLoaded(log *slog.Logger, hooks []LoadedHook) {
 	for _, h := range hooks {
 		if !h.Enabled {
 			log.Info("hook disabled", "source", h.Source)
 			continue
 		}
-		log.Info("hook loaded", "source", h.Source, "kind", h.Kind, "events", h.Events)
+		// A hook that only declares commands or tools has no events: without them the line
+		// would not say what it added.
+		attrs := []any{"source", h.Source, "kind", h.Kind, "events", h.Events}
+		if len(h.Commands) > 0 {
+			names := make([]string, len(h.Commands))
+			for i, c := range h.Commands {
+				names[i] = "/" + c.Name
+			}
+			attrs = append(attrs, "commands", names)
+		}
+		if len(h.Tools) > 0 {
+			names := make([]string, len(h.Tools))
+			for i, t := range h.Tools {
+				names[i] = t.Name
+			}
+			attrs = append(attrs, "tools", names)
+		}
+		log.Info("hook loaded", attrs...)
 	}
 }
 

@@ -3,6 +3,7 @@ package hooks
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -248,5 +249,18 @@ esac
 	}
 	if fs := b.Failures(); len(fs) != 2 || fs[1].event != NameCommand || fs[1].source != "dir:x/broken" {
 		t.Fatalf("the timed-out command was not counted: %+v", fs)
+	}
+}
+
+// The log line of a hook that only adds a command and a tool names them, so the admin sees
+// what it added (its events are none).
+func TestLoadedHookLogNamesCommandsAndTools(t *testing.T) {
+	root := t.TempDir()
+	writeHook(t, root, "calc", "commands: [{name: sum, description: adds}]\ntools: [{name: calc, description: computes}]\ncommand: [./run.sh]\n", "exit 0\n")
+	b := newTestBus(t, 10*time.Second)
+	d := loadOne(t, b, root, DirOptions{Registry: NewRegistry(nil)})
+	LogLoaded(slog.New(slog.NewTextHandler(&b.log, nil)), d.Hooks())
+	if got := b.log.String(); !strings.Contains(got, "commands=[/sum]") || !strings.Contains(got, "tools=[calc]") {
+		t.Errorf("log does not name the command and the tool:\n%s", got)
 	}
 }
