@@ -329,6 +329,11 @@ func parseHook(folder string, getenv func(string) string) (hookSpec, error) {
 		}
 		s.command = hf.Command
 		s.Kind = KindCommand
+		// A disabled hook never runs: its program is looked for when it is enabled, so an
+		// admin can switch off a hook whose program is gone without the reload being refused.
+		if !s.Enabled {
+			break
+		}
 		if err := resolveCommand(folder, s.command); err != nil {
 			return s, bad("command", "%v", err)
 		}

@@ -331,6 +331,14 @@ func TestDirDisabledAndMissing(t *testing.T) {
 	if h := b.Handlers(); len(h) != 0 {
 		t.Errorf("disabled hook registered %+v", h)
 	}
+	// Switched off because its program is gone: listed as disabled, not a load error that
+	// would refuse a reload.
+	writeHook(t, root, "off-gone", "events: [message:receive]\ncommand: [./gone.sh]\nenabled: false\n", "")
+	if d := LoadDir(b.Bus, root, DirOptions{}); len(d.Errors()) != 0 || len(d.Hooks()) != 2 || d.Hooks()[1].Enabled {
+		t.Errorf("disabled hook without its program: hooks %+v, errors %v", d.Hooks(), d.Errors())
+	} else {
+		d.Close()
+	}
 	missing := LoadDir(b.Bus, filepath.Join(root, "nope"), DirOptions{})
 	if len(missing.Hooks()) != 0 || len(missing.Errors()) != 0 {
 		t.Errorf("missing dir: %+v %+v", missing.Hooks(), missing.Errors())
