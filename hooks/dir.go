@@ -394,7 +394,7 @@ func register(bus *Bus, s hookSpec, opts DirOptions) (*Scope, error) {
 	h := &hookHandler{name: s.Name, dir: s.Dir, observer: slices.Contains(s.Events, "*")}
 	switch s.Kind {
 	case KindCommand:
-		x := newExecRunner(s)
+		x := newExecRunner(s, opts.Logger)
 		if s.API {
 			x.env = append(x.env, opts.APIEnv...)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -181,6 +182,22 @@ echo '{"action":"reject","reason":"not here"}'
 	}
 	pid, _ := strconv.Atoi(strings.TrimSpace(string(data)))
 	childproctest.WaitGone(t, pid, "the background process the hook left")
+}
+
+// What a program that succeeds writes to stderr reaches the gateway's log, as the docs
+// promise for diagnostics, naming the hook.
+func TestExecHookStderrOfASuccessIsLogged(t *testing.T) {
+	root := t.TempDir()
+	writeHook(t, root, "x", receiveHook, "cat >/dev/null\necho 'checked 1 message' >&2\n")
+	b := newTestBus(t, 10*time.Second)
+	loadOne(t, b, root, DirOptions{Source: "dir:hooks", Logger: slog.New(slog.NewTextHandler(&b.log, nil))})
+	b.Receive(ctxT(t), receiveEvent(channels.TextPart("hello")))
+	if got := b.log.String(); !strings.Contains(got, "checked 1 message") || !strings.Contains(got, "source=dir:hooks/x") {
+		t.Errorf("log lacks the hook's stderr or its source:\n%s", got)
+	}
+	if fs := b.Failures(); len(fs) != 0 {
+		t.Errorf("failures: %+v", fs)
+	}
 }
 
 func TestExecHookFailures(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"strings"
@@ -18,16 +19,18 @@ import (
 // execRunner runs a hook program: the event as JSON on stdin, the result as JSON on stdout.
 // The program never runs through a shell and message text never reaches its arguments.
 type execRunner struct {
-	name string
-	dir  string
-	argv []string
-	env  []string
+	name   string
+	source string
+	dir    string
+	argv   []string
+	env    []string
+	log    *slog.Logger
 }
 
-func newExecRunner(s hookSpec) *execRunner {
+func newExecRunner(s hookSpec, log *slog.Logger) *execRunner {
 	// API keys and platform tokens stay out unless HOOK.yaml lists them under env.
 	env := append([]string{"GATEWAY_HOOK_NAME=" + s.Name, "GATEWAY_HOOK_DIR=" + s.Dir}, childproc.BaseEnv(s.env...)...)
-	return &execRunner{name: s.Name, dir: s.Dir, argv: s.command, env: env}
+	return &execRunner{name: s.Name, source: s.Source, dir: s.Dir, argv: s.command, env: env, log: log}
 }
 
 func (x *execRunner) invoke(ctx context.Context, event string, body []byte) ([]byte, error) {
@@ -59,6 +62,11 @@ func (x *execRunner) invoke(ctx context.Context, event string, body []byte) ([]b
 	if stdout.over {
 		msg := fmt.Sprintf("wrote more than %d KiB to stdout", maxOutput>>10)
 		return nil, &Failure{"its program " + msg, fmt.Errorf("hook %q %s", x.name, msg)}
+	}
+	// stderr is the program's diagnostics, the admin's to read: a failure quotes it, and so
+	// does this line when the program succeeded.
+	if msg := strings.TrimSpace(strings.ToValidUTF8(stderr.String(), "?")); msg != "" {
+		x.log.Info("hook wrote to stderr", "source", x.source, "event", event, "stderr", msg)
 	}
 	return stdout.buf.Bytes(), nil
 }
