@@ -40,7 +40,7 @@ func withHookDirsEnv(t *testing.T, apiEnv []string, dirs ...string) envOpt {
 			rt.Commands = NewCommandRegistry()
 		}
 		for _, dir := range dirs {
-			hd := hooks.LoadDir(rt.Bus, dir, hooks.DirOptions{Registry: rt.Commands, APIEnv: apiEnv})
+			hd := hooks.LoadDir(rt.Bus, dir, hooks.DirOptions{Registry: rt.Commands, APIEnv: func() []string { return apiEnv }})
 			if errs := hd.Errors(); len(errs) > 0 {
 				t.Fatalf("hooks of %s: %v", dir, errs)
 			}

@@ -53,9 +53,11 @@ type DirOptions struct {
 	// Registry, when set, receives the commands and tools the hooks declare; a hook whose
 	// command or tool clashes with one already there does not load (a LoadError).
 	Registry *Registry
-	// APIEnv is given to the programs of hooks with api: true
-	// (GATEWAY_API_URL=..., GATEWAY_API_TOKEN=...).
-	APIEnv []string
+	// APIEnv gives the programs of hooks with api: true their variables
+	// (GATEWAY_API_URL=..., GATEWAY_API_TOKEN=...). It is asked at each run, not at load:
+	// the API's address may be known only once the gateway listens (a port 0 in
+	// http.listen is chosen then).
+	APIEnv func() []string
 }
 
 // LoadedHook describes one hook found in a directory.
@@ -396,7 +398,7 @@ func register(bus *Bus, s hookSpec, opts DirOptions) (*Scope, error) {
 	case KindCommand:
 		x := newExecRunner(s, opts.Logger)
 		if s.API {
-			x.env = append(x.env, opts.APIEnv...)
+			x.apiEnv = opts.APIEnv
 		}
 		h.invoke = x.invoke
 	case KindURL:

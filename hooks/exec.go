@@ -24,6 +24,7 @@ type execRunner struct {
 	dir    string
 	argv   []string
 	env    []string
+	apiEnv func() []string // api: true; nil otherwise
 	log    *slog.Logger
 }
 
@@ -37,6 +38,9 @@ func (x *execRunner) invoke(ctx context.Context, event string, body []byte) ([]b
 	cmd := exec.CommandContext(ctx, x.argv[0], x.argv[1:]...)
 	cmd.Dir = x.dir
 	cmd.Env = append(x.env[:len(x.env):len(x.env)], "GATEWAY_HOOK_EVENT="+event)
+	if x.apiEnv != nil {
+		cmd.Env = append(cmd.Env, x.apiEnv()...)
+	}
 	stdout := &capBuffer{max: maxOutput}
 	stderr := &childproc.Tail{Max: maxStderr}
 	childproc.OwnGroup(cmd) // at timeout the whole group is killed, not only the program
