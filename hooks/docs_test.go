@@ -41,7 +41,7 @@ func docExamples() map[string]struct {
 	}
 	return map[string]ex{
 		NameGatewayStartup:    {ev: &GatewayStartup{Channels: []string{"telegram", "web"}}},
-		NameGatewayStop:       {ev: &GatewayStop{Reason: "signal"}},
+		NameGatewayStop:       {ev: &GatewayStop{Reason: "shutdown"}},
 		NameGatewayError:      {ev: &GatewayError{Session: s, Stage: "delivery", Error: "telegram: message is too long"}},
 		NameChannelConnect:    {ev: &ChannelConnect{Channel: "telegram"}},
 		NameChannelDisconnect: {ev: &ChannelDisconnect{Channel: "telegram", Error: "connection reset"}},

@@ -67,6 +67,7 @@ type GatewayStartup struct {
 	Channels []string `json:"channels"`
 }
 
+// GatewayStop is emitted before the channels stop. Reason is "shutdown" (SIGTERM, Ctrl-C).
 type GatewayStop struct {
 	Reason string `json:"reason"`
 }
