@@ -483,7 +483,7 @@ func (a *app) tryReload() ([]string, error) {
 		a.log.Warn("reload: "+msg, "sections", strings.Join(changed, ", "))
 		notes = append(notes, msg+": "+strings.Join(changed, ", "))
 	}
-	for _, w := range apiKeyWarnings(a.cfg, a.cfgPath, rt.Profiles) {
+	for _, w := range append(apiKeyWarnings(a.cfg, a.cfgPath, rt.Profiles), hookDirWarnings(a.cfg)...) {
 		// A profile the reload brought in is told of as one present at the start is.
 		a.log.Warn("reload: " + w)
 		notes = append(notes, w)
@@ -566,7 +566,7 @@ func runGateway(ctx context.Context, path string, reload <-chan struct{}, stderr
 		log.Error("cannot start", "err", err)
 		return exitCode(1)
 	}
-	for _, w := range apiKeyWarnings(cfg, path, a.gw.Runtime().Profiles) {
+	for _, w := range append(apiKeyWarnings(cfg, path, a.gw.Runtime().Profiles), hookDirWarnings(cfg)...) {
 		log.Warn(w)
 	}
 	a.startMCP(ctx)
