@@ -19,7 +19,8 @@ type CommandSpec struct {
 }
 
 // ToolSpec is a tool a hook declares under tools: in HOOK.yaml. Parameters is a JSON
-// Schema object; Timeout bounds one call (0: the hook's timeout).
+// Schema object; Timeout bounds one call (0: the hook's timeout; a RegisteredTool's is
+// always the bound that applies).
 type ToolSpec struct {
 	Name        string          `json:"name"`
 	Description string          `json:"description"`
@@ -301,6 +302,9 @@ func declare(reg *Registry, bus *Bus, s hookSpec, h *hookHandler, timeout time.D
 		if d <= 0 {
 			d = timeout
 		}
+		// The bound the call has, told to whoever runs the tool: the harness cuts a tool at
+		// the timeout it reports (30s when none), which would cut a slower hook's short.
+		t.Timeout = d
 		tools = append(tools, RegisteredTool{ToolSpec: t, Source: s.Source, Profile: profile,
 			Run: func(ctx context.Context, ev *Tool) (*ToolOutput, error) {
 				res, err := call(ctx, ev, d)

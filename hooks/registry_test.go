@@ -252,6 +252,24 @@ esac
 	}
 }
 
+// A tool without a timeout of its own is bounded by its hook's timeout, and says so: the
+// harness bounds a tool by the timeout it reports (30s when none), which would otherwise
+// cut a slow tool of a hook given "timeout: 45s" at 30s.
+func TestToolWithoutItsOwnTimeoutReportsTheHooks(t *testing.T) {
+	root := t.TempDir()
+	writeHook(t, root, "slow", "timeout: 45s\ntools: [{name: slow, description: slow}, {name: quick, description: quick, timeout: 2s}]\ncommand: [./run.sh]\n", "exit 0\n")
+	b := newTestBus(t, 10*time.Second)
+	reg := NewRegistry(nil)
+	loadOne(t, b, root, DirOptions{Registry: reg})
+	got := map[string]time.Duration{}
+	for _, tool := range reg.Tools("") {
+		got[tool.Name] = tool.Timeout
+	}
+	if got["slow"] != 45*time.Second || got["quick"] != 2*time.Second {
+		t.Fatalf("tool timeouts = %v; want slow 45s (the hook's), quick 2s (its own)", got)
+	}
+}
+
 // The log line of a hook that only adds a command and a tool names them, so the admin sees
 // what it added (its events are none).
 func TestLoadedHookLogNamesCommandsAndTools(t *testing.T) {
