@@ -398,7 +398,9 @@ func (s *session) commandTurn(ctx context.Context, d *deliverer, req *turnReq, a
 	}
 	if res.Prompt != "" {
 		if res.Text != "" {
-			d.send(channels.Frame{Type: channels.FrameStatus, Text: res.Text})
+			// A message of its own, before the model's answer: a status line would be
+			// dropped by Telegram and Discord and removed by the web page at done.
+			d.send(channels.Frame{Type: channels.FrameParts, Parts: []channels.Part{channels.TextPart(res.Text)}})
 		}
 		return res.Prompt
 	}
