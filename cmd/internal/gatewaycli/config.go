@@ -135,6 +135,18 @@ func (c *Config) resolveLLM(explicit func(key string) bool) {
 		c.LLM.APIKey = ""
 	}
 	if !explicit("llm.provider") {
+		// A section that names a model, a server or a key asks for a model, whether or not
+		// OPENAI_API_KEY is set: echo would ignore all three and answer "no model is
+		// configured" (an Ollama section without provider: openai). It means the
+		// OpenAI-compatible API, as it does when the variable is set.
+		asked := (explicit("llm.model") && c.LLM.Model != "echo") || (explicit("llm.base_url") && c.LLM.BaseURL != "") ||
+			(explicit("llm.api_key") && c.LLM.APIKey.IsSet())
+		if c.LLM.Provider == "echo" && asked {
+			c.LLM.Provider = "openai"
+			if !explicit("llm.model") {
+				c.LLM.Model = "gpt-4o-mini"
+			}
+		}
 		return
 	}
 	if !explicit("llm.model") {
