@@ -58,6 +58,9 @@ func TestCheckNamesEachBadKey(t *testing.T) {
 		{"binding to no channel", "state_dir: STATE\nbindings:\n  - profile: default\n    match: {channel: webb}\n", ".yaml:4: bindings[0].match.channel: \"webb\" is not one of telegram, discord, slack, web"},
 		{"key twice", "state_dir: STATE\nsessions:\n  queue_size: 3\n  queue_size: 4\n", ".yaml:4: sessions.queue_size: given twice"},
 		{"group id as a user", "state_dir: STATE\nchannels:\n  telegram:\n    enabled: true\n    token: \"1:x\"\n    allow_from: [\"-1001234567890\"]\n", `channels.telegram.allow_from[0]: "-1001234567890" is not a user id (a Telegram user id is a positive number`},
+		// A secret from `openssl rand -base64`: check passed it and setWebhook refused it at start.
+		{"webhook secret Telegram refuses", "state_dir: STATE\nchannels:\n  telegram:\n    enabled: true\n    token: \"1:x\"\n    mode: webhook\n    webhook_secret: \"q8T+xY/3kZ9=\"\n    webhook_url: https://bot.example.com/telegram/webhook\n", ".yaml:7: channels.telegram.webhook_secret: Telegram takes only"},
+		{"plain http webhook", "state_dir: STATE\nchannels:\n  telegram:\n    enabled: true\n    token: \"1:x\"\n    mode: webhook\n    webhook_secret: s3cret\n    webhook_url: http://bot.example.com/telegram/webhook\n", ".yaml:8: channels.telegram.webhook_url: Telegram posts updates only to an https:// URL"},
 		{"missing tts program", "state_dir: STATE\ntts:\n  mode: always\n  provider: command\n  command: [no-such-tts-program, -w, \"{output}\", \"{text}\"]\n", "no-such-tts-program"},
 	}
 	for _, c := range cases {
