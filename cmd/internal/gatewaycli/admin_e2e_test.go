@@ -945,6 +945,21 @@ func TestAdminSendKeepsTheStateDir(t *testing.T) {
 	}
 }
 
+// TestSendToAWebChatNoPageCanOpenIsRefused: `gateway send --channel web` to a chat id the
+// page cannot have (a space, too long) said "sent" and reached no one.
+func TestSendToAWebChatNoPageCanOpenIsRefused(t *testing.T) {
+	g := startGateway(t, t.TempDir(), "")
+	for _, chat := range []string{"my chat", strings.Repeat("c", 129)} {
+		code, printed := cli(t, context.Background(), nil, "send", "--config", g.cfgPath, "--channel", "web", "--chat", chat, "Backup done")
+		if code != 1 || !strings.Contains(printed, "is not a web chat id") {
+			t.Errorf("gateway send to web chat %q: exit %d, printed %q; want a refusal naming the rule", chat, code, printed)
+		}
+	}
+	if code, printed := cli(t, context.Background(), nil, "send", "--config", g.cfgPath, "--channel", "web", "--chat", "c1", "Backup done"); code != 0 || !strings.Contains(printed, "sent") {
+		t.Errorf("gateway send to web chat c1: exit %d, printed %q", code, printed)
+	}
+}
+
 // TestSendCommandWaitsOutARateLimit: `gateway send` to a chat Telegram rate-limits for longer
 // than half a minute waits for the gateway's answer: the message is delivered once, after the
 // wait Telegram asked for, and the command says "sent". The command used to give up after 30s,
