@@ -269,6 +269,23 @@ func loadClient(path string, getenv func(string) string) (Config, error) {
 	return cfg, theirs.Err()
 }
 
+// loadForProfiles is loadConfig for `profiles list`, which shows the profiles and bindings
+// only: an unset ${VAR} of another section (a platform token or model key kept in the
+// service's environment, not in the admin's shell) is not its to report. Every other
+// problem is, since run would stop at it.
+func loadForProfiles(path string, getenv func(string) string) (Config, error) {
+	cfg, _, errs, _ := load(path, getenv, nil)
+	var theirs config.Errors
+	for _, e := range errs {
+		section, _, _ := strings.Cut(e.Key, ".")
+		section, _, _ = strings.Cut(section, "[")
+		if e.Var == "" || section == "profiles" || section == "bindings" {
+			theirs = append(theirs, e)
+		}
+	}
+	return cfg, theirs.Err()
+}
+
 // envPrefix starts the name of every variable that sets a config key.
 const envPrefix = "GATEWAY_"
 

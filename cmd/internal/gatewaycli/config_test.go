@@ -305,6 +305,32 @@ func TestBindingToAMissingProfileNamesItsLine(t *testing.T) {
 	}
 }
 
+// TestProfilesListNeedsNoPlatformToken: `gateway profiles list` in an admin's shell, where
+// the bot token and model key of the service's environment are not set, refused to list
+// anything for those two ${VAR}s, which the profiles and bindings do not use. check still
+// reports them.
+func TestProfilesListNeedsNoPlatformToken(t *testing.T) {
+	path := writeConfig(t, "state_dir: STATE\nllm: {provider: openai, api_key: \"${MY_OPENAI_KEY}\"}\n"+
+		"channels:\n  telegram: {enabled: true, token: \"${TELEGRAM_BOT_TOKEN}\", allow_from: [\"42\"]}\n"+
+		"profiles: {dir: STATE/profiles}\nbindings:\n  - profile: support\n    match: {channel: telegram, chat: \"-100123\"}\n")
+	if err := os.MkdirAll(filepath.Join(filepath.Dir(path), "data", "profiles", "support"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	code, out := cli(t, context.Background(), nil, "profiles", "list", "--config", path)
+	if code != 0 || !strings.Contains(out, "support") || !strings.Contains(out, `chat="-100123"`) {
+		t.Errorf("profiles list without the token's variable: exit %d; want the profiles listed:\n%s", code, out)
+	}
+	code, out = cli(t, context.Background(), nil, "check", "--config", path)
+	if code != 1 || !strings.Contains(out, "TELEGRAM_BOT_TOKEN is not set") {
+		t.Errorf("check without the token's variable: exit %d; want it reported:\n%s", code, out)
+	}
+	// An unset variable the bindings use is the list's to report.
+	path = writeConfig(t, "state_dir: STATE\nbindings:\n  - profile: \"${SUPPORT_PROFILE}\"\n")
+	if code, out := cli(t, context.Background(), nil, "profiles", "list", "--config", path); code != 1 || !strings.Contains(out, "SUPPORT_PROFILE is not set") {
+		t.Errorf("profiles list with a binding's variable unset: exit %d:\n%s", code, out)
+	}
+}
+
 // TestOpenAIKeyFromTheEnvironmentIsTheKeySent: README's "set OPENAI_API_KEY and it uses
 // gpt-4o-mini". The default key was the text "${OPENAI_API_KEY}", which nothing expands (it
 // is no value of the file), so every request to OpenAI carried those 17 characters as its
