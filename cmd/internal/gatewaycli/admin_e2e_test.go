@@ -778,6 +778,10 @@ func TestAdminReloadIsLoopbackOnly(t *testing.T) {
 			t.Errorf("%s: POST /admin/reload = %d %v; want 403", c.name, code, body)
 		}
 	}
+	// The refusal of a foreign Host says what is answered, not "cross-site".
+	if _, body := g.postReload(func(r *http.Request) { r.Host = "myhost:8080" }); !strings.Contains(fmt.Sprint(body["error"]), `answers only requests addressed to 127.0.0.1, [::1] or localhost, not to "myhost"`) {
+		t.Errorf("POST /admin/reload to Host myhost: %v; want the hosts it answers named", body)
+	}
 	if n := len(g.log.entries("reloaded profiles and hooks")); n != 0 {
 		t.Fatalf("a refused request reloaded the gateway")
 	}
