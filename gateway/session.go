@@ -619,6 +619,15 @@ func ProfileLLM(global harness.Config, p *profiles.Profile) harness.Config {
 
 // mergeLLM overlays a profile's llm settings on the global ones, field by field.
 func mergeLLM(base, over harness.Config) harness.Config {
+	if over.Provider == "" && base.Provider == "echo" && ((over.Model != "" && over.Model != "echo") || over.BaseURL != "" || over.APIKey != "") {
+		// A profile that names a model, a server or a key asks for a model: echo, inherited
+		// from a gateway.yaml that configures none, would ignore them. As in gateway.yaml, a
+		// section without a provider means the OpenAI-compatible API.
+		over.Provider = "openai"
+		if over.Model == "" {
+			over.Model = "gpt-4o-mini"
+		}
+	}
 	if over.Provider != "" && over.Provider != base.Provider {
 		// A different provider does not inherit the global endpoint or key.
 		base.BaseURL, base.APIKey, base.Model = "", "", ""

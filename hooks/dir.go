@@ -359,6 +359,11 @@ func resolveCommand(folder string, argv []string) error {
 	prog := argv[0]
 	if !strings.ContainsRune(prog, filepath.Separator) && !strings.ContainsRune(prog, '/') {
 		if _, err := exec.LookPath(prog); err != nil {
+			if fi, serr := os.Stat(filepath.Join(folder, prog)); serr == nil && !fi.IsDir() {
+				// The newcomer's mistake: the program sits in the hook's folder, and a
+				// bare name is looked up in PATH only, as a shell would.
+				return fmt.Errorf("program %q not found in PATH; for the %s in the hook's folder write [\"./%s\"]", prog, prog, prog)
+			}
 			return fmt.Errorf("program %q not found in PATH", prog)
 		}
 		return nil

@@ -382,6 +382,7 @@ func TestDirLoadErrorsNameTheProblem(t *testing.T) {
 		"n-dup-key":      {receiveHook + "events: [message:send]\n", "cat\n", `events: given twice`},
 		"o-no-runner":    {"events: [message:send]\n", "", "command or url is missing"},
 		"p-bad-env":      {receiveHook + "env: [\"A B\"]\n", "cat\n", `env[0]: "A B" is not a variable name`},
+		"q-bare-name":    {"events: [message:receive]\ncommand: [run.sh]\n", "cat\n", `program "run.sh" not found in PATH; for the run.sh in the hook's folder write ["./run.sh"]`},
 	}
 	for name, c := range cases {
 		dir := writeHook(t, root, name, c.yaml, c.script)

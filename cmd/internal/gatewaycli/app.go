@@ -639,7 +639,11 @@ func (a *app) serve(ctx context.Context, reload <-chan struct{}) error {
 	go func() { serveErr <- srv.Serve(ln) }()
 	addr := ln.Addr().String()
 	a.listening.Store(&addr)
-	a.log.Info("listening", "url", "http://"+addr)
+	// A URL to open on this machine: a wildcard listen (0.0.0.0:8080, :8080) showed as
+	// http://[::]:8080, which no browser opens; adminURL reaches it through loopback.
+	host, _, _ := net.SplitHostPort(a.cfg.HTTP.Listen)
+	_, port, _ := net.SplitHostPort(addr)
+	a.log.Info("listening", "url", adminURL(net.JoinHostPort(host, port)), "listen", a.cfg.HTTP.Listen)
 
 	startCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	err = a.gw.Start(startCtx)

@@ -284,7 +284,7 @@ func newProfilesCmd(path func() string, out io.Writer, getenv func(string) strin
 		Use:   "list",
 		Short: "List profiles and the bindings that reach them",
 		RunE: func(*cobra.Command, []string) error {
-			cfg, err := loadConfig(path(), getenv)
+			cfg, err := loadForProfiles(path(), getenv)
 			if err != nil {
 				fmt.Fprintf(out, "the configuration has problems:\n%s\n", indent(err.Error()))
 				return exitCode(1)
