@@ -5,13 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"os"
 	"os/exec"
 	"strings"
-	"sync"
-	"time"
 
 	"gateway/internal/childproc"
 )
@@ -44,7 +40,8 @@ func (x *execRunner) invoke(ctx context.Context, event string, body []byte) ([]b
 	stdout := &capBuffer{max: maxOutput}
 	stderr := &childproc.Tail{Max: maxStderr}
 	childproc.OwnGroup(cmd) // at timeout the whole group is killed, not only the program
-	err := runPiped(cmd, body, stdout, stderr)
+	// Its answer is heard as soon as it exits, whatever it left running (which is killed).
+	err := childproc.RunPiped(cmd, bytes.NewReader(body), stdout, stderr)
 	if ctx.Err() != nil {
 		reason := "its program was stopped"
 		if errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
@@ -73,65 +70,6 @@ func (x *execRunner) invoke(ctx context.Context, event string, body []byte) ([]b
 		x.log.Info("hook wrote to stderr", "source", x.source, "event", event, "stderr", msg)
 	}
 	return stdout.buf.Bytes(), nil
-}
-
-// pipeGrace bounds the wait for a program's pipes to close once it has exited and its
-// group was killed: only a process that left the group (setsid) can still hold them.
-const pipeGrace = time.Second
-
-// runPiped runs cmd with body on its stdin and its output copied to stdout and stderr, and
-// kills its process group as soon as it exits. The pipes are the gateway's own rather than
-// exec's, whose Wait waits for every process holding them: a background process the
-// program left with its stdout would hold up the answer until WaitDelay and turn a
-// program that exited 0 into an error.
-func runPiped(cmd *exec.Cmd, body []byte, stdout, stderr io.Writer) error {
-	inR, inW, err := os.Pipe()
-	if err != nil {
-		return err
-	}
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		closeAll(inR, inW)
-		return err
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		closeAll(inR, inW, outR, outW)
-		return err
-	}
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
-
-	var wg sync.WaitGroup
-	wg.Add(3)
-	go func() {
-		defer wg.Done()
-		_, _ = inW.Write(body) // EPIPE: the program did not read it all, which is its right
-		_ = inW.Close()
-	}()
-	go func() { defer wg.Done(); _, _ = io.Copy(stdout, outR) }()
-	go func() { defer wg.Done(); _, _ = io.Copy(stderr, errR) }()
-
-	err = childproc.Run(cmd)
-	if cmd.Process != nil {
-		childproc.KillGroup(cmd.Process.Pid) // whatever it left running in the background
-	}
-	closeAll(inR, outW, errW) // the program's ends: once its group is gone, the copies see EOF
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(pipeGrace):
-		closeAll(inW, outR, errR) // unblocks the copies; what the program wrote was read by now
-		<-done
-	}
-	closeAll(outR, errR)
-	return err
-}
-
-func closeAll(fs ...*os.File) {
-	for _, f := range fs {
-		_ = f.Close()
-	}
 }
 
 // capBuffer keeps the first max bytes and notes that more came.
