@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 
 	"gateway/harness"
 	"gateway/harness/openaitest"
+	"gateway/hooks"
 	"gateway/profiles"
 )
 
@@ -199,5 +201,36 @@ func TestProfileModelWithoutProviderIsNotEcho(t *testing.T) {
 	}
 	if reqs := srv.Requests(); len(reqs) != 1 || reqs[0].Model != "llama-test" {
 		t.Fatalf("requests to the profile's server: %d; want 1 for llama-test", len(reqs))
+	}
+}
+
+// An answer the model stopped midway ends as an answer in the chat: every word streamed,
+// then why it stops there, so the chat shows what the model's history keeps. Before, an
+// error frame replaced the words in the web chat and left a platform's last preview, which
+// may lack the last words, with the error below it. The next message is answered as usual.
+func TestAnswerCutMidwayKeepsItsWordsAndSaysWhy(t *testing.T) {
+	srv, opt := withOpenAIFake(t, 0)
+	e := newEnv(t, opt)
+	var mu sync.Mutex
+	var errs []string
+	e.bus.Observe("test", func(_ context.Context, ev hooks.Event) {
+		if ge, ok := ev.(*hooks.GatewayError); ok {
+			mu.Lock()
+			errs = append(errs, ge.Error)
+			mu.Unlock()
+		}
+	})
+	srv.Push(openaitest.Reply{Chunks: []string{"The first half ", "and the second ", "half"}, CutAfter: 2})
+	got := e.say(t, "cut", "m1", "tell me")
+	if got != "done:The first half and the second \n\n(The model stopped answering midway. Please try again.)" {
+		t.Fatalf("the chat got %q", got)
+	}
+	mu.Lock()
+	if len(errs) != 1 || !strings.Contains(errs[0], "midway") {
+		t.Errorf("gateway:error events %q", errs)
+	}
+	mu.Unlock()
+	if got := e.say(t, "cut", "m2", "go on"); got != "done:answer to go on" {
+		t.Fatalf("the next message: %q", got)
 	}
 }

@@ -279,6 +279,19 @@ func TestProviderFailingThreeTimesGivesPlainErrorThenRecovers(t *testing.T) {
 	if last.Type != "error" || !strings.Contains(strings.ToLower(last.Text), "try again") {
 		t.Fatalf("after three 500s got %+v; want a plain-language error", last)
 	}
+	// Three attempts (max_retries: 2), the chat told of each wait.
+	if n := len(srv.Requests()); n != 3 {
+		t.Fatalf("%d attempts; want 3", n)
+	}
+	var waits int
+	for _, f := range fs {
+		if f.Type == "status" && strings.Contains(f.Text, "retrying in") {
+			waits++
+		}
+	}
+	if waits != 2 {
+		t.Fatalf("the chat was told of %d retries; want 2: %+v", waits, fs)
+	}
 	c.say("hello again")
 	fs = c.until("done", "error")
 	if fs[len(fs)-1].Type != "done" || fs[len(fs)-1].Text == "" {

@@ -150,6 +150,14 @@ func (s *session) answer(ctx context.Context, d *deliverer, req *turnReq, rt *Ru
 			g.metrics.ProviderErrors.WithLabelValues(agent.Stats().Provider).Inc()
 		}
 		g.log.Warn("turn failed", "session", s.key, "err", err)
+		if strings.TrimSpace(res.Text) != "" {
+			// Part of the answer was shown (a stream cut midway): it stays, whole, as the
+			// model keeps it, and the failure is told below it. An error frame would leave
+			// the chat's last preview (Telegram, Discord, Slack) or replace the words (web).
+			d.bus.Emit(d.ctx, &hooks.GatewayError{Session: d.info, Stage: "turn", Error: err.Error()})
+			d.done(res.Text + "\n\n(" + err.Error() + ")")
+			return
+		}
 		d.fail("turn", err.Error())
 		return
 	}

@@ -22,7 +22,9 @@ type Config struct {
 	Model    string        `mapstructure:"model" json:"model"`
 	BaseURL  string        `mapstructure:"base_url" json:"base_url"`
 	APIKey   secret.Secret `mapstructure:"api_key" json:"api_key"`
-	// Timeout bounds one provider call, streaming included.
+	// Timeout bounds the model's silence in a call of a session: until its answer starts,
+	// and between two pieces of it (a long answer that keeps coming is not cut). A
+	// provider used alone bounds its whole call by it.
 	Timeout time.Duration `mapstructure:"timeout" json:"timeout"`
 	// MaxRetries is how many times a 429/5xx/timeout is retried before the turn fails.
 	MaxRetries int `mapstructure:"max_retries" json:"max_retries"`

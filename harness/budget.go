@@ -130,6 +130,7 @@ var overflowWords = []string{
 	"context length",
 	"context window",
 	"context size",
+	"context limit", // Anthropic: "input length and `max_tokens` exceed context limit"
 	"prompt is too long",
 	"input is too long",
 	"too many tokens",

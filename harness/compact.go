@@ -104,8 +104,9 @@ func lastUser(entries []entry) int {
 
 // serialize writes messages as plain text for the summariser, so that the model reads a
 // transcript rather than a conversation to continue. The newest messages win when the text
-// must fit maxBytes.
-func serialize(msgs []llm.Message, maxBytes int) string {
+// must fit maxBytes. attached (may be nil) says what a user message's images and files
+// were, so that the summary keeps them.
+func serialize(msgs []llm.Message, maxBytes int, attached func(llm.Part) string) string {
 	parts := make([]string, len(msgs))
 	for i, m := range msgs {
 		var b strings.Builder
@@ -113,6 +114,14 @@ func serialize(msgs []llm.Message, maxBytes int) string {
 		case llm.RoleUser:
 			b.WriteString("[User]: ")
 			b.WriteString(clip(m.Content, maxSummaryText))
+			for _, p := range m.Parts {
+				b.WriteString("\n")
+				if attached != nil {
+					b.WriteString(attached(p))
+				} else {
+					fmt.Fprintf(&b, "[User sent %s %s]", p.Type, partName(p))
+				}
+			}
 		case llm.RoleAssistant:
 			b.WriteString("[Assistant]: ")
 			b.WriteString(clip(m.Content, maxSummaryText))
@@ -234,7 +243,7 @@ func (r *run) summarise(older []llm.Message, previous, instructions string) (str
 			ask.WriteString("\n</previous-summary>")
 		}
 		ask.WriteString("\n\n<conversation>\n")
-		ask.WriteString(serialize(older, room))
+		ask.WriteString(serialize(older, room, r.attached))
 		ask.WriteString("\n</conversation>")
 
 		req := r.request(summarySystem, []llm.Message{{Role: llm.RoleUser, Content: ask.String()}}, nil)
@@ -252,6 +261,20 @@ func (r *run) summarise(older []llm.Message, previous, instructions string) (str
 		}
 		room /= 2
 	}
+}
+
+// attached is how the summariser reads a part the user sent: an image by its name, a
+// document by its name and the start of its text (the summary is all that will be left of
+// it once its message is summarised).
+func (r *run) attached(p llm.Part) string {
+	if p.Type == llm.PartImage {
+		return fmt.Sprintf("[User sent image %s]", partName(p))
+	}
+	m, ok := r.cfg.provider.(*mediaProvider)
+	if !ok {
+		return fmt.Sprintf("[User sent file %s]", partName(p))
+	}
+	return "[User sent file " + partName(p) + "]\n" + m.document(r.ctx, p, maxSummaryToolText)
 }
 
 // Compact summarises the older part of the conversation now (/compact), with optional

@@ -223,8 +223,9 @@ func TestOverflowAnswerCompactsAndRetriesOnce(t *testing.T) {
 	}
 }
 
-// When the retry after a compaction still fails, the user is told in plain words, and the
-// chat works again after /new.
+// When the retry after a compaction still fails with only the user's message in it, the
+// user is told in plain words that the message itself is too long (not to send /new, which
+// cannot help it), and the chat's next message is answered; /new works too.
 func TestOverflowThatPersistsIsToldAndNewHelps(t *testing.T) {
 	srv := newOpenAIServer(t)
 	summariser(srv)
@@ -232,11 +233,14 @@ func TestOverflowThatPersistsIsToldAndNewHelps(t *testing.T) {
 	srv.LimitContext(1500)
 	huge := strings.Repeat("y", 20_000) // one message larger than the model's window
 	_, err := s.Run(context.Background(), huge, nil)
-	if err == nil || !strings.Contains(err.Error(), "too long") || !strings.Contains(err.Error(), "/new") {
+	if err == nil || !strings.Contains(err.Error(), "Your message is too long") || strings.Contains(err.Error(), "/new") {
 		t.Fatalf("err = %v", err)
 	}
 	if n := len(srv.Requests()); n < 2 {
 		t.Fatalf("%d attempts; want the request retried once", n)
+	}
+	if res, err := s.Run(context.Background(), "a short one", nil); err != nil || !strings.HasPrefix(res.Text, "answer to a short one") {
+		t.Fatalf("the next message: %q, %v", res.Text, err)
 	}
 	if err := s.Reset(context.Background()); err != nil {
 		t.Fatal(err)
@@ -432,6 +436,41 @@ func (lookupTool) Run(context.Context, json.RawMessage) (string, error) {
 	return strings.Repeat("result ", 30), nil
 }
 
+// pageTool returns a long web page, as an MCP fetch tool does.
+type pageTool struct{}
+
+func (pageTool) Def() llm.ToolDef {
+	return llm.ToolDef{Name: "fetch_page", Description: "Fetch a web page", Parameters: json.RawMessage(`{"type":"object"}`)}
+}
+func (pageTool) Run(context.Context, json.RawMessage) (string, error) {
+	return strings.Repeat("<p>a paragraph of the page</p>\n", 2000), nil
+}
+
+// A tool whose output is far larger than a small model's window (60 KB for 8192 tokens, as
+// the server counts too) reaches the model cut to fit, marked as cut, and the user gets an
+// answer. Before, the request was refused as too long, and the user was told to send /new.
+func TestLongToolOutputIsCutToTheModelsWindow(t *testing.T) {
+	srv := newOpenAIServer(t)
+	srv.LimitContext(8192)
+	srv.Push(openaitest.Reply{ToolCalls: []openaitest.ToolCall{{ID: "f1", Name: "fetch_page", Arguments: `{}`}}},
+		openaitest.Reply{Text: "The page is about paragraphs."})
+	s := openSession(t, harness.SessionOptions{Key: "web:page", Store: openStore(t), Provider: openAI(t, srv), Model: "llama3",
+		ContextWindow: 8192, Tools: []harness.Tool{pageTool{}}})
+	res, err := s.Run(context.Background(), "What is on the page?", nil)
+	if err != nil || res.Text != "The page is about paragraphs." {
+		t.Fatalf("%q %v", res.Text, err)
+	}
+	reqs := srv.Requests()
+	if len(reqs) != 2 {
+		t.Fatalf("%d requests; want the call and the answer", len(reqs))
+	}
+	m := reqs[1].Messages
+	got := m[len(m)-1]
+	if got.Role != "tool" || !strings.HasPrefix(got.Content, "<p>a paragraph of the page</p>") || !strings.Contains(got.Content, "[the rest of the tool's output is cut") {
+		t.Fatalf("tool result %q … %q", got.Content[:min(len(got.Content), 40)], got.Content[max(len(got.Content)-120, 0):])
+	}
+}
+
 // Anthropic's wording ("prompt is too long") is recognised as well.
 func TestAnthropicPromptTooLongCompactsAndRetries(t *testing.T) {
 	srv := anthropictest.NewServer()
@@ -467,6 +506,49 @@ func TestAnthropicPromptTooLongCompactsAndRetries(t *testing.T) {
 	// the failed attempt and the retry, a summary between them
 	if len(chat) != 2 || chat[0] <= limit || chat[1] > limit || len(srv.Requests())-before != 3 {
 		t.Fatalf("chat requests of %v tokens (limit %d), %d requests in all", chat, limit, len(srv.Requests())-before)
+	}
+}
+
+// Anthropic's other wording, for a prompt that fits but leaves no room for max_tokens
+// ("input length and `max_tokens` exceed context limit"), compacts and retries too; before,
+// the user was shown the API's words and every later message failed alike.
+func TestAnthropicNoRoomForMaxTokensCompactsAndRetries(t *testing.T) {
+	srv := anthropictest.NewServer()
+	t.Cleanup(srv.Close)
+	var mu sync.Mutex
+	full := false
+	srv.SetFunc(func(r anthropictest.Request) anthropictest.Reply {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case strings.Contains(r.System, "You write summaries"):
+			full = false
+			return anthropictest.Reply{Text: "SUMMARY: earlier talk."}
+		case full:
+			return anthropictest.Reply{Status: 400, Message: "input length and `max_tokens` exceed context limit: 196112 + 8192 > 200000, decrease input length or `max_tokens` and try again"}
+		}
+		return anthropictest.Reply{Text: "fine"}
+	})
+	p, err := harness.NewProvider(harness.Config{Provider: "anthropic", Model: "claude-test", BaseURL: srv.URL(), APIKey: secret.Secret(testKey)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := openSession(t, harness.SessionOptions{Key: "web:claude-full", Store: openStore(t), Provider: p, Model: "claude-test", MaxRetries: 2})
+	for i := range 6 {
+		if _, err := s.Run(context.Background(), fmt.Sprintf("n %d %s", i, strings.Repeat("w", 500)), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := len(srv.Requests())
+	mu.Lock()
+	full = true
+	mu.Unlock()
+	if res, err := s.Run(context.Background(), "still there?", nil); err != nil || res.Text != "fine" {
+		t.Fatalf("%q %v", res.Text, err)
+	}
+	// the refused attempt, the summary, the retry
+	if n := len(srv.Requests()) - before; n != 3 {
+		t.Fatalf("%d requests; want the refused one, a summary and one retry", n)
 	}
 }
 
@@ -506,5 +588,40 @@ func TestIdleResetStartsAFreshHistory(t *testing.T) {
 	reqs = fake.Requests()
 	if m := reqs[len(reqs)-1].Messages; len(m) != 3 {
 		t.Fatalf("idle_reset 0 dropped the history: %+v", m)
+	}
+}
+
+// The files and pictures of the messages a compaction summarises reach the summariser
+// (a document with the start of its text), so the summary can keep them: once summarised,
+// the model sees nothing else of them. Before, the summariser read only the words typed
+// beside them.
+func TestSummaryIsAskedWithTheFilesTheUserSent(t *testing.T) {
+	srv := newOpenAIServer(t)
+	summariser(srv)
+	dir := t.TempDir()
+	notes := writeFile(t, dir, "notes.txt", []byte("the meeting moved to Thursday 14:00"))
+	photo := writeFile(t, dir, "photo.jpg", []byte("not decoded"))
+	s := openSession(t, harness.SessionOptions{Key: "web:files", Store: openStore(t), Provider: openAI(t, srv), Model: "gpt-test"})
+	if _, err := s.RunWith(context.Background(), "Keep these.", []llm.Part{
+		{Type: llm.PartFile, MIME: "text/plain", Path: notes, Name: "notes.txt"},
+		{Type: llm.PartImage, MIME: "image/jpeg", Path: photo, Name: "photo.jpg"}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Run(context.Background(), "And remember this too.", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Compact(context.Background(), ""); err != nil {
+		t.Fatal(err)
+	}
+	var ask string
+	for _, r := range srv.Requests() {
+		if isSummaryRequest(r.Messages) {
+			ask = r.Messages[len(r.Messages)-1].Content
+		}
+	}
+	for _, want := range []string{"[User]: Keep these.", "[User sent file notes.txt]", "the meeting moved to Thursday 14:00", "[User sent image photo.jpg]"} {
+		if !strings.Contains(ask, want) {
+			t.Errorf("the summariser was not given %q:\n%s", want, ask)
+		}
 	}
 }

@@ -34,6 +34,12 @@ type ProviderError struct {
 	// Overflow is set when the provider said the conversation is too long for the model's
 	// context window (the session compacts and retries once before this reaches a user).
 	Overflow bool
+	// Alone is set, with Overflow, when the user's newest message did not fit even sent
+	// without the rest of the conversation: /new would not help, a shorter message would.
+	Alone bool
+	// Quota is set when the account has no quota or credit left (OpenAI's 429
+	// insufficient_quota): waiting and retrying will not help, the admin must act.
+	Quota bool
 	// Attempts is how many calls were made before giving up (set by the session).
 	Attempts int
 	// Err is the underlying cause, with secrets removed.
@@ -43,9 +49,21 @@ type ProviderError struct {
 func (e *ProviderError) Error() string {
 	var b strings.Builder
 	switch {
+	case e.Overflow && e.Alone:
+		return "Your message is too long for this model to read, even on its own. Please send it shorter, or in parts."
 	case e.Overflow:
 		return "This conversation has grown too long for the model, even after I summarised the older part. " +
 			"Send /new to start a fresh conversation (or /compact to try summarising again)."
+	case e.Quota:
+		b.WriteString("The model API refused the request: the account has used up its quota or credit (check the plan and billing of llm.api_key)")
+		if e.Message != "" {
+			b.WriteString(": ")
+			b.WriteString(e.Message)
+		}
+		if !strings.HasSuffix(b.String(), ".") {
+			b.WriteString(".")
+		}
+		return b.String()
 	case e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden:
 		fmt.Fprintf(&b, "The model API rejected the API key (HTTP %d). Check llm.api_key.", e.Status)
 		return b.String()

@@ -226,6 +226,73 @@ func TestOpenAIServerErrorsRetriedThenReadableError(t *testing.T) {
 	}
 }
 
+// A message whose run failed (after more than one attempt) and that the user then sends
+// again, as told, is asked of the model once, also after a restart; the failed attempt
+// stays in the file. Before, the model read it twice in a row.
+func TestMessageSentAgainAfterAFailureIsAskedOnce(t *testing.T) {
+	srv := newOpenAIServer(t)
+	srv.FailNext(2, fakeserver.Failure{Status: 500})
+	st := openStore(t)
+	opts := harness.SessionOptions{Key: "web:again", Store: st, Provider: openAI(t, srv), MaxRetries: 1}
+	s := openSession(t, opts)
+	if _, err := s.Run(context.Background(), "What is the capital of Peru?", nil); err == nil || !strings.Contains(err.Error(), "Please try again") {
+		t.Fatalf("err = %v", err)
+	}
+	if n := len(srv.Requests()); n != 2 {
+		t.Fatalf("%d attempts, want 2", n)
+	}
+	res, err := s.Run(context.Background(), "What is the capital of Peru?", nil)
+	if err != nil || res.Text != "ok" {
+		t.Fatalf("sent again: %q %v", res.Text, err)
+	}
+	reqs := srv.Requests()
+	if m := reqs[len(reqs)-1].Messages; len(m) != 1 || m[0].Content != "What is the capital of Peru?" {
+		t.Fatalf("the model was sent %+v", m)
+	}
+	s2 := openSession(t, opts)
+	if n := s2.Stats().Messages; n != 2 {
+		t.Fatalf("reopened history has %d messages on its branch, want 2", n)
+	}
+	if _, err := s2.Run(context.Background(), "And of Chile?", nil); err != nil {
+		t.Fatal(err)
+	}
+	reqs = srv.Requests()
+	if m := reqs[len(reqs)-1].Messages; len(m) != 3 || m[0].Content != "What is the capital of Peru?" || m[1].Content != "ok" {
+		t.Fatalf("after a restart the model was sent %+v", m)
+	}
+}
+
+// An answer cut midway by the provider, its question then sent again as the user is told:
+// the model is asked it once, without the cut answer (which stays in the file). A question
+// that differs goes on after the cut answer, as before.
+func TestQuestionSentAgainAfterACutAnswerIsAskedOnce(t *testing.T) {
+	srv := newOpenAIServer(t)
+	s := openSession(t, harness.SessionOptions{Key: "web:cut", Store: openStore(t), Provider: openAI(t, srv)})
+	srv.Push(openaitest.Reply{Chunks: []string{"Lima is ", "the capital ", "of"}, CutAfter: 2})
+	if _, err := s.Run(context.Background(), "What is the capital of Peru?", nil); err == nil || !strings.Contains(err.Error(), "midway") {
+		t.Fatalf("err = %v", err)
+	}
+	srv.Push(openaitest.Reply{Text: "Lima."})
+	if res, err := s.Run(context.Background(), "What is the capital of Peru?", nil); err != nil || res.Text != "Lima." {
+		t.Fatalf("sent again: %q %v", res.Text, err)
+	}
+	reqs := srv.Requests()
+	if m := reqs[len(reqs)-1].Messages; len(m) != 1 || m[0].Content != "What is the capital of Peru?" {
+		t.Fatalf("the model was sent %+v", m)
+	}
+	srv.Push(openaitest.Reply{Chunks: []string{"Santiago ", "is"}, CutAfter: 1}, openaitest.Reply{Text: "Yes."})
+	if _, err := s.Run(context.Background(), "And of Chile?", nil); err == nil {
+		t.Fatal("want the cut answer's error")
+	}
+	if _, err := s.Run(context.Background(), "Go on.", nil); err != nil {
+		t.Fatal(err)
+	}
+	reqs = srv.Requests()
+	if m := reqs[len(reqs)-1].Messages; len(m) != 5 || m[3].Role != "assistant" || m[3].Content != "Santiago " || m[4].Content != "Go on." {
+		t.Fatalf("after a cut answer the model was sent %+v", m)
+	}
+}
+
 func TestOpenAIRetryAfterIsHonoured(t *testing.T) {
 	srv := newOpenAIServer(t)
 	srv.FailNext(1, fakeserver.Failure{RetryAfter: time.Second})
@@ -267,6 +334,27 @@ func TestOpenAIUnauthorizedIsNotRetried(t *testing.T) {
 		if strings.Contains(s, testKey) {
 			t.Fatalf("key leaked in %q", s)
 		}
+	}
+}
+
+// OpenAI answers an account without credit 429 insufficient_quota: the user is told that
+// the quota is used up, at once, not that the model is busy after retries that cannot help.
+func TestOpenAIQuotaUsedUpIsToldAndNotRetried(t *testing.T) {
+	srv := newOpenAIServer(t)
+	srv.Push(openaitest.Reply{Status: 429, Code: "insufficient_quota",
+		Message: "You exceeded your current quota, please check your plan and billing details."})
+	s := openSession(t, harness.SessionOptions{Provider: openAI(t, srv)})
+	var u updates
+	_, err := s.Run(context.Background(), "hi", u.on)
+	if err == nil || !strings.Contains(err.Error(), "used up its quota or credit") || !strings.Contains(err.Error(), "check your plan and billing") ||
+		strings.Contains(err.Error(), "try again") {
+		t.Fatalf("err = %v", err)
+	}
+	if n := len(srv.Requests()); n != 1 {
+		t.Fatalf("%d attempts, want 1", n)
+	}
+	if st := u.of(harness.UpdateStatus); len(st) != 0 {
+		t.Fatalf("the chat was shown %+v", st)
 	}
 }
 
@@ -703,6 +791,65 @@ func TestHooksSeeTheRunAndCanBlockTools(t *testing.T) {
 	}
 }
 
+// validToolTraffic reports what a real API refuses in a request: a tool message that does
+// not answer a call of the assistant message before it, or a call left without its result.
+func validToolTraffic(msgs []openaitest.Message) string {
+	var open []string
+	for i, m := range msgs {
+		switch {
+		case m.Role == "tool":
+			if len(open) == 0 || open[0] != m.ToolCallID {
+				return fmt.Sprintf("message %d: a tool result (%s) that answers no call before it", i, m.ToolCallID)
+			}
+			open = open[1:]
+		case len(open) > 0:
+			return fmt.Sprintf("message %d: calls %v left without results", i, open)
+		case m.Role == "assistant":
+			for _, tc := range m.ToolCalls {
+				open = append(open, tc.ID)
+			}
+		}
+	}
+	if len(open) > 0 {
+		return fmt.Sprintf("calls %v left without results", open)
+	}
+	return ""
+}
+
+// A context hook that keeps only the newest messages (a common way to save tokens) may cut
+// between a tool call and its result: the model is still sent a valid conversation, and the
+// user an answer. Before, the request held an orphan tool result, which real APIs refuse
+// with a 400 that then came back at every message.
+func TestContextHookCuttingToolTrafficStillAnswers(t *testing.T) {
+	srv := newOpenAIServer(t)
+	tools, err := harness.BuiltinTools([]string{"current_time"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bus := hooks.NewBus(hooks.Options{})
+	bus.On(hooks.NameContext, "keep-last-3", func(_ context.Context, ev hooks.Event) (any, error) {
+		msgs := ev.(*hooks.Context).Messages
+		return &hooks.ContextResult{Messages: msgs[max(len(msgs)-3, 0):]}, nil
+	})
+	s := openSession(t, harness.SessionOptions{Store: openStore(t), Provider: openAI(t, srv), Tools: tools, Bus: bus})
+	srv.Push(openaitest.Reply{ToolCalls: []openaitest.ToolCall{{ID: "c1", Name: "current_time", Arguments: `{}`}}},
+		openaitest.Reply{Text: "It is noon."}, openaitest.Reply{Text: "You are welcome."})
+	for _, q := range []string{"What time is it?", "Thanks!"} {
+		if _, err := s.Run(context.Background(), q, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, r := range srv.Requests() {
+		if bad := validToolTraffic(r.Messages); bad != "" {
+			t.Errorf("request %d would be refused: %s", i, bad)
+		}
+	}
+	reqs := srv.Requests()
+	if m := reqs[len(reqs)-1].Messages; m[len(m)-1].Content != "Thanks!" {
+		t.Fatalf("the last request ends with %+v", m[len(m)-1])
+	}
+}
+
 func TestAnthropicStreamingWithToolCall(t *testing.T) {
 	srv := anthropictest.NewServer()
 	t.Cleanup(srv.Close)
@@ -993,6 +1140,30 @@ func TestSlowProviderTimesOutAndIsRetried(t *testing.T) {
 	}
 }
 
+// llm.timeout bounds the model's silence, not the answer's length: a slow model streaming
+// for longer than it, a piece every 300 ms, is answered whole; one that falls silent midway
+// for longer is cut there, and the chat is told. Before, the slow answer was cut at the
+// timeout and the user read that the model stopped answering midway.
+func TestSlowStreamIsNotCutWhileItFlows(t *testing.T) {
+	srv := newOpenAIServer(t)
+	chunks := []string{"one ", "two ", "three ", "four ", "five ", "six ", "seven"}
+	srv.Push(openaitest.Reply{Chunks: chunks, ChunkDelay: 300 * time.Millisecond},
+		openaitest.Reply{Chunks: []string{"half ", "an answer"}, Hang: true})
+	s := openSession(t, harness.SessionOptions{Provider: openAI(t, srv), Timeout: time.Second})
+	start := time.Now()
+	res, err := s.Run(context.Background(), "count slowly", nil)
+	if err != nil || res.Text != strings.Join(chunks, "") {
+		t.Fatalf("run: %q, %v", res.Text, err)
+	}
+	if took := time.Since(start); took < 1500*time.Millisecond {
+		t.Fatalf("the answer took %v; the test needs it longer than the timeout", took)
+	}
+	res, err = s.Run(context.Background(), "and now?", nil)
+	if err == nil || !strings.Contains(err.Error(), "midway") || res.Text != "half an answer" {
+		t.Fatalf("a silent model: %q, %v", res.Text, err)
+	}
+}
+
 // badTool fails in the two ways a tool can: an error, or a panic.
 type badTool struct{ panics bool }
 
@@ -1080,5 +1251,45 @@ func TestOpenAICompatibleLocalServerNeedsNoKey(t *testing.T) {
 	r := srv.Requests()[0]
 	if r.Path != "/chat/completions" || r.Header.Get("Authorization") != "" {
 		t.Fatalf("path %q, Authorization %q", r.Path, r.Header.Get("Authorization"))
+	}
+}
+
+// argsTool records the arguments it is run with.
+type argsTool struct{ got chan json.RawMessage }
+
+func (a argsTool) Def() llm.ToolDef {
+	return llm.ToolDef{Name: "lookup_order", Parameters: json.RawMessage(`{"type":"object"}`)}
+}
+
+func (a argsTool) Run(_ context.Context, args json.RawMessage) (string, error) {
+	a.got <- args
+	return "order found", nil
+}
+
+// A model whose tool call's arguments are not JSON (cut off, or malformed) is told so and
+// may call again; the tool is not run with {} in their place, as if the model had asked that.
+func TestToolCallWithArgumentsThatAreNotJSONIsToldNotRun(t *testing.T) {
+	srv := newOpenAIServer(t)
+	srv.Push(
+		openaitest.Reply{ToolCalls: []openaitest.ToolCall{{ID: "call_bad", Name: "lookup_order", Arguments: `{"id": "A-1`}}},
+		openaitest.Reply{ToolCalls: []openaitest.ToolCall{{ID: "call_ok", Name: "lookup_order", Arguments: `{"id": "A-17"}`}}},
+		openaitest.Reply{Text: "Shipped."},
+	)
+	tool := argsTool{got: make(chan json.RawMessage, 2)}
+	s := openSession(t, harness.SessionOptions{Store: openStore(t), Provider: openAI(t, srv), Tools: []harness.Tool{tool}})
+	res, err := s.Run(context.Background(), "where is my order?", nil)
+	if err != nil || res.Text != "Shipped." {
+		t.Fatalf("run: %+v, %v", res, err)
+	}
+	if len(tool.got) != 1 {
+		t.Fatalf("the tool ran %d times, want once (with the good arguments)", len(tool.got))
+	}
+	if got := string(<-tool.got); got != `{"id": "A-17"}` {
+		t.Fatalf("the tool ran with %s", got)
+	}
+	m := srv.Requests()[1].Messages
+	r := m[len(m)-1]
+	if r.Role != "tool" || r.ToolCallID != "call_bad" || !strings.Contains(r.Content, "not valid JSON") {
+		t.Fatalf("the model was told %+v, want that its arguments were not valid JSON", r)
 	}
 }

@@ -156,6 +156,7 @@ func TestOverflowWordings(t *testing.T) {
 		"the request exceeds the available context size, try increasing it",
 		"Please reduce the length of the messages or completion.",
 		"context_length_exceeded",
+		"input length and `max_tokens` exceed context limit: 196112 + 8192 > 200000, decrease input length or `max_tokens` and try again",
 	} {
 		if !isOverflowText(s) {
 			t.Errorf("not recognised: %q", s)

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -50,6 +51,9 @@ type imageBounder interface{ imageBounds() media.Bounds }
 type mediaProvider struct {
 	Provider
 	textOnly bool
+	// docBytes bounds the text of the documents of one message, shared among them: what the
+	// model's window leaves room for, at most media.DefaultMaxDocumentText each.
+	docBytes int
 	log      *slog.Logger
 	cache    *mediaCache
 
@@ -57,14 +61,26 @@ type mediaProvider struct {
 	refused map[string]bool // models that refused images
 }
 
-func withMedia(p Provider, textOnly bool, log *slog.Logger) Provider {
+func withMedia(p Provider, textOnly bool, b budget, log *slog.Logger) Provider {
 	if m, ok := p.(*mediaProvider); ok {
 		p = m.Provider
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &mediaProvider{Provider: p, textOnly: textOnly, log: log, cache: newMediaCache(mediaCacheBytes), refused: map[string]bool{}}
+	return &mediaProvider{Provider: p, textOnly: textOnly, docBytes: documentBytes(b), log: log,
+		cache: newMediaCache(mediaCacheBytes), refused: map[string]bool{}}
+}
+
+// minDocumentText is the least text a document is given, however small the window.
+const minDocumentText = 2000
+
+// documentBytes is the text the documents of one message (or one tool result) may bring:
+// half of what a request may hold, at a pessimistic 3 bytes per token, so that a file sent
+// to a model with a small window is read in part rather than refused as a conversation too
+// long (which /new would not mend: the same file would not fit either).
+func documentBytes(b budget) int {
+	return min(max(b.threshold/2*3, minDocumentText), media.DefaultMaxDocumentText)
 }
 
 func (m *mediaProvider) Stream(ctx context.Context, req *Request, onDelta func(string)) (*Response, error) {
@@ -173,6 +189,7 @@ func (m *mediaProvider) prepare(ctx context.Context, req *Request, mode imageMod
 		}
 		var notes []string
 		var parts []llm.Part
+		docMax := m.docBytes / max(countFiles(msg.Parts), 1)
 		for j, p := range msg.Parts {
 			name := partName(p)
 			switch {
@@ -193,7 +210,7 @@ func (m *mediaProvider) prepare(ctx context.Context, req *Request, mode imageMod
 				parts = append(parts, llm.Part{Type: llm.PartImage, MIME: im.MIME, Path: p.Path, Name: p.Name, Size: int64(len(im.Data)), Data: im.Data})
 				sent++
 			default:
-				notes = append(notes, m.document(ctx, p))
+				notes = append(notes, m.document(ctx, p, docMax))
 			}
 		}
 		text := strings.Join(notes, "\n")
@@ -207,6 +224,17 @@ func (m *mediaProvider) prepare(ctx context.Context, req *Request, mode imageMod
 		out.Messages[i] = msg
 	}
 	return &out, sent
+}
+
+// countFiles is how many of parts are documents (anything not an image).
+func countFiles(parts []llm.Part) int {
+	n := 0
+	for _, p := range parts {
+		if p.Type != llm.PartImage {
+			n++
+		}
+	}
+	return n
 }
 
 func partName(p llm.Part) string {
@@ -301,24 +329,24 @@ func readImage(path string, b media.Bounds) (media.Image, error) {
 
 // document gives a file part as text for the model: a text document or PDF with its name
 // and contents (bounded), anything else named and described.
-func (m *mediaProvider) document(ctx context.Context, p llm.Part) string {
+func (m *mediaProvider) document(ctx context.Context, p llm.Part, maxText int) string {
 	name := partName(p)
-	key, err := cacheKey("doc", p.Path, "")
+	key, err := cacheKey("doc", p.Path, strconv.Itoa(maxText))
 	if err != nil {
 		return fmt.Sprintf("[file %s: %s]", name, m.unavailable(name, err))
 	}
 	if v, ok := m.cache.get(key); ok {
 		return v.text
 	}
-	text := m.documentText(ctx, p, name)
+	text := m.documentText(ctx, p, name, maxText)
 	if ctx.Err() == nil { // a cut-off pdftotext is not remembered
 		m.cache.put(key, cached{text: text}, int64(len(text))+256)
 	}
 	return text
 }
 
-func (m *mediaProvider) documentText(ctx context.Context, p llm.Part, name string) string {
-	doc, err := media.DocumentText(ctx, p.Path, p.MIME, name, media.DefaultMaxDocumentText)
+func (m *mediaProvider) documentText(ctx context.Context, p llm.Part, name string, maxText int) string {
+	doc, err := media.DocumentText(ctx, p.Path, p.MIME, name, max(maxText, minDocumentText))
 	switch {
 	case errors.Is(err, media.ErrNotText):
 		what := []string{}

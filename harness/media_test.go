@@ -137,6 +137,43 @@ func TestDocumentsReachTheModelAsText(t *testing.T) {
 	}
 }
 
+// A long text file sent to a model with a small window (8192 tokens, as the server counts
+// too) is read in part and answered at the first request, the model told that the rest is
+// cut; the same file to a model with a large window is sent far further. Before, the whole
+// 76 KB went to the small model, which refused it as a conversation too long: the user was
+// told to send /new, which could not help.
+func TestLongDocumentIsCutToTheModelsWindow(t *testing.T) {
+	srv := newOpenAIServer(t)
+	srv.LimitContext(8192)
+	report := writeFile(t, t.TempDir(), "report.txt", []byte(strings.Repeat("line of the report\n", 4000)))
+	part := []llm.Part{{Type: llm.PartFile, MIME: "text/plain", Path: report, Name: "report.txt"}}
+	small := openSession(t, harness.SessionOptions{Key: "web:small", Store: openStore(t), Provider: openAI(t, srv), Model: "llama3", ContextWindow: 8192})
+	srv.Push(openaitest.Reply{Text: "It is a report."})
+	res, err := small.RunWith(context.Background(), "What does it say?", part, nil)
+	if err != nil || res.Text != "It is a report." {
+		t.Fatalf("%q %v", res.Text, err)
+	}
+	reqs := srv.Requests()
+	if len(reqs) != 1 {
+		t.Fatalf("%d requests; want the file answered at the first", len(reqs))
+	}
+	got := reqs[0].Messages[len(reqs[0].Messages)-1].Content
+	if !strings.HasPrefix(got, "[file report.txt]\nline of the report\n") || !strings.Contains(got, "[… the rest of report.txt is cut") ||
+		!strings.HasSuffix(got, "What does it say?") {
+		t.Fatalf("request %q … %q", got[:min(len(got), 60)], got[max(len(got)-200, 0):])
+	}
+
+	srv.LimitContext(0)
+	large := openSession(t, harness.SessionOptions{Key: "web:large", Store: openStore(t), Provider: openAI(t, srv), Model: "gpt-4o"})
+	if _, err := large.RunWith(context.Background(), "What does it say?", part, nil); err != nil {
+		t.Fatal(err)
+	}
+	reqs = srv.Requests()
+	if n := len(reqs[1].Messages[len(reqs[1].Messages)-1].Content); n < 70_000 || n <= 2*len(got) {
+		t.Fatalf("a model of 128k tokens got %d bytes of the file (the small one %d)", n, len(got))
+	}
+}
+
 // A profile whose model cannot see gets a description instead, and an answer.
 func TestTextOnlyModelGetsADescription(t *testing.T) {
 	srv := newOpenAIServer(t)

@@ -69,6 +69,7 @@ func postStreaming(ctx context.Context, client *http.Client, endpoint string, bo
 		req.OnResponse(resp.StatusCode, resp.Header)
 	}
 	if resp.StatusCode < 400 {
+		resp.Body = touching(ctx, resp.Body)
 		return resp, nil, nil
 	}
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
@@ -163,6 +164,16 @@ func schemaObject(raw json.RawMessage) map[string]any {
 		m["properties"] = map[string]any{}
 	}
 	return m
+}
+
+// argsAsSent are a streamed tool call's arguments as the model sent them, {} when it sent
+// none. Text that is not JSON is kept: the run tells the model so rather than call the tool
+// with {} (see badArguments); the history gets {} in its place (cleanToolCalls).
+func argsAsSent(s string) json.RawMessage {
+	if strings.TrimSpace(s) == "" {
+		return json.RawMessage("{}")
+	}
+	return json.RawMessage(s)
 }
 
 // argsOrEmpty keeps tool-call arguments valid JSON for APIs that require an object.

@@ -188,6 +188,10 @@ func (p *openAIProvider) apiError(ctx context.Context, status int, h http.Header
 	msg := errorText(b, e.Error.Message)
 	code := strings.Trim(string(e.Error.Code), `"`)
 	err := fmt.Errorf("OpenAI API error: %d %s", status, http.StatusText(status))
+	if code == "insufficient_quota" || e.Error.Type == "insufficient_quota" {
+		// A 429 that no wait mends: not retried, and not told as a busy model.
+		return &ProviderError{Provider: "openai", Status: status, Quota: true, Message: p.redact(clip(msg, 300)), Err: redactedError{err, p.redact}}
+	}
 	return markOverflow(classify("openai", ctx, status, h, msg, err, p.redact), code, e.Error.Type)
 }
 
@@ -326,7 +330,7 @@ func (a *openAIAccum) response() *Response {
 	sort.Slice(idx, func(x, y int) bool { return idx[x] < idx[y] })
 	for _, i := range idx {
 		c := a.calls[i]
-		c.Arguments = argsOrEmpty(json.RawMessage(a.args[i].String()))
+		c.Arguments = argsAsSent(a.args[i].String())
 		if c.ID == "" {
 			c.ID = newID()
 		}

@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -95,7 +96,6 @@ func configFrom(opts SessionOptions) sessionConfig {
 	if c.provider == nil {
 		c.provider = NewEcho()
 	}
-	c.provider = withMedia(c.provider, opts.TextOnly, opts.Logger)
 	switch {
 	case c.maxRetries == 0:
 		c.maxRetries = defaultMaxRetries
@@ -109,6 +109,7 @@ func configFrom(opts SessionOptions) sessionConfig {
 		c.toolTimeout = defaultToolTimeout
 	}
 	c.budget = newBudget(ContextWindow(c.model, opts.ContextWindow), c.maxTokens)
+	c.provider = withMedia(c.provider, opts.TextOnly, c.budget, opts.Logger)
 	if c.maxTurns <= 0 {
 		c.maxTurns = defaultMaxTurns
 	}
@@ -425,7 +426,11 @@ func (r *run) start(prompt string) string {
 		r.s.count.Store(int64(r.s.hist.total))
 	}
 	r.idleReset()
-	r.s.hist.addAs(llm.Message{Role: llm.RoleUser, Content: prompt, Parts: r.parts}, false, r.asked.ID)
+	msg := llm.Message{Role: llm.RoleUser, Content: prompt, Parts: r.parts}
+	if r.s.hist.takeBackResent(msg) {
+		r.s.log.Info("a message sent again after it got no answer replaces its unanswered copy", "key", r.s.key)
+	}
+	r.s.hist.addAs(msg, false, r.asked.ID)
 	r.s.count.Store(int64(r.s.hist.total))
 
 	system := r.cfg.system
@@ -477,6 +482,7 @@ func (r *run) answered(turn int, resp *Response, full bool, fixed int) (last str
 	info := r.cfg.info
 	msg := resp.Message
 	msg.Role = llm.RoleAssistant
+	bad := badArguments(msg.ToolCalls)
 	msg.ToolCalls = cleanToolCalls(msg.ToolCalls)
 	r.add(msg, false)
 	if h := r.s.hist; full && resp.Usage.InputTokens > 0 {
@@ -488,8 +494,8 @@ func (r *run) answered(turn int, resp *Response, full bool, fixed int) (last str
 	last = msg.Content
 
 	var results []llm.Message
-	for _, tc := range msg.ToolCalls {
-		res := r.tool(tc)
+	for i, tc := range msg.ToolCalls {
+		res := r.tool(tc, bad[i])
 		r.add(res, false)
 		results = append(results, res)
 	}
@@ -585,6 +591,10 @@ func (r *run) callWithBudget(turn int, system string, defs []llm.ToolDef, fixed 
 		full = start == 0
 		resp, partial, err = r.call(req, r.streamDelta)
 		if err == nil || attempt > 1 || !isOverflow(err) || r.ctx.Err() != nil {
+			var pe *ProviderError
+			if attempt > 1 && turn == 1 && start >= lastUser(r.s.hist.entries) && errors.As(err, &pe) && pe.Overflow {
+				pe.Alone = true // the retry held only the prompt (and the summary)
+			}
 			return resp, partial, full, err
 		}
 		limit = r.overflowed(fixed, start)
@@ -620,7 +630,9 @@ func (r *run) prepare(turn, attempt int, system string, defs []llm.ToolDef, fixe
 		if r.cfg.bus.Has(hooks.NameContext) {
 			ev.Entries = h.branch()
 		}
-		msgs = r.cfg.bus.Context(r.ctx, ev)
+		// A hook's list is repaired as the history is: one that keeps the newest messages
+		// may cut between a call and its result, which the APIs refuse.
+		msgs = repair(r.cfg.bus.Context(r.ctx, ev))
 	}
 	req = r.request(system, msgs, defs)
 	if attempt == 1 {
@@ -675,9 +687,9 @@ func (r *run) call(req *Request, show func(string)) (*Response, string, error) {
 	}
 }
 
-// attempt is one call of the provider, with the call's own timeout.
+// attempt is one call of the provider, ended by a silence of the call's timeout.
 func (r *run) attempt(req *Request, onDelta func(string)) (*Response, error) {
-	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.timeout)
+	ctx, cancel := withIdle(r.ctx, r.cfg.timeout)
 	defer cancel()
 	return r.cfg.provider.Stream(ctx, req, onDelta)
 }
@@ -749,8 +761,9 @@ func providerError(name string, err error) *ProviderError {
 }
 
 // tool runs one tool call through the tool_call and tool_result hooks. Every call gets a
-// result, so the history never holds a call without one.
-func (r *run) tool(tc llm.ToolCall) llm.Message {
+// result, so the history never holds a call without one. badArgs: the model's arguments were
+// not JSON; the tool is not run and the model is told, so it can call again.
+func (r *run) tool(tc llm.ToolCall, badArgs bool) llm.Message {
 	info, bus := r.cfg.info, r.cfg.bus
 	r.on(Update{Kind: UpdateToolStart, ToolID: tc.ID, ToolName: tc.Name})
 	args := tc.Arguments
@@ -759,8 +772,11 @@ func (r *run) tool(tc llm.ToolCall) llm.Message {
 		isErr   bool
 		done    bool
 	)
-	if r.ctx.Err() != nil {
+	switch {
+	case r.ctx.Err() != nil:
 		content, isErr, done = "error: the run was stopped before this tool ran", true, true
+	case badArgs:
+		content, isErr, done = "error: the arguments of this call are not valid JSON, so the tool did not run; call it again with a JSON object", true, true
 	}
 	if !done && bus != nil {
 		ev := &hooks.ToolCall{Session: info, ToolCallID: tc.ID, Tool: tc.Name, Arguments: args}
@@ -794,8 +810,22 @@ func (r *run) tool(tc llm.ToolCall) llm.Message {
 		bus.ToolResult(r.evCtx(), ev)
 		content, isErr = clip(ev.Content, maxToolOutput), ev.IsError
 	}
+	if limit := documentBytes(r.cfg.budget); len(content) > limit {
+		// A small window cannot take a long output whole: sent whole it would be refused as
+		// a conversation too long, which no compaction mends (a call keeps its result).
+		content = clip(content, limit) + fmt.Sprintf("\n[the rest of the tool's output is cut: only its first %s are shown]", humanSize(int64(limit)))
+	}
 	r.on(Update{Kind: UpdateToolEnd, ToolID: tc.ID, ToolName: tc.Name, IsError: isErr, Text: clip(content, 200)})
 	return llm.Message{Role: llm.RoleTool, Content: content, ToolCallID: tc.ID, Name: tc.Name, IsError: isErr}
+}
+
+// badArguments tells, call by call, whether the arguments the model sent are not JSON.
+func badArguments(calls []llm.ToolCall) []bool {
+	bad := make([]bool, len(calls))
+	for i, c := range calls {
+		bad[i] = len(bytes.TrimSpace(c.Arguments)) > 0 && !json.Valid(c.Arguments)
+	}
+	return bad
 }
 
 // cleanToolCalls gives every call a unique id and valid JSON arguments.

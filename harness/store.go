@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"gateway/internal/files"
 	"gateway/internal/llm"
 )
 
@@ -878,9 +879,36 @@ func (h *history) branch() []json.RawMessage {
 // the file. It reports whether it found the message.
 func (h *history) takeBack(intake string) bool {
 	i := slices.IndexFunc(h.entries, func(e entry) bool { return e.intake == intake && e.msg.Role == llm.RoleUser })
-	if i < 0 {
+	return i >= 0 && h.takeBackAt(i)
+}
+
+// takeBackResent takes back the branch's last user message, when it got no answer (its
+// run failed or was stopped, before a word or with an answer cut midway) and m is the same
+// message again: the user did as told and sent it again, and the model is asked it once,
+// not twice. It reports whether it did.
+func (h *history) takeBackResent(m llm.Message) bool {
+	n := len(h.entries)
+	for n > 0 && h.entries[n-1].aborted && h.entries[n-1].msg.Role == llm.RoleAssistant && len(h.entries[n-1].msg.ToolCalls) == 0 {
+		n-- // a cut answer: text only, nothing done
+	}
+	if n == 0 {
 		return false
 	}
+	last := h.entries[n-1].msg
+	if last.Role != llm.RoleUser || last.Content != m.Content || len(last.Parts) != len(m.Parts) {
+		return false
+	}
+	for i, p := range last.Parts {
+		q := m.Parts[i]
+		if p.Type != q.Type || p.Name != q.Name || p.MIME != q.MIME || p.Size != q.Size {
+			return false
+		}
+	}
+	return h.takeBackAt(n - 1)
+}
+
+// takeBackAt moves the branch back to before entries[i] (see takeBack).
+func (h *history) takeBackAt(i int) bool {
 	if at, err := time.Parse(time.RFC3339Nano, h.entries[i].stamp); err == nil && !h.last.At.IsZero() && at.Before(h.last.At) {
 		// A compaction came after it: the summary may tell of it, so the branch stays.
 		return false
@@ -1009,7 +1037,7 @@ func (h *history) appendPending() error {
 		return nil
 	}
 	if h.f == nil {
-		f, err := os.OpenFile(h.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		f, err := files.OpenAppend(h.path)
 		if err != nil {
 			return err
 		}
@@ -1066,7 +1094,7 @@ func syncDir(dir string) {
 // appendDurable appends data to the file at path and fsyncs it; a new file's directory
 // entry is fsynced too. A failed write is cut back so that no torn line is left behind.
 func appendDurable(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	f, err := files.OpenAppend(path)
 	if err != nil {
 		return err
 	}

@@ -5,8 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
+	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"time"
 
 	"gateway/internal/childproc"
@@ -15,33 +19,32 @@ import (
 // execRunner runs a hook program: the event as JSON on stdin, the result as JSON on stdout.
 // The program never runs through a shell and message text never reaches its arguments.
 type execRunner struct {
-	name string
-	dir  string
-	argv []string
-	env  []string
+	name   string
+	source string
+	dir    string
+	argv   []string
+	env    []string
+	apiEnv func() []string // api: true; nil otherwise
+	log    *slog.Logger
 }
 
-func newExecRunner(s hookSpec) *execRunner {
+func newExecRunner(s hookSpec, log *slog.Logger) *execRunner {
 	// API keys and platform tokens stay out unless HOOK.yaml lists them under env.
 	env := append([]string{"GATEWAY_HOOK_NAME=" + s.Name, "GATEWAY_HOOK_DIR=" + s.Dir}, childproc.BaseEnv(s.env...)...)
-	return &execRunner{name: s.Name, dir: s.Dir, argv: s.command, env: env}
+	return &execRunner{name: s.Name, source: s.Source, dir: s.Dir, argv: s.command, env: env, log: log}
 }
 
 func (x *execRunner) invoke(ctx context.Context, event string, body []byte) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, x.argv[0], x.argv[1:]...)
 	cmd.Dir = x.dir
 	cmd.Env = append(x.env[:len(x.env):len(x.env)], "GATEWAY_HOOK_EVENT="+event)
-	cmd.Stdin = bytes.NewReader(body)
+	if x.apiEnv != nil {
+		cmd.Env = append(cmd.Env, x.apiEnv()...)
+	}
 	stdout := &capBuffer{max: maxOutput}
 	stderr := &childproc.Tail{Max: maxStderr}
-	cmd.Stdout, cmd.Stderr = stdout, stderr
 	childproc.OwnGroup(cmd) // at timeout the whole group is killed, not only the program
-	// If something the program started keeps stdout open, stop waiting for it soon.
-	cmd.WaitDelay = time.Second
-	err := childproc.Run(cmd)
-	if cmd.Process != nil {
-		childproc.KillGroup(cmd.Process.Pid) // whatever it left running in the background
-	}
+	err := runPiped(cmd, body, stdout, stderr)
 	if ctx.Err() != nil {
 		reason := "its program was stopped"
 		if errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
@@ -64,7 +67,71 @@ func (x *execRunner) invoke(ctx context.Context, event string, body []byte) ([]b
 		msg := fmt.Sprintf("wrote more than %d KiB to stdout", maxOutput>>10)
 		return nil, &Failure{"its program " + msg, fmt.Errorf("hook %q %s", x.name, msg)}
 	}
+	// stderr is the program's diagnostics, the admin's to read: a failure quotes it, and so
+	// does this line when the program succeeded.
+	if msg := strings.TrimSpace(strings.ToValidUTF8(stderr.String(), "?")); msg != "" {
+		x.log.Info("hook wrote to stderr", "source", x.source, "event", event, "stderr", msg)
+	}
 	return stdout.buf.Bytes(), nil
+}
+
+// pipeGrace bounds the wait for a program's pipes to close once it has exited and its
+// group was killed: only a process that left the group (setsid) can still hold them.
+const pipeGrace = time.Second
+
+// runPiped runs cmd with body on its stdin and its output copied to stdout and stderr, and
+// kills its process group as soon as it exits. The pipes are the gateway's own rather than
+// exec's, whose Wait waits for every process holding them: a background process the
+// program left with its stdout would hold up the answer until WaitDelay and turn a
+// program that exited 0 into an error.
+func runPiped(cmd *exec.Cmd, body []byte, stdout, stderr io.Writer) error {
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		closeAll(inR, inW)
+		return err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		closeAll(inR, inW, outR, outW)
+		return err
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
+
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		_, _ = inW.Write(body) // EPIPE: the program did not read it all, which is its right
+		_ = inW.Close()
+	}()
+	go func() { defer wg.Done(); _, _ = io.Copy(stdout, outR) }()
+	go func() { defer wg.Done(); _, _ = io.Copy(stderr, errR) }()
+
+	err = childproc.Run(cmd)
+	if cmd.Process != nil {
+		childproc.KillGroup(cmd.Process.Pid) // whatever it left running in the background
+	}
+	closeAll(inR, outW, errW) // the program's ends: once its group is gone, the copies see EOF
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(pipeGrace):
+		closeAll(inW, outR, errR) // unblocks the copies; what the program wrote was read by now
+		<-done
+	}
+	closeAll(outR, errR)
+	return err
+}
+
+func closeAll(fs ...*os.File) {
+	for _, f := range fs {
+		_ = f.Close()
+	}
 }
 
 // capBuffer keeps the first max bytes and notes that more came.

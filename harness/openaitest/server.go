@@ -58,7 +58,8 @@ type Reply struct {
 	// some OpenAI-compatible servers do.
 	FloatNumbers bool
 
-	code string // the error's code (context_length_exceeded)
+	// Code, with Status, is the error's code (insufficient_quota, context_length_exceeded).
+	Code string
 }
 
 // Message is a decoded message of a recorded request.
@@ -282,7 +283,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		// As OpenAI does: one tool name it cannot take refuses the whole request.
 		rep = Reply{Status: http.StatusBadRequest, Message: badTool}
 	case limit > 0 && Tokens(body) > limit:
-		rep = Reply{Status: http.StatusBadRequest, code: "context_length_exceeded", Message: fmt.Sprintf(
+		rep = Reply{Status: http.StatusBadRequest, Code: "context_length_exceeded", Message: fmt.Sprintf(
 			"This model's maximum context length is %d tokens. However, your messages resulted in %d tokens. Please reduce the length of the messages.",
 			limit, Tokens(body))}
 	case s.failure(&rep):
@@ -311,7 +312,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if rep.Status >= 400 {
-		writeError(w, rep.Status, rep.Message, rep.RetryAfter, rep.code)
+		writeError(w, rep.Status, rep.Message, rep.RetryAfter, rep.Code)
 		return
 	}
 	if limit > 0 && rep.InputTokens == 0 {

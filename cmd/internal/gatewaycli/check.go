@@ -57,6 +57,7 @@ func checkConfig(ctx context.Context, path string, out io.Writer, getenv func(st
 			if rt := a.gw.Runtime(); rt != nil {
 				warnings = apiKeyWarnings(cfg, path, rt.Profiles)
 			}
+			warnings = append(warnings, hookDirWarnings(cfg)...)
 			var merrs []error
 			mcpOut, merrs = checkMCP(ctx, cfg, a, connect)
 			herrs = append(herrs, merrs...)
