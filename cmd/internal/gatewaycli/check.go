@@ -326,7 +326,7 @@ func newProfilesCmd(path func() string, out io.Writer, getenv func(string) strin
 func newReloadCmd(ctx context.Context, path func() string, out io.Writer, getenv func(string) string) *cobra.Command {
 	return &cobra.Command{
 		Use:   "reload",
-		Short: "Ask the running gateway to re-read profiles and hook directories",
+		Short: "Ask the running gateway to re-read profiles, bindings and hook directories",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return callAPI(ctx, apiTarget(cmd, path, getenv), out, getenv, "/reload", nil)
 		},
