@@ -310,7 +310,7 @@ func (s *session) command(cmd, arg string, msg *channels.Message, rt *Runtime, p
 			state = "answering"
 		}
 		fmt.Fprintf(&b, "State: %s, %d queued\nQueue mode: %s\nVoice replies: %s",
-			state, len(s.pending), queueMode(g.cfg.QueueMode, prof), voiceLabel(s.ttsMode, prof.TTSMode))
+			state, len(s.pending), queueMode(g.cfg.QueueMode, prof), voiceLabel(s.voiceMode(), prof.TTSMode))
 		reply(b.String())
 	case "voice":
 		if !rt.VoiceReplies {
@@ -319,11 +319,11 @@ func (s *session) command(cmd, arg string, msg *channels.Message, rt *Runtime, p
 		}
 		switch strings.ToLower(arg) {
 		case "on", "always":
-			s.ttsMode = "always"
+			s.setVoiceMode("always")
 		case "off":
-			s.ttsMode = "off"
+			s.setVoiceMode("off")
 		case "auto", "inbound":
-			s.ttsMode = "inbound"
+			s.setVoiceMode("inbound")
 		case "", "status":
 		default:
 			reply("Use /voice on, /voice off or /voice auto.")
@@ -331,13 +331,13 @@ func (s *session) command(cmd, arg string, msg *channels.Message, rt *Runtime, p
 		}
 		if arg != "" && arg != "status" && g.settings != nil {
 			// A choice outlives the session's eviction and a restart.
-			if err := g.settings.SetSetting(s.key, "voice", s.ttsMode); err != nil {
+			if err := g.settings.SetSetting(s.key, "voice", s.voiceMode()); err != nil {
 				g.log.Error("cannot save the chat's /voice choice", "session", s.key, "err", err)
-				reply("Voice replies: " + voiceLabel(s.ttsMode, prof.TTSMode) + " (for now: I could not save this choice, so it lasts until I restart)")
+				reply("Voice replies: " + voiceLabel(s.voiceMode(), prof.TTSMode) + " (for now: I could not save this choice, so it lasts until I restart)")
 				return true, false
 			}
 		}
-		reply("Voice replies: " + voiceLabel(s.ttsMode, prof.TTSMode))
+		reply("Voice replies: " + voiceLabel(s.voiceMode(), prof.TTSMode))
 	default:
 		hc, ok := rt.Commands.Command(cmd, prof.Name)
 		if !ok || hc.Run == nil {

@@ -62,7 +62,7 @@ func (s *session) migrate(msg *channels.Message) bool {
 	s.formerChat = msg.MigrateFrom
 	if g.settings != nil {
 		if v, ok, err := g.settings.Setting(s.key, "voice"); err == nil && ok {
-			s.ttsMode = v
+			s.ttsMode.Store(&v)
 		}
 	}
 	return true

@@ -51,8 +51,10 @@ type session struct {
 	agent        *harness.Session
 	agentRT      *Runtime
 	agentProfile *profiles.Profile
-	ttsMode      string // the chat's /voice choice; "" follows the profile/config
-	formerChat   string // the chat's id before the platform gave it this one (migrate.go); "" when none
+	// ttsMode is the chat's /voice choice; "" follows the profile/config. Its loop sets it
+	// (/voice) while a turn may be reading it for the answer it is finishing.
+	ttsMode    atomic.Pointer[string]
+	formerChat string // the chat's id before the platform gave it this one (migrate.go); "" when none
 	// nextTurn are messages injected for the next turn (deliver_as next_turn): they go
 	// before its prompt.
 	nextTurn []string
@@ -132,7 +134,7 @@ func newSession(g *Gateway, key string) *session {
 		if v, ok, err := g.settings.Setting(key, "voice"); err != nil {
 			g.log.Warn("cannot read the chat's /voice choice", "session", key, "err", err)
 		} else if ok {
-			s.ttsMode = v
+			s.ttsMode.Store(&v)
 		}
 		if v, ok, err := g.settings.Setting(key, formerChatSetting); err == nil && ok {
 			s.formerChat = v
@@ -217,6 +219,16 @@ func (s *session) park() bool {
 	}
 	return true
 }
+
+// voiceMode is the chat's /voice choice, "" when it follows the profile.
+func (s *session) voiceMode() string {
+	if v := s.ttsMode.Load(); v != nil {
+		return *v
+	}
+	return ""
+}
+
+func (s *session) setVoiceMode(v string) { s.ttsMode.Store(&v) }
 
 // errStopIntake is the cause a /stop gives the receive hooks of a message it drops.
 var errStopIntake = errCancelled("stopped by the user")

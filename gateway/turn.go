@@ -181,7 +181,7 @@ func (s *session) answer(ctx context.Context, d *deliverer, req *turnReq, rt *Ru
 // are due at once), and a collection shrinks a stack that waits using less than a quarter
 // of it (3.3 KB of 16).
 func (s *session) messageSend(d *deliverer, req *turnReq, rt *Runtime, text string) []channels.Part {
-	mode := s.ttsMode
+	mode := s.voiceMode()
 	if mode == "" {
 		mode = req.profile.TTSMode
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -449,5 +450,38 @@ func TestVoiceNoteEchoedBeforeACrashIsNotEchoedAgain(t *testing.T) {
 	second.mem.waitDone(t, 1)
 	if got := second.mem.finals("v1"); len(got) != 1 || !strings.HasPrefix(got[0], "done:the lights are on") {
 		t.Fatalf("after the restart the chat got %q; want the answer alone, no second echo", got)
+	}
+}
+
+// "/voice on" sent while an answer is on its way applies to that answer: it comes with a
+// voice note. (The choice is made on the chat's loop while the turn reads it.)
+func TestVoiceChoiceMadeWhileAnsweringAppliesToThatAnswer(t *testing.T) {
+	srv := voicetest.NewServer(t)
+	e := newEnv(t, openAIVoice(t, srv))
+	asked := make(chan struct{}, 1)
+	release := make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	defer free()
+	e.fake.SetFunc(func(*harness.Request) harness.FakeReply {
+		asked <- struct{}{}
+		<-release
+		return harness.FakeReply{Text: "here it is"}
+	})
+	c := e.client(t, "voice6")
+	c.say("hello")
+	select {
+	case <-asked:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the model was never asked")
+	}
+	c.say("/voice on")
+	if fs := c.until("done", "error"); !strings.Contains(fs[len(fs)-1].Text, "Voice replies") {
+		t.Fatalf("/voice on was answered %q", fs[len(fs)-1].Text)
+	}
+	free()
+	answer := c.until("done", "error")
+	if answer[len(answer)-1].Type != "done" || len(e.voiceParts(t, answer)) != 1 {
+		t.Fatalf("the answer after /voice on: %v; want a done with one voice note", types(answer))
 	}
 }
