@@ -429,6 +429,7 @@ func (r *run) start(prompt string) string {
 	if r.s.hist.takeBackResent(msg) {
 		r.s.log.Info("a message sent again after it got no answer replaces its unanswered copy", "key", r.s.key)
 	}
+	r.compactAhead(msg)
 	r.s.hist.addAs(msg, false, r.asked.ID)
 	r.s.count.Store(int64(r.s.hist.total))
 
@@ -450,6 +451,18 @@ func (r *run) start(prompt string) string {
 	// call leaves no unanswered prompt in the history, just as the chat got no answer.
 	r.emit(&hooks.AgentStart{Session: info, Prompt: prompt})
 	return system
+}
+
+// compactAhead compacts before the prompt m joins the history when with it the request
+// would pass the threshold. The compaction then stands before the message on the branch,
+// so that the message, cut by a crash and answered again, can be taken back (takeBack)
+// without losing the summary: compacted after it, the earlier attempt had to stay, and the
+// model read the message twice.
+func (r *run) compactAhead(m llm.Message) {
+	fixed := r.fixed(r.cfg.system)
+	if r.s.hist.tokens(fixed)+estimateMessage(m) > r.cfg.budget.threshold {
+		_, _ = r.compact(hooks.CompactThreshold, "", fixed) // a failure is handled as in limit: the oldest turns are left out
+	}
 }
 
 // failedStep ends the run after a failed model call; last is the text of the steps before.
