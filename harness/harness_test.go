@@ -907,6 +907,34 @@ func TestAnthropicStreamingWithToolCall(t *testing.T) {
 	}
 }
 
+// Claude may say nothing but a line break before a tool call: that blank text is not sent
+// back as a text block, which the API refuses ("must contain non-whitespace text") at this
+// request and at every later one of the chat.
+func TestAnthropicBlankTextBesideAToolCallIsNotSentBack(t *testing.T) {
+	srv := anthropictest.NewServer()
+	t.Cleanup(srv.Close)
+	srv.Push(
+		anthropictest.Reply{Chunks: []string{"\n\n"}, ToolUses: []anthropictest.ToolUse{{ID: "toolu_1", Name: "current_time", Input: `{}`}}},
+		anthropictest.Reply{Text: "It is now."},
+		anthropictest.Reply{Text: "Bye."},
+	)
+	p, err := harness.NewProvider(harness.Config{Provider: "anthropic", Model: "claude-test", BaseURL: srv.URL(), APIKey: secret.Secret(testKey)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tools, _ := harness.BuiltinTools([]string{"current_time"})
+	s := openSession(t, harness.SessionOptions{Store: openStore(t), Provider: p, Tools: tools})
+	if res, err := s.Run(context.Background(), "time?", nil); err != nil || res.Text != "It is now." {
+		t.Fatalf("%q %v", res.Text, err)
+	}
+	if res, err := s.Run(context.Background(), "thanks", nil); err != nil || res.Text != "Bye." {
+		t.Fatalf("the next message: %q %v", res.Text, err)
+	}
+	if n := len(srv.Requests()); n != 3 {
+		t.Fatalf("%d requests; want 3", n)
+	}
+}
+
 func TestAnthropicOverloadedRetried(t *testing.T) {
 	srv := anthropictest.NewServer()
 	t.Cleanup(srv.Close)

@@ -233,6 +233,13 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	for _, t := range wr.Tools {
 		req.Tools = append(req.Tools, t.Name)
 	}
+	// As the API does: a text block of nothing but whitespace refuses the whole request.
+	blank := false
+	for _, m := range req.Messages {
+		for _, b := range m.Blocks {
+			blank = blank || b.Type == "text" && strings.TrimSpace(b.Text) == ""
+		}
+	}
 
 	s.mu.Lock()
 	s.reqs.Add(req)
@@ -240,6 +247,8 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	limit := s.limit
 	var rep Reply
 	switch {
+	case blank:
+		rep = Reply{Status: http.StatusBadRequest, Message: "messages: text content blocks must contain non-whitespace text"}
 	case limit > 0 && Tokens(body) > limit:
 		rep = Reply{Status: http.StatusBadRequest, Message: fmt.Sprintf("prompt is too long: %d tokens > %d maximum", Tokens(body), limit)}
 	case s.failure(&rep):
