@@ -406,10 +406,35 @@ func (r *run) exec(prompt string) (Result, error) {
 		}
 		var end, aborted bool
 		if last, end, aborted = r.answered(turn, resp, full, fixed); end {
-			return Result{Text: last, Aborted: aborted}, nil
+			res := Result{Text: last, Aborted: aborted}
+			if !aborted {
+				res.Note = stopNote(last, resp.StopReason)
+			}
+			return res, nil
 		}
 	}
 	return Result{Text: last}, tooManySteps(r.cfg.maxTurns)
+}
+
+// stopNote says why a final answer ends as it does, when the chat should be told: the
+// answer reached the length limit (OpenAI's "length", Anthropic's "max_tokens"), the
+// provider withheld it ("content_filter", "refusal"), or the model said nothing. Without
+// it the chat showed a cut answer, or nothing at all, as if that were the whole of it.
+func stopNote(text, reason string) string {
+	blank := strings.TrimSpace(text) == ""
+	switch reason {
+	case "length", "max_tokens":
+		if blank {
+			return "The model reached the length limit of one answer (llm.max_tokens) before writing anything. Please try again, or ask for less at once."
+		}
+		return "The answer stops here: it reached the length limit of one answer (llm.max_tokens). Ask me to go on."
+	case "content_filter", "refusal":
+		return "The model's provider withheld this answer (its content filter)."
+	}
+	if blank {
+		return "The model gave an empty answer. Please try again, or ask differently."
+	}
+	return ""
 }
 
 func tooManySteps(n int) error {

@@ -46,6 +46,9 @@ type Reply struct {
 	// Truncated ends the response cleanly after the text, with no stop reason and no
 	// message_stop: a server or proxy that hung up between two events.
 	Truncated bool
+	// StopReason, when set, ends the answer with it ("max_tokens", "refusal") in place of
+	// "end_turn" or "tool_use".
+	StopReason string
 }
 
 // Block is a decoded content block of a recorded request.
@@ -350,6 +353,9 @@ func (s *Server) complete(w http.ResponseWriter, id, model string, rep Reply, in
 	if len(rep.ToolUses) > 0 {
 		stop = "tool_use"
 	}
+	if rep.StopReason != "" {
+		stop = rep.StopReason
+	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(map[string]any{
 		"id": id, "type": "message", "role": "assistant", "model": model, "content": content,
@@ -406,6 +412,9 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, id, model string
 	stop := "end_turn"
 	if len(rep.ToolUses) > 0 {
 		stop = "tool_use"
+	}
+	if rep.StopReason != "" {
+		stop = rep.StopReason
 	}
 	send("message_delta", map[string]any{"delta": map[string]any{"stop_reason": stop, "stop_sequence": nil}, "usage": map[string]any{"output_tokens": 5}})
 	send("message_stop", map[string]any{})
