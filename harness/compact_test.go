@@ -294,6 +294,41 @@ func TestHookCancellingCompactionStillAnswers(t *testing.T) {
 	}
 }
 
+// A summary the provider fails to write is asked for once per message, not twice (before
+// the message joins the history, then again before its call): the user, whose message is
+// answered with the oldest turns left out, does not wait for a failing provider twice.
+func TestFailingSummaryIsAskedOncePerMessage(t *testing.T) {
+	srv := newOpenAIServer(t)
+	srv.SetFunc(func(r openaitest.Request) openaitest.Reply {
+		if isSummaryRequest(r.Messages) {
+			return openaitest.Reply{Status: 500}
+		}
+		return openaitest.Reply{Text: "noted " + strings.Repeat("ok ", 20)}
+	})
+	s := openSession(t, harness.SessionOptions{Key: "web:nosum", Store: openStore(t), Provider: openAI(t, srv), Model: "gpt-test",
+		ContextWindow: 2500, MaxRetries: -1})
+	total := 0
+	for i := range 12 {
+		before := len(srv.Requests())
+		if _, err := s.Run(context.Background(), fmt.Sprintf("turn %d %s", i, strings.Repeat("z", 1200)), nil); err != nil {
+			t.Fatalf("turn %d: %v", i, err)
+		}
+		asked := 0
+		for _, r := range srv.Requests()[before:] {
+			if isSummaryRequest(r.Messages) {
+				asked++
+			}
+		}
+		if asked > 1 {
+			t.Fatalf("turn %d asked for a summary %d times", i, asked)
+		}
+		total += asked
+	}
+	if total == 0 {
+		t.Fatal("no summary was ever asked for: the test did not reach the threshold")
+	}
+}
+
 // A hook handing its own summary: that summary is saved and sent, the model is not asked.
 func TestHookSuppliedSummaryIsUsed(t *testing.T) {
 	srv := newOpenAIServer(t)

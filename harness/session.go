@@ -359,6 +359,9 @@ type run struct {
 	ceiling int
 	parts   []llm.Part // media of the prompt
 	asked   Attempt    // the message the prompt is
+	// refused is set when the compaction before the prompt failed or was cancelled: the
+	// first call does not ask again (a provider that is down would be waited for twice).
+	refused bool
 }
 
 // fixed is what the system prompt and the tools cost in every request.
@@ -486,7 +489,9 @@ func (r *run) start(prompt string) string {
 func (r *run) compactAhead(m llm.Message) {
 	fixed := r.fixed(r.cfg.system)
 	if r.s.hist.tokens(fixed)+estimateMessage(m) > r.cfg.budget.threshold {
-		_, _ = r.compact(hooks.CompactThreshold, "", fixed) // a failure is handled as in limit: the oldest turns are left out
+		// A failure is handled as in limit: the oldest turns are left out of the request.
+		_, err := r.compact(hooks.CompactThreshold, "", fixed)
+		r.refused = err != nil && !errors.Is(err, ErrNothingToCompact)
 	}
 }
 
@@ -641,9 +646,10 @@ func (r *run) callWithBudget(turn int, system string, defs []llm.ToolDef, fixed 
 // request may hold, in our estimate's terms.
 func (r *run) limit(fixed int) int {
 	h, b := r.s.hist, r.cfg.budget
-	if h.tokens(fixed) > b.threshold {
+	if h.tokens(fixed) > b.threshold && !r.refused {
 		r.compact(hooks.CompactThreshold, "", fixed)
 	}
+	r.refused = false
 	limit := b.threshold
 	if est, real := fixed+h.tokensFrom(0), h.tokens(fixed); real > est {
 		// The provider counts more than our estimate: measure the cut in its terms.
