@@ -238,7 +238,7 @@ func (s *session) command(cmd, arg string, msg *channels.Message, rt *Runtime, p
 	reply := func(text string) { g.notify(g.ctx, rt.Bus, target, text) }
 	// A command queued as a turn finishes an answer a crash cut, as a message's turn does.
 	turnTarget := target
-	turnTarget.Resume = msg.Resume
+	turnTarget.Resume = answerResume(msg)
 	switch cmd {
 	case "help", "start":
 		namer, _ := g.byName[msg.Channel].(channels.CommandNamer)
@@ -398,7 +398,9 @@ func (s *session) commandTurn(ctx context.Context, d *deliverer, req *turnReq, a
 	}
 	if res.Prompt != "" {
 		if res.Text != "" {
-			d.send(channels.Frame{Type: channels.FrameStatus, Text: res.Text})
+			// A message of its own, before the model's answer: a status line would be
+			// dropped by Telegram and Discord and removed by the web page at done.
+			d.send(channels.Frame{Type: channels.FrameParts, Parts: []channels.Part{channels.TextPart(res.Text)}})
 		}
 		return res.Prompt
 	}

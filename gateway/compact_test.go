@@ -220,3 +220,31 @@ func TestAnswerEndingEarlyIsToldInTheChat(t *testing.T) {
 		t.Fatalf("an empty answer: %q", got)
 	}
 }
+
+// A profile that names a model and a server but no provider, under a gateway.yaml with no
+// model (echo), used to be answered by echo: "no model is configured", its llm section
+// silently ignored. It reaches the server it names.
+func TestProfileModelWithoutProviderIsNotEcho(t *testing.T) {
+	srv, _ := withOpenAIFake(t, 0)
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "local"), 0o755)
+	yaml := fmt.Sprintf("llm: {model: llama-test, base_url: %q}\n", srv.URL())
+	if err := os.WriteFile(filepath.Join(dir, "local", "profile.yaml"), []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	set, err := profiles.Load(profiles.Config{Dir: dir, Default: "local"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, func(c *Config, rt *Runtime, d *Deps) {
+		rt.Profiles = set
+		rt.LLM = harness.Config{Provider: "echo", Model: "echo"}
+		d.NewProvider = func(cfg harness.Config) (harness.Provider, error) { return harness.NewProvider(cfg, nil) }
+	})
+	if got := e.say(t, "c1", "m1", "hello"); got != "done:answer to hello" {
+		t.Fatalf("answer %q; want the profile's model to answer", got)
+	}
+	if reqs := srv.Requests(); len(reqs) != 1 || reqs[0].Model != "llama-test" {
+		t.Fatalf("requests to the profile's server: %d; want 1 for llama-test", len(reqs))
+	}
+}

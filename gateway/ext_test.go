@@ -40,7 +40,7 @@ func withHookDirsEnv(t *testing.T, apiEnv []string, dirs ...string) envOpt {
 			rt.Commands = NewCommandRegistry()
 		}
 		for _, dir := range dirs {
-			hd := hooks.LoadDir(rt.Bus, dir, hooks.DirOptions{Registry: rt.Commands, APIEnv: apiEnv})
+			hd := hooks.LoadDir(rt.Bus, dir, hooks.DirOptions{Registry: rt.Commands, APIEnv: func() []string { return apiEnv }})
 			if errs := hd.Errors(); len(errs) > 0 {
 				t.Fatalf("hooks of %s: %v", dir, errs)
 			}
@@ -231,4 +231,32 @@ func TestExampleRemindUsesAPI(t *testing.T) {
 	if len(e.fake.Requests()) != 0 {
 		t.Fatal("the reminder reached the model")
 	}
+}
+
+// A hook command answering both text and a prompt: the text reaches the chat as a message
+// of its own before the model's answer. As a status line it would be dropped by Telegram
+// and Discord, and removed by the web page when the answer ends.
+func TestHookCommandTextWithAPromptReachesTheChat(t *testing.T) {
+	root := t.TempDir()
+	os.MkdirAll(filepath.Join(root, "brief"), 0o755)
+	os.WriteFile(filepath.Join(root, "brief", "HOOK.yaml"), []byte("commands: [{name: brief, description: a briefing}]\ncommand: [./run.sh]\n"), 0o644)
+	os.WriteFile(filepath.Join(root, "brief", "run.sh"), []byte("#!/bin/sh\ncat >/dev/null\necho '{\"text\":\"Fetching the news first.\",\"prompt\":\"brief me\"}'\n"), 0o755)
+	srv := openaitest.NewServer()
+	t.Cleanup(srv.Close)
+	srv.SetFunc(func(r openaitest.Request) openaitest.Reply {
+		return openaitest.Reply{Text: "asked: " + r.Messages[len(r.Messages)-1].Content}
+	})
+	e := newEnv(t, withProvider(srv), withHookDirs(t, root))
+	c := e.client(t, "briefchat")
+	c.say("/brief")
+	fs := c.until("done", "error")
+	if last := fs[len(fs)-1]; last.Type != "done" || last.Text != "asked: brief me" {
+		t.Fatalf("answer %+v", fs)
+	}
+	for _, f := range fs {
+		if f.Type == "parts" && len(f.Parts) == 1 && f.Parts[0]["type"] == "text" && f.Parts[0]["text"] == "Fetching the news first." {
+			return
+		}
+	}
+	t.Fatalf("the command's text did not reach the chat as a message: %+v", fs)
 }

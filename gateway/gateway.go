@@ -912,10 +912,10 @@ func (g *Gateway) provider(cfg harness.Config) (harness.Provider, error) {
 
 // notify sends a one-shot notice (a lone done frame) to the message's chat; a failure is
 // emitted on bus, the bus of the runtime the message was taken with.
-func (g *Gateway) notify(ctx context.Context, bus *hooks.Bus, target channels.Target, text string) {
+func (g *Gateway) notify(ctx context.Context, bus *hooks.Bus, target channels.Target, text string) (shown bool) {
 	ch, ok := g.byName[target.Channel]
 	if !ok {
-		return
+		return false
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
@@ -925,7 +925,9 @@ func (g *Gateway) notify(ctx context.Context, bus *hooks.Bus, target channels.Ta
 	}
 	if err != nil {
 		g.deliveryFailed(bus, sessionOf(target), err)
+		return false
 	}
+	return true
 }
 
 // refuse handles a message Deliver could not take (reason is the metric label, errText

@@ -3,6 +3,7 @@ package gateway
 import (
 	"crypto/subtle"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"strings"
@@ -102,12 +103,27 @@ func adminOnly(token string, h http.HandlerFunc) http.Handler {
 		if h, _, err := net.SplitHostPort(reqHost); err == nil {
 			reqHost = h
 		}
-		if !isLoopback(reqHost) || r.Header.Get("Origin") != "" {
-			writeJSON(w, http.StatusForbidden, map[string]any{"error": "the admin endpoint refuses cross-site requests"})
+		if !isLoopback(reqHost) {
+			// Said plainly: an admin who curls the machine's own name from the machine
+			// itself was told "cross-site" and could not tell what to change.
+			writeJSON(w, http.StatusForbidden, map[string]any{"error": fmt.Sprintf(
+				"without admin.token the admin endpoint answers only requests addressed to 127.0.0.1, [::1] or localhost, not to %q (a defence against DNS rebinding)", clipHost(reqHost))})
+			return
+		}
+		if r.Header.Get("Origin") != "" {
+			writeJSON(w, http.StatusForbidden, map[string]any{"error": "the admin endpoint refuses requests from web pages (cross-site)"})
 			return
 		}
 		h(w, r)
 	})
+}
+
+// clipHost bounds a Host header quoted back to the client.
+func clipHost(h string) string {
+	if len(h) > 100 {
+		return h[:100] + "..."
+	}
+	return h
 }
 
 func isLoopback(host string) bool {

@@ -180,15 +180,22 @@ func (g *Gateway) Forget(match func(sessionKey string) bool) {
 // mode, in the shared settings. nil when none is kept or the turn answers nothing
 // journaled.
 func (g *Gateway) placed(sessionKey string, req *turnReq) func(string) {
-	if len(req.seqs) == 0 || req.seqs[0] == 0 {
+	if len(req.seqs) == 0 {
 		return nil
 	}
-	seq := req.seqs[0]
+	return g.placer(sessionKey, req.seqs[0], req.asked.ID)
+}
+
+// placer keeps placements for the message seq (intake is its intakeID), as placed does.
+func (g *Gateway) placer(sessionKey string, seq uint64, intake string) func(string) {
+	if seq == 0 {
+		return nil
+	}
 	var keep func(string) error
 	if p, ok := g.journal.(Placer); ok {
 		keep = func(placement string) error { return p.Place(seq, placement) }
-	} else if g.shared != nil && req.asked.ID != "" {
-		keep = func(placement string) error { return g.shared.place(seq, sessionKey, req.asked.ID, placement) }
+	} else if g.shared != nil && intake != "" {
+		keep = func(placement string) error { return g.shared.place(seq, sessionKey, intake, placement) }
 	} else {
 		return nil
 	}

@@ -337,3 +337,37 @@ func TestTelegramChatMenuFollowsARestart(t *testing.T) {
 		t.Errorf("after the restart the chat's menu is %q; want the common %q", got, common)
 	}
 }
+
+// On Telegram, which shows no status line, a hook command's text given with a prompt is a
+// message of its own, before the model's answer.
+func TestTelegramHookCommandTextWithAPromptIsAMessage(t *testing.T) {
+	tg := telegramtest.NewServer(t)
+	ch, err := telegram.New(telegram.Config{Enabled: true, Token: secret.Secret(tg.Token), APIURL: tg.URL, Mode: telegram.ModePolling,
+		Access: channels.Access{AllowFrom: []string{"4242"}, DMPolicy: channels.DMAllowlist}}, telegram.Options{StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	os.MkdirAll(filepath.Join(root, "brief"), 0o755)
+	os.WriteFile(filepath.Join(root, "brief", "HOOK.yaml"), []byte("commands: [{name: brief, description: a briefing}]\ncommand: [./run.sh]\n"), 0o644)
+	os.WriteFile(filepath.Join(root, "brief", "run.sh"), []byte("#!/bin/sh\ncat >/dev/null\necho '{\"text\":\"Fetching the news first.\",\"prompt\":\"brief me\"}'\n"), 0o755)
+	e := newEnvWith(t, t.TempDir(), []channels.Channel{ch}, withHookDirs(t, root))
+	e.fake.SetFunc(func(*harness.Request) harness.FakeReply { return harness.FakeReply{Text: "Here is the news."} })
+	tg.Send(telegramtest.Update{ChatID: 4242, From: &models.User{ID: 4242, FirstName: "Ann"}, Text: "/brief"})
+	var texts []string
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		texts = texts[:0]
+		for _, m := range tg.Messages(4242) {
+			texts = append(texts, m.Text)
+		}
+		if slices.Contains(texts, "Here is the news.") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("bot posted %q", texts)
+		}
+	}
+	if i := slices.Index(texts, "Fetching the news first."); i < 0 || i > slices.Index(texts, "Here is the news.") {
+		t.Fatalf("bot posted %q; want the command's text, then the answer", texts)
+	}
+}

@@ -28,6 +28,21 @@ func newSharedPlaces(st Settings) *sharedPlaces {
 	return &sharedPlaces{st: st, kept: map[uint64]placeKey{}}
 }
 
+// noticesShown is the placement kept for a message whose notices (what its receive hooks
+// could not use, the transcript's echo) reached the chat before any of its answer did: the
+// answer to it after a crash comes without them, as it would after a placement of the
+// answer's own. No channel's placement reads like it.
+const noticesShown = "notices shown"
+
+// answerResume is the placement of an earlier attempt at the answer to msg, which the
+// answer finishes; "" when none of it showed.
+func answerResume(msg *channels.Message) string {
+	if msg.Resume == noticesShown {
+		return ""
+	}
+	return msg.Resume
+}
+
 // intakeID names a message of the journal or the shared intake in the chat's history
 // (harness.Attempt.ID): the seq beside the platform's id, since a state file started
 // afresh, or a stream made anew, counts seqs from 1 again.

@@ -378,9 +378,15 @@ func (s *session) intake(msg *channels.Message) {
 	msg.Parts, msg.IsVoice = ev.Parts, ev.IsVoice
 	text := strings.TrimSpace(ev.Text)
 	// What a handler left out of the message (audio it could not transcribe) is told before
-	// the answer, once: an answer that began to show before a crash (msg.Resume) came after it.
-	if len(ev.Notices) > 0 && msg.Resume == "" {
-		g.notify(g.ctx, rt.Bus, channels.TargetOf(msg), strings.Join(ev.Notices, "\n"))
+	// the answer, once: after a crash, msg.Resume says it was (the answer began to show, or
+	// these notices did).
+	shown := func() {
+		if keep := g.placer(s.key, msg.Seq, intakeID(msg)); keep != nil {
+			keep(noticesShown)
+		}
+	}
+	if len(ev.Notices) > 0 && msg.Resume == "" && g.notify(g.ctx, rt.Bus, channels.TargetOf(msg), strings.Join(ev.Notices, "\n")) {
+		shown()
 	}
 
 	if cmd, arg, ok := parseCommand(text); ok {
@@ -389,10 +395,9 @@ func (s *session) intake(msg *channels.Message) {
 			return
 		}
 	}
-	// An answer that began to show before a crash (msg.Resume) came after this echo: the
-	// chat has it already.
-	if msg.IsVoice && g.cfg.EchoTranscript && text != "" && msg.Resume == "" {
-		g.notify(g.ctx, rt.Bus, channels.TargetOf(msg), "🎤 "+text)
+	// Shown before a crash (msg.Resume), the echo is not shown again.
+	if msg.IsVoice && g.cfg.EchoTranscript && text != "" && msg.Resume == "" && g.notify(g.ctx, rt.Bus, channels.TargetOf(msg), "🎤 "+text) {
+		shown()
 	}
 	prompt := buildPrompt(msg, text)
 	parts := g.keepMedia(msg)
@@ -401,7 +406,7 @@ func (s *session) intake(msg *channels.Message) {
 		return
 	}
 	target := channels.TargetOf(msg)
-	target.Resume = msg.Resume // the turn's answer finishes the one a crash cut, not the notices above
+	target.Resume = answerResume(msg) // the turn's answer finishes the one a crash cut, not the notices above
 	req := &turnReq{prompt: prompt, parts: parts, isVoice: msg.IsVoice, profile: prof, info: info,
 		target: target, rt: rt, release: release, seqs: []uint64{msg.Seq}}
 	if msg.Seq != 0 {
@@ -614,6 +619,15 @@ func ProfileLLM(global harness.Config, p *profiles.Profile) harness.Config {
 
 // mergeLLM overlays a profile's llm settings on the global ones, field by field.
 func mergeLLM(base, over harness.Config) harness.Config {
+	if over.Provider == "" && base.Provider == "echo" && ((over.Model != "" && over.Model != "echo") || over.BaseURL != "" || over.APIKey != "") {
+		// A profile that names a model, a server or a key asks for a model: echo, inherited
+		// from a gateway.yaml that configures none, would ignore them. As in gateway.yaml, a
+		// section without a provider means the OpenAI-compatible API.
+		over.Provider = "openai"
+		if over.Model == "" {
+			over.Model = "gpt-4o-mini"
+		}
+	}
 	if over.Provider != "" && over.Provider != base.Provider {
 		// A different provider does not inherit the global endpoint or key.
 		base.BaseURL, base.APIKey, base.Model = "", "", ""

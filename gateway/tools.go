@@ -21,7 +21,7 @@ func (h hookTool) Def() llm.ToolDef {
 	return llm.ToolDef{Name: h.t.Name, Description: h.t.Description, Parameters: h.t.Parameters}
 }
 
-// Timeout is the tool's own limit from HOOK.yaml (0: the hook's, which bounds the call too).
+// Timeout is the bound of one call from HOOK.yaml: the tool's own, else its hook's.
 func (h hookTool) Timeout() time.Duration { return h.t.Timeout }
 
 func (h hookTool) Run(ctx context.Context, args json.RawMessage) (string, error) {

@@ -22,8 +22,10 @@ import (
 	"gateway/channels"
 	"gateway/channels/telegram"
 	"gateway/channels/telegram/telegramtest"
+	"gateway/harness"
 	"gateway/internal/audio"
 	"gateway/internal/secret"
+	"gateway/state"
 )
 
 const spoken = "please turn on the kitchen lights"
@@ -348,24 +350,30 @@ func TestProfileVoiceOverrides(t *testing.T) {
 	}
 }
 
-// A voice note answered again after a crash had its transcript echoed before its answer
-// began to show (the journal kept where the answer showed): the restart does not echo it
-// a second time. One whose answer never began to show is echoed, since the crash may have
-// come before the echo.
-func TestReplayedVoiceNoteIsNotEchoedTwice(t *testing.T) {
-	srv := voicetest.NewServer(t)
+// spokenNote is a speech server that hears spoken, a state file in a new folder, and a
+// voice note saying spoken saved there.
+func spokenNote(t *testing.T) (srv *voicetest.Server, dir string, db *state.DB, note channels.Part) {
+	srv = voicetest.NewServer(t)
 	srv.SetTranscript(spoken)
-	dir := t.TempDir()
-	db := openState(t, dir)
-	defer db.Close()
-	note := filepath.Join(dir, "note.ogg")
+	dir = t.TempDir()
+	db = openState(t, dir)
+	t.Cleanup(func() { db.Close() })
+	path := filepath.Join(dir, "note.ogg")
 	ogg := voicetest.SpeakOgg(t, spoken)
-	if err := os.WriteFile(note, ogg, 0o600); err != nil {
+	if err := os.WriteFile(path, ogg, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	return srv, dir, db, channels.Part{Type: channels.PartAudio, MIME: "audio/ogg", Path: path, Size: int64(len(ogg)), Voice: true}
+}
+
+// A voice note answered again after a crash had its transcript echoed before its answer
+// began to show (the journal kept where the answer showed): the restart does not echo it
+// a second time. One with nothing kept is echoed: the crash came before the echo.
+func TestReplayedVoiceNoteIsNotEchoedTwice(t *testing.T) {
+	srv, dir, db, note := spokenNote(t)
 	journal := func(chat string, shown bool) {
 		body, err := encode(&channels.Message{ID: chat + "-1", Channel: "mem", ChatID: chat, UserID: "u" + chat, ChatType: channels.ChatDM,
-			IsVoice: true, Parts: []channels.Part{{Type: channels.PartAudio, MIME: "audio/ogg", Path: note, Size: int64(len(ogg)), Voice: true}}, Time: time.Now()})
+			IsVoice: true, Parts: []channels.Part{note}, Time: time.Now()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -405,4 +413,41 @@ func telegramVoiceEnv(t *testing.T) (*telegramtest.Server, *testEnv) {
 		t.Fatal(err)
 	}
 	return tg, newEnvWith(t, t.TempDir(), []channels.Channel{ch}, localVoice(t))
+}
+
+// A voice note whose transcript was echoed, with the crash (here a shutdown past its
+// deadline) coming while the model still worked on it, is answered after the restart
+// without a second echo: the chat saw it already.
+func TestVoiceNoteEchoedBeforeACrashIsNotEchoedAgain(t *testing.T) {
+	srv, dir, db, note := spokenNote(t)
+	echo := func(c *Config, _ *Runtime, _ *Deps) { c.EchoTranscript = true }
+	first := newEnvIn(t, filepath.Join(dir, "sessions"), openAIVoice(t, srv), withDurable(db), echo)
+	asked := make(chan struct{}, 1)
+	first.fake.SetFunc(func(*harness.Request) harness.FakeReply {
+		asked <- struct{}{}
+		return harness.FakeReply{Text: "never finished", Delay: time.Hour}
+	})
+	msg := &channels.Message{ID: "n1", Channel: "mem", ChatID: "v1", UserID: "uv1", ChatType: channels.ChatDM, IsVoice: true,
+		Parts: []channels.Part{note}}
+	if err := first.mem.sink.Deliver(context.Background(), msg); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-asked:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the model was never asked")
+	}
+	if got := first.mem.finals("v1"); len(got) != 1 || got[0] != "done:🎤 "+spoken {
+		t.Fatalf("before the crash the chat got %q; want the echo", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	_ = first.g.Stop(ctx) // past the deadline: the turn is cut, as a crash would cut it
+	cancel()
+
+	second := newEnvIn(t, filepath.Join(dir, "sessions"), openAIVoice(t, srv), withDurable(db), echo)
+	second.fake.SetFunc(func(req *harness.Request) harness.FakeReply { return harness.FakeReply{Text: "the lights are on"} })
+	second.mem.waitDone(t, 1)
+	if got := second.mem.finals("v1"); len(got) != 1 || !strings.HasPrefix(got[0], "done:the lights are on") {
+		t.Fatalf("after the restart the chat got %q; want the answer alone, no second echo", got)
+	}
 }

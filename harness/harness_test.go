@@ -1316,3 +1316,43 @@ func TestOpenAICompatibleLocalServerNeedsNoKey(t *testing.T) {
 		t.Fatalf("path %q, Authorization %q", r.Path, r.Header.Get("Authorization"))
 	}
 }
+
+// argsTool records the arguments it is run with.
+type argsTool struct{ got chan json.RawMessage }
+
+func (a argsTool) Def() llm.ToolDef {
+	return llm.ToolDef{Name: "lookup_order", Parameters: json.RawMessage(`{"type":"object"}`)}
+}
+
+func (a argsTool) Run(_ context.Context, args json.RawMessage) (string, error) {
+	a.got <- args
+	return "order found", nil
+}
+
+// A model whose tool call's arguments are not JSON (cut off, or malformed) is told so and
+// may call again; the tool is not run with {} in their place, as if the model had asked that.
+func TestToolCallWithArgumentsThatAreNotJSONIsToldNotRun(t *testing.T) {
+	srv := newOpenAIServer(t)
+	srv.Push(
+		openaitest.Reply{ToolCalls: []openaitest.ToolCall{{ID: "call_bad", Name: "lookup_order", Arguments: `{"id": "A-1`}}},
+		openaitest.Reply{ToolCalls: []openaitest.ToolCall{{ID: "call_ok", Name: "lookup_order", Arguments: `{"id": "A-17"}`}}},
+		openaitest.Reply{Text: "Shipped."},
+	)
+	tool := argsTool{got: make(chan json.RawMessage, 2)}
+	s := openSession(t, harness.SessionOptions{Store: openStore(t), Provider: openAI(t, srv), Tools: []harness.Tool{tool}})
+	res, err := s.Run(context.Background(), "where is my order?", nil)
+	if err != nil || res.Text != "Shipped." {
+		t.Fatalf("run: %+v, %v", res, err)
+	}
+	if len(tool.got) != 1 {
+		t.Fatalf("the tool ran %d times, want once (with the good arguments)", len(tool.got))
+	}
+	if got := string(<-tool.got); got != `{"id": "A-17"}` {
+		t.Fatalf("the tool ran with %s", got)
+	}
+	m := srv.Requests()[1].Messages
+	r := m[len(m)-1]
+	if r.Role != "tool" || r.ToolCallID != "call_bad" || !strings.Contains(r.Content, "not valid JSON") {
+		t.Fatalf("the model was told %+v, want that its arguments were not valid JSON", r)
+	}
+}

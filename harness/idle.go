@@ -22,6 +22,8 @@ type idleContext struct {
 	mu       sync.Mutex
 	err      error
 	deadline time.Time
+	after    map[int]func() // AfterFunc's, run once c is done
+	nextID   int
 }
 
 // touchKey finds an idleContext's touch in a request's context (see touchBody).
@@ -48,6 +50,36 @@ func (c *idleContext) end(err error) {
 	c.timer.Stop()
 	c.stop()
 	close(c.done)
+	for _, f := range c.after {
+		go f()
+	}
+	c.after = nil
+}
+
+// AfterFunc runs f in its own goroutine once c is done, and its stop unregisters f. The
+// context package uses it for what derives from c (the HTTP transport's context.AfterFunc
+// of each call, a child's cancel); without it, each of them would park a goroutine of its
+// own for as long as the model takes: one more for every turn waiting on the model.
+func (c *idleContext) AfterFunc(f func()) (stop func() bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		go f()
+		return func() bool { return false }
+	}
+	if c.after == nil {
+		c.after = map[int]func(){}
+	}
+	id := c.nextID
+	c.nextID++
+	c.after[id] = f
+	return func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		_, ok := c.after[id]
+		delete(c.after, id)
+		return ok
+	}
 }
 
 // touch says that the answer is still coming: the silence counts from now.

@@ -166,6 +166,16 @@ func schemaObject(raw json.RawMessage) map[string]any {
 	return m
 }
 
+// argsAsSent are a streamed tool call's arguments as the model sent them, {} when it sent
+// none. Text that is not JSON is kept: the run tells the model so rather than call the tool
+// with {} (see badArguments); the history gets {} in its place (cleanToolCalls).
+func argsAsSent(s string) json.RawMessage {
+	if strings.TrimSpace(s) == "" {
+		return json.RawMessage("{}")
+	}
+	return json.RawMessage(s)
+}
+
 // argsOrEmpty keeps tool-call arguments valid JSON for APIs that require an object.
 func argsOrEmpty(a json.RawMessage) json.RawMessage {
 	if len(bytes.TrimSpace(a)) == 0 || !json.Valid(a) {

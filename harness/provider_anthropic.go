@@ -350,7 +350,7 @@ func (a *anthropicAccum) response() *Response {
 		if id == "" {
 			id = newID()
 		}
-		resp.Message.ToolCalls = append(resp.Message.ToolCalls, llm.ToolCall{ID: id, Name: b.name, Arguments: argsOrEmpty(json.RawMessage(b.args.String()))})
+		resp.Message.ToolCalls = append(resp.Message.ToolCalls, llm.ToolCall{ID: id, Name: b.name, Arguments: argsAsSent(b.args.String())})
 	}
 	return &resp
 }

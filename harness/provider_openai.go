@@ -330,7 +330,7 @@ func (a *openAIAccum) response() *Response {
 	sort.Slice(idx, func(x, y int) bool { return idx[x] < idx[y] })
 	for _, i := range idx {
 		c := a.calls[i]
-		c.Arguments = argsOrEmpty(json.RawMessage(a.args[i].String()))
+		c.Arguments = argsAsSent(a.args[i].String())
 		if c.ID == "" {
 			c.ID = newID()
 		}

@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -524,6 +525,7 @@ func (r *run) answered(turn int, resp *Response, full bool, fixed int) (last str
 	info := r.cfg.info
 	msg := resp.Message
 	msg.Role = llm.RoleAssistant
+	bad := badArguments(msg.ToolCalls)
 	msg.ToolCalls = cleanToolCalls(msg.ToolCalls)
 	r.add(msg, false)
 	if h := r.s.hist; full && resp.Usage.InputTokens > 0 {
@@ -535,8 +537,8 @@ func (r *run) answered(turn int, resp *Response, full bool, fixed int) (last str
 	last = msg.Content
 
 	var results []llm.Message
-	for _, tc := range msg.ToolCalls {
-		res := r.tool(tc)
+	for i, tc := range msg.ToolCalls {
+		res := r.tool(tc, bad[i])
 		r.add(res, false)
 		results = append(results, res)
 	}
@@ -803,8 +805,9 @@ func providerError(name string, err error) *ProviderError {
 }
 
 // tool runs one tool call through the tool_call and tool_result hooks. Every call gets a
-// result, so the history never holds a call without one.
-func (r *run) tool(tc llm.ToolCall) llm.Message {
+// result, so the history never holds a call without one. badArgs: the model's arguments were
+// not JSON; the tool is not run and the model is told, so it can call again.
+func (r *run) tool(tc llm.ToolCall, badArgs bool) llm.Message {
 	info, bus := r.cfg.info, r.cfg.bus
 	r.on(Update{Kind: UpdateToolStart, ToolID: tc.ID, ToolName: tc.Name})
 	args := tc.Arguments
@@ -813,8 +816,11 @@ func (r *run) tool(tc llm.ToolCall) llm.Message {
 		isErr   bool
 		done    bool
 	)
-	if r.ctx.Err() != nil {
+	switch {
+	case r.ctx.Err() != nil:
 		content, isErr, done = "error: the run was stopped before this tool ran", true, true
+	case badArgs:
+		content, isErr, done = "error: the arguments of this call are not valid JSON, so the tool did not run; call it again with a JSON object", true, true
 	}
 	if !done && bus != nil {
 		ev := &hooks.ToolCall{Session: info, ToolCallID: tc.ID, Tool: tc.Name, Arguments: args}
@@ -855,6 +861,15 @@ func (r *run) tool(tc llm.ToolCall) llm.Message {
 	}
 	r.on(Update{Kind: UpdateToolEnd, ToolID: tc.ID, ToolName: tc.Name, IsError: isErr, Text: clip(content, 200)})
 	return llm.Message{Role: llm.RoleTool, Content: content, ToolCallID: tc.ID, Name: tc.Name, IsError: isErr}
+}
+
+// badArguments tells, call by call, whether the arguments the model sent are not JSON.
+func badArguments(calls []llm.ToolCall) []bool {
+	bad := make([]bool, len(calls))
+	for i, c := range calls {
+		bad[i] = len(bytes.TrimSpace(c.Arguments)) > 0 && !json.Valid(c.Arguments)
+	}
+	return bad
 }
 
 // cleanToolCalls gives every call a unique id and valid JSON arguments.

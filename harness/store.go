@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"gateway/internal/files"
 	"gateway/internal/llm"
 )
 
@@ -1036,7 +1037,7 @@ func (h *history) appendPending() error {
 		return nil
 	}
 	if h.f == nil {
-		f, err := os.OpenFile(h.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		f, err := files.OpenAppend(h.path)
 		if err != nil {
 			return err
 		}
@@ -1093,7 +1094,7 @@ func syncDir(dir string) {
 // appendDurable appends data to the file at path and fsyncs it; a new file's directory
 // entry is fsynced too. A failed write is cut back so that no torn line is left behind.
 func appendDurable(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	f, err := files.OpenAppend(path)
 	if err != nil {
 		return err
 	}

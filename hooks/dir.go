@@ -53,9 +53,11 @@ type DirOptions struct {
 	// Registry, when set, receives the commands and tools the hooks declare; a hook whose
 	// command or tool clashes with one already there does not load (a LoadError).
 	Registry *Registry
-	// APIEnv is given to the programs of hooks with api: true
-	// (GATEWAY_API_URL=..., GATEWAY_API_TOKEN=...).
-	APIEnv []string
+	// APIEnv gives the programs of hooks with api: true their variables
+	// (GATEWAY_API_URL=..., GATEWAY_API_TOKEN=...). It is asked at each run, not at load:
+	// the API's address may be known only once the gateway listens (a port 0 in
+	// http.listen is chosen then).
+	APIEnv func() []string
 }
 
 // LoadedHook describes one hook found in a directory.
@@ -136,14 +138,31 @@ func LoadDir(bus *Bus, dir string, opts DirOptions) *Dir {
 }
 
 // LogLoaded logs each hook of a set the gateway took (at startup, or a reload that was not
-// refused): loaded, with its kind and events, or disabled.
+// refused): loaded, with its kind, events, commands and tools, or disabled.
 func LogLoaded(log *slog.Logger, hooks []LoadedHook) {
 	for _, h := range hooks {
 		if !h.Enabled {
 			log.Info("hook disabled", "source", h.Source)
 			continue
 		}
-		log.Info("hook loaded", "source", h.Source, "kind", h.Kind, "events", h.Events)
+		// A hook that only declares commands or tools has no events: without them the line
+		// would not say what it added.
+		attrs := []any{"source", h.Source, "kind", h.Kind, "events", h.Events}
+		if len(h.Commands) > 0 {
+			names := make([]string, len(h.Commands))
+			for i, c := range h.Commands {
+				names[i] = "/" + c.Name
+			}
+			attrs = append(attrs, "commands", names)
+		}
+		if len(h.Tools) > 0 {
+			names := make([]string, len(h.Tools))
+			for i, t := range h.Tools {
+				names[i] = t.Name
+			}
+			attrs = append(attrs, "tools", names)
+		}
+		log.Info("hook loaded", attrs...)
 	}
 }
 
@@ -312,6 +331,11 @@ func parseHook(folder string, getenv func(string) string) (hookSpec, error) {
 		}
 		s.command = hf.Command
 		s.Kind = KindCommand
+		// A disabled hook never runs: its program is looked for when it is enabled, so an
+		// admin can switch off a hook whose program is gone without the reload being refused.
+		if !s.Enabled {
+			break
+		}
 		if err := resolveCommand(folder, s.command); err != nil {
 			return s, bad("command", "%v", err)
 		}
@@ -335,6 +359,11 @@ func resolveCommand(folder string, argv []string) error {
 	prog := argv[0]
 	if !strings.ContainsRune(prog, filepath.Separator) && !strings.ContainsRune(prog, '/') {
 		if _, err := exec.LookPath(prog); err != nil {
+			if fi, serr := os.Stat(filepath.Join(folder, prog)); serr == nil && !fi.IsDir() {
+				// The newcomer's mistake: the program sits in the hook's folder, and a
+				// bare name is looked up in PATH only, as a shell would.
+				return fmt.Errorf("program %q not found in PATH; for the %s in the hook's folder write [\"./%s\"]", prog, prog, prog)
+			}
 			return fmt.Errorf("program %q not found in PATH", prog)
 		}
 		return nil
@@ -372,9 +401,9 @@ func register(bus *Bus, s hookSpec, opts DirOptions) (*Scope, error) {
 	h := &hookHandler{name: s.Name, dir: s.Dir, observer: slices.Contains(s.Events, "*")}
 	switch s.Kind {
 	case KindCommand:
-		x := newExecRunner(s)
+		x := newExecRunner(s, opts.Logger)
 		if s.API {
-			x.env = append(x.env, opts.APIEnv...)
+			x.apiEnv = opts.APIEnv
 		}
 		h.invoke = x.invoke
 	case KindURL:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -149,6 +150,53 @@ echo '{"action":"reject","reason":"too late"}'
 			t.Fatalf("child process %d still running after the timeout", pid)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A program that answers and exits while something it started in the background still
+// holds its stdout is heard at once: its answer counts, and what it left behind is killed.
+func TestExecHookAnswerCountsWhenItLeavesABackgroundProcess(t *testing.T) {
+	root := t.TempDir()
+	dir := writeHook(t, root, "bg", receiveHook, `
+cat >/dev/null
+sleep 30 &
+echo $! > child.pid
+echo '{"action":"reject","reason":"not here"}'
+`)
+	b := newTestBus(t, 10*time.Second)
+	loadOne(t, b, root, DirOptions{Source: "dir:hooks"})
+	start := time.Now()
+	rej := b.Receive(ctxT(t), receiveEvent(channels.TextPart("hello")))
+	if rej == nil || rej.Reason != "not here" {
+		t.Fatalf("reject = %+v (failures %+v): the program's answer was lost", rej, b.Failures())
+	}
+	if elapsed := time.Since(start); elapsed > 900*time.Millisecond {
+		t.Errorf("Receive took %s: it waited for the background process", elapsed)
+	}
+	if fs := b.Failures(); len(fs) != 0 {
+		t.Errorf("failures: %+v", fs)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "child.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(data)))
+	childproctest.WaitGone(t, pid, "the background process the hook left")
+}
+
+// What a program that succeeds writes to stderr reaches the gateway's log, as the docs
+// promise for diagnostics, naming the hook.
+func TestExecHookStderrOfASuccessIsLogged(t *testing.T) {
+	root := t.TempDir()
+	writeHook(t, root, "x", receiveHook, "cat >/dev/null\necho 'checked 1 message' >&2\n")
+	b := newTestBus(t, 10*time.Second)
+	loadOne(t, b, root, DirOptions{Source: "dir:hooks", Logger: slog.New(slog.NewTextHandler(&b.log, nil))})
+	b.Receive(ctxT(t), receiveEvent(channels.TextPart("hello")))
+	if got := b.log.String(); !strings.Contains(got, "checked 1 message") || !strings.Contains(got, "source=dir:hooks/x") {
+		t.Errorf("log lacks the hook's stderr or its source:\n%s", got)
+	}
+	if fs := b.Failures(); len(fs) != 0 {
+		t.Errorf("failures: %+v", fs)
 	}
 }
 
@@ -300,6 +348,14 @@ func TestDirDisabledAndMissing(t *testing.T) {
 	if h := b.Handlers(); len(h) != 0 {
 		t.Errorf("disabled hook registered %+v", h)
 	}
+	// Switched off because its program is gone: listed as disabled, not a load error that
+	// would refuse a reload.
+	writeHook(t, root, "off-gone", "events: [message:receive]\ncommand: [./gone.sh]\nenabled: false\n", "")
+	if d := LoadDir(b.Bus, root, DirOptions{}); len(d.Errors()) != 0 || len(d.Hooks()) != 2 || d.Hooks()[1].Enabled {
+		t.Errorf("disabled hook without its program: hooks %+v, errors %v", d.Hooks(), d.Errors())
+	} else {
+		d.Close()
+	}
 	missing := LoadDir(b.Bus, filepath.Join(root, "nope"), DirOptions{})
 	if len(missing.Hooks()) != 0 || len(missing.Errors()) != 0 {
 		t.Errorf("missing dir: %+v %+v", missing.Hooks(), missing.Errors())
@@ -326,6 +382,7 @@ func TestDirLoadErrorsNameTheProblem(t *testing.T) {
 		"n-dup-key":      {receiveHook + "events: [message:send]\n", "cat\n", `events: given twice`},
 		"o-no-runner":    {"events: [message:send]\n", "", "command or url is missing"},
 		"p-bad-env":      {receiveHook + "env: [\"A B\"]\n", "cat\n", `env[0]: "A B" is not a variable name`},
+		"q-bare-name":    {"events: [message:receive]\ncommand: [run.sh]\n", "cat\n", `program "run.sh" not found in PATH; for the run.sh in the hook's folder write ["./run.sh"]`},
 	}
 	for name, c := range cases {
 		dir := writeHook(t, root, name, c.yaml, c.script)

@@ -41,7 +41,7 @@ func docExamples() map[string]struct {
 	}
 	return map[string]ex{
 		NameGatewayStartup:    {ev: &GatewayStartup{Channels: []string{"telegram", "web"}}},
-		NameGatewayStop:       {ev: &GatewayStop{Reason: "signal"}},
+		NameGatewayStop:       {ev: &GatewayStop{Reason: "shutdown"}},
 		NameGatewayError:      {ev: &GatewayError{Session: s, Stage: "delivery", Error: "telegram: message is too long"}},
 		NameChannelConnect:    {ev: &ChannelConnect{Channel: "telegram"}},
 		NameChannelDisconnect: {ev: &ChannelDisconnect{Channel: "telegram", Error: "connection reset"}},
@@ -64,7 +64,7 @@ func docExamples() map[string]struct {
 			results: []any{&SendResult{Parts: []channels.Part{channels.TextPart("appended before done"),
 				{Type: channels.PartAudio, MIME: "audio/ogg", Path: "/tmp/answer.ogg", Voice: true}}}},
 		},
-		NameMessageCancel: {ev: &MessageCancel{Session: s, Reason: "/stop"}},
+		NameMessageCancel: {ev: &MessageCancel{Session: s, Reason: "stopped by the user"}},
 		NameAgentStart:    {ev: &AgentStart{Session: s, Prompt: "hello"}},
 		NameAgentEnd:      {ev: &AgentEnd{Session: s, Response: "Hi! How", Error: "stopped by /stop", Aborted: true}},
 		NameTurnStart:     {ev: &TurnStart{Session: s, Turn: 1}},

@@ -67,6 +67,7 @@ type GatewayStartup struct {
 	Channels []string `json:"channels"`
 }
 
+// GatewayStop is emitted before the channels stop. Reason is "shutdown" (SIGTERM, Ctrl-C).
 type GatewayStop struct {
 	Reason string `json:"reason"`
 }
@@ -150,8 +151,10 @@ type SendResult struct {
 	Parts []channels.Part `json:"parts"`
 }
 
-// MessageCancel is emitted when a running turn is stopped (/stop, /new, interrupt mode,
-// turn_timeout, shutdown), on the hooks the turn started with.
+// MessageCancel is emitted when a running turn is stopped, on the hooks the turn started
+// with. Reason says why in words: "stopped by the user" (/stop), "a new conversation was
+// started" (/new), "interrupted by a newer message" (interrupt mode), "the gateway is
+// shutting down", or that the turn ran longer than turn_timeout.
 type MessageCancel struct {
 	Session
 	Reason string `json:"reason"`

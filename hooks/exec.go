@@ -5,9 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os/exec"
 	"strings"
-	"time"
 
 	"gateway/internal/childproc"
 )
@@ -15,33 +15,33 @@ import (
 // execRunner runs a hook program: the event as JSON on stdin, the result as JSON on stdout.
 // The program never runs through a shell and message text never reaches its arguments.
 type execRunner struct {
-	name string
-	dir  string
-	argv []string
-	env  []string
+	name   string
+	source string
+	dir    string
+	argv   []string
+	env    []string
+	apiEnv func() []string // api: true; nil otherwise
+	log    *slog.Logger
 }
 
-func newExecRunner(s hookSpec) *execRunner {
+func newExecRunner(s hookSpec, log *slog.Logger) *execRunner {
 	// API keys and platform tokens stay out unless HOOK.yaml lists them under env.
 	env := append([]string{"GATEWAY_HOOK_NAME=" + s.Name, "GATEWAY_HOOK_DIR=" + s.Dir}, childproc.BaseEnv(s.env...)...)
-	return &execRunner{name: s.Name, dir: s.Dir, argv: s.command, env: env}
+	return &execRunner{name: s.Name, source: s.Source, dir: s.Dir, argv: s.command, env: env, log: log}
 }
 
 func (x *execRunner) invoke(ctx context.Context, event string, body []byte) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, x.argv[0], x.argv[1:]...)
 	cmd.Dir = x.dir
 	cmd.Env = append(x.env[:len(x.env):len(x.env)], "GATEWAY_HOOK_EVENT="+event)
-	cmd.Stdin = bytes.NewReader(body)
+	if x.apiEnv != nil {
+		cmd.Env = append(cmd.Env, x.apiEnv()...)
+	}
 	stdout := &capBuffer{max: maxOutput}
 	stderr := &childproc.Tail{Max: maxStderr}
-	cmd.Stdout, cmd.Stderr = stdout, stderr
 	childproc.OwnGroup(cmd) // at timeout the whole group is killed, not only the program
-	// If something the program started keeps stdout open, stop waiting for it soon.
-	cmd.WaitDelay = time.Second
-	err := childproc.Run(cmd)
-	if cmd.Process != nil {
-		childproc.KillGroup(cmd.Process.Pid) // whatever it left running in the background
-	}
+	// Its answer is heard as soon as it exits, whatever it left running (which is killed).
+	err := childproc.RunPiped(cmd, bytes.NewReader(body), stdout, stderr)
 	if ctx.Err() != nil {
 		reason := "its program was stopped"
 		if errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
@@ -63,6 +63,11 @@ func (x *execRunner) invoke(ctx context.Context, event string, body []byte) ([]b
 	if stdout.over {
 		msg := fmt.Sprintf("wrote more than %d KiB to stdout", maxOutput>>10)
 		return nil, &Failure{"its program " + msg, fmt.Errorf("hook %q %s", x.name, msg)}
+	}
+	// stderr is the program's diagnostics, the admin's to read: a failure quotes it, and so
+	// does this line when the program succeeded.
+	if msg := strings.TrimSpace(strings.ToValidUTF8(stderr.String(), "?")); msg != "" {
+		x.log.Info("hook wrote to stderr", "source", x.source, "event", event, "stderr", msg)
 	}
 	return stdout.buf.Bytes(), nil
 }

@@ -19,7 +19,8 @@ type CommandSpec struct {
 }
 
 // ToolSpec is a tool a hook declares under tools: in HOOK.yaml. Parameters is a JSON
-// Schema object; Timeout bounds one call (0: the hook's timeout).
+// Schema object; Timeout bounds one call (0: the hook's timeout; a RegisteredTool's is
+// always the bound that applies).
 type ToolSpec struct {
 	Name        string          `json:"name"`
 	Description string          `json:"description"`
@@ -74,11 +75,40 @@ func declared(hf hookFile, s *hookSpec, bad func(key, format string, args ...any
 		if t.Parameters == nil {
 			t.Parameters = map[string]any{"type": "object", "properties": map[string]any{}}
 		}
+		if err := objectSchema(t.Parameters, key+".parameters", bad); err != nil {
+			return err
+		}
 		p, err := json.Marshal(t.Parameters)
 		if err != nil {
 			return bad(key+".parameters", "%v", err)
 		}
 		s.Tools = append(s.Tools, ToolSpec{Name: t.Name, Description: t.Description, Parameters: p, Timeout: t.Timeout})
+	}
+	return nil
+}
+
+// objectSchema checks the top of a tool's parameters as the providers do: they refuse every
+// request carrying a tool whose parameters are not an object schema, so each turn of every
+// chat that has the tool would fail, long after the hook loaded.
+func objectSchema(p map[string]any, key string, bad func(key, format string, args ...any) error) error {
+	if typ, ok := p["type"]; ok && typ != "object" {
+		return bad(key+".type", "%q: a tool's parameters are an object (type: object, properties: {...})", fmt.Sprint(typ))
+	}
+	if props, ok := p["properties"]; ok {
+		if _, isMap := props.(map[string]any); !isMap {
+			return bad(key+".properties", "want a mapping of each argument's name to its schema")
+		}
+	}
+	if req, ok := p["required"]; ok {
+		list, isList := req.([]any)
+		if !isList {
+			return bad(key+".required", "want a list of argument names")
+		}
+		for _, r := range list {
+			if _, isStr := r.(string); !isStr {
+				return bad(key+".required", "want a list of argument names")
+			}
+		}
 	}
 	return nil
 }
@@ -272,6 +302,9 @@ func declare(reg *Registry, bus *Bus, s hookSpec, h *hookHandler, timeout time.D
 		if d <= 0 {
 			d = timeout
 		}
+		// The bound the call has, told to whoever runs the tool: the harness cuts a tool at
+		// the timeout it reports (30s when none), which would cut a slower hook's short.
+		t.Timeout = d
 		tools = append(tools, RegisteredTool{ToolSpec: t, Source: s.Source, Profile: profile,
 			Run: func(ctx context.Context, ev *Tool) (*ToolOutput, error) {
 				res, err := call(ctx, ev, d)

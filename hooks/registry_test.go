@@ -3,6 +3,7 @@ package hooks
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -141,6 +142,10 @@ func TestHookYAMLDeclarationErrors(t *testing.T) {
 		"commands: [{name: pop, description: x, extra: 1}]\ncommand: [./run.sh]\n": "commands[0].extra: unknown key",
 		"tools: [{name: t, description: x, timeout: soon}]\ncommand: [./run.sh]\n": `"soon" is not a duration`,
 		"events: [command]\ncommand: [./run.sh]\n":                                 "declare the hook's commands under commands:",
+		// Providers refuse every request that carries such a tool: each chat that has it would fail.
+		"tools: [{name: t, description: x, parameters: {type: string}}]\ncommand: [./run.sh]\n":     `tools[0].parameters.type: "string": a tool's parameters are an object`,
+		"tools: [{name: t, description: x, parameters: {properties: [id]}}]\ncommand: [./run.sh]\n": "tools[0].parameters.properties: want a mapping",
+		"tools: [{name: t, description: x, parameters: {required: id}}]\ncommand: [./run.sh]\n":     "tools[0].parameters.required: want a list",
 	} {
 		root := t.TempDir()
 		writeHook(t, root, "h", yaml, "exit 0\n")
@@ -244,5 +249,36 @@ esac
 	}
 	if fs := b.Failures(); len(fs) != 2 || fs[1].event != NameCommand || fs[1].source != "dir:x/broken" {
 		t.Fatalf("the timed-out command was not counted: %+v", fs)
+	}
+}
+
+// A tool without a timeout of its own is bounded by its hook's timeout, and says so: the
+// harness bounds a tool by the timeout it reports (30s when none), which would otherwise
+// cut a slow tool of a hook given "timeout: 45s" at 30s.
+func TestToolWithoutItsOwnTimeoutReportsTheHooks(t *testing.T) {
+	root := t.TempDir()
+	writeHook(t, root, "slow", "timeout: 45s\ntools: [{name: slow, description: slow}, {name: quick, description: quick, timeout: 2s}]\ncommand: [./run.sh]\n", "exit 0\n")
+	b := newTestBus(t, 10*time.Second)
+	reg := NewRegistry(nil)
+	loadOne(t, b, root, DirOptions{Registry: reg})
+	got := map[string]time.Duration{}
+	for _, tool := range reg.Tools("") {
+		got[tool.Name] = tool.Timeout
+	}
+	if got["slow"] != 45*time.Second || got["quick"] != 2*time.Second {
+		t.Fatalf("tool timeouts = %v; want slow 45s (the hook's), quick 2s (its own)", got)
+	}
+}
+
+// The log line of a hook that only adds a command and a tool names them, so the admin sees
+// what it added (its events are none).
+func TestLoadedHookLogNamesCommandsAndTools(t *testing.T) {
+	root := t.TempDir()
+	writeHook(t, root, "calc", "commands: [{name: sum, description: adds}]\ntools: [{name: calc, description: computes}]\ncommand: [./run.sh]\n", "exit 0\n")
+	b := newTestBus(t, 10*time.Second)
+	d := loadOne(t, b, root, DirOptions{Registry: NewRegistry(nil)})
+	LogLoaded(slog.New(slog.NewTextHandler(&b.log, nil)), d.Hooks())
+	if got := b.log.String(); !strings.Contains(got, "commands=[/sum]") || !strings.Contains(got, "tools=[calc]") {
+		t.Errorf("log does not name the command and the tool:\n%s", got)
 	}
 }

@@ -67,10 +67,18 @@ func (c Config) Validate() error {
 	case ModeWebhook:
 		if !c.WebhookSecret.IsSet() {
 			errs = append(errs, errors.New("channels.telegram.webhook_secret is required in webhook mode, so that only Telegram can post updates"))
+		} else if !validWebhookSecret(c.WebhookSecret.Reveal()) {
+			// Telegram's setWebhook refuses it, and run would stop at start: a secret made
+			// with `openssl rand -base64` has +, / and =. The value is not shown.
+			errs = append(errs, errors.New("channels.telegram.webhook_secret: Telegram takes only 1-256 characters A-Z, a-z, 0-9, _ and - (e.g. openssl rand -hex 32)"))
 		}
 		if c.WebhookURL != "" {
 			if u, err := url.Parse(c.WebhookURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 				errs = append(errs, fmt.Errorf("channels.telegram.webhook_url: %q is not an http(s) URL", c.WebhookURL))
+			} else if u.Scheme != "https" && (c.APIURL == "" || c.APIURL == DefaultAPIURL) {
+				// Telegram's own Bot API posts only to HTTPS (a local Bot API server, named
+				// by api_url, may post to plain HTTP).
+				errs = append(errs, errors.New("channels.telegram.webhook_url: Telegram posts updates only to an https:// URL"))
 			}
 		}
 	default:
@@ -82,6 +90,19 @@ func (c Config) Validate() error {
 	errs = append(errs, c.Access.Validate(Name, validUserID,
 		"a Telegram user id is a positive number: usernames can change, ids cannot; a group's id is negative and lets no one in, so list its members"))
 	return errors.Join(errs...)
+}
+
+// validWebhookSecret reports whether s is a secret_token setWebhook accepts.
+func validWebhookSecret(s string) bool {
+	if len(s) == 0 || len(s) > 256 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // validUserID reports whether id is a Telegram user id, a positive number. A group's id

@@ -285,13 +285,17 @@ func TestManyChatsAnsweredAtOnceKeepTheBotsRate(t *testing.T) {
 		t.Fatalf("%d answers sent, want %d", len(times), chats)
 	}
 	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
+	// The fake notes when each answer arrived, which a busy machine may delay by a little:
+	// counted over 0.8 s, at most 5 + 30 × (0.8 + 0.2) arrive when none was held up by more
+	// than 0.2 s. A second's worth of burst, as before, put 54 there.
+	const window = 800 * time.Millisecond
 	for i := range times {
 		j := i
-		for j < len(times) && times[j].Sub(times[i]) < time.Second {
+		for j < len(times) && times[j].Sub(times[i]) < window {
 			j++
 		}
 		if n := j - i; n > 30+5 {
-			t.Fatalf("%d answers went out within one second from the %dth; the bot's rate is 30 a second, and 5 at once", n, i)
+			t.Fatalf("%d answers went out within %v from the %dth; the bot's rate is 30 a second, and 5 at once", n, window, i)
 		}
 	}
 }

@@ -207,7 +207,7 @@ func (s *server) supervise(ctx context.Context) {
 			if werr == nil {
 				werr = errors.New("it closed the connection")
 			}
-			log.Warn("mcp server went away; restarting it", "err", c.stderr.explain(werr), "retry_in", backoff)
+			log.Warn("mcp server went away; restarting it", "err", s.cfg.redact(c.stderr.explain(werr)), "retry_in", backoff)
 			if time.Since(started) > 2*s.opts.MaxBackoff {
 				backoff = s.opts.MinBackoff // it ran well for a while: start over
 			}
@@ -236,6 +236,7 @@ type conn struct {
 // connect opens one session and lists its tools. On an error it has killed what it started,
 // and the error quotes the end of a stdio server's stderr.
 func connect(ctx context.Context, c ServerConfig, hc *http.Client) (_ conn, err error) {
+	defer func() { err = c.redact(err) }()
 	client := mcp.NewClient(&mcp.Implementation{Name: "gateway", Version: "1"}, nil)
 	var transport mcp.Transport
 	kill := func() {}
@@ -357,6 +358,48 @@ func (t *stderrTail) explain(err error) error {
 	return fmt.Errorf("%w; stderr: %s", err, quoted)
 }
 
+// redact hides from err what the entry holds as secrets (the url's password and query
+// values, the headers' values): Go's HTTP errors quote the whole URL, and a token in
+// ?token= would reach the log, check's output and the model told of a failed call.
+func (c ServerConfig) redact(err error) error {
+	if err == nil {
+		return nil
+	}
+	var olds []string
+	add := func(v string) {
+		if len(v) >= 4 { // a tiny value would mangle ordinary text
+			olds = append(olds, v, "<redacted>", url.QueryEscape(v), "<redacted>")
+		}
+	}
+	if u, perr := url.Parse(c.URL); perr == nil && c.URL != "" {
+		if p, ok := u.User.Password(); ok {
+			add(p)
+		}
+		for _, vs := range u.Query() {
+			for _, v := range vs {
+				add(v)
+			}
+		}
+	}
+	for _, v := range c.Headers {
+		add(v.Reveal())
+	}
+	if len(olds) == 0 {
+		return err
+	}
+	return redactedError{err: err, text: strings.NewReplacer(olds...).Replace(err.Error())}
+}
+
+// redactedError is an error whose text had secrets taken out; errors.Is and As still see
+// the original.
+type redactedError struct {
+	err  error
+	text string
+}
+
+func (e redactedError) Error() string { return e.text }
+func (e redactedError) Unwrap() error { return e.err }
+
 type headerTransport struct {
 	base    http.RoundTripper
 	headers map[string]secret.Secret
@@ -469,6 +512,7 @@ func (t *tool) Run(ctx context.Context, args json.RawMessage) (string, error) {
 	}
 	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: t.name, Arguments: args})
 	if err != nil {
+		err = t.s.cfg.redact(err)
 		// The model is told too, but the admin reads the log: a server that fails calls
 		// while it stays connected shows nowhere else.
 		t.s.opts.Logger.Warn("mcp tool call failed", "server", t.s.cfg.Name, "tool", t.name, "err", err)

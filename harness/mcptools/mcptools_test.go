@@ -326,3 +326,25 @@ func TestFailedCallIsLogged(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// A token in a server's url (?token=, user:password@) was quoted in clear wherever the
+// server could not be reached: in the log and in check's problems. check's printed config
+// masked it; these did not.
+func TestServerURLSecretsStayOutOfErrorsAndLog(t *testing.T) {
+	const token, pass = "q-tok-5ecret", "pw-5ecret"
+	secrets := func(s string) bool { return strings.Contains(s, token) || strings.Contains(s, pass) }
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	down := ServerConfig{Name: "down", URL: "http://user:" + pass + "@127.0.0.1:1/mcp?token=" + token}
+	if _, errs := Check(ctx, []ServerConfig{down}); len(errs) != 1 || secrets(errs[0].Error()) || !strings.Contains(errs[0].Error(), "mcp down: unreachable") {
+		t.Errorf("check of an unreachable server: %v", errs)
+	}
+
+	var log syncBuffer
+	m := Start([]ServerConfig{down}, Options{Logger: slog.New(slog.NewTextHandler(&log, nil)), MinBackoff: time.Hour, MaxBackoff: time.Hour})
+	defer m.Close()
+	m.Wait(ctx)
+	if secrets(log.String()) || !strings.Contains(log.String(), "mcp=down") {
+		t.Errorf("the log quotes the url's secrets (or does not name the unreachable server):\n%s", log.String())
+	}
+}

@@ -9,12 +9,14 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"gateway/builtins/voicetest"
 	"gateway/internal/audio"
+	"gateway/internal/childproc/childproctest"
 )
 
 func needTools(t *testing.T) {
@@ -233,6 +235,27 @@ func TestRunBoundsAndReports(t *testing.T) {
 	if _, err := audio.Run(cctx, audio.Cmd{Argv: []string{"true"}}); err == nil {
 		t.Fatal("Run with a cancelled ctx succeeded")
 	}
+}
+
+// A speech program run through a wrapper script that leaves something running with its
+// stdout (a server it started, a stray child): the transcript it printed is taken when the
+// script exits, not after a wait that turned it into an error, and the leftover is killed.
+func TestRunTakesTheOutputOfAProgramThatLeftABackgroundProcess(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "child.pid")
+	start := time.Now()
+	out, err := audio.Run(t.Context(), audio.Cmd{Argv: []string{"sh", "-c", "sleep 30 & echo $! > " + pidFile + "; echo hello world"}, MaxStdout: 1000})
+	if err != nil || string(out) != "hello world\n" {
+		t.Fatalf("Run = %q, %v; want the transcript", out, err)
+	}
+	if elapsed := time.Since(start); elapsed > 900*time.Millisecond {
+		t.Errorf("Run took %s: it waited for the background process", elapsed)
+	}
+	data, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(data)))
+	childproctest.WaitGone(t, pid, "the background process the program left")
 }
 
 // Ogg/Opus is read without ffprobe; it must agree with ffprobe.

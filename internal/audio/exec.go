@@ -77,14 +77,11 @@ func Run(ctx context.Context, c Cmd) ([]byte, error) {
 
 	cmd := exec.CommandContext(ctx, c.Argv[0], c.Argv[1:]...)
 	childproc.OwnGroup(cmd) // cancellation kills what a wrapper script started too
-	// Children that keep the pipes open must not hold Wait forever.
-	cmd.WaitDelay = 2 * time.Second
-	cmd.Stdin = c.Stdin
 	stdout := &limitBuffer{max: c.MaxStdout}
 	stderr := &childproc.Tail{Max: stderrTail}
-	cmd.Stdout = stdout
-	cmd.Stderr = stderr
-	err := childproc.Run(cmd)
+	// The result is read as soon as the program exits: what a wrapper script left running
+	// in the background, holding its stdout, is killed then, not waited for.
+	err := childproc.RunPiped(cmd, c.Stdin, stdout, stderr)
 	if err != nil {
 		re := &RunError{Program: c.Argv[0], ExitCode: -1, Stderr: oneLine(stderr), Err: err}
 		var ee *exec.ExitError

@@ -1,8 +1,10 @@
 package files
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -30,5 +32,33 @@ func TestCopy(t *testing.T) {
 	}
 	if Copy(filepath.Join(dir, "missing"), filepath.Join(dir, "c")) == nil {
 		t.Fatal("Copy of a missing file succeeded")
+	}
+}
+
+func TestOpenAppendCreatesPrivatelyAndAppends(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "log.jsonl")
+	for _, line := range []string{"one\n", "two\n"} {
+		f, err := OpenAppend(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Write([]byte(line)); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if b, _ := os.ReadFile(path); string(b) != "one\ntwo\n" {
+		t.Fatalf("file holds %q; want both lines in order", b)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("file mode %v (%v); want 0600", fi.Mode().Perm(), err)
+	}
+	if _, err := OpenAppend(filepath.Join(t.TempDir(), "missing", "log.jsonl")); !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), "missing") {
+		t.Fatalf("a missing folder gave %v; want a not-exist error naming the path", err)
 	}
 }

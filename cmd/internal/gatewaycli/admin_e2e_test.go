@@ -778,6 +778,10 @@ func TestAdminReloadIsLoopbackOnly(t *testing.T) {
 			t.Errorf("%s: POST /admin/reload = %d %v; want 403", c.name, code, body)
 		}
 	}
+	// The refusal of a foreign Host says what is answered, not "cross-site".
+	if _, body := g.postReload(func(r *http.Request) { r.Host = "myhost:8080" }); !strings.Contains(fmt.Sprint(body["error"]), `answers only requests addressed to 127.0.0.1, [::1] or localhost, not to "myhost"`) {
+		t.Errorf("POST /admin/reload to Host myhost: %v; want the hosts it answers named", body)
+	}
 	if n := len(g.log.entries("reloaded profiles and hooks")); n != 0 {
 		t.Fatalf("a refused request reloaded the gateway")
 	}
@@ -942,6 +946,21 @@ func TestAdminSendKeepsTheStateDir(t *testing.T) {
 	code, printed := cli(t, context.Background(), nil, "send", "--config", g.cfgPath, "--channel", "nope", "--chat", "1", "hi")
 	if code != 1 || !strings.Contains(printed, "no channel") || !strings.Contains(printed, "nope") {
 		t.Errorf("gateway send to an unknown channel: exit %d, printed %q", code, printed)
+	}
+}
+
+// TestSendToAWebChatNoPageCanOpenIsRefused: `gateway send --channel web` to a chat id the
+// page cannot have (a space, too long) said "sent" and reached no one.
+func TestSendToAWebChatNoPageCanOpenIsRefused(t *testing.T) {
+	g := startGateway(t, t.TempDir(), "")
+	for _, chat := range []string{"my chat", strings.Repeat("c", 129)} {
+		code, printed := cli(t, context.Background(), nil, "send", "--config", g.cfgPath, "--channel", "web", "--chat", chat, "Backup done")
+		if code != 1 || !strings.Contains(printed, "is not a web chat id") {
+			t.Errorf("gateway send to web chat %q: exit %d, printed %q; want a refusal naming the rule", chat, code, printed)
+		}
+	}
+	if code, printed := cli(t, context.Background(), nil, "send", "--config", g.cfgPath, "--channel", "web", "--chat", "c1", "Backup done"); code != 0 || !strings.Contains(printed, "sent") {
+		t.Errorf("gateway send to web chat c1: exit %d, printed %q", code, printed)
 	}
 }
 

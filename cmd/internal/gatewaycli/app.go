@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lmittmann/tint"
@@ -62,6 +63,10 @@ type app struct {
 	mcpProfiles map[string][]mcptools.ServerConfig
 	pg          *cluster.Postgres // cluster mode: sessions and gateway state; nil on a single node
 	node        *cluster.Node     // cluster mode: the shared intake on NATS; nil on a single node
+
+	// listening is the address serve listens on, once it does: what hooks with api: true
+	// are given, since http.listen may name port 0 (a free port, chosen then).
+	listening atomic.Pointer[string]
 
 	reloadMu sync.Mutex         // one reload at a time; guards cfg, cfgPath, hooks and loadErrs after start
 	hooks    []hooks.LoadedHook // of the current runtime's hook directories, disabled ones included
@@ -350,7 +355,10 @@ func (a *app) buildRuntime(cfg Config) (*gateway.Runtime, hookReport, error) {
 		// logged once the set is taken.
 		opts.Timeout, opts.HTTPClient, opts.Logger, opts.Getenv = cfg.Hooks.Timeout, a.client, a.log, a.getenv
 		opts.Registry = reg
-		opts.APIEnv = []string{apiURLVar + "=" + adminURL(cfg.HTTP.Listen) + "/api/v1", apiTokenVar + "=" + cfg.Admin.Token.Reveal()}
+		token := cfg.Admin.Token.Reveal()
+		opts.APIEnv = func() []string {
+			return []string{apiURLVar + "=" + a.apiURL(cfg.HTTP.Listen), apiTokenVar + "=" + token}
+		}
 		d := hooks.LoadDir(bus, dir, opts)
 		closers = append(closers, d.Close)
 		report.hooks = append(report.hooks, d.Hooks()...)
@@ -475,7 +483,7 @@ func (a *app) tryReload() ([]string, error) {
 		a.log.Warn("reload: "+msg, "sections", strings.Join(changed, ", "))
 		notes = append(notes, msg+": "+strings.Join(changed, ", "))
 	}
-	for _, w := range apiKeyWarnings(a.cfg, a.cfgPath, rt.Profiles) {
+	for _, w := range append(apiKeyWarnings(a.cfg, a.cfgPath, rt.Profiles), hookDirWarnings(a.cfg)...) {
 		// A profile the reload brought in is told of as one present at the start is.
 		a.log.Warn("reload: " + w)
 		notes = append(notes, w)
@@ -558,7 +566,7 @@ func runGateway(ctx context.Context, path string, reload <-chan struct{}, stderr
 		log.Error("cannot start", "err", err)
 		return exitCode(1)
 	}
-	for _, w := range apiKeyWarnings(cfg, path, a.gw.Runtime().Profiles) {
+	for _, w := range append(apiKeyWarnings(cfg, path, a.gw.Runtime().Profiles), hookDirWarnings(cfg)...) {
 		log.Warn(w)
 	}
 	a.startMCP(ctx)
@@ -601,6 +609,20 @@ func (a *app) mcpTools(profile string) []harness.Tool {
 	return append(a.mcp[""].Tools(nil), a.mcp[profile].Tools(nil)...)
 }
 
+// apiURL is the admin API's URL for a hook's program: the host listen names, on the port
+// the gateway listens on once it does (listen may say 0). The host is kept as written: a
+// wildcard's bound form ([::]) would turn into ::1, which a host without IPv6 lacks.
+func (a *app) apiURL(listen string) string {
+	if addr := a.listening.Load(); addr != nil {
+		host, _, err1 := net.SplitHostPort(listen)
+		_, port, err2 := net.SplitHostPort(*addr)
+		if err1 == nil && err2 == nil {
+			listen = net.JoinHostPort(host, port)
+		}
+	}
+	return adminURL(listen) + "/api/v1"
+}
+
 func (a *app) serve(ctx context.Context, reload <-chan struct{}) error {
 	ln, err := net.Listen("tcp", a.cfg.HTTP.Listen)
 	if err != nil {
@@ -615,7 +637,13 @@ func (a *app) serve(ctx context.Context, reload <-chan struct{}) error {
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
-	a.log.Info("listening", "url", "http://"+ln.Addr().String())
+	addr := ln.Addr().String()
+	a.listening.Store(&addr)
+	// A URL to open on this machine: a wildcard listen (0.0.0.0:8080, :8080) showed as
+	// http://[::]:8080, which no browser opens; adminURL reaches it through loopback.
+	host, _, _ := net.SplitHostPort(a.cfg.HTTP.Listen)
+	_, port, _ := net.SplitHostPort(addr)
+	a.log.Info("listening", "url", adminURL(net.JoinHostPort(host, port)), "listen", a.cfg.HTTP.Listen)
 
 	startCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	err = a.gw.Start(startCtx)

@@ -57,6 +57,7 @@ func checkConfig(ctx context.Context, path string, out io.Writer, getenv func(st
 			if rt := a.gw.Runtime(); rt != nil {
 				warnings = apiKeyWarnings(cfg, path, rt.Profiles)
 			}
+			warnings = append(warnings, hookDirWarnings(cfg)...)
 			var merrs []error
 			mcpOut, merrs = checkMCP(ctx, cfg, a, connect)
 			herrs = append(herrs, merrs...)
@@ -283,7 +284,7 @@ func newProfilesCmd(path func() string, out io.Writer, getenv func(string) strin
 		Use:   "list",
 		Short: "List profiles and the bindings that reach them",
 		RunE: func(*cobra.Command, []string) error {
-			cfg, err := loadConfig(path(), getenv)
+			cfg, err := loadForProfiles(path(), getenv)
 			if err != nil {
 				fmt.Fprintf(out, "the configuration has problems:\n%s\n", indent(err.Error()))
 				return exitCode(1)
@@ -325,7 +326,7 @@ func newProfilesCmd(path func() string, out io.Writer, getenv func(string) strin
 func newReloadCmd(ctx context.Context, path func() string, out io.Writer, getenv func(string) string) *cobra.Command {
 	return &cobra.Command{
 		Use:   "reload",
-		Short: "Ask the running gateway to re-read profiles and hook directories",
+		Short: "Ask the running gateway to re-read profiles, bindings and hook directories",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return callAPI(ctx, apiTarget(cmd, path, getenv), out, getenv, "/reload", nil)
 		},

@@ -135,6 +135,18 @@ func (c *Config) resolveLLM(explicit func(key string) bool) {
 		c.LLM.APIKey = ""
 	}
 	if !explicit("llm.provider") {
+		// A section that names a model, a server or a key asks for a model, whether or not
+		// OPENAI_API_KEY is set: echo would ignore all three and answer "no model is
+		// configured" (an Ollama section without provider: openai). It means the
+		// OpenAI-compatible API, as it does when the variable is set.
+		asked := (explicit("llm.model") && c.LLM.Model != "echo") || (explicit("llm.base_url") && c.LLM.BaseURL != "") ||
+			(explicit("llm.api_key") && c.LLM.APIKey.IsSet())
+		if c.LLM.Provider == "echo" && asked {
+			c.LLM.Provider = "openai"
+			if !explicit("llm.model") {
+				c.LLM.Model = "gpt-4o-mini"
+			}
+		}
 		return
 	}
 	if !explicit("llm.model") {
@@ -251,6 +263,23 @@ func loadClient(path string, getenv func(string) string) (Config, error) {
 	for _, e := range errs {
 		section, _, _ := strings.Cut(e.Key, ".")
 		if e.Key == "" || section == "http" || section == "admin" {
+			theirs = append(theirs, e)
+		}
+	}
+	return cfg, theirs.Err()
+}
+
+// loadForProfiles is loadConfig for `profiles list`, which shows the profiles and bindings
+// only: an unset ${VAR} of another section (a platform token or model key kept in the
+// service's environment, not in the admin's shell) is not its to report. Every other
+// problem is, since run would stop at it.
+func loadForProfiles(path string, getenv func(string) string) (Config, error) {
+	cfg, _, errs, _ := load(path, getenv, nil)
+	var theirs config.Errors
+	for _, e := range errs {
+		section, _, _ := strings.Cut(e.Key, ".")
+		section, _, _ = strings.Cut(section, "[")
+		if e.Var == "" || section == "profiles" || section == "bindings" {
 			theirs = append(theirs, e)
 		}
 	}

@@ -226,6 +226,38 @@ func TestLLMSectionKeepsItsProvidersDefaults(t *testing.T) {
 	}
 }
 
+// TestModelSectionWithoutProviderIsNotEcho: an Ollama section written without provider:
+// openai (a model and a base_url) ran the echo provider when OPENAI_API_KEY was not set,
+// with check saying "config OK" and every chat answered "no model is configured"; with the
+// variable set, the same file reached Ollama. A section that asks for a model gets one.
+func TestModelSectionWithoutProviderIsNotEcho(t *testing.T) {
+	noEnv := func(string) string { return "" }
+	for _, c := range []struct{ yaml, provider, model string }{
+		{"llm: {model: llama3.2, base_url: \"http://127.0.0.1:11434/v1\"}\n", "openai", "llama3.2"},
+		{"llm: {base_url: \"http://127.0.0.1:11434/v1\"}\n", "openai", "gpt-4o-mini"},
+		{"llm: {model: gpt-4o, api_key: sk-x}\n", "openai", "gpt-4o"},
+		{"llm: {timeout: 1m}\n", "echo", "echo"}, // nothing asks for a model
+		{"llm: {model: echo}\n", "echo", "echo"},
+	} {
+		cfg, err := loadChecked(writeConfig(t, "state_dir: STATE\n"+c.yaml), noEnv)
+		if err != nil || cfg.LLM.Provider != c.provider || cfg.LLM.Model != c.model {
+			t.Errorf("%s→ provider %q model %q, err %v; want %s %s", c.yaml, cfg.LLM.Provider, cfg.LLM.Model, err, c.provider, c.model)
+		}
+	}
+	// The README's Ollama line, left without GATEWAY_LLM_PROVIDER.
+	t.Chdir(t.TempDir())
+	env := map[string]string{"GATEWAY_LLM_BASE_URL": "http://127.0.0.1:11434/v1", "GATEWAY_LLM_MODEL": "llama3.2"}
+	code, out := cli(t, context.Background(), env, "check")
+	if code != 0 || !strings.Contains(out, "provider: openai") || strings.Contains(out, "provider: echo") {
+		t.Errorf("GATEWAY_LLM_BASE_URL and GATEWAY_LLM_MODEL alone: exit %d; want provider openai:\n%s", code, out)
+	}
+	// A model named without a key for OpenAI's API is told so, not silently echoed.
+	code, out = cli(t, context.Background(), nil, "check", "--config", writeConfig(t, "state_dir: STATE\nllm: {model: gpt-4o}\n"))
+	if code != 0 || !strings.Contains(out, "llm.api_key is not set") {
+		t.Errorf("llm: {model: gpt-4o} with no key: exit %d; want the missing key's warning:\n%s", code, out)
+	}
+}
+
 // TestCheckRefusesAModelAddressRunCannotUse: the global llm section is checked as a
 // profile's is. An Ollama address written without http:// used to pass `check` and start,
 // and then every message failed with "unsupported protocol scheme".
@@ -270,6 +302,32 @@ func TestBindingToAMissingProfileNamesItsLine(t *testing.T) {
 	code, out := cli(t, context.Background(), env, "check", "--config", path)
 	if want := `GATEWAY_BINDINGS: bindings[0].profile: unknown profile "ghost"`; code != 1 || !strings.Contains(out, want) {
 		t.Errorf("bindings from the environment: exit %d; want 1 and %q in:\n%s", code, want, out)
+	}
+}
+
+// TestProfilesListNeedsNoPlatformToken: `gateway profiles list` in an admin's shell, where
+// the bot token and model key of the service's environment are not set, refused to list
+// anything for those two ${VAR}s, which the profiles and bindings do not use. check still
+// reports them.
+func TestProfilesListNeedsNoPlatformToken(t *testing.T) {
+	path := writeConfig(t, "state_dir: STATE\nllm: {provider: openai, api_key: \"${MY_OPENAI_KEY}\"}\n"+
+		"channels:\n  telegram: {enabled: true, token: \"${TELEGRAM_BOT_TOKEN}\", allow_from: [\"42\"]}\n"+
+		"profiles: {dir: STATE/profiles}\nbindings:\n  - profile: support\n    match: {channel: telegram, chat: \"-100123\"}\n")
+	if err := os.MkdirAll(filepath.Join(filepath.Dir(path), "data", "profiles", "support"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	code, out := cli(t, context.Background(), nil, "profiles", "list", "--config", path)
+	if code != 0 || !strings.Contains(out, "support") || !strings.Contains(out, `chat="-100123"`) {
+		t.Errorf("profiles list without the token's variable: exit %d; want the profiles listed:\n%s", code, out)
+	}
+	code, out = cli(t, context.Background(), nil, "check", "--config", path)
+	if code != 1 || !strings.Contains(out, "TELEGRAM_BOT_TOKEN is not set") {
+		t.Errorf("check without the token's variable: exit %d; want it reported:\n%s", code, out)
+	}
+	// An unset variable the bindings use is the list's to report.
+	path = writeConfig(t, "state_dir: STATE\nbindings:\n  - profile: \"${SUPPORT_PROFILE}\"\n")
+	if code, out := cli(t, context.Background(), nil, "profiles", "list", "--config", path); code != 1 || !strings.Contains(out, "SUPPORT_PROFILE is not set") {
+		t.Errorf("profiles list with a binding's variable unset: exit %d:\n%s", code, out)
 	}
 }
 

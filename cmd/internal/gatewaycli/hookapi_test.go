@@ -4,11 +4,15 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"gateway/harness/openaitest"
 )
 
 // A hook with api: true may run `gateway send` and `gateway reload`: with no config file
@@ -112,5 +116,68 @@ func TestRefusedReloadDoesNotLogItsHooksAsLoaded(t *testing.T) {
 	g.waitLog("reloaded profiles and hooks", 1)
 	if got := loaded(); len(got) != 3 || !strings.HasSuffix(got[1], "/fresh") || !strings.HasSuffix(got[2], "/shout") {
 		t.Fatalf("after the reload the log says these hooks loaded: %q; want shout, then fresh and shout", got)
+	}
+}
+
+// With http.listen on port 0 (a free port, chosen when the gateway listens), a hook with
+// api: true is given the port the gateway took, not 0: its calls reach the admin API.
+func TestHookAPIURLNamesThePortChosenForListenZero(t *testing.T) {
+	root := t.TempDir()
+	hooksDir := filepath.Join(root, "hooks")
+	writeHook(t, hooksDir, "where", "commands: [{name: where, description: where is the API}]\napi: true\ncommand: [./run.sh]\n",
+		"cat >/dev/null\nenv > \"$GATEWAY_HOOK_DIR/env.txt\"\necho '{\"text\":\"noted\"}'\n")
+	oai := openaitest.NewServer()
+	t.Cleanup(oai.Close)
+	g := &liveGateway{t: t, root: root, oai: oai, reload: make(chan struct{}, 1), log: &logBuffer{}}
+	g.cfgPath = gatewayConfig(t, root, "127.0.0.1:0", oai.URL(), "admin: {token: \"zero-port-token\"}\n")
+	ctx, cancel := context.WithCancel(context.Background())
+	exited := make(chan int, 1)
+	go func() {
+		exited <- run(ctx, g.reload, []string{"run", "--config", g.cfgPath}, io.Discard, g.log, func(string) string { return "" }, nil)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			t.Errorf("gateway did not shut down within 30s")
+		}
+	})
+	url, _ := g.waitLog("listening", 1)[0]["url"].(string)
+	g.addr = strings.TrimPrefix(url, "http://")
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if code, _ := g.get("/readyz"); code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gateway at %s not ready within 15s; log:\n%s", g.addr, g.log)
+		}
+	}
+
+	if got := g.user("chat-where").ask("/where"); got[len(got)-1].Text != "noted" {
+		t.Fatalf("/where answered %+v", got)
+	}
+	data, err := os.ReadFile(filepath.Join(hooksDir, "where", "env.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var apiURL string
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "GATEWAY_API_URL="); ok {
+			apiURL = v
+		}
+	}
+	if want := "http://" + g.addr + "/api/v1"; apiURL != want {
+		t.Fatalf("the hook was given GATEWAY_API_URL=%q, want %q", apiURL, want)
+	}
+	req, _ := http.NewRequest(http.MethodGet, apiURL+"/status", nil)
+	req.Header.Set("Authorization", "Bearer zero-port-token")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("the hook's GATEWAY_API_URL does not reach the gateway: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s/status = %d", apiURL, resp.StatusCode)
 	}
 }

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"gateway/channels/channeltest"
 )
 
 // cli runs the gateway command in-process in a temp dir with the given environment.
@@ -58,6 +60,9 @@ func TestCheckNamesEachBadKey(t *testing.T) {
 		{"binding to no channel", "state_dir: STATE\nbindings:\n  - profile: default\n    match: {channel: webb}\n", ".yaml:4: bindings[0].match.channel: \"webb\" is not one of telegram, discord, slack, web"},
 		{"key twice", "state_dir: STATE\nsessions:\n  queue_size: 3\n  queue_size: 4\n", ".yaml:4: sessions.queue_size: given twice"},
 		{"group id as a user", "state_dir: STATE\nchannels:\n  telegram:\n    enabled: true\n    token: \"1:x\"\n    allow_from: [\"-1001234567890\"]\n", `channels.telegram.allow_from[0]: "-1001234567890" is not a user id (a Telegram user id is a positive number`},
+		// A secret from `openssl rand -base64`: check passed it and setWebhook refused it at start.
+		{"webhook secret Telegram refuses", "state_dir: STATE\nchannels:\n  telegram:\n    enabled: true\n    token: \"1:x\"\n    mode: webhook\n    webhook_secret: \"q8T+xY/3kZ9=\"\n    webhook_url: https://bot.example.com/telegram/webhook\n", ".yaml:7: channels.telegram.webhook_secret: Telegram takes only"},
+		{"plain http webhook", "state_dir: STATE\nchannels:\n  telegram:\n    enabled: true\n    token: \"1:x\"\n    mode: webhook\n    webhook_secret: s3cret\n    webhook_url: http://bot.example.com/telegram/webhook\n", ".yaml:8: channels.telegram.webhook_url: Telegram posts updates only to an https:// URL"},
 		{"missing tts program", "state_dir: STATE\ntts:\n  mode: always\n  provider: command\n  command: [no-such-tts-program, -w, \"{output}\", \"{text}\"]\n", "no-such-tts-program"},
 	}
 	for _, c := range cases {
@@ -243,5 +248,33 @@ func TestAConfigFileGivenAsAnArgumentIsRefused(t *testing.T) {
 	// A misspelt subcommand is an error, not the group's help with exit status 0.
 	if code, out := cli(t, ctx, nil, "hooks", "lst"); code == 0 || !strings.Contains(out, `unknown command "lst"`) {
 		t.Errorf("gateway hooks lst: exit %d, output:\n%s", code, out)
+	}
+}
+
+// TestListeningOnEveryInterfaceLogsAURLToOpen: with http.listen 0.0.0.0 (the Docker
+// image's) the log said "listening url=http://[::]:8080", an address no browser opens.
+// It names the loopback URL that reaches the gateway, beside the address it listens on.
+func TestListeningOnEveryInterfaceLogsAURLToOpen(t *testing.T) {
+	_, port, _ := net.SplitHostPort(freePort(t))
+	path := writeConfig(t, "state_dir: STATE\nhttp: {listen: \"0.0.0.0:"+port+"\"}\nadmin: {token: admin-token-0123}\nchannels:\n  web: {token: web-token-0123}\n")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	log := &channeltest.LogBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, nil, []string{"run", "--config", path}, io.Discard, log, func(string) string { return "" }, nil)
+	}()
+	want := "url=http://127.0.0.1:" + port + " listen=0.0.0.0:" + port
+	waitFor(t, "the gateway logs where it listens", func() bool { return strings.Contains(log.String(), want) }, log)
+	resp, err := http.Get("http://127.0.0.1:" + port + "/healthz")
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET the logged URL's /healthz: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("run did not stop within 30s of its context:\n%s", log)
 	}
 }
