@@ -207,6 +207,20 @@ func TestAnswerCutMidwayKeepsItsWordsAndSaysWhy(t *testing.T) {
 	}
 }
 
+// An answer cut at the length limit, and an empty one, are told as such in the chat.
+// Before, the first looked whole and the second showed nothing at all.
+func TestAnswerEndingEarlyIsToldInTheChat(t *testing.T) {
+	srv, opt := withOpenAIFake(t, 0)
+	e := newEnv(t, opt)
+	srv.Push(openaitest.Reply{Text: "Step one, step two,", FinishReason: "length"}, openaitest.Reply{Text: ""})
+	if got := e.say(t, "early", "m1", "all the steps"); got != "done:Step one, step two,\n\n(The answer stops here: it reached the length limit of one answer (llm.max_tokens). Ask me to go on.)" {
+		t.Fatalf("a cut answer: %q", got)
+	}
+	if got := e.say(t, "early", "m2", "hello?"); got != "done:The model gave an empty answer. Please try again, or ask differently." {
+		t.Fatalf("an empty answer: %q", got)
+	}
+}
+
 // A profile that names a model and a server but no provider, under a gateway.yaml with no
 // model (echo), used to be answered by echo: "no model is configured", its llm section
 // silently ignored. It reaches the server it names.

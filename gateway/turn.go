@@ -163,16 +163,30 @@ func (s *session) answer(ctx context.Context, d *deliverer, req *turnReq, rt *Ru
 	}
 
 	// message:send runs after the turn settled and before done; its parts go first.
-	if parts := s.messageSend(d, req, rt, res.Text); len(parts) > 0 {
+	parts := s.messageSend(d, req, rt, res.Text)
+	if len(parts) > 0 {
 		d.send(channels.Frame{Type: channels.FrameParts, Parts: parts})
 	}
-	d.done(res.Text)
+	d.done(withNote(res.Text, res.Note, len(parts) > 0))
 	if d.err == nil {
 		if g.metrics != nil {
 			g.metrics.MessagesOut.WithLabelValues(req.target.Channel).Inc()
 			g.metrics.TurnSeconds.Observe(time.Since(started).Seconds())
 		}
 	}
+}
+
+// withNote is the answer's text with the note that says why it ends as it does below it
+// (harness.Result.Note). An empty answer is the note alone, unless message:send gave it
+// parts (a hook's reply): the chat then has something, and an empty text is fine.
+func withNote(text, note string, parts bool) string {
+	switch {
+	case note == "", strings.TrimSpace(text) == "" && parts:
+		return text
+	case strings.TrimSpace(text) == "":
+		return note
+	}
+	return text + "\n\n(" + note + ")"
 }
 
 // messageSend runs the message:send hooks and returns the parts they add. A function of

@@ -158,6 +158,9 @@ type Update struct {
 type Result struct {
 	Text    string // the final assistant text of the run
 	Aborted bool   // ctx was cancelled; what was said so far is kept in history
+	// Note, when set, tells the chat why the answer ends as it does (it reached the length
+	// limit, the provider withheld it, it is empty). It is for the chat, not the history.
+	Note string
 }
 
 // SessionOptions configure one chat's session.

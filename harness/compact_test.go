@@ -294,6 +294,41 @@ func TestHookCancellingCompactionStillAnswers(t *testing.T) {
 	}
 }
 
+// A summary the provider fails to write is asked for once per message, not twice (before
+// the message joins the history, then again before its call): the user, whose message is
+// answered with the oldest turns left out, does not wait for a failing provider twice.
+func TestFailingSummaryIsAskedOncePerMessage(t *testing.T) {
+	srv := newOpenAIServer(t)
+	srv.SetFunc(func(r openaitest.Request) openaitest.Reply {
+		if isSummaryRequest(r.Messages) {
+			return openaitest.Reply{Status: 500}
+		}
+		return openaitest.Reply{Text: "noted " + strings.Repeat("ok ", 20)}
+	})
+	s := openSession(t, harness.SessionOptions{Key: "web:nosum", Store: openStore(t), Provider: openAI(t, srv), Model: "gpt-test",
+		ContextWindow: 2500, MaxRetries: -1})
+	total := 0
+	for i := range 12 {
+		before := len(srv.Requests())
+		if _, err := s.Run(context.Background(), fmt.Sprintf("turn %d %s", i, strings.Repeat("z", 1200)), nil); err != nil {
+			t.Fatalf("turn %d: %v", i, err)
+		}
+		asked := 0
+		for _, r := range srv.Requests()[before:] {
+			if isSummaryRequest(r.Messages) {
+				asked++
+			}
+		}
+		if asked > 1 {
+			t.Fatalf("turn %d asked for a summary %d times", i, asked)
+		}
+		total += asked
+	}
+	if total == 0 {
+		t.Fatal("no summary was ever asked for: the test did not reach the threshold")
+	}
+}
+
 // A hook handing its own summary: that summary is saved and sent, the model is not asked.
 func TestHookSuppliedSummaryIsUsed(t *testing.T) {
 	srv := newOpenAIServer(t)
@@ -623,5 +658,64 @@ func TestSummaryIsAskedWithTheFilesTheUserSent(t *testing.T) {
 		if !strings.Contains(ask, want) {
 			t.Errorf("the summariser was not given %q:\n%s", want, ask)
 		}
+	}
+}
+
+// A crash during the model call of a turn that began by compacting: the message, answered
+// again after the restart, is asked of the model once, and the summary stays. Before, the
+// compaction saved after the message kept the earlier attempt on the branch, and the model
+// read the message twice in a row.
+func TestMessageCutByACrashAfterACompactionIsAskedOnce(t *testing.T) {
+	srv := newOpenAIServer(t)
+	summariser(srv)
+	st := openStore(t)
+	opts := harness.SessionOptions{Key: "web:crash", Store: st, Provider: openAI(t, srv), Model: "gpt-test", ContextWindow: 3000}
+	s := openSession(t, opts)
+	for i := 0; s.Stats().ContextTokens < 2000; i++ {
+		if _, err := s.Run(context.Background(), fmt.Sprintf("note %d %s", i, strings.Repeat("x", 300)), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The next message passes the threshold: the turn compacts, then its call hangs.
+	prompt := "the big one " + strings.Repeat("y", 1600)
+	hang := make(chan struct{})
+	srv.SetFunc(func(r openaitest.Request) openaitest.Reply {
+		if isSummaryRequest(r.Messages) {
+			return openaitest.Reply{Text: "SUMMARY: notes were taken."}
+		}
+		if r.Messages[len(r.Messages)-1].Content == prompt {
+			select {
+			case <-hang:
+			default:
+				close(hang)
+				return openaitest.Reply{Hang: true}
+			}
+		}
+		return openaitest.Reply{Text: "answered"}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	cut := make(chan struct{})
+	go func() {
+		defer close(cut)
+		_, _ = s.RunAttempt(ctx, harness.Attempt{ID: "17"}, prompt, nil, nil)
+	}()
+	<-hang
+	// What a restart finds on disk: the compaction, and the message it kept.
+	again := openSession(t, opts)
+	res, err := again.RunAttempt(context.Background(), harness.Attempt{ID: "17", Again: true}, prompt, nil, nil)
+	cancel()
+	<-cut
+	if err != nil || res.Text != "answered" {
+		t.Fatalf("asked again: %q %v", res.Text, err)
+	}
+	reqs := srv.Requests()
+	last := reqs[len(reqs)-1].Messages
+	n, summary := 0, false
+	for _, m := range last {
+		n += strings.Count(m.Content, prompt)
+		summary = summary || strings.Contains(m.Content, "SUMMARY: notes were taken.")
+	}
+	if n != 1 || !summary {
+		t.Fatalf("the model got the message %d times, the summary: %v", n, summary)
 	}
 }

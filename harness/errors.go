@@ -64,8 +64,18 @@ func (e *ProviderError) Error() string {
 			b.WriteString(".")
 		}
 		return b.String()
-	case e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden:
+	case e.Status == http.StatusUnauthorized:
 		fmt.Fprintf(&b, "The model API rejected the API key (HTTP %d). Check llm.api_key.", e.Status)
+		return b.String()
+	case e.Status == http.StatusForbidden:
+		// Not always the key: a region the API does not serve, a model the account may not
+		// use, a proxy's rule. What the API said tells which.
+		b.WriteString("The model API refused access (HTTP 403)")
+		if e.Message != "" {
+			b.WriteString(": ")
+			b.WriteString(strings.TrimSuffix(e.Message, "."))
+		}
+		b.WriteString(". Check llm.api_key and what its account may use.")
 		return b.String()
 	case e.Status == http.StatusNotFound:
 		b.WriteString("The model API answered HTTP 404 (check llm.base_url and llm.model)")

@@ -14,16 +14,18 @@ import (
 
 func TestProviderErrorText(t *testing.T) {
 	cases := map[string]*harness.ProviderError{
-		"The model provider failed (HTTP 500) after 4 attempts. Please try again.":                                                            {Status: 500, Attempts: 4},
-		"The model API rejected the API key (HTTP 401). Check llm.api_key.":                                                                   {Status: 401, Attempts: 1},
-		"The model provider did not answer in time after 2 attempts. Please try again.":                                                       {Timeout: true, Attempts: 2},
-		"I could not reach the model (network error). Please try again later.":                                                                {Unreachable: true, Attempts: 1},
-		"I could not reach the model (network error) after 3 attempts. Please try again later.":                                               {Unreachable: true, Attempts: 3},
-		"The connection to the model provider failed. Please try again.":                                                                      {Attempts: 1},
-		"The model API rejected the request (HTTP 400): bad model.":                                                                           {Status: 400, Message: "bad model"},
-		"The model API answered HTTP 404 (check llm.base_url and llm.model): no such model.":                                                  {Status: 404, Message: "no such model"},
-		"The model stopped answering midway. Please try again.":                                                                               {Midway: true, Attempts: 1},
-		"I could not reach the model (network error: the name of its server could not be resolved) after 2 attempts. Please try again later.": {Unreachable: true, DNS: true, Attempts: 2},
+		"The model provider failed (HTTP 500) after 4 attempts. Please try again.":                                                              {Status: 500, Attempts: 4},
+		"The model API rejected the API key (HTTP 401). Check llm.api_key.":                                                                     {Status: 401, Attempts: 1},
+		"The model API refused access (HTTP 403): Country, region, or territory not supported. Check llm.api_key and what its account may use.": {Status: 403, Message: "Country, region, or territory not supported"},
+		"The model API refused access (HTTP 403). Check llm.api_key and what its account may use.":                                              {Status: 403},
+		"The model provider did not answer in time after 2 attempts. Please try again.":                                                         {Timeout: true, Attempts: 2},
+		"I could not reach the model (network error). Please try again later.":                                                                  {Unreachable: true, Attempts: 1},
+		"I could not reach the model (network error) after 3 attempts. Please try again later.":                                                 {Unreachable: true, Attempts: 3},
+		"The connection to the model provider failed. Please try again.":                                                                        {Attempts: 1},
+		"The model API rejected the request (HTTP 400): bad model.":                                                                             {Status: 400, Message: "bad model"},
+		"The model API answered HTTP 404 (check llm.base_url and llm.model): no such model.":                                                    {Status: 404, Message: "no such model"},
+		"The model stopped answering midway. Please try again.":                                                                                 {Midway: true, Attempts: 1},
+		"I could not reach the model (network error: the name of its server could not be resolved) after 2 attempts. Please try again later.":   {Unreachable: true, DNS: true, Attempts: 2},
 	}
 	for want, e := range cases {
 		if got := e.Error(); got != want {

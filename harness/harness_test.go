@@ -907,6 +907,69 @@ func TestAnthropicStreamingWithToolCall(t *testing.T) {
 	}
 }
 
+// Claude may say nothing but a line break before a tool call: that blank text is not sent
+// back as a text block, which the API refuses ("must contain non-whitespace text") at this
+// request and at every later one of the chat.
+func TestAnthropicBlankTextBesideAToolCallIsNotSentBack(t *testing.T) {
+	srv := anthropictest.NewServer()
+	t.Cleanup(srv.Close)
+	srv.Push(
+		anthropictest.Reply{Chunks: []string{"\n\n"}, ToolUses: []anthropictest.ToolUse{{ID: "toolu_1", Name: "current_time", Input: `{}`}}},
+		anthropictest.Reply{Text: "It is now."},
+		anthropictest.Reply{Text: "Bye."},
+	)
+	p, err := harness.NewProvider(harness.Config{Provider: "anthropic", Model: "claude-test", BaseURL: srv.URL(), APIKey: secret.Secret(testKey)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tools, _ := harness.BuiltinTools([]string{"current_time"})
+	s := openSession(t, harness.SessionOptions{Store: openStore(t), Provider: p, Tools: tools})
+	if res, err := s.Run(context.Background(), "time?", nil); err != nil || res.Text != "It is now." {
+		t.Fatalf("%q %v", res.Text, err)
+	}
+	if res, err := s.Run(context.Background(), "thanks", nil); err != nil || res.Text != "Bye." {
+		t.Fatalf("the next message: %q %v", res.Text, err)
+	}
+	if n := len(srv.Requests()); n != 3 {
+		t.Fatalf("%d requests; want 3", n)
+	}
+}
+
+// An answer that reached the length limit, one the provider withheld and an empty one end
+// with a note for the chat saying so, on both APIs; the history keeps the answer as the
+// model gave it. Before, the chat showed a cut answer, or nothing, as if it were whole.
+func TestAnswerEndingEarlyCarriesANote(t *testing.T) {
+	oai := newOpenAIServer(t)
+	ant := anthropictest.NewServer()
+	t.Cleanup(ant.Close)
+	claude, err := harness.NewProvider(harness.Config{Provider: "anthropic", Model: "claude-test", BaseURL: ant.URL(), APIKey: secret.Secret(testKey)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oai.Push(openaitest.Reply{Text: "The list: 1, 2,", FinishReason: "length"}, openaitest.Reply{Text: "", FinishReason: "content_filter"},
+		openaitest.Reply{Text: ""}, openaitest.Reply{Text: "3, 4."})
+	ant.Push(anthropictest.Reply{Text: "The list: 1, 2,", StopReason: "max_tokens"}, anthropictest.Reply{Text: " ", StopReason: "refusal"},
+		anthropictest.Reply{Text: ""}, anthropictest.Reply{Text: "3, 4."})
+	for name, p := range map[string]harness.Provider{"openai": openAI(t, oai), "anthropic": claude} {
+		s := openSession(t, harness.SessionOptions{Key: "web:" + name, Store: openStore(t), Provider: p})
+		for _, c := range []struct{ ask, text, note string }{
+			{"list them", "The list: 1, 2,", "The answer stops here: it reached the length limit of one answer (llm.max_tokens). Ask me to go on."},
+			{"and worse?", "", "The model's provider withheld this answer (its content filter)."},
+			{"hello?", "", "The model gave an empty answer. Please try again, or ask differently."},
+			{"go on", "3, 4.", ""},
+		} {
+			res, err := s.Run(context.Background(), c.ask, nil)
+			if err != nil || strings.TrimSpace(res.Text) != c.text || res.Note != c.note {
+				t.Fatalf("%s, %q: text %q, note %q, %v", name, c.ask, res.Text, res.Note, err)
+			}
+		}
+	}
+	reqs := oai.Requests()
+	if m := reqs[len(reqs)-1].Messages; m[1].Role != "assistant" || m[1].Content != "The list: 1, 2," {
+		t.Fatalf("the history holds %+v", m[1])
+	}
+}
+
 func TestAnthropicOverloadedRetried(t *testing.T) {
 	srv := anthropictest.NewServer()
 	t.Cleanup(srv.Close)

@@ -396,7 +396,7 @@ func anthropicMessages(system string, msgs []llm.Message) ([]anthropic.TextBlock
 			add(anthropic.MessageParamRoleUser, anthropic.NewToolResultBlock(m.ToolCallID, nonEmpty(m.Content), m.IsError))
 		case llm.RoleAssistant:
 			var blocks []anthropic.ContentBlockParamUnion
-			if m.Content != "" {
+			if strings.TrimSpace(m.Content) != "" { // the API refuses a blank text block
 				blocks = append(blocks, anthropic.NewTextBlock(m.Content))
 			}
 			for _, tc := range m.ToolCalls {

@@ -360,6 +360,9 @@ type run struct {
 	ceiling int
 	parts   []llm.Part // media of the prompt
 	asked   Attempt    // the message the prompt is
+	// refused is set when the compaction before the prompt failed or was cancelled: the
+	// first call does not ask again (a provider that is down would be waited for twice).
+	refused bool
 }
 
 // fixed is what the system prompt and the tools cost in every request.
@@ -407,10 +410,35 @@ func (r *run) exec(prompt string) (Result, error) {
 		}
 		var end, aborted bool
 		if last, end, aborted = r.answered(turn, resp, full, fixed); end {
-			return Result{Text: last, Aborted: aborted}, nil
+			res := Result{Text: last, Aborted: aborted}
+			if !aborted {
+				res.Note = stopNote(last, resp.StopReason)
+			}
+			return res, nil
 		}
 	}
 	return Result{Text: last}, tooManySteps(r.cfg.maxTurns)
+}
+
+// stopNote says why a final answer ends as it does, when the chat should be told: the
+// answer reached the length limit (OpenAI's "length", Anthropic's "max_tokens"), the
+// provider withheld it ("content_filter", "refusal"), or the model said nothing. Without
+// it the chat showed a cut answer, or nothing at all, as if that were the whole of it.
+func stopNote(text, reason string) string {
+	blank := strings.TrimSpace(text) == ""
+	switch reason {
+	case "length", "max_tokens":
+		if blank {
+			return "The model reached the length limit of one answer (llm.max_tokens) before writing anything. Please try again, or ask for less at once."
+		}
+		return "The answer stops here: it reached the length limit of one answer (llm.max_tokens). Ask me to go on."
+	case "content_filter", "refusal":
+		return "The model's provider withheld this answer (its content filter)."
+	}
+	if blank {
+		return "The model gave an empty answer. Please try again, or ask differently."
+	}
+	return ""
 }
 
 func tooManySteps(n int) error {
@@ -430,6 +458,7 @@ func (r *run) start(prompt string) string {
 	if r.s.hist.takeBackResent(msg) {
 		r.s.log.Info("a message sent again after it got no answer replaces its unanswered copy", "key", r.s.key)
 	}
+	r.compactAhead(msg)
 	r.s.hist.addAs(msg, false, r.asked.ID)
 	r.s.count.Store(int64(r.s.hist.total))
 
@@ -451,6 +480,20 @@ func (r *run) start(prompt string) string {
 	// call leaves no unanswered prompt in the history, just as the chat got no answer.
 	r.emit(&hooks.AgentStart{Session: info, Prompt: prompt})
 	return system
+}
+
+// compactAhead compacts before the prompt m joins the history when with it the request
+// would pass the threshold. The compaction then stands before the message on the branch,
+// so that the message, cut by a crash and answered again, can be taken back (takeBack)
+// without losing the summary: compacted after it, the earlier attempt had to stay, and the
+// model read the message twice.
+func (r *run) compactAhead(m llm.Message) {
+	fixed := r.fixed(r.cfg.system)
+	if r.s.hist.tokens(fixed)+estimateMessage(m) > r.cfg.budget.threshold {
+		// A failure is handled as in limit: the oldest turns are left out of the request.
+		_, err := r.compact(hooks.CompactThreshold, "", fixed)
+		r.refused = err != nil && !errors.Is(err, ErrNothingToCompact)
+	}
 }
 
 // failedStep ends the run after a failed model call; last is the text of the steps before.
@@ -605,9 +648,10 @@ func (r *run) callWithBudget(turn int, system string, defs []llm.ToolDef, fixed 
 // request may hold, in our estimate's terms.
 func (r *run) limit(fixed int) int {
 	h, b := r.s.hist, r.cfg.budget
-	if h.tokens(fixed) > b.threshold {
+	if h.tokens(fixed) > b.threshold && !r.refused {
 		r.compact(hooks.CompactThreshold, "", fixed)
 	}
+	r.refused = false
 	limit := b.threshold
 	if est, real := fixed+h.tokensFrom(0), h.tokens(fixed); real > est {
 		// The provider counts more than our estimate: measure the cut in its terms.

@@ -46,6 +46,9 @@ type Reply struct {
 	// Truncated ends the response cleanly after the text, with no stop reason and no
 	// message_stop: a server or proxy that hung up between two events.
 	Truncated bool
+	// StopReason, when set, ends the answer with it ("max_tokens", "refusal") in place of
+	// "end_turn" or "tool_use".
+	StopReason string
 }
 
 // Block is a decoded content block of a recorded request.
@@ -233,6 +236,13 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	for _, t := range wr.Tools {
 		req.Tools = append(req.Tools, t.Name)
 	}
+	// As the API does: a text block of nothing but whitespace refuses the whole request.
+	blank := false
+	for _, m := range req.Messages {
+		for _, b := range m.Blocks {
+			blank = blank || b.Type == "text" && strings.TrimSpace(b.Text) == ""
+		}
+	}
 
 	s.mu.Lock()
 	s.reqs.Add(req)
@@ -240,6 +250,8 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	limit := s.limit
 	var rep Reply
 	switch {
+	case blank:
+		rep = Reply{Status: http.StatusBadRequest, Message: "messages: text content blocks must contain non-whitespace text"}
 	case limit > 0 && Tokens(body) > limit:
 		rep = Reply{Status: http.StatusBadRequest, Message: fmt.Sprintf("prompt is too long: %d tokens > %d maximum", Tokens(body), limit)}
 	case s.failure(&rep):
@@ -341,6 +353,9 @@ func (s *Server) complete(w http.ResponseWriter, id, model string, rep Reply, in
 	if len(rep.ToolUses) > 0 {
 		stop = "tool_use"
 	}
+	if rep.StopReason != "" {
+		stop = rep.StopReason
+	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(map[string]any{
 		"id": id, "type": "message", "role": "assistant", "model": model, "content": content,
@@ -397,6 +412,9 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, id, model string
 	stop := "end_turn"
 	if len(rep.ToolUses) > 0 {
 		stop = "tool_use"
+	}
+	if rep.StopReason != "" {
+		stop = rep.StopReason
 	}
 	send("message_delta", map[string]any{"delta": map[string]any{"stop_reason": stop, "stop_sequence": nil}, "usage": map[string]any{"output_tokens": 5}})
 	send("message_stop", map[string]any{})

@@ -60,6 +60,9 @@ type Reply struct {
 
 	// Code, with Status, is the error's code (insufficient_quota, context_length_exceeded).
 	Code string
+	// FinishReason, when set, ends the answer with it ("length", "content_filter") in place
+	// of "stop" or "tool_calls".
+	FinishReason string
 }
 
 // Message is a decoded message of a recorded request.
@@ -382,6 +385,9 @@ func (s *Server) complete(w http.ResponseWriter, id, model string, rep Reply) {
 		msg["tool_calls"] = toolCallsJSON(rep.ToolCalls, false)
 		finish = "tool_calls"
 	}
+	if rep.FinishReason != "" {
+		finish = rep.FinishReason
+	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(map[string]any{
 		"id": id, "object": "chat.completion", "created": time.Now().Unix(), "model": model,
@@ -454,6 +460,9 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, id, model string
 	finish := "stop"
 	if len(rep.ToolCalls) > 0 {
 		finish = "tool_calls"
+	}
+	if rep.FinishReason != "" {
+		finish = rep.FinishReason
 	}
 	send(map[string]any{}, finish, nil)
 	send(nil, nil, map[string]any{"prompt_tokens": num(rep.InputTokens), "completion_tokens": num(rep.OutputTokens), "total_tokens": num(rep.InputTokens + rep.OutputTokens)})
