@@ -21,8 +21,15 @@ func (h hookTool) Def() llm.ToolDef {
 	return llm.ToolDef{Name: h.t.Name, Description: h.t.Description, Parameters: h.t.Parameters}
 }
 
-// Timeout is the bound of one call from HOOK.yaml: the tool's own, else its hook's.
-func (h hookTool) Timeout() time.Duration { return h.t.Timeout }
+// Timeout is the bound of one call from HOOK.yaml (the tool's own, else its hook's) and a
+// second more: the hook's own limit, which ends the same call, comes first with its words
+// for the model ("its program timed out") rather than racing the harness's.
+func (h hookTool) Timeout() time.Duration {
+	if h.t.Timeout <= 0 {
+		return 0
+	}
+	return h.t.Timeout + time.Second
+}
 
 func (h hookTool) Run(ctx context.Context, args json.RawMessage) (string, error) {
 	call, _ := harness.CallInfo(ctx)
