@@ -167,7 +167,7 @@ func (s *session) answer(ctx context.Context, d *deliverer, req *turnReq, rt *Ru
 	if len(parts) > 0 {
 		d.send(channels.Frame{Type: channels.FrameParts, Parts: parts})
 	}
-	d.done(withNote(res.Text, res.Note, len(parts) > 0))
+	d.done(withNote(res.Text, endNote(res.Text, res.Ended), len(parts) > 0))
 	if d.err == nil {
 		if g.metrics != nil {
 			g.metrics.MessagesOut.WithLabelValues(req.target.Channel).Inc()
@@ -176,8 +176,25 @@ func (s *session) answer(ctx context.Context, d *deliverer, req *turnReq, rt *Ru
 	}
 }
 
+// endNote tells the chat why an answer ends as it does (harness.Result.Ended); "" when
+// it is whole.
+func endNote(text string, e harness.Ending) string {
+	switch e {
+	case harness.EndedAtLength:
+		if strings.TrimSpace(text) == "" {
+			return "The model reached the length limit of one answer (llm.max_tokens) before writing anything. Please try again, or ask for less at once."
+		}
+		return "The answer stops here: it reached the length limit of one answer (llm.max_tokens). Ask me to go on."
+	case harness.EndedWithheld:
+		return "The model's provider withheld this answer (its content filter)."
+	case harness.EndedEmpty:
+		return "The model gave an empty answer. Please try again, or ask differently."
+	}
+	return ""
+}
+
 // withNote is the answer's text with the note that says why it ends as it does below it
-// (harness.Result.Note). An empty answer is the note alone, unless message:send gave it
+// (endNote). An empty answer is the note alone, unless message:send gave it
 // parts (a hook's reply): the chat then has something, and an empty text is fine.
 func withNote(text, note string, parts bool) string {
 	switch {

@@ -158,10 +158,21 @@ type Update struct {
 type Result struct {
 	Text    string // the final assistant text of the run
 	Aborted bool   // ctx was cancelled; what was said so far is kept in history
-	// Note, when set, tells the chat why the answer ends as it does (it reached the length
-	// limit, the provider withheld it, it is empty). It is for the chat, not the history.
-	Note string
+	// Ended, when not EndedWhole, says why the answer ends as it does, which the chat is
+	// told (the words are the gateway's); the history keeps the answer as it came. A small
+	// value rather than the words: a Result is copied along the frames a turn waits under.
+	Ended Ending
 }
+
+// Ending is why a run's final answer ends as it does.
+type Ending uint8
+
+const (
+	EndedWhole    Ending = iota // the model finished its answer
+	EndedAtLength               // it reached the length limit of one answer (llm.max_tokens)
+	EndedWithheld               // the provider withheld it (its content filter)
+	EndedEmpty                  // the model said nothing
+)
 
 // SessionOptions configure one chat's session.
 type SessionOptions struct {

@@ -952,15 +952,18 @@ func TestAnswerEndingEarlyCarriesANote(t *testing.T) {
 		anthropictest.Reply{Text: ""}, anthropictest.Reply{Text: "3, 4."})
 	for name, p := range map[string]harness.Provider{"openai": openAI(t, oai), "anthropic": claude} {
 		s := openSession(t, harness.SessionOptions{Key: "web:" + name, Store: openStore(t), Provider: p})
-		for _, c := range []struct{ ask, text, note string }{
-			{"list them", "The list: 1, 2,", "The answer stops here: it reached the length limit of one answer (llm.max_tokens). Ask me to go on."},
-			{"and worse?", "", "The model's provider withheld this answer (its content filter)."},
-			{"hello?", "", "The model gave an empty answer. Please try again, or ask differently."},
-			{"go on", "3, 4.", ""},
+		for _, c := range []struct {
+			ask, text string
+			ended     harness.Ending
+		}{
+			{"list them", "The list: 1, 2,", harness.EndedAtLength},
+			{"and worse?", "", harness.EndedWithheld},
+			{"hello?", "", harness.EndedEmpty},
+			{"go on", "3, 4.", harness.EndedWhole},
 		} {
 			res, err := s.Run(context.Background(), c.ask, nil)
-			if err != nil || strings.TrimSpace(res.Text) != c.text || res.Note != c.note {
-				t.Fatalf("%s, %q: text %q, note %q, %v", name, c.ask, res.Text, res.Note, err)
+			if err != nil || strings.TrimSpace(res.Text) != c.text || res.Ended != c.ended {
+				t.Fatalf("%s, %q: text %q, ended %d, %v; want ended %d", name, c.ask, res.Text, res.Ended, err, c.ended)
 			}
 		}
 	}

@@ -412,7 +412,7 @@ func (r *run) exec(prompt string) (Result, error) {
 		if last, end, aborted = r.answered(turn, resp, full, fixed); end {
 			res := Result{Text: last, Aborted: aborted}
 			if !aborted {
-				res.Note = stopNote(last, resp.StopReason)
+				res.Ended = ending(last, resp.StopReason)
 			}
 			return res, nil
 		}
@@ -420,25 +420,21 @@ func (r *run) exec(prompt string) (Result, error) {
 	return Result{Text: last}, tooManySteps(r.cfg.maxTurns)
 }
 
-// stopNote says why a final answer ends as it does, when the chat should be told: the
-// answer reached the length limit (OpenAI's "length", Anthropic's "max_tokens"), the
-// provider withheld it ("content_filter", "refusal"), or the model said nothing. Without
-// it the chat showed a cut answer, or nothing at all, as if that were the whole of it.
-func stopNote(text, reason string) string {
-	blank := strings.TrimSpace(text) == ""
+// ending says why a final answer ends as it does: it reached the length limit (OpenAI's
+// "length", Anthropic's "max_tokens"), the provider withheld it ("content_filter",
+// "refusal"), or the model said nothing. Without it the chat showed a cut answer, or
+// nothing at all, as if that were the whole of it.
+func ending(text, reason string) Ending {
 	switch reason {
 	case "length", "max_tokens":
-		if blank {
-			return "The model reached the length limit of one answer (llm.max_tokens) before writing anything. Please try again, or ask for less at once."
-		}
-		return "The answer stops here: it reached the length limit of one answer (llm.max_tokens). Ask me to go on."
+		return EndedAtLength
 	case "content_filter", "refusal":
-		return "The model's provider withheld this answer (its content filter)."
+		return EndedWithheld
 	}
-	if blank {
-		return "The model gave an empty answer. Please try again, or ask differently."
+	if strings.TrimSpace(text) == "" {
+		return EndedEmpty
 	}
-	return ""
+	return EndedWhole
 }
 
 func tooManySteps(n int) error {
