@@ -132,6 +132,28 @@ func launchGatewayEdited(t *testing.T, root, extra string, retries int, up func(
 		writeFile(t, g.cfgPath, edit(string(data)))
 	}
 
+	exited := g.runInBackground()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if code, body := g.get("/readyz"); up(code, body) {
+			return g
+		}
+		select {
+		case code := <-exited:
+			t.Fatalf("gateway exited with status %d before it was ready; log:\n%s", code, g.log)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gateway not ready within 15s; log:\n%s", g.log)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// runInBackground runs `gateway run --config g.cfgPath` until the test ends and gives its
+// exit status on the channel it returns; one other than 0 at the end fails the test.
+func (g *liveGateway) runInBackground() <-chan int {
+	t := g.t
 	ctx, cancel := context.WithCancel(context.Background())
 	exited := make(chan int, 1)
 	go func() {
@@ -148,21 +170,7 @@ func launchGatewayEdited(t *testing.T, root, extra string, retries int, up func(
 			t.Errorf("gateway did not shut down within 30s")
 		}
 	})
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		if code, body := g.get("/readyz"); up(code, body) {
-			return g
-		}
-		select {
-		case code := <-exited:
-			t.Fatalf("gateway exited with status %d before it was ready; log:\n%s", code, g.log)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("gateway not ready within 15s; log:\n%s", g.log)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return exited
 }
 
 func (g *liveGateway) get(path string) (int, string) {

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -130,19 +129,7 @@ func TestHookAPIURLNamesThePortChosenForListenZero(t *testing.T) {
 	t.Cleanup(oai.Close)
 	g := &liveGateway{t: t, root: root, oai: oai, reload: make(chan struct{}, 1), log: &logBuffer{}}
 	g.cfgPath = gatewayConfig(t, root, "127.0.0.1:0", oai.URL(), "admin: {token: \"zero-port-token\"}\n")
-	ctx, cancel := context.WithCancel(context.Background())
-	exited := make(chan int, 1)
-	go func() {
-		exited <- run(ctx, g.reload, []string{"run", "--config", g.cfgPath}, io.Discard, g.log, func(string) string { return "" }, nil)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			t.Errorf("gateway did not shut down within 30s")
-		}
-	})
+	g.runInBackground()
 	url, _ := g.waitLog("listening", 1)[0]["url"].(string)
 	g.addr = strings.TrimPrefix(url, "http://")
 	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
