@@ -121,10 +121,17 @@ func checkMCP(ctx context.Context, cfg Config, a *app, connect bool) (string, []
 		if len(set.servers) == 0 {
 			continue
 		}
+		// The servers' errors name them ("mcp files: ..."); a profile's say whose they are.
+		named := func(err error) error {
+			if set.where == "mcp" {
+				return err
+			}
+			return fmt.Errorf("%s: %w", strings.TrimSuffix(set.where, ": mcp"), err)
+		}
 		if !connect {
 			for _, srv := range set.servers {
 				if err := srv.CheckOffline(); err != nil {
-					errs = append(errs, fmt.Errorf("%s: %w", set.where, err))
+					errs = append(errs, named(err))
 					continue
 				}
 				what := maskURL(srv.URL) + ", not contacted"
@@ -139,7 +146,7 @@ func checkMCP(ctx context.Context, cfg Config, a *app, connect bool) (string, []
 		tools, cerrs := mcptools.Check(cctx, set.servers)
 		cancel()
 		for _, e := range cerrs {
-			errs = append(errs, fmt.Errorf("%s: %w", set.where, e))
+			errs = append(errs, named(e))
 		}
 		for _, srv := range set.servers {
 			if names, ok := tools[srv.Name]; ok {

@@ -80,9 +80,9 @@ func TestCheckStartsNoMCPProgram(t *testing.T) {
 		t.Fatalf("check --connect: exit %d, started: %v:\n%s", code, err == nil, out)
 	}
 	for prog, want := range map[string]string{
-		"no-such-mcp-server":  `mcp: mcp files: command "no-such-mcp-server": executable file not found in $PATH`,
-		"./not-a-program.sh":  `mcp: mcp files: command "./not-a-program.sh": permission denied`,
-		"./no-such-server.sh": `mcp: mcp files: command "./no-such-server.sh": no such file or directory`,
+		"no-such-mcp-server":  `mcp files: command "no-such-mcp-server": executable file not found in $PATH`,
+		"./not-a-program.sh":  `mcp files: command "./not-a-program.sh": permission denied`,
+		"./no-such-server.sh": `mcp files: command "./no-such-server.sh": no such file or directory`,
 	} {
 		write("state_dir: ./data\nmcp:\n  - {name: files, command: [" + prog + "]}\n")
 		if code, out := cli(t, context.Background(), nil, "check", "--config", "gateway.yaml"); code != 1 || !strings.Contains(out, want) {
