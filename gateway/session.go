@@ -637,7 +637,7 @@ func mergeLLM(base, over harness.Config) harness.Config {
 		// section without a provider means the OpenAI-compatible API.
 		over.Provider = "openai"
 		if over.Model == "" {
-			over.Model = "gpt-4o-mini"
+			over.Model = harness.DefaultOpenAIModel
 		}
 	}
 	if over.Provider != "" && over.Provider != base.Provider {

@@ -164,6 +164,9 @@ type Result struct {
 	Ended Ending
 }
 
+// DefaultOpenAIModel is the model of the openai provider when the config names none.
+const DefaultOpenAIModel = "gpt-4o-mini"
+
 // Ending is why a run's final answer ends as it does.
 type Ending uint8
 

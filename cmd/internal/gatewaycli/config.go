@@ -98,7 +98,7 @@ func defaultConfig(getenv func(string) string) Config {
 	if key := getenv("OPENAI_API_KEY"); key != "" {
 		// The value itself: a default is not a value of the file, so nothing would expand a
 		// "${OPENAI_API_KEY}" here, and OpenAI would be sent those 17 characters as the key.
-		llm = harness.Config{Provider: "openai", Model: "gpt-4o-mini", APIKey: secret.Secret(key)}
+		llm = harness.Config{Provider: "openai", Model: harness.DefaultOpenAIModel, APIKey: secret.Secret(key)}
 	}
 	llm.Timeout, llm.MaxRetries = 2*time.Minute, 3
 	// Platforms start closed: only allow_from may talk, and groups need a mention.
@@ -144,7 +144,7 @@ func (c *Config) resolveLLM(explicit func(key string) bool) {
 		if c.LLM.Provider == "echo" && asked {
 			c.LLM.Provider = "openai"
 			if !explicit("llm.model") {
-				c.LLM.Model = "gpt-4o-mini"
+				c.LLM.Model = harness.DefaultOpenAIModel
 			}
 		}
 		return
@@ -152,7 +152,7 @@ func (c *Config) resolveLLM(explicit func(key string) bool) {
 	if !explicit("llm.model") {
 		switch c.LLM.Provider {
 		case "openai":
-			c.LLM.Model = "gpt-4o-mini"
+			c.LLM.Model = harness.DefaultOpenAIModel
 		case "echo":
 			c.LLM.Model = "echo"
 		case "anthropic":
