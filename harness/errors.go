@@ -240,9 +240,18 @@ func (e redactedError) Error() string {
 }
 func (e redactedError) Unwrap() error { return e.err }
 
-// urlSecrets are what a base URL may carry as a secret: its user info's password and its
+// RedactError is err with every occurrence of the secrets (as written or query-escaped,
+// those of 4 bytes or more) replaced by ***; errors.Is and As still see err. nil stays nil.
+func RedactError(err error, secrets ...string) error {
+	if err == nil {
+		return nil
+	}
+	return redactedError{err, redactor(secrets...)}
+}
+
+// URLSecrets are what a URL may carry as a secret: its user info's password and its
 // query's values (a key in ?key=). Errors quote the URL of a failed call.
-func urlSecrets(raw string) []string {
+func URLSecrets(raw string) []string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return nil
@@ -263,6 +272,9 @@ func redactor(secrets ...string) func(string) string {
 	for _, s := range secrets {
 		if len(s) >= 4 { // a tiny "secret" would mangle ordinary text
 			olds = append(olds, s, "***")
+			if esc := url.QueryEscape(s); esc != s {
+				olds = append(olds, esc, "***")
+			}
 		}
 	}
 	if len(olds) == 0 {

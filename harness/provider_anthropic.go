@@ -43,7 +43,7 @@ func newAnthropic(cfg Config, client *http.Client) *anthropicProvider {
 		model:     cfg.Model,
 		maxTokens: cfg.MaxTokens,
 		timeout:   cfg.Timeout,
-		redact:    redactor(append(urlSecrets(cfg.BaseURL), cfg.APIKey.Reveal())...),
+		redact:    redactor(append(URLSecrets(cfg.BaseURL), cfg.APIKey.Reveal())...),
 	}
 }
 

@@ -43,7 +43,7 @@ func newOpenAI(cfg Config, client *http.Client) *openAIProvider {
 		model:     cfg.Model,
 		maxTokens: cfg.MaxTokens,
 		timeout:   cfg.Timeout,
-		redact:    redactor(append(urlSecrets(cfg.BaseURL), cfg.APIKey.Reveal())...),
+		redact:    redactor(append(URLSecrets(cfg.BaseURL), cfg.APIKey.Reveal())...),
 	}
 }
 

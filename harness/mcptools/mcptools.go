@@ -362,43 +362,12 @@ func (t *stderrTail) explain(err error) error {
 // values, the headers' values): Go's HTTP errors quote the whole URL, and a token in
 // ?token= would reach the log, check's output and the model told of a failed call.
 func (c ServerConfig) redact(err error) error {
-	if err == nil {
-		return nil
-	}
-	var olds []string
-	add := func(v string) {
-		if len(v) >= 4 { // a tiny value would mangle ordinary text
-			olds = append(olds, v, "<redacted>", url.QueryEscape(v), "<redacted>")
-		}
-	}
-	if u, perr := url.Parse(c.URL); perr == nil && c.URL != "" {
-		if p, ok := u.User.Password(); ok {
-			add(p)
-		}
-		for _, vs := range u.Query() {
-			for _, v := range vs {
-				add(v)
-			}
-		}
-	}
+	secrets := harness.URLSecrets(c.URL)
 	for _, v := range c.Headers {
-		add(v.Reveal())
+		secrets = append(secrets, v.Reveal())
 	}
-	if len(olds) == 0 {
-		return err
-	}
-	return redactedError{err: err, text: strings.NewReplacer(olds...).Replace(err.Error())}
+	return harness.RedactError(err, secrets...)
 }
-
-// redactedError is an error whose text had secrets taken out; errors.Is and As still see
-// the original.
-type redactedError struct {
-	err  error
-	text string
-}
-
-func (e redactedError) Error() string { return e.text }
-func (e redactedError) Unwrap() error { return e.err }
 
 type headerTransport struct {
 	base    http.RoundTripper
