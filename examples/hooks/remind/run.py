@@ -11,13 +11,14 @@ import os
 import re
 import sys
 import time
-import urllib.request
 
 UNITS = {"s": 1, "m": 60, "h": 3600}
 MAX_SECONDS = 7 * 24 * 3600
 
 
 def deliver(event, text):
+    import urllib.request  # here, not at the top: the command's answer need not wait for it
+
     body = json.dumps({"channel": event["channel"], "chat_id": event["chat_id"],
                        "thread_id": event.get("thread_id", ""), "text": text}).encode()
     req = urllib.request.Request(os.environ["GATEWAY_API_URL"] + "/send", data=body, method="POST",
@@ -49,14 +50,20 @@ def main():
         json.dump({"text": "This hook needs api: true in its HOOK.yaml."}, sys.stdout)
         return
     text = m.group(3).strip()
+    # The gateway kills the hook's process group once this program exits: the background
+    # process leaves it (setsid) before the program may exit, which the pipe tells.
+    ready_r, ready_w = os.pipe()
     if os.fork() == 0:
         os.setsid()
+        os.close(ready_w)
         devnull = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1, 2):
             os.dup2(devnull, fd)
         time.sleep(seconds)
         deliver(event, "⏰ " + text)
         os._exit(0)
+    os.close(ready_w)
+    os.read(ready_r, 1)  # end of file once the background process has its own session
     json.dump({"text": "OK, I'll remind you in %s%s." % (m.group(1), m.group(2))}, sys.stdout)
 
 
