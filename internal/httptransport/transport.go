@@ -58,9 +58,14 @@ type Transport struct {
 	MaxIdlePerHost int
 	MaxIdle        int
 	IdleTimeout    time.Duration
-	// BufferSize is the size of each connection's read and write buffers; a body
-	// larger than that is read and written past them.
+	// BufferSize is the size of each connection's read buffer and of the write buffer a
+	// call uses; a body larger than that is read and written past them.
 	BufferSize int
+
+	// writers are the write buffers, lent to a call while it writes its request: a call
+	// waiting for its response (a model thinking for seconds) then holds only its read
+	// buffer.
+	writers sync.Pool
 
 	mu    sync.Mutex
 	idle  map[string][]*conn // per host:port, oldest first
@@ -72,7 +77,6 @@ type conn struct {
 	nc      net.Conn
 	lr      io.LimitedReader // the reader under br: bounds headers, unbounded for bodies
 	br      *bufio.Reader
-	bw      *bufio.Writer
 	written int64 // bytes written to nc on the current call
 	idleAt  time.Time
 	reused  bool
@@ -156,10 +160,7 @@ func (t *Transport) call(c *conn, addr string, req *http.Request) (*http.Respons
 		return nil, err
 	}
 	c.written = 0
-	if err := req.Write(c.bw); err != nil {
-		return fail(err)
-	}
-	if err := c.bw.Flush(); err != nil {
+	if err := t.write(c, req); err != nil {
 		return fail(err)
 	}
 	c.lr.N = maxHeaderBytes
@@ -194,6 +195,30 @@ func (t *Transport) call(c *conn, addr string, req *http.Request) (*http.Respons
 	}
 	resp.Body = &body{rc: resp.Body, c: c, t: t, addr: addr, ctx: ctx, stop: stop, keep: keep}
 	return resp, nil
+}
+
+// write writes req on c through a write buffer lent for the call.
+func (t *Transport) write(c *conn, req *http.Request) error {
+	bw, _ := t.writers.Get().(*bufio.Writer)
+	if bw == nil {
+		bw = bufio.NewWriterSize(c, t.bufferSize())
+	} else {
+		bw.Reset(c)
+	}
+	err := req.Write(bw)
+	if err == nil {
+		err = bw.Flush()
+	}
+	bw.Reset(nil) // holds no connection while it waits in the pool
+	t.writers.Put(bw)
+	return err
+}
+
+func (t *Transport) bufferSize() int {
+	if t.BufferSize <= 0 {
+		return defaultBufferSize
+	}
+	return t.BufferSize
 }
 
 // body frees its connection when it has been read to the end, and closes it when the
@@ -295,14 +320,9 @@ func (t *Transport) get(ctx context.Context, addr string) (*conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	size := t.BufferSize
-	if size <= 0 {
-		size = defaultBufferSize
-	}
 	c := &conn{nc: nc}
 	c.lr.R = nc
-	c.br = bufio.NewReaderSize(&c.lr, size)
-	c.bw = bufio.NewWriterSize(c, size)
+	c.br = bufio.NewReaderSize(&c.lr, t.bufferSize())
 	return c, nil
 }
 
