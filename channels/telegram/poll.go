@@ -160,9 +160,9 @@ func pollBackoff(n int) time.Duration {
 	return d/2 + rand.N(d/2+1)
 }
 
-// handleBatch hands a batch over: one goroutine per chat (at most 8 at once) keeps each
-// chat's order while chats proceed in parallel; a chat stops at its first update that
-// failed. Nothing here waits on a download: media go as references (Fetch downloads them
+// handleBatch hands a batch over: one goroutine per chat (at most 8 at once; a batch of
+// one chat is handled on the caller's) keeps each chat's order while chats proceed in
+// parallel; a chat stops at its first update that failed. Nothing here waits on a download: media go as references (Fetch downloads them
 // on the gateway's side). It returns the new offset: past every update when all were
 // handled, else at the first failed one or the first item of an album still gathered, so
 // that it comes again (those after it that were delivered are then dropped as
@@ -187,46 +187,53 @@ func (c *Channel) handleBatch(ctx context.Context, updates []*update, offset int
 	}
 	var mu sync.Mutex
 	failed := map[int64]bool{}
-	sem := make(chan struct{}, 8)
-	var wg sync.WaitGroup
-	for _, chat := range order {
-		list := byChat[chat]
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			for i, u := range list {
-				a, err := c.safeHandle(ctx, u)
-				if err == nil && a != nil {
-					if done, aerr := a.settled(); !done {
-						// An album being gathered: acknowledged once it is delivered.
-						mu.Lock()
-						failed[u.ID] = true
-						mu.Unlock()
-						tick()
-						continue
-					} else {
-						err = aerr
-					}
-				}
-				if err == nil {
+	handle := func(list []*update) {
+		for i, u := range list {
+			a, err := c.safeHandle(ctx, u)
+			if err == nil && a != nil {
+				if done, aerr := a.settled(); !done {
+					// An album being gathered: acknowledged once it is delivered.
+					mu.Lock()
+					failed[u.ID] = true
+					mu.Unlock()
 					tick()
 					continue
+				} else {
+					err = aerr
 				}
-				if ctx.Err() == nil {
-					c.log.Warn("telegram: update not handed over; it will come again", "update", u.ID, "err", err)
-				}
-				mu.Lock()
-				for _, v := range list[i:] {
-					failed[v.ID] = true
-				}
-				refused = true
-				mu.Unlock()
-				return
 			}
-		}()
+			if err == nil {
+				tick()
+				continue
+			}
+			if ctx.Err() == nil {
+				c.log.Warn("telegram: update not handed over; it will come again", "update", u.ID, "err", err)
+			}
+			mu.Lock()
+			for _, v := range list[i:] {
+				failed[v.ID] = true
+			}
+			refused = true
+			mu.Unlock()
+			return
+		}
 	}
-	wg.Wait()
+	if len(order) == 1 {
+		// The usual batch, one chat: handled here, without a goroutine to start and a
+		// fresh stack to grow (the journal's encoding takes it past its first size).
+		handle(byChat[order[0]])
+	} else {
+		sem := make(chan struct{}, 8)
+		var wg sync.WaitGroup
+		for _, chat := range order {
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				handle(byChat[chat])
+			})
+		}
+		wg.Wait()
+	}
 	ids := make([]int64, 0, len(updates))
 	for _, u := range updates {
 		ids = append(ids, u.ID)
