@@ -631,7 +631,7 @@ func (s *session) ensureAgent(req *turnReq, rt *Runtime) (*harness.Session, erro
 		OnUsage: s.g.metrics.usage, OnCompact: s.g.metrics.compaction,
 	})
 	if err != nil {
-		return nil, err
+		return nil, &historyError{err} // the options were checked: its history failed
 	}
 	s.agent, s.agentRT, s.agentProfile = agent, rt, req.profile
 	return agent, nil
