@@ -434,3 +434,33 @@ func TestWaitingTurnsAreBoundedByTheQueueSize(t *testing.T) {
 		t.Fatalf("model calls = %d; want 3 (one running, two waiting)", n)
 	}
 }
+
+// A chat whose history file cannot be read (here a directory stands in its place; in
+// practice a file left by a run as another user, or a failing disk) is told in plain words
+// that its conversation cannot be opened, without the server's paths or the system's error,
+// which go to the admin's log; other chats are answered as usual.
+func TestAnUnreadableHistoryIsToldInPlainWords(t *testing.T) {
+	e := newEnv(t)
+	name, err := harness.FileName("mem:c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(e.dir, name), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	e.mem.inject(t, "c1", "1", "hello")
+	e.mem.inject(t, "c2", "1", "hello")
+	e.mem.waitDone(t, 2)
+	got := e.mem.finals("c1")
+	if len(got) != 1 || !strings.HasPrefix(got[0], "error:") || !strings.Contains(got[0], "conversation") {
+		t.Fatalf("the chat was told %q; want an error saying its conversation cannot be opened", got)
+	}
+	for _, leak := range []string{e.dir, name, "is a directory", "history of"} {
+		if strings.Contains(got[0], leak) {
+			t.Errorf("the chat was told %q, which shows %q", got[0], leak)
+		}
+	}
+	if got := e.mem.finals("c2"); len(got) != 1 || !strings.HasPrefix(got[0], "done:") {
+		t.Errorf("the other chat got %q; want its answer", got)
+	}
+}

@@ -47,6 +47,9 @@ type session struct {
 	pending  []*turnReq
 	running  *runningTurn
 	turnDone chan turnOutcome
+	// cutIntake is the chat of a message whose intake (media download, receive hooks)
+	// shutdown cut: abortAll tells it, as it tells a chat whose message waited in the queue.
+	cutIntake *channels.Target
 
 	agent        *harness.Session
 	agentRT      *Runtime
@@ -278,9 +281,10 @@ func (s *session) abortAll() {
 		s.running.cancel(errShutdown)
 		s.turnEnded(<-s.turnDone)
 	}
-	var first *channels.Target
+	first := s.cutIntake
+	s.cutIntake = nil
 	bus := s.g.Runtime().Bus
-	if len(s.pending) > 0 {
+	if first == nil && len(s.pending) > 0 {
 		first, bus = &s.pending[0].target, s.pending[0].rt.Bus
 	}
 	for _, r := range s.pending { // still journaled: answered after the restart
@@ -309,6 +313,14 @@ func (s *session) abortAll() {
 		text = "I'm restarting; I'll answer your waiting messages when I'm back in a moment."
 	}
 	s.g.notify(ctx, bus, *first, text)
+}
+
+// intakeCut remembers that shutdown cut msg before it was queued, for abortAll to tell.
+func (s *session) intakeCut(msg *channels.Message) {
+	if s.cutIntake == nil {
+		t := channels.TargetOf(msg)
+		s.cutIntake = &t
+	}
 }
 
 // intake runs one message through message:receive, commands and the queue mode. The
@@ -369,7 +381,8 @@ func (s *session) intake(msg *channels.Message) {
 	}
 	if chainErr != nil && rejected == nil {
 		if g.ctx.Err() != nil {
-			return // shutting down: nobody is left to answer
+			s.intakeCut(msg) // shutting down: still journaled, answered after the restart
+			return
 		}
 		// The chain did not finish, so later handlers (filters, STT) never saw the message:
 		// passing it on would skip them.
@@ -455,7 +468,8 @@ func (s *session) fetch(msg *channels.Message, rt *Runtime) bool {
 		return true
 	}
 	if g.ctx.Err() != nil {
-		return false // shutting down: still journaled, fetched after the restart
+		s.intakeCut(msg) // shutting down: still journaled, fetched after the restart
+		return false
 	}
 	g.log.Warn("a message's media could not be fetched; the user is told", "session", s.key, "err", err)
 	g.reject(msg, rt.Bus, "fetch", err.Error())
@@ -617,7 +631,7 @@ func (s *session) ensureAgent(req *turnReq, rt *Runtime) (*harness.Session, erro
 		OnUsage: s.g.metrics.usage, OnCompact: s.g.metrics.compaction,
 	})
 	if err != nil {
-		return nil, err
+		return nil, &historyError{err} // the options were checked: its history failed
 	}
 	s.agent, s.agentRT, s.agentProfile = agent, rt, req.profile
 	return agent, nil

@@ -17,6 +17,7 @@ import (
 	"gateway/channels/telegram"
 	"gateway/channels/telegram/telegramtest"
 	"gateway/harness"
+	"gateway/hooks"
 	"gateway/internal/secret"
 	"gateway/state"
 )
@@ -242,5 +243,43 @@ func TestWebMessageDuringShutdownIsToldItIsAnsweredAfterRestart(t *testing.T) {
 	}
 	if n := len(e.fake.Requests()); n != 1 {
 		t.Fatalf("%d model calls; want only the first message's", n)
+	}
+}
+
+// A message still in its receive hooks (a voice note being transcribed) when the shutdown
+// deadline passes stays journaled for the restart, and its chat is told so, as a chat whose
+// message waited in the queue is: before, it got silence until the next start.
+func TestMessageCutInItsReceiveHooksByShutdownIsTold(t *testing.T) {
+	dir := t.TempDir()
+	db := openState(t, dir)
+	defer db.Close()
+	e := newEnvIn(t, filepath.Join(dir, "sessions"), withDurable(db))
+	entered := make(chan struct{})
+	var once sync.Once
+	e.bus.On(hooks.NameMessageReceive, "test:slow-stt", func(ctx context.Context, ev hooks.Event) (any, error) {
+		once.Do(func() { close(entered) })
+		<-ctx.Done() // transcribing until the shutdown cuts it
+		return nil, nil
+	})
+	e.mem.inject(t, "c1", "1", "a voice note")
+	select {
+	case <-entered:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the receive hook never ran")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := e.g.Stop(ctx); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	got := e.mem.finals("c1")
+	if len(got) != 1 || !strings.Contains(got[0], "restarting") || !strings.Contains(got[0], "when I'm back") {
+		t.Fatalf("the chat was told %q; want one note that the gateway restarts and answers when back", got)
+	}
+	if n := pending(db); n != 1 {
+		t.Fatalf("the journal holds %d messages; want the cut one, for after the restart", n)
+	}
+	if n := len(e.fake.Requests()); n != 0 {
+		t.Fatalf("%d model calls; want none", n)
 	}
 }

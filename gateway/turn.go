@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"strings"
@@ -100,11 +101,36 @@ func (s *session) openDelivery(dctx context.Context, req *turnReq, rt *Runtime, 
 	d.send(channels.Frame{Type: channels.FrameStart})
 
 	if openErr != nil {
-		g.log.Error("cannot open the chat session", "session", s.key, "err", openErr)
-		d.fail("turn", "I couldn't start the assistant for this chat: "+openErr.Error())
+		d.failOpen(s.key, openErr)
 		return nil
 	}
 	return d
+}
+
+// historyError is a chat's history that could not be opened (read, or its torn end
+// repaired): the gateway's files, not the chat's doing.
+type historyError struct{ err error }
+
+func (e *historyError) Error() string { return e.err.Error() }
+func (e *historyError) Unwrap() error { return e.err }
+
+// failOpen ends a turn whose session could not be opened. A history the gateway cannot
+// read is told in plain words: its error names the server's paths, which are the admin's
+// business (the log and gateway:error carry it). A profile's model or tools that cannot be
+// set up are told as they are: those words name the setting to fix.
+func (d *deliverer) failOpen(key string, err error) {
+	log := []any{"session", key, "err", err}
+	if errors.Is(err, fs.ErrPermission) {
+		log = append(log, "hint", fmt.Sprintf("the gateway runs as user %d, which must be able to read and write state_dir and every file in it", os.Geteuid()))
+	}
+	d.g.log.Error("cannot open the chat session", log...)
+	text := "I couldn't start the assistant for this chat: " + err.Error()
+	var he *historyError
+	if errors.As(err, &he) {
+		text = "Sorry, I can't open this chat's conversation history, so I can't answer right now. The gateway's log tells its admin why."
+	}
+	d.bus.Emit(d.ctx, &hooks.GatewayError{Session: d.info, Stage: "turn", Error: err.Error()})
+	d.send(channels.Frame{Type: channels.FrameError, Text: text})
 }
 
 // beforeRun readies the agent for the turn's prompt; false when the turn was a /compact

@@ -868,3 +868,104 @@ func TestBrokenStateFileAfterACrashStillAnswersTheCutMessage(t *testing.T) {
 	}
 	g.stop()
 }
+
+// A SIGKILL while a hook's tool runs: after the restart the chat shows one answer, the
+// final one in place of the cut preview, and the model is asked a conversation it accepts:
+// the message once, and no tool call of the cut attempt left without its result.
+func TestKilledDuringAToolCallAnswersOnceAfterRestart(t *testing.T) {
+	tg := telegramtest.NewServer(t)
+	oai := &slowModel{Server: openaitest.NewServer()}
+	oai.SetFunc(func(r openaitest.Request) openaitest.Reply {
+		n := oai.n.Add(1)
+		if r.Messages[len(r.Messages)-1].Role == "tool" {
+			return openaitest.Reply{Text: fmt.Sprintf("answer %d", n)}
+		}
+		return openaitest.Reply{Chunks: []string{"Let me look."}, ToolCalls: []openaitest.ToolCall{{ID: fmt.Sprintf("call_%d", n), Name: "lookup_order", Arguments: `{"id":"7"}`}}}
+	})
+	t.Cleanup(oai.Close)
+	root, addr := t.TempDir(), freePort(t)
+	runs, hold := filepath.Join(root, "runs"), filepath.Join(root, "hold")
+	writeFile(t, hold, "")
+	writeHook(t, filepath.Join(root, "hooks"), "orders",
+		"tools:\n  - name: lookup_order\n    description: Look up an order\n    parameters: {type: object, properties: {id: {type: string}}, required: [id]}\ncommand: [./run.sh]\ntimeout: 2m\n",
+		fmt.Sprintf("cat >/dev/null\necho ran >> %q\nwhile [ -f %q ]; do sleep 0.1; done\necho '{\"content\":\"order 7: shipped\"}'\n", runs, hold))
+	writeChildConfig(t, root, addr, oai.URL(), fmt.Sprintf("  telegram:\n    enabled: true\n    token: %q\n    api_url: %s\n    allow_from: [%q]\nhooks:\n  dirs: [./hooks]\n",
+		telegramtest.Token, tg.URL, fmt.Sprint(telegramtest.UserID)))
+	g := startChild(t, root, addr)
+	tg.Send(telegramtest.Update{ChatID: tgChat, Text: "where is my order 7?"})
+	waitFor(t, "the tool runs", func() bool { _, err := os.Stat(runs); return err == nil }, g.log)
+	g.kill()
+	if err := os.Remove(hold); err != nil {
+		t.Fatal(err)
+	}
+
+	g = startChild(t, root, addr)
+	waitFor(t, "answered after the restart", func() bool {
+		return slices.ContainsFunc(tg.Messages(tgChat), func(m telegramtest.Message) bool { return strings.HasPrefix(m.Text, "answer") })
+	}, g.log)
+	quiet()
+	var got []string
+	for _, m := range tg.Messages(tgChat) {
+		got = append(got, m.Text)
+	}
+	if !slices.Equal(got, []string{"answer 3"}) {
+		t.Fatalf("after the restart the chat shows %q; want the final answer once; log:\n%s", got, g.log)
+	}
+	reqs := oai.Requests()
+	last := reqs[len(reqs)-1]
+	if u := userTurns(last); !slices.Equal(u, []string{"where is my order 7?"}) {
+		t.Errorf("after the restart the model was asked %q; want the message once", u)
+	}
+	results := map[string]bool{}
+	for _, m := range last.Messages {
+		if m.Role == "tool" {
+			results[m.ToolCallID] = true
+		}
+	}
+	for _, m := range last.Messages {
+		for _, c := range m.ToolCalls {
+			if !results[c.ID] {
+				t.Errorf("the model was sent tool call %s without its result (an API refuses that)", c.ID)
+			}
+		}
+	}
+	g.stop()
+}
+
+// Two SIGKILLs in a row while the answer streams, a second message waiting behind it: after
+// the last restart each message is answered once, the first in place of its cut preview.
+func TestKilledTwiceMidStreamAnswersEachMessageOnce(t *testing.T) {
+	p := telegramPlatform(t)
+	oai := &slowModel{Server: openaitest.NewServer()}
+	oai.SetFunc(func(openaitest.Request) openaitest.Reply {
+		n := oai.n.Add(1)
+		if n > 2 {
+			return openaitest.Reply{Text: fmt.Sprintf("answer %d", n)}
+		}
+		return openaitest.Reply{Chunks: []string{fmt.Sprintf("The cut preview %d", n)}, Hang: true}
+	})
+	t.Cleanup(oai.Close)
+	root, addr := newRoot(t, oai, p)
+	g := startChild(t, root, addr)
+	p.send("first question")
+	waitFor(t, "its place is kept", func() bool { return strings.Contains(g.log.String(), "answer placement kept") }, g.log)
+	p.send("second question")
+	waitFor(t, "the second message is acknowledged", p.acked, g.log)
+	g.kill()
+
+	g = startChild(t, root, addr)
+	// The second attempt streams into the first one's preview (its place was kept then).
+	waitFor(t, "the second preview shows", func() bool { return slices.Equal(p.answer(), []string{"The cut preview 2"}) }, g.log)
+	g.kill()
+
+	g = startChild(t, root, addr)
+	waitFor(t, "both answered", func() bool { return len(p.answer()) == 2 && oai.calls() == 4 }, g.log)
+	quiet()
+	if got := p.answer(); !slices.Equal(got, []string{"answer 3", "answer 4"}) {
+		t.Fatalf("the chat shows %q; want each message answered once, the first in place of its preview; log:\n%s", got, g.log)
+	}
+	if u := userTurns(oai.Requests()[3]); !slices.Equal(u, []string{"first question", "second question"}) {
+		t.Fatalf("the second message was asked with %q; want each message once", u)
+	}
+	g.stop()
+}
