@@ -110,7 +110,8 @@ type Server struct {
 
 	mu     sync.Mutex
 	script fakeserver.Script[Request, Reply]
-	limit  int // LimitContext
+	limit  int  // LimitContext
+	strict bool // AlternateRoles
 }
 
 // NewServer starts a server on 127.0.0.1.
@@ -163,6 +164,25 @@ func (s *Server) LimitContext(tokens int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.limit = tokens
+}
+
+// AlternateRoles makes the server a model whose chat template wants user and assistant
+// turns to alternate (Mistral's and Gemma's, served by vLLM or llama.cpp): a request with
+// two user or two assistant messages in a row is answered 400 as vLLM does.
+func (s *Server) AlternateRoles(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.strict = on
+}
+
+// alternates reports whether no two user (or two assistant) messages follow each other.
+func alternates(msgs []Message) bool {
+	for i := 1; i < len(msgs); i++ {
+		if r := msgs[i].Role; (r == "user" || r == "assistant") && msgs[i-1].Role == r {
+			return false
+		}
+	}
+	return true
 }
 
 // Tokens is how the server counts a request body against LimitContext.
@@ -282,6 +302,8 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	limit := s.limit
 	var rep Reply
 	switch {
+	case s.strict && !alternates(req.Messages):
+		rep = Reply{Status: http.StatusBadRequest, Message: "Conversation roles must alternate user/assistant/user/assistant/..."}
 	case badTool != "":
 		// As OpenAI does: one tool name it cannot take refuses the whole request.
 		rep = Reply{Status: http.StatusBadRequest, Message: badTool}
