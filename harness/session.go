@@ -151,7 +151,9 @@ func OpenSession(opts SessionOptions) (*Session, error) {
 	}
 	cfg := configFrom(opts)
 	// Read apart: decoding the history is deep, and the caller (a chat's actor) then waits.
-	h, err := apart(func() (*history, error) { return openHistory(opts.Store, opts.Key, 2*cfg.budget.window, log) })
+	h, err := apart(func() (*history, error) {
+		return openHistory(opts.Store, opts.Key, 2*cfg.budget.window, newMediaCost(cfg.budget, opts.TextOnly), log)
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -485,7 +487,7 @@ func (r *run) start(prompt string) string {
 // model read the message twice.
 func (r *run) compactAhead(m llm.Message) {
 	fixed := r.fixed(r.cfg.system)
-	if r.s.hist.tokens(fixed)+estimateMessage(m) > r.cfg.budget.threshold {
+	if r.s.hist.tokens(fixed)+estimateMessage(m, r.s.hist.cost) > r.cfg.budget.threshold {
 		// A failure is handled as in limit: the oldest turns are left out of the request.
 		_, err := r.compact(hooks.CompactThreshold, "", fixed)
 		r.refused = err != nil && !errors.Is(err, ErrNothingToCompact)

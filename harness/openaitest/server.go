@@ -5,10 +5,16 @@
 package openaitest
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"image"
+	_ "image/gif" // images the harness may send, for imageTokens
+	_ "image/jpeg"
+	_ "image/png"
 	"io"
+	"math"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -185,8 +191,57 @@ func alternates(msgs []Message) bool {
 	return true
 }
 
-// Tokens is how the server counts a request body against LimitContext.
-func Tokens(body []byte) int { return len(body) / 4 }
+// Tokens is how the server counts a request body against LimitContext: a token is 4 bytes
+// of the JSON body, but an image counts as OpenAI counts it, not as the bytes of its data
+// URL (see imageTokens).
+func Tokens(body []byte) int {
+	if !bytes.Contains(body, []byte(`"image_url"`)) {
+		return len(body) / 4
+	}
+	var wr struct {
+		Messages []struct {
+			Content json.RawMessage `json:"content"`
+		} `json:"messages"`
+	}
+	if json.Unmarshal(body, &wr) != nil {
+		return len(body) / 4
+	}
+	n, images := len(body), 0
+	for _, m := range wr.Messages {
+		for _, im := range contentImages(m.Content) {
+			if t, ok := imageTokens(im); ok {
+				n -= len("data:"+im.MIME+";base64,") + base64.StdEncoding.EncodedLen(len(im.Data))
+				images += t
+			}
+		}
+	}
+	return n/4 + images
+}
+
+// imageTokens is what OpenAI counts for an image: 85 in low detail; in high detail (and
+// auto) the image is scaled to fit 2048×2048, then its short side to 768, and each 512-px
+// tile costs 170 more. ok is false when the image cannot be read.
+func imageTokens(im Image) (int, bool) {
+	if im.Data == nil {
+		return 0, false
+	}
+	cfg, _, err := image.DecodeConfig(bytes.NewReader(im.Data))
+	if err != nil || cfg.Width <= 0 || cfg.Height <= 0 {
+		return 0, false
+	}
+	if im.Detail == "low" {
+		return 85, true
+	}
+	w, h := float64(cfg.Width), float64(cfg.Height)
+	if f := 2048 / max(w, h); f < 1 {
+		w, h = w*f, h*f
+	}
+	if f := 768 / min(w, h); f < 1 {
+		w, h = w*f, h*f
+	}
+	tiles := math.Ceil(w/512) * math.Ceil(h/512)
+	return 85 + 170*int(tiles), true
+}
 
 // Requests returns the recorded chat requests, in order.
 func (s *Server) Requests() []Request {
