@@ -134,6 +134,9 @@ func (p *openAIProvider) params(req *Request) (*openai.ChatCompletionNewParams, 
 		}
 		params.Tools = append(params.Tools, openai.ChatCompletionFunctionTool(fd))
 	}
+	if req.NoToolCalls && len(params.Tools) > 0 {
+		params.ToolChoice.OfAuto = openai.String(string(openai.ChatCompletionToolChoiceOptionAutoNone))
+	}
 	return params, nil
 }
 

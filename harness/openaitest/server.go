@@ -98,7 +98,10 @@ type Request struct {
 	Stream   bool
 	Messages []Message
 	Tools    []string // function names
-	Body     json.RawMessage
+	// ToolChoice is tool_choice when given as a string ("none", "auto", "required"), or
+	// the type of the object given ("function", "allowed_tools"); "" when not sent.
+	ToolChoice string
+	Body       json.RawMessage
 }
 
 // toolName is what OpenAI accepts as a function name.
@@ -272,6 +275,20 @@ type wireRequest struct {
 			Name string `json:"name"`
 		} `json:"function"`
 	} `json:"tools"`
+	ToolChoice json.RawMessage `json:"tool_choice"`
+}
+
+// toolChoice names tool_choice as Request.ToolChoice does.
+func toolChoice(raw json.RawMessage) string {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	var o struct {
+		Type string `json:"type"`
+	}
+	_ = json.Unmarshal(raw, &o)
+	return o.Type
 }
 
 // contentText reads message content given as a string or as an array of text parts.
@@ -335,7 +352,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid JSON: "+err.Error(), "", "")
 		return
 	}
-	req := Request{Time: time.Now(), Path: r.URL.Path, Header: r.Header.Clone(), Model: wr.Model, Stream: wr.Stream, Body: body}
+	req := Request{Time: time.Now(), Path: r.URL.Path, Header: r.Header.Clone(), Model: wr.Model, Stream: wr.Stream, ToolChoice: toolChoice(wr.ToolChoice), Body: body}
 	for _, m := range wr.Messages {
 		msg := Message{Role: m.Role, Content: contentText(m.Content), Images: contentImages(m.Content), ToolCallID: m.ToolCallID}
 		for _, tc := range m.ToolCalls {
