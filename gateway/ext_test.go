@@ -88,7 +88,13 @@ func TestExamplePopEndToEnd(t *testing.T) {
 	srv := openaitest.NewServer()
 	t.Cleanup(srv.Close)
 	srv.SetFunc(func(r openaitest.Request) openaitest.Reply {
-		return openaitest.Reply{Text: "ok: " + r.Messages[len(r.Messages)-1].Content}
+		// The prompt is the last paragraph: the summary /pop puts before it arrives in the
+		// same user message (consecutive user messages are sent as one).
+		last := r.Messages[len(r.Messages)-1].Content
+		if i := strings.LastIndex(last, "\n\n"); i >= 0 {
+			last = last[i+2:]
+		}
+		return openaitest.Reply{Text: "ok: " + last}
 	})
 	e := newEnv(t, withProvider(srv), withHookDirs(t, exampleHook(t, "pop")))
 	c := e.client(t, "popchat")

@@ -68,6 +68,10 @@ type Request struct {
 	Tools       []llm.ToolDef
 	MaxTokens   int
 	Temperature *float64
+	// NoToolCalls asks for an answer in words: Tools are still listed (Anthropic refuses a
+	// conversation holding tool calls without them) but the model may not call one
+	// (tool_choice "none").
+	NoToolCalls bool
 
 	// Payload, when set, is handed the exact JSON body about to go to the model API and
 	// returns the body to send instead (before_provider_payload). Providers that build no

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"gateway/internal/llm"
+	"gateway/internal/media"
 )
 
 // The context budget. No tokenizer is downloaded: tokens are the provider's reported usage
@@ -103,13 +104,80 @@ func newBudget(window, maxTokens int) budget {
 // estimateText is the token estimate of a text.
 func estimateText(s string) int { return (len(s) + 3) / 4 }
 
-// estimateMessage is the token estimate of one message.
-func estimateMessage(m llm.Message) int {
+// estimateMessage is the token estimate of one message, its media as c counts them.
+func estimateMessage(m llm.Message, c mediaCost) int {
 	n := len(m.Content) + len(m.ToolCallID) + len(m.Name)
 	for _, tc := range m.ToolCalls {
 		n += len(tc.ID) + len(tc.Name) + len(tc.Arguments) + 16
 	}
-	return (n+3)/4 + perMessageTokens
+	return (n+3)/4 + perMessageTokens + c.parts(m.Parts)
+}
+
+// What media cost in a request. Without them a chat of photos or PDFs looked small until
+// the provider refused it as too long.
+const (
+	// imageTokens is one image as it is sent. Both providers count less for it: OpenAI's
+	// high detail is 85 + 170 per 512-px tile, at most 1445 at the 2048×768 it is scaled
+	// to; Anthropic's is width×height/750, about 1530 at the 1.15 MP it is scaled to. Local
+	// vision models count fewer still. One figure, a little above both, needs no decoding.
+	imageTokens = 1600
+	// describedImageTokens is an image a model cannot see, named in words instead.
+	describedImageTokens = 40
+	// fileNoteTokens is a document's name and the markers around its text, or the note that
+	// names a file whose contents cannot be shown.
+	fileNoteTokens = 40
+)
+
+// mediaCost is how the media of a message are counted in the requests of one session.
+// The zero value counts images as sent and documents up to media.DefaultMaxDocumentText.
+type mediaCost struct {
+	image    int // tokens of one image
+	docBytes int // the text the documents of one message may bring (documentBytes)
+}
+
+func newMediaCost(b budget, textOnly bool) mediaCost {
+	c := mediaCost{image: imageTokens, docBytes: documentBytes(b)}
+	if textOnly {
+		c.image = describedImageTokens
+	}
+	return c
+}
+
+// parts estimates media parts as the media provider sends them (mediaProvider.prepare):
+// images whole, text documents and PDFs as their text, shared within docBytes, anything
+// else as a note. A document's text is counted at its file's size: a text file is its
+// text, and a PDF's text is rarely larger than the file (fonts, pictures and layout take
+// most of it), while counting every PDF at the most it may bring would cut a chat of
+// short PDFs early. One of unknown size counts as the most it may bring.
+func (c mediaCost) parts(parts []llm.Part) int {
+	if len(parts) == 0 {
+		return 0
+	}
+	image, docBytes := c.image, c.docBytes
+	if image <= 0 {
+		image = imageTokens
+	}
+	if docBytes <= 0 {
+		docBytes = media.DefaultMaxDocumentText
+	}
+	each := max(docBytes/max(countFiles(parts), 1), minDocumentText)
+	n := 0
+	for _, p := range parts {
+		name := partName(p)
+		switch {
+		case p.Type == llm.PartImage:
+			n += image
+		case media.IsText(p.MIME, name) || media.IsPDF(p.MIME, name):
+			text := each
+			if p.Size > 0 {
+				text = int(min(p.Size, int64(each)))
+			}
+			n += fileNoteTokens + (text+3)/4
+		default:
+			n += fileNoteTokens
+		}
+	}
+	return n
 }
 
 // estimateFixed is what the system prompt and the tool definitions cost in every request.

@@ -6,8 +6,10 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -403,5 +405,89 @@ func TestUnreadableMediaAreDescribedWithoutTheirPath(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "private-state-dir") {
 		t.Fatalf("the log does not have the whole error:\n%s", logs.String())
+	}
+}
+
+// mediaChat is a chat with a model of a 6000-token window (the server counts images as
+// OpenAI does): four exchanges of text of words words each, then prompt with its parts.
+// It returns the answer, the compactions (reason/outcome) and the requests of the turn.
+func mediaChat(t *testing.T, words int, prompt string, parts []llm.Part) (string, []string, []openaitest.Request) {
+	t.Helper()
+	const window = 6000
+	srv := newOpenAIServer(t)
+	srv.LimitContext(window)
+	summariser(srv)
+	var mu sync.Mutex
+	var compactions []string
+	s := openSession(t, harness.SessionOptions{Key: "web:album", Store: openStore(t), Provider: openAI(t, srv), Model: "gpt-test",
+		ContextWindow: window, OnCompact: func(reason, outcome string) {
+			mu.Lock()
+			compactions = append(compactions, reason+"/"+outcome)
+			mu.Unlock()
+		}})
+	for i := range 4 {
+		if _, err := s.Run(context.Background(), fmt.Sprintf("note %d %s", i, strings.Repeat("words ", words)), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := len(srv.Requests())
+	t.Logf("the chat holds %d tokens", openaitest.Tokens(srv.Requests()[before-1].Body))
+	res, err := s.RunWith(context.Background(), prompt, parts, nil)
+	if err != nil {
+		t.Fatalf("the message with media: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return res.Text, compactions, srv.Requests()[before:]
+}
+
+// An album of photos that, with the conversation before it, passes the model's window is
+// made room for before it is sent (a compaction at the threshold), not after the provider
+// refused the request. Before, images counted for nothing in the estimate: the chat looked
+// half full, the request was refused, and only the overflow retry saved it.
+func TestPhotosAreCountedBeforeTheRequest(t *testing.T) {
+	dir := t.TempDir()
+	var album []llm.Part
+	for i := range 5 {
+		p := writeFile(t, dir, fmt.Sprintf("photo%d.jpg", i), mediatest.JPEG(1024, 768)) // 765 tokens each at OpenAI
+		album = append(album, llm.Part{Type: llm.PartImage, MIME: "image/jpeg", Path: p, Name: filepath.Base(p)})
+	}
+	answer, compactions, reqs := mediaChat(t, 400, "What do these show?", album)
+	if !strings.HasPrefix(answer, "answer to What do thes") {
+		t.Fatalf("answer %q", answer)
+	}
+	for i, r := range reqs {
+		if n := openaitest.Tokens(r.Body); n > 6000 {
+			t.Errorf("request %d of %d tokens went to a model of 6000", i, n)
+		}
+	}
+	if len(compactions) == 0 || slices.ContainsFunc(compactions, func(c string) bool { return strings.HasPrefix(c, "overflow/") }) ||
+		!strings.HasPrefix(compactions[0], "threshold/") {
+		t.Fatalf("compactions %v; want one at the threshold, none after a refusal", compactions)
+	}
+	last := reqs[len(reqs)-1].Messages
+	if got := len(last[len(last)-1].Images); got != 5 {
+		t.Fatalf("the model got %d of the 5 photos", got)
+	}
+}
+
+// A long text document is counted by its length: with the conversation before it, it is
+// made room for before the request.
+func TestDocumentsAreCountedBeforeTheRequest(t *testing.T) {
+	text := strings.Repeat("a line of the minutes\n", 700) // 15 KB, about 3900 tokens
+	p := writeFile(t, t.TempDir(), "minutes.txt", []byte(text))
+	answer, compactions, reqs := mediaChat(t, 700, "Summarise the minutes.",
+		[]llm.Part{{Type: llm.PartFile, MIME: "text/plain", Path: p, Name: "minutes.txt", Size: int64(len(text))}})
+	if !strings.HasPrefix(answer, "answer to Summarise th") {
+		t.Fatalf("answer %q", answer)
+	}
+	for i, r := range reqs {
+		if n := openaitest.Tokens(r.Body); n > 6000 {
+			t.Errorf("request %d of %d tokens went to a model of 6000", i, n)
+		}
+	}
+	if len(compactions) == 0 || slices.ContainsFunc(compactions, func(c string) bool { return strings.HasPrefix(c, "overflow/") }) ||
+		!strings.HasPrefix(compactions[0], "threshold/") {
+		t.Fatalf("compactions %v; want one at the threshold, none after a refusal", compactions)
 	}
 }

@@ -203,6 +203,10 @@ func (p *anthropicProvider) params(req *Request) (*anthropic.MessageNewParams, e
 		}
 		params.Tools = append(params.Tools, anthropic.ToolUnionParam{OfTool: &tp})
 	}
+	if req.NoToolCalls && len(params.Tools) > 0 {
+		none := anthropic.NewToolChoiceNoneParam()
+		params.ToolChoice.OfNone = &none
+	}
 	return params, nil
 }
 

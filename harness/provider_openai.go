@@ -134,6 +134,9 @@ func (p *openAIProvider) params(req *Request) (*openai.ChatCompletionNewParams, 
 		}
 		params.Tools = append(params.Tools, openai.ChatCompletionFunctionTool(fd))
 	}
+	if req.NoToolCalls && len(params.Tools) > 0 {
+		params.ToolChoice.OfAuto = openai.String(string(openai.ChatCompletionToolChoiceOptionAutoNone))
+	}
 	return params, nil
 }
 
@@ -339,18 +342,28 @@ func (a *openAIAccum) response() *Response {
 	return &resp
 }
 
-// openAIMessages converts the conversation; the system prompt goes first.
+// openAIMessages converts the conversation; the system prompt goes first. Consecutive user
+// messages (a compaction's summary and the message after it, a prompt that got no answer
+// and the next one, an injected message) are sent as one: OpenAI takes them apart, but the
+// chat templates of many models served by vLLM or llama.cpp (Mistral, Gemma) refuse a
+// conversation whose roles do not alternate, and the chat got an error instead of an answer.
 func openAIMessages(system string, msgs []llm.Message) []openai.ChatCompletionMessageParamUnion {
 	out := make([]openai.ChatCompletionMessageParamUnion, 0, len(msgs)+1)
 	if system != "" {
 		out = append(out, openai.SystemMessage(system))
 	}
-	for _, m := range msgs {
+	for i := 0; i < len(msgs); i++ {
+		m := msgs[i]
 		switch m.Role {
 		case llm.RoleSystem:
 			out = append(out, openai.SystemMessage(m.Content))
 		case llm.RoleUser:
-			out = append(out, openAIUser(m))
+			j := i + 1
+			for j < len(msgs) && msgs[j].Role == llm.RoleUser {
+				j++
+			}
+			out = append(out, openAIUser(msgs[i:j]))
+			i = j - 1
 		case llm.RoleTool:
 			out = append(out, openai.ToolMessage(m.Content, m.ToolCallID))
 		case llm.RoleAssistant:
@@ -375,26 +388,47 @@ func openAIMessages(system string, msgs []llm.Message) []openai.ChatCompletionMe
 	return out
 }
 
-// openAIUser is a user message: its text, then its images as data URLs in high detail
-// (they were scaled to what high detail uses).
-func openAIUser(m llm.Message) openai.ChatCompletionMessageParamUnion {
-	var images []openai.ChatCompletionContentPartUnionParam
-	for _, p := range m.Parts {
-		if p.Type == llm.PartImage && len(p.Data) > 0 {
-			images = append(images, openai.ImageContentPart(openai.ChatCompletionContentPartImageImageURLParam{
-				URL:    "data:" + p.MIME + ";base64," + base64.StdEncoding.EncodeToString(p.Data),
-				Detail: "high",
-			}))
+// openAIUser is one user message made of consecutive ones: each one's text, then its
+// images as data URLs in high detail (they were scaled to what high detail uses). Texts
+// that meet are joined with a blank line.
+func openAIUser(msgs []llm.Message) openai.ChatCompletionMessageParamUnion {
+	var (
+		content []openai.ChatCompletionContentPartUnionParam
+		text    strings.Builder // text not yet put in content
+		images  bool
+	)
+	flush := func() {
+		if text.Len() > 0 {
+			content = append(content, openai.TextContentPart(text.String()))
+			text.Reset()
 		}
 	}
-	if len(images) == 0 {
-		return openai.UserMessage(m.Content)
+	for _, m := range msgs {
+		if strings.TrimSpace(m.Content) != "" {
+			if text.Len() > 0 {
+				text.WriteString("\n\n")
+			}
+			text.WriteString(m.Content)
+		}
+		for _, p := range m.Parts {
+			if p.Type == llm.PartImage && len(p.Data) > 0 {
+				flush()
+				images = true
+				content = append(content, openai.ImageContentPart(openai.ChatCompletionContentPartImageImageURLParam{
+					URL:    "data:" + p.MIME + ";base64," + base64.StdEncoding.EncodeToString(p.Data),
+					Detail: "high",
+				}))
+			}
+		}
 	}
-	content := make([]openai.ChatCompletionContentPartUnionParam, 0, len(images)+1)
-	if strings.TrimSpace(m.Content) != "" {
-		content = append(content, openai.TextContentPart(m.Content))
+	switch {
+	case !images && len(msgs) == 1:
+		return openai.UserMessage(msgs[0].Content)
+	case !images:
+		return openai.UserMessage(text.String())
 	}
-	return openai.UserMessage(append(content, images...))
+	flush()
+	return openai.UserMessage(content)
 }
 
 func (p *openAIProvider) imageBounds() media.Bounds { return openAIImageBounds }

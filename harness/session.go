@@ -151,7 +151,9 @@ func OpenSession(opts SessionOptions) (*Session, error) {
 	}
 	cfg := configFrom(opts)
 	// Read apart: decoding the history is deep, and the caller (a chat's actor) then waits.
-	h, err := apart(func() (*history, error) { return openHistory(opts.Store, opts.Key, 2*cfg.budget.window, log) })
+	h, err := apart(func() (*history, error) {
+		return openHistory(opts.Store, opts.Key, 2*cfg.budget.window, newMediaCost(cfg.budget, opts.TextOnly), log)
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -363,6 +365,8 @@ type run struct {
 	// refused is set when the compaction before the prompt failed or was cancelled: the
 	// first call does not ask again (a provider that is down would be waited for twice).
 	refused bool
+	// final is set for the call after the steps are spent (lastStep).
+	final bool
 }
 
 // fixed is what the system prompt and the tools cost in every request.
@@ -417,7 +421,48 @@ func (r *run) exec(prompt string) (Result, error) {
 			return res, nil
 		}
 	}
-	return Result{Text: last}, tooManySteps(r.cfg.maxTurns)
+	return r.lastStep(r.cfg.maxTurns+1, system, defs, fixed, last)
+}
+
+// lastAsk closes the request of the last step, after the steps are spent; it is not kept
+// in the history, where the answer follows the steps as any answer does.
+const lastAsk = "You have used all the steps you may take for this message, so you cannot call tools any more. " +
+	"Answer the user now with what you have found so far, and say briefly what is left undone, if anything."
+
+// lastStep is one more model call once the steps are spent, with the tools listed but not
+// to be called, and the run ends with its answer: after many steps of work the user gets
+// what the model found, not an error. When that call fails, or the model still says
+// nothing, the run fails as it did before.
+func (r *run) lastStep(turn int, system string, defs []llm.ToolDef, fixed int, last string) (Result, error) {
+	if r.ctx.Err() != nil {
+		return Result{Text: last, Aborted: true}, nil
+	}
+	r.final = true
+	resp, partial, full, err := r.callWithBudget(turn, system, defs, fixed+estimateText(lastAsk)+perMessageTokens)
+	if err == nil {
+		// A server that ignores tool_choice may still call tools: nothing runs them now.
+		resp.Message.ToolCalls = nil
+		if strings.TrimSpace(resp.Message.Content) == "" {
+			err = errors.New("the model answered with no text")
+		}
+	}
+	if err != nil {
+		r.s.log.Warn("the model gave no answer after its last step", "key", r.s.key, "steps", r.cfg.maxTurns, "err", err)
+		res, ferr := r.failedStep(turn, partial, last, err)
+		if ferr == nil {
+			return res, nil // aborted
+		}
+		if partial == "" {
+			res.Text = last
+		}
+		return res, tooManySteps(r.cfg.maxTurns)
+	}
+	text, _, aborted := r.answered(turn, resp, full, fixed)
+	res := Result{Text: text, Aborted: aborted}
+	if !aborted {
+		res.Ended = ending(text, resp.StopReason)
+	}
+	return res, nil
 }
 
 // ending says why a final answer ends as it does: it reached the length limit (OpenAI's
@@ -485,7 +530,7 @@ func (r *run) start(prompt string) string {
 // model read the message twice.
 func (r *run) compactAhead(m llm.Message) {
 	fixed := r.fixed(r.cfg.system)
-	if r.s.hist.tokens(fixed)+estimateMessage(m) > r.cfg.budget.threshold {
+	if r.s.hist.tokens(fixed)+estimateMessage(m, r.s.hist.cost) > r.cfg.budget.threshold {
 		// A failure is handled as in limit: the oldest turns are left out of the request.
 		_, err := r.compact(hooks.CompactThreshold, "", fixed)
 		r.refused = err != nil && !errors.Is(err, ErrNothingToCompact)
@@ -674,7 +719,11 @@ func (r *run) prepare(turn, attempt int, system string, defs []llm.ToolDef, fixe
 		// may cut between a call and its result, which the APIs refuse.
 		msgs = repair(r.cfg.bus.Context(r.ctx, ev))
 	}
+	if r.final {
+		msgs = append(msgs[:len(msgs):len(msgs)], llm.Message{Role: llm.RoleUser, Content: lastAsk})
+	}
 	req = r.request(system, msgs, defs)
+	req.NoToolCalls = r.final
 	if attempt == 1 {
 		r.emit(&hooks.TurnStart{Session: r.cfg.info, Turn: turn})
 	}

@@ -444,7 +444,8 @@ type history struct {
 	// maxTokens bounds the entries held in memory (a chat whose compactions hooks keep
 	// cancelling); older ones could never be sent anyway.
 	maxTokens int
-	held      int // sum of entries' tokens
+	held      int       // sum of entries' tokens
+	cost      mediaCost // how an entry's media are counted
 
 	// reported is the provider's usage (input + output) for the request that ended at
 	// entries[reportedAt-1]; 0 when unknown or stale.
@@ -465,13 +466,13 @@ type history struct {
 // open loads the active branch of key's history, repairing a torn last line. maxTokens
 // bounds what is held in memory.
 func (s *Store) open(key string, maxTokens int, log *slog.Logger) (*history, error) {
-	return openHistory(s, key, maxTokens, log)
+	return openHistory(s, key, maxTokens, mediaCost{}, log)
 }
 
 // openHistory is open for any SessionStore; a nil store (or nil *Store) keeps the history
-// in memory only.
-func openHistory(s SessionStore, key string, maxTokens int, log *slog.Logger) (*history, error) {
-	h := &history{key: key, log: log, maxTokens: max(maxTokens, 4096)}
+// in memory only. cost is how the session's requests carry media.
+func openHistory(s SessionStore, key string, maxTokens int, cost mediaCost, log *slog.Logger) (*history, error) {
+	h := &history{key: key, log: log, maxTokens: max(maxTokens, 4096), cost: cost}
 	if fs, ok := s.(*Store); ok {
 		if fs == nil {
 			return h, nil
@@ -685,7 +686,7 @@ func (h *history) load() error {
 		if err := json.Unmarshal(bytes.TrimSpace(buf), &e); err != nil {
 			return fmt.Errorf("re-reading an entry: %w", err)
 		}
-		h.push(entry{id: e.ID, parent: e.ParentID, stamp: e.Timestamp, aborted: e.Aborted, intake: e.IntakeID, msg: e.Message, tokens: estimateMessage(e.Message)})
+		h.push(entry{id: e.ID, parent: e.ParentID, stamp: e.Timestamp, aborted: e.Aborted, intake: e.IntakeID, msg: e.Message, tokens: estimateMessage(e.Message, h.cost)})
 	}
 	if comp != nil {
 		buf = growBuf(buf, comp.n)
@@ -760,7 +761,7 @@ func (h *history) addAs(m llm.Message, aborted bool, intake string) {
 	h.leaf = id
 	h.total++
 	h.lastActivity = now
-	h.push(entry{id: id, parent: e.ParentID, stamp: e.Timestamp, aborted: aborted, intake: intake, msg: m, tokens: estimateMessage(m)})
+	h.push(entry{id: id, parent: e.ParentID, stamp: e.Timestamp, aborted: aborted, intake: intake, msg: m, tokens: estimateMessage(m, h.cost)})
 	if h.held > 2*h.maxTokens {
 		// Compaction keeps being refused: let go of what could never be sent.
 		h.drop(cutPoint(h.entries, h.maxTokens))

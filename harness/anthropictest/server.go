@@ -80,7 +80,9 @@ type Request struct {
 	System    string
 	Messages  []Message
 	Tools     []string
-	Body      json.RawMessage
+	// ToolChoice is the tool_choice's type ("auto", "any", "tool", "none"); "" when not sent.
+	ToolChoice string
+	Body       json.RawMessage
 }
 
 const maxBody = 8 << 20
@@ -181,6 +183,9 @@ type wireRequest struct {
 	Tools []struct {
 		Name string `json:"name"`
 	} `json:"tools"`
+	ToolChoice struct {
+		Type string `json:"type"`
+	} `json:"tool_choice"`
 }
 
 // blocksOf reads content given as a string or as an array of blocks.
@@ -214,7 +219,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req := Request{Time: time.Now(), Header: r.Header.Clone(), Model: wr.Model, Stream: wr.Stream, MaxTokens: wr.MaxTokens,
-		System: textOf(wr.System), Body: body}
+		System: textOf(wr.System), ToolChoice: wr.ToolChoice.Type, Body: body}
 	for _, m := range wr.Messages {
 		msg := Message{Role: m.Role}
 		for _, b := range blocksOf(m.Content) {
@@ -236,11 +241,13 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	for _, t := range wr.Tools {
 		req.Tools = append(req.Tools, t.Name)
 	}
-	// As the API does: a text block of nothing but whitespace refuses the whole request.
-	blank := false
+	// As the API does: a text block of nothing but whitespace refuses the whole request,
+	// and so does a tool_use or tool_result block when no tools are defined.
+	blank, toolBlocks := false, false
 	for _, m := range req.Messages {
 		for _, b := range m.Blocks {
 			blank = blank || b.Type == "text" && strings.TrimSpace(b.Text) == ""
+			toolBlocks = toolBlocks || b.Type == "tool_use" || b.Type == "tool_result"
 		}
 	}
 
@@ -252,6 +259,8 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case blank:
 		rep = Reply{Status: http.StatusBadRequest, Message: "messages: text content blocks must contain non-whitespace text"}
+	case toolBlocks && len(req.Tools) == 0:
+		rep = Reply{Status: http.StatusBadRequest, Message: "Requests which include `tool_use` or `tool_result` blocks must define tools."}
 	case limit > 0 && Tokens(body) > limit:
 		rep = Reply{Status: http.StatusBadRequest, Message: fmt.Sprintf("prompt is too long: %d tokens > %d maximum", Tokens(body), limit)}
 	case s.failure(&rep):

@@ -5,10 +5,16 @@
 package openaitest
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"image"
+	_ "image/gif" // images the harness may send, for imageTokens
+	_ "image/jpeg"
+	_ "image/png"
 	"io"
+	"math"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -92,7 +98,10 @@ type Request struct {
 	Stream   bool
 	Messages []Message
 	Tools    []string // function names
-	Body     json.RawMessage
+	// ToolChoice is tool_choice when given as a string ("none", "auto", "required"), or
+	// the type of the object given ("function", "allowed_tools"); "" when not sent.
+	ToolChoice string
+	Body       json.RawMessage
 }
 
 // toolName is what OpenAI accepts as a function name.
@@ -110,7 +119,8 @@ type Server struct {
 
 	mu     sync.Mutex
 	script fakeserver.Script[Request, Reply]
-	limit  int // LimitContext
+	limit  int  // LimitContext
+	strict bool // AlternateRoles
 }
 
 // NewServer starts a server on 127.0.0.1.
@@ -165,8 +175,76 @@ func (s *Server) LimitContext(tokens int) {
 	s.limit = tokens
 }
 
-// Tokens is how the server counts a request body against LimitContext.
-func Tokens(body []byte) int { return len(body) / 4 }
+// AlternateRoles makes the server a model whose chat template wants user and assistant
+// turns to alternate (Mistral's and Gemma's, served by vLLM or llama.cpp): a request with
+// two user or two assistant messages in a row is answered 400 as vLLM does.
+func (s *Server) AlternateRoles(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.strict = on
+}
+
+// alternates reports whether no two user (or two assistant) messages follow each other.
+func alternates(msgs []Message) bool {
+	for i := 1; i < len(msgs); i++ {
+		if r := msgs[i].Role; (r == "user" || r == "assistant") && msgs[i-1].Role == r {
+			return false
+		}
+	}
+	return true
+}
+
+// Tokens is how the server counts a request body against LimitContext: a token is 4 bytes
+// of the JSON body, but an image counts as OpenAI counts it, not as the bytes of its data
+// URL (see imageTokens).
+func Tokens(body []byte) int {
+	if !bytes.Contains(body, []byte(`"image_url"`)) {
+		return len(body) / 4
+	}
+	var wr struct {
+		Messages []struct {
+			Content json.RawMessage `json:"content"`
+		} `json:"messages"`
+	}
+	if json.Unmarshal(body, &wr) != nil {
+		return len(body) / 4
+	}
+	n, images := len(body), 0
+	for _, m := range wr.Messages {
+		for _, im := range contentImages(m.Content) {
+			if t, ok := imageTokens(im); ok {
+				n -= len("data:"+im.MIME+";base64,") + base64.StdEncoding.EncodedLen(len(im.Data))
+				images += t
+			}
+		}
+	}
+	return n/4 + images
+}
+
+// imageTokens is what OpenAI counts for an image: 85 in low detail; in high detail (and
+// auto) the image is scaled to fit 2048×2048, then its short side to 768, and each 512-px
+// tile costs 170 more. ok is false when the image cannot be read.
+func imageTokens(im Image) (int, bool) {
+	if im.Data == nil {
+		return 0, false
+	}
+	cfg, _, err := image.DecodeConfig(bytes.NewReader(im.Data))
+	if err != nil || cfg.Width <= 0 || cfg.Height <= 0 {
+		return 0, false
+	}
+	if im.Detail == "low" {
+		return 85, true
+	}
+	w, h := float64(cfg.Width), float64(cfg.Height)
+	if f := 2048 / max(w, h); f < 1 {
+		w, h = w*f, h*f
+	}
+	if f := 768 / min(w, h); f < 1 {
+		w, h = w*f, h*f
+	}
+	tiles := math.Ceil(w/512) * math.Ceil(h/512)
+	return 85 + 170*int(tiles), true
+}
 
 // Requests returns the recorded chat requests, in order.
 func (s *Server) Requests() []Request {
@@ -197,6 +275,20 @@ type wireRequest struct {
 			Name string `json:"name"`
 		} `json:"function"`
 	} `json:"tools"`
+	ToolChoice json.RawMessage `json:"tool_choice"`
+}
+
+// toolChoice names tool_choice as Request.ToolChoice does.
+func toolChoice(raw json.RawMessage) string {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	var o struct {
+		Type string `json:"type"`
+	}
+	_ = json.Unmarshal(raw, &o)
+	return o.Type
 }
 
 // contentText reads message content given as a string or as an array of text parts.
@@ -260,7 +352,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid JSON: "+err.Error(), "", "")
 		return
 	}
-	req := Request{Time: time.Now(), Path: r.URL.Path, Header: r.Header.Clone(), Model: wr.Model, Stream: wr.Stream, Body: body}
+	req := Request{Time: time.Now(), Path: r.URL.Path, Header: r.Header.Clone(), Model: wr.Model, Stream: wr.Stream, ToolChoice: toolChoice(wr.ToolChoice), Body: body}
 	for _, m := range wr.Messages {
 		msg := Message{Role: m.Role, Content: contentText(m.Content), Images: contentImages(m.Content), ToolCallID: m.ToolCallID}
 		for _, tc := range m.ToolCalls {
@@ -282,6 +374,8 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	limit := s.limit
 	var rep Reply
 	switch {
+	case s.strict && !alternates(req.Messages):
+		rep = Reply{Status: http.StatusBadRequest, Message: "Conversation roles must alternate user/assistant/user/assistant/..."}
 	case badTool != "":
 		// As OpenAI does: one tool name it cannot take refuses the whole request.
 		rep = Reply{Status: http.StatusBadRequest, Message: badTool}
