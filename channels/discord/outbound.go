@@ -279,10 +279,11 @@ func (st *stream) render(ctx context.Context, s *channels.Sender, text string, f
 	return nil
 }
 
-// split cuts text into the messages that show it, each within Discord's limit.
+// split renders text for Discord and cuts it into the messages that show it, each within
+// Discord's limit.
 func split(text string) []string {
 	var chunks []string
-	for _, ch := range markdown.Split(text, maxLen, utf8.RuneCountInString) {
+	for _, ch := range markdown.Split(markdown.Discord(text), maxLen, utf8.RuneCountInString) {
 		if strings.TrimSpace(ch) != "" {
 			chunks = append(chunks, ch)
 		}

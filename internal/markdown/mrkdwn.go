@@ -94,40 +94,7 @@ func (r *mrkdwnRenderer) list(l *ast.List) {
 // table becomes a code block with padded columns: Slack has no tables. Cells are padded
 // as read and escaped after, so that columns line up as Slack shows them.
 func (r *mrkdwnRenderer) table(t *east.Table) {
-	var rows [][]string
-	var widths []int
-	header := -1
-	for row := t.FirstChild(); row != nil; row = row.NextSibling() {
-		var cells []string
-		for cell := row.FirstChild(); cell != nil; cell = cell.NextSibling() {
-			c := strings.TrimSpace(plainText(cell, r.src, mrkdwnText))
-			if len(cells) >= len(widths) {
-				widths = append(widths, 0)
-			}
-			widths[len(cells)] = max(widths[len(cells)], len([]rune(c)))
-			cells = append(cells, c)
-		}
-		if _, ok := row.(*east.TableHeader); ok {
-			header = len(rows)
-		}
-		rows = append(rows, cells)
-	}
-	var out []string
-	for i, cells := range rows {
-		var line []string
-		for j, c := range cells {
-			line = append(line, c+strings.Repeat(" ", widths[j]-len([]rune(c))))
-		}
-		out = append(out, strings.TrimRight(strings.Join(line, " | "), " "))
-		if i == header {
-			var rule []string
-			for _, w := range widths {
-				rule = append(rule, strings.Repeat("-", w))
-			}
-			out = append(out, strings.Join(rule, "-+-"))
-		}
-	}
-	r.b.WriteString("```\n" + EscapeMrkdwn(strings.Join(out, "\n")) + "\n```")
+	r.b.WriteString("```\n" + EscapeMrkdwn(alignedTable(t, r.src)) + "\n```")
 }
 
 func (r *mrkdwnRenderer) inlines(n ast.Node) {
@@ -139,7 +106,7 @@ func (r *mrkdwnRenderer) inlines(n ast.Node) {
 func (r *mrkdwnRenderer) inline(n ast.Node) {
 	switch n := n.(type) {
 	case *ast.Text:
-		r.b.WriteString(EscapeMrkdwn(mrkdwnText(n, r.src)))
+		r.b.WriteString(EscapeMrkdwn(resolvedText(n, r.src)))
 		if n.SoftLineBreak() || n.HardLineBreak() {
 			r.b.WriteByte('\n')
 		}
@@ -221,8 +188,8 @@ func mrkdwnURL(u string) string {
 	return strings.NewReplacer("&", "&amp;", "<", "%3C", ">", "%3E", "|", "%7C", " ", "%20").Replace(u)
 }
 
-// mrkdwnText is a text node's content with Markdown escapes and entities resolved.
-func mrkdwnText(n *ast.Text, src []byte) string {
+// resolvedText is a text node's content with Markdown escapes and entities resolved.
+func resolvedText(n *ast.Text, src []byte) string {
 	v := n.Value(src)
 	if n.IsRaw() {
 		return string(v)

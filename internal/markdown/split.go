@@ -11,7 +11,8 @@ const closeFence = "\n```"
 // Split cuts Markdown into chunks that each measure at most limit, preferring to break
 // between lines and then between words. A chunk that ends inside a fenced code block
 // closes the fence, and the next chunk reopens it with the same info string, so that
-// every chunk renders on its own. A fence that would open with no room left for its
+// every chunk renders on its own; a fence the text leaves open (an answer still streaming,
+// or cut short) is closed too. A fence that would open with no room left for its
 // content starts the next chunk instead, so that no chunk ends in an empty code block.
 // measure counts in the platform's unit (nil: runes); it must be additive over
 // concatenation.
@@ -19,7 +20,7 @@ func Split(text string, limit int, measure func(string) int) []string {
 	if measure == nil {
 		measure = utf8.RuneCountInString
 	}
-	if limit <= 0 || measure(text) <= limit {
+	if limit <= 0 || (measure(text) <= limit && !strings.Contains(text, "```")) {
 		return []string{text}
 	}
 	s := splitter{limit: limit, measure: measure, closeLen: measure(closeFence), opened: -1}

@@ -125,3 +125,42 @@ func plainText(n ast.Node, src []byte, textOf func(*ast.Text, []byte) string) st
 
 // rawText is a text node's source as written.
 func rawText(n *ast.Text, src []byte) string { return string(n.Value(src)) }
+
+// alignedTable is a table as lines of cells padded to their column's width, the header
+// underlined: what a platform without tables shows in a code block. Cells are plain text.
+func alignedTable(t *east.Table, src []byte) string {
+	var rows [][]string
+	var widths []int
+	header := -1
+	for row := t.FirstChild(); row != nil; row = row.NextSibling() {
+		var cells []string
+		for cell := row.FirstChild(); cell != nil; cell = cell.NextSibling() {
+			c := strings.TrimSpace(plainText(cell, src, resolvedText))
+			if len(cells) >= len(widths) {
+				widths = append(widths, 0)
+			}
+			widths[len(cells)] = max(widths[len(cells)], len([]rune(c)))
+			cells = append(cells, c)
+		}
+		if _, ok := row.(*east.TableHeader); ok {
+			header = len(rows)
+		}
+		rows = append(rows, cells)
+	}
+	var out []string
+	for i, cells := range rows {
+		var line []string
+		for j, c := range cells {
+			line = append(line, c+strings.Repeat(" ", widths[j]-len([]rune(c))))
+		}
+		out = append(out, strings.TrimRight(strings.Join(line, " | "), " "))
+		if i == header {
+			var rule []string
+			for _, w := range widths {
+				rule = append(rule, strings.Repeat("-", w))
+			}
+			out = append(out, strings.Join(rule, "-+-"))
+		}
+	}
+	return strings.Join(out, "\n")
+}
