@@ -317,8 +317,8 @@ func TestMarkdownIsRenderedAsMrkdwn(t *testing.T) {
 	s := slacktest.New(t)
 	st := start(t, s, nil)
 	answer(t, st.ch, channels.Target{Channel: Name, ChatID: "D5", ChatType: channels.ChatDM},
-		channels.Frame{Type: channels.FrameDone, Text: "**bold** & [docs](https://example.com) <@U999> `<!channel>`\n```\nList<String> a && b\n```"})
-	want := "*bold* &amp; <https://example.com|docs> &lt;@U999&gt; `&lt;!channel&gt;`\n\n```\nList&lt;String&gt; a &amp;&amp; b\n```"
+		channels.Frame{Type: channels.FrameDone, Text: "## **Plan**\n**bold** & [docs](https://example.com) <@U999> `<!channel>` 2*3*4\n```\nList<String> a && b\n```"})
+	want := "*Plan*\n\n*bold* &amp; <https://example.com|docs> &lt;@U999&gt; `&lt;!channel&gt;` 2*3*4\n\n```\nList&lt;String&gt; a &amp;&amp; b\n```"
 	if p := s.Posted("D5"); len(p) != 1 || p[0].Text != want {
 		t.Fatalf("posted %+v; want %q", p, want)
 	}

@@ -3,6 +3,8 @@ package markdown
 import (
 	"net/url"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/yuin/goldmark/ast"
 	east "github.com/yuin/goldmark/extension/ast"
@@ -30,7 +32,8 @@ func EscapeMrkdwn(s string) string { return escapeAmpLtGt(s) }
 type mrkdwnRenderer struct {
 	src   []byte
 	b     strings.Builder
-	depth int // list nesting, for indentation
+	depth int  // list nesting, for indentation
+	bold  bool // inside *...*: Slack has no bold within bold, whose marks it would show
 }
 
 func (r *mrkdwnRenderer) blocks(n ast.Node, sep string) { joinChildren(&r.b, n, sep, r.block) }
@@ -42,7 +45,9 @@ func (r *mrkdwnRenderer) block(n ast.Node) {
 	case *ast.Heading:
 		// Slack has no headings; a bold line reads as one.
 		r.b.WriteString("*")
+		r.bold = true
 		r.inlines(n)
+		r.bold = false
 		r.b.WriteString("*")
 	case *ast.ThematicBreak:
 		r.b.WriteString("———")
@@ -124,8 +129,18 @@ func (r *mrkdwnRenderer) inline(n ast.Node) {
 		r.b.WriteString("`" + EscapeMrkdwn(s.String()) + "`")
 	case *ast.Emphasis:
 		mark := "_"
-		if n.Level >= 2 {
+		switch {
+		case inWord(n, r.src):
+			// Slack reads marks only at a word's edges: these show as written (only * makes
+			// emphasis inside a word), where _ would show as underscores (2*3*4, not 2_3_4).
+			mark = strings.Repeat("*", n.Level)
+		case n.Level >= 2 && r.bold:
+			r.inlines(n)
+			return
+		case n.Level >= 2:
 			mark = "*"
+			r.bold = true
+			defer func() { r.bold = false }()
 		}
 		r.b.WriteString(mark)
 		r.inlines(n)
@@ -151,6 +166,23 @@ func (r *mrkdwnRenderer) inline(n ast.Node) {
 	default:
 		r.inlines(n)
 	}
+}
+
+// inWord reports whether emphasis n touches a letter or digit on either side, as in
+// 2*3*4 or foo**bar**baz.
+func inWord(n ast.Node, src []byte) bool {
+	wordy := func(r rune) bool { return unicode.IsLetter(r) || unicode.IsDigit(r) }
+	if t, ok := n.PreviousSibling().(*ast.Text); ok && !t.SoftLineBreak() && !t.HardLineBreak() {
+		if r, _ := utf8.DecodeLastRune(t.Value(src)); wordy(r) {
+			return true
+		}
+	}
+	if t, ok := n.NextSibling().(*ast.Text); ok {
+		if r, _ := utf8.DecodeRune(t.Value(src)); wordy(r) {
+			return true
+		}
+	}
+	return false
 }
 
 // link renders <url|text>, or the text alone when the URL is not one Slack should open.

@@ -18,6 +18,15 @@ func TestMrkdwn(t *testing.T) {
 		{"unsafe link is text", "[click](javascript:alert(1))", "click"},
 		{"image", "![a cat](https://x.y/cat.png)", "<https://x.y/cat.png|a cat>"},
 		{"heading", "# Title\n\nbody", "*Title*\n\nbody"},
+		// Slack has no bold within bold: **x** in a bold line shows its asterisks.
+		{"bold heading", "## **Setup**\n\nbody", "*Setup*\n\nbody"},
+		{"heading with a bold word", "# The **new** plan", "*The new plan*"},
+		{"bold within bold", "**all of *this* and __that__**", "*all of _this_ and that*"},
+		// Slack reads * and _ as marks only at word edges: inside a word they would show as
+		// written, so a product keeps its stars rather than turn into underscores.
+		{"stars inside words", "2*3*4 = 24 and foo**bar**baz", "2*3*4 = 24 and foo**bar**baz"},
+		{"star at a word's end", "a*b* c", "a*b* c"},
+		{"emphasis after a line break", "word\n*new line*", "word\n_new line_"},
 		{"bullets", "- one\n- two\n  - nested", "• one\n• two\n    ◦ nested"},
 		{"ordered", "3. c\n4. d", "3. c\n4. d"},
 		{"task list", "- [x] done\n- [ ] todo", "• ☑ done\n• ☐ todo"},
