@@ -110,9 +110,8 @@ func defaultConfig(getenv func(string) string) Config {
 		LLM:      llm,
 		STT:      stt.DefaultConfig(),
 		TTS:      tts.DefaultConfig(),
-		// Under state_dir's default, not ./hooks and ./profiles: in a clone of this repository
-		// those are Go package folders.
-		Hooks:    HooksConfig{Dirs: []string{"./data/hooks"}, Timeout: 10 * time.Second},
+		Hooks:    HooksConfig{Dirs: defaultHookDirs(), Timeout: 10 * time.Second},
+		// Under state_dir's default, as the hooks' folder is: ./profiles is a Go package here.
 		Profiles: profiles.Config{Dir: "./data/profiles", Default: "assistant"},
 		Sessions: gateway.Defaults(),
 		Media:    media.StoreConfig{MaxAge: media.DefaultMaxAge, MaxBytes: media.DefaultMaxBytes},
@@ -124,6 +123,10 @@ func defaultConfig(getenv func(string) string) Config {
 		},
 	}
 }
+
+// defaultHookDirs is hooks.dirs when the config does not set it: under state_dir's default,
+// not ./hooks, which in a clone of this repository is a Go package folder.
+func defaultHookDirs() []string { return []string{"./data/hooks"} }
 
 // resolveLLM keeps the defaults that belong to the default provider away from another one:
 // a section that names its provider and not its model gets that provider's default model
