@@ -681,7 +681,7 @@ func TestReloadWithABrokenHookKeepsTheOldSet(t *testing.T) {
 
 	// `gateway hooks list` shows the admin what is wrong on disk.
 	code, out = cli(t, context.Background(), nil, "hooks", "list", "--config", g.cfgPath)
-	if code != 0 || !strings.Contains(out, "not loaded:") || !strings.Contains(out, brokenDir+": HOOK.yaml:1: events[0]: unknown event") {
+	if code != 1 || !strings.Contains(out, "not loaded:") || !strings.Contains(out, brokenDir+": HOOK.yaml:1: events[0]: unknown event") {
 		t.Fatalf("`gateway hooks list` = %d:\n%s", code, out)
 	}
 
@@ -827,8 +827,8 @@ func TestAdminCommandsListHooksProfilesAndProblems(t *testing.T) {
 	ctx := context.Background()
 
 	code, out := cli(t, ctx, nil, "hooks", "list", "--config", path)
-	if code != 0 {
-		t.Fatalf("hooks list exit %d:\n%s", code, out)
+	if code != 1 { // 40-typo and 50-missing-program did not load
+		t.Fatalf("hooks list exit %d; want 1:\n%s", code, out)
 	}
 	for _, want := range [][]string{
 		{"dir:" + hooksDir + "/10-audit", "message:receive"},
@@ -1014,8 +1014,8 @@ func TestHooksListShowsWhatRuns(t *testing.T) {
 	path := gatewayConfig(t, root, "127.0.0.1:1", "http://127.0.0.1:1/v1", "")
 
 	code, out := cli(t, context.Background(), nil, "hooks", "list", "--config", path)
-	if code != 0 {
-		t.Fatalf("hooks list exit %d:\n%s", code, out)
+	if code != 1 { // the clashing hooks did not load
+		t.Fatalf("hooks list exit %d; want 1:\n%s", code, out)
 	}
 	if strings.Contains(out, "no hooks loaded") || !strings.HasPrefix(out, "no event handlers: the 1 hook(s) loaded serve only commands or tools") {
 		t.Errorf("hooks list's headline is not true: 10-ping loaded and serves a command:\n%s", out)
