@@ -20,7 +20,8 @@ import (
 // The ctx given to Start bounds only the connect step.
 //
 // Open starts one answer to target; the gateway writes the answer's frames to the returned
-// Stream in order, from a single goroutine.
+// Stream in order, from a single goroutine. A target that cannot be a chat of the platform
+// (an id of the wrong form) is refused with an error marked by BadTarget.
 //
 // An answer cut by a crash must not leave its streaming preview beside a second, full
 // answer. So a stream that posts messages reports where they are through target.Placed
@@ -98,6 +99,25 @@ type permanent struct{ err error }
 
 func (p permanent) Error() string   { return p.err.Error() }
 func (p permanent) Unwrap() []error { return []error{p.err, ErrPermanent} }
+
+// ErrBadTarget marks an Open refused because the target cannot be a chat of the platform
+// at all (a Telegram chat id that is not a number): the caller's mistake, which no retry
+// and no platform would mend, as opposed to a platform that failed. Test with errors.Is.
+var ErrBadTarget = errors.New("not a chat of this platform")
+
+// BadTarget marks err (keeping its text, which says what a valid id looks like) as an
+// ErrBadTarget; nil stays nil.
+func BadTarget(err error) error {
+	if err == nil || errors.Is(err, ErrBadTarget) {
+		return err
+	}
+	return badTarget{err}
+}
+
+type badTarget struct{ err error }
+
+func (b badTarget) Error() string   { return b.err.Error() }
+func (b badTarget) Unwrap() []error { return []error{b.err, ErrBadTarget} }
 
 // ErrNotAccepted is returned by Sink.Deliver when the gateway cannot take the message now.
 var ErrNotAccepted = errors.New("message not accepted")

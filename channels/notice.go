@@ -10,12 +10,16 @@ import (
 // NoticeLimiter decides whether a stranger gets the "not allowed" answer again: once per
 // window per user, remembering at most size users (the oldest are forgotten first), so a
 // flood of strangers costs bounded memory and at most one answer each per window. Every
-// adapter that answers strangers in DMs keeps one.
+// adapter that answers strangers in DMs keeps one. With a State it also keeps whom it told
+// there, so that a restart, or a gateway crashing and restarting in a loop, does not tell
+// them again within the window.
 type NoticeLimiter struct {
 	mu     sync.Mutex
 	size   int
 	window time.Duration
 	last   map[string]time.Time
+	st     State  // nil: memory only
+	set    string // the State's set of users told
 }
 
 // The map grows as strangers write: made with room for size entries, it held 96 KB from
@@ -25,17 +29,46 @@ func NewNoticeLimiter(size int, window time.Duration) *NoticeLimiter {
 }
 
 // Strangers is the limiter adapters use: one notice per stranger an hour, for up to 1024
-// strangers at a time.
-func Strangers() *NoticeLimiter { return NewNoticeLimiter(1024, time.Hour) }
+// strangers at a time. st (nil: none) keeps whom the channel called name told across
+// restarts.
+func Strangers(st State, name string) *NoticeLimiter {
+	n := NewNoticeLimiter(1024, time.Hour)
+	n.st, n.set = st, name+".strangers"
+	return n
+}
 
-// Allow reports whether user may be answered now, and records it if so.
+// Allow reports whether user may be answered now, and records it if so in memory; the
+// caller then records it in the State with Told, off its intake (a durable write). A user
+// the State says was told within the window is not answered again.
 func (n *NoticeLimiter) Allow(user string, now time.Time) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if t, ok := n.last[user]; ok && now.Sub(t) < n.window {
 		return false
 	}
-	if len(n.last) >= n.size {
+	if n.st != nil {
+		// A read, and only for a stranger this process has not answered lately. A failed
+		// read answers them: a second notice is better than none.
+		if told, err := n.st.Remembered(n.set, user, n.window); err == nil && told {
+			n.record(user, now)
+			return false
+		}
+	}
+	n.record(user, now)
+	return true
+}
+
+// Told records in the State that user was answered (nothing without one).
+func (n *NoticeLimiter) Told(user string) error {
+	if n.st == nil {
+		return nil
+	}
+	return n.st.Remember(n.set, user, n.size, n.window)
+}
+
+// record notes user at now, making room first when size users are known. Under mu.
+func (n *NoticeLimiter) record(user string, now time.Time) {
+	if _, ok := n.last[user]; !ok && len(n.last) >= n.size {
 		var oldest string
 		var when time.Time
 		for u, t := range n.last {
@@ -52,7 +85,6 @@ func (n *NoticeLimiter) Allow(user string, now time.Time) bool {
 		}
 	}
 	n.last[user] = now
-	return true
 }
 
 // MaxNoticesInFlight bounds the notices an adapter sends at once off its intake.

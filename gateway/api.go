@@ -165,6 +165,12 @@ func (g *Gateway) apiSend(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), SendTimeout)
 	defer cancel()
 	st, err := g.byName[target.Channel].Open(ctx, target)
+	if errors.Is(err, channels.ErrBadTarget) {
+		// The caller's mistake (a chat id of the wrong form), told as such: nothing failed
+		// on the platform, and no gateway:error is due.
+		writeJSON(w, http.StatusBadRequest, map[string]any{"error": err.Error()})
+		return
+	}
 	if err == nil && len(req.Parts) > 0 {
 		err = st.Send(ctx, channels.Frame{Type: channels.FrameParts, Parts: req.Parts})
 	}

@@ -386,14 +386,14 @@ func (s *session) commandTurn(ctx context.Context, d *deliverer, req *turnReq, a
 		if ctx.Err() != nil {
 			d.finishCancelled(ctx, "")
 		} else {
-			d.fail("turn", fmt.Sprintf("The command /%s failed.", req.hookCmd.Name))
+			d.fail("turn", fmt.Sprintf("The command /%s failed.", req.hookCmd.Name), nil)
 		}
 		return ""
 	}
 	if err := agent.AppendEntries(res.Entries); err != nil {
 		s.g.log.Error("command: cannot save its entries", "session", s.key, "command", req.hookCmd.Name, "err", err)
 		defer d.settle()()
-		d.fail("turn", fmt.Sprintf("The command /%s could not save its result: %v", req.hookCmd.Name, err))
+		d.fail("turn", fmt.Sprintf("The command /%s could not save its result: %v", req.hookCmd.Name, err), nil)
 		return ""
 	}
 	if res.Prompt != "" {
@@ -481,7 +481,11 @@ func (s *session) compactTurn(ctx context.Context, d *deliverer, req *turnReq, a
 		d.send(channels.Frame{Type: channels.FrameDone, Text: "The conversation was not compacted: " + strings.TrimPrefix(cancelled.Error(), "a hook refused to compact this conversation: ")})
 	case err != nil:
 		s.g.log.Warn("compaction failed", "session", s.key, "err", err)
-		d.fail("turn", "I couldn't summarise the conversation: "+err.Error())
+		text, admin := userText(err)
+		if !admin {
+			text = "I couldn't summarise the conversation: " + text
+		}
+		d.fail("turn", text, err)
 	default:
 		d.send(channels.Frame{Type: channels.FrameDone, Text: fmt.Sprintf(
 			"Compacted: %d earlier messages are now a summary; the conversation went from about %s to %s tokens.",

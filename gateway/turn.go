@@ -129,8 +129,7 @@ func (d *deliverer) failOpen(key string, err error) {
 	if errors.As(err, &he) {
 		text = "Sorry, I can't open this chat's conversation history, so I can't answer right now. The gateway's log tells its admin why."
 	}
-	d.bus.Emit(d.ctx, &hooks.GatewayError{Session: d.info, Stage: "turn", Error: err.Error()})
-	d.send(channels.Frame{Type: channels.FrameError, Text: text})
+	d.fail("turn", text, err)
 }
 
 // beforeRun readies the agent for the turn's prompt; false when the turn was a /compact
@@ -175,16 +174,21 @@ func (s *session) answer(ctx context.Context, d *deliverer, req *turnReq, rt *Ru
 		if g.metrics != nil {
 			g.metrics.ProviderErrors.WithLabelValues(agent.Stats().Provider).Inc()
 		}
-		g.log.Warn("turn failed", "session", s.key, "err", err)
+		text, admin := userText(err)
+		if admin {
+			g.log.Error("turn failed: the model API refused the gateway's settings; the chat was told the admin knows", "session", s.key, "err", err)
+		} else {
+			g.log.Warn("turn failed", "session", s.key, "err", err)
+		}
 		if strings.TrimSpace(res.Text) != "" {
 			// Part of the answer was shown (a stream cut midway): it stays, whole, as the
 			// model keeps it, and the failure is told below it. An error frame would leave
 			// the chat's last preview (Telegram, Discord, Slack) or replace the words (web).
 			d.bus.Emit(d.ctx, &hooks.GatewayError{Session: d.info, Stage: "turn", Error: err.Error()})
-			d.done(res.Text + "\n\n(" + err.Error() + ")")
+			d.done(res.Text + "\n\n(" + text + ")")
 			return
 		}
-		d.fail("turn", err.Error())
+		d.fail("turn", text, err)
 		return
 	}
 
@@ -200,6 +204,21 @@ func (s *session) answer(ctx context.Context, d *deliverer, req *turnReq, rt *Ru
 			g.metrics.TurnSeconds.Observe(time.Since(started).Seconds())
 		}
 	}
+}
+
+// adminFaultText is what the chat is told when the model fails for a reason only the admin
+// can mend (see harness.ProviderError.AdminFault).
+const adminFaultText = "Sorry, I can't reach my model right now. The admin has been told; please try again later."
+
+// userText is what the chat is told of a failed model call: the error's own words, written
+// for the chat, unless only the admin can mend it (admin): those words name config keys
+// (llm.api_key), which are the log's to tell, not a chat user's.
+func userText(err error) (text string, admin bool) {
+	var pe *harness.ProviderError
+	if errors.As(err, &pe) && pe.AdminFault() {
+		return adminFaultText, true
+	}
+	return err.Error(), false
 }
 
 // endNote tells the chat why an answer ends as it does (harness.Result.Ended); "" when
@@ -304,9 +323,15 @@ func (d *deliverer) failed(typ channels.FrameType, final bool, err error) {
 	}
 }
 
-// fail ends the turn with an error frame the user can read and a gateway:error event.
-func (d *deliverer) fail(stage, text string) {
-	d.bus.Emit(d.ctx, &hooks.GatewayError{Session: d.info, Stage: stage, Error: text})
+// fail ends the turn with an error frame the user can read and a gateway:error event. The
+// event carries cause's own text when there is a cause (the admin's hooks read it, and it
+// may name a config key the chat is not told of), else text.
+func (d *deliverer) fail(stage, text string, cause error) {
+	detail := text
+	if cause != nil {
+		detail = cause.Error()
+	}
+	d.bus.Emit(d.ctx, &hooks.GatewayError{Session: d.info, Stage: stage, Error: detail})
 	d.send(channels.Frame{Type: channels.FrameError, Text: text})
 }
 

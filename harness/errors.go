@@ -14,8 +14,10 @@ import (
 	"time"
 )
 
-// ProviderError is a failed model call. Its Error text is written for the person in the
-// chat: it names what went wrong and what to do, and never carries a secret.
+// ProviderError is a failed model call. Its Error text names what went wrong and what to
+// do, and never carries a secret. It is written for the person in the chat, except where
+// AdminFault: then it names the config key to check, for the admin's log, and the chat is
+// told in other words (gateway/turn.go).
 type ProviderError struct {
 	Provider string
 	// Status is the HTTP status of the answer, 0 when there was none.
@@ -110,6 +112,13 @@ func (e *ProviderError) Error() string {
 		b.WriteString(" Please try again.")
 	}
 	return b.String()
+}
+
+// AdminFault reports a failure only the admin can mend, which the chat's user can do
+// nothing about: the key was rejected (401), access refused (403), the account's quota is
+// used up, or the address or the model does not exist (404).
+func (e *ProviderError) AdminFault() bool {
+	return e.Quota || e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden || e.Status == http.StatusNotFound
 }
 
 // RetryStatus is the status line the chat shows while a failed call waits for its next

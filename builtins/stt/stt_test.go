@@ -534,3 +534,27 @@ func TestOpenAIProviderIgnoresTheSDKsEnvironment(t *testing.T) {
 		}
 	}
 }
+
+// A speech command is the admin's program, run for every voice note: it got the gateway's
+// whole environment, its platform tokens and API keys included. It now gets what a hook
+// program gets without an env: list: the locale, home and search path, and no secrets.
+func TestCommandProviderGetsNoSecretsInItsEnvironment(t *testing.T) {
+	needSpeechTools(t)
+	t.Setenv("GATEWAY_CHANNELS_TELEGRAM_TOKEN", "123:telegram-secret")
+	t.Setenv("OPENAI_API_KEY", "sk-openai-secret")
+	bus := setup(t, stt.Config{Enabled: true, Provider: "command",
+		Command: []string{"sh", "-c", `env; : "$0"`, "{input}"}}, stt.Options{})
+	ev := voiceNote(voicetest.WriteFile(t, "voice.ogg", voicetest.SpeakOgg(t, "hello")))
+	if rej := bus.Receive(t.Context(), ev); rej != nil {
+		t.Fatalf("rejected: %s", rej.Reason)
+	}
+	env := ev.Text // the program's stdout is the transcript
+	for _, secret := range []string{"telegram-secret", "sk-openai-secret"} {
+		if strings.Contains(env, secret) {
+			t.Errorf("the speech command's environment holds %q", secret)
+		}
+	}
+	if !strings.Contains(env, "PATH=") {
+		t.Errorf("the speech command got no PATH")
+	}
+}

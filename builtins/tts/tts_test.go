@@ -3,6 +3,8 @@ package tts_test
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -366,5 +368,32 @@ func benchSend(b *testing.B, cfg tts.Config) {
 		if parts := bus.Send(ctx, reply("The kitchen lights are on.", true)); len(parts) != 1 {
 			b.Fatal("no voice part")
 		}
+	}
+}
+
+// A speech command gets no secrets of the gateway's environment, as a hook program does
+// not (see the stt builtin's test of the same).
+func TestCommandGetsNoSecretsInItsEnvironment(t *testing.T) {
+	needTools(t)
+	t.Setenv("GATEWAY_CHANNELS_TELEGRAM_TOKEN", "123:telegram-secret")
+	t.Setenv("OPENAI_API_KEY", "sk-openai-secret")
+	envFile := filepath.Join(t.TempDir(), "env")
+	bus, fails := setup(t, tts.Config{Mode: tts.ModeAlways, Provider: "command",
+		Command: []string{"sh", "-c", `env > "$0"; exec espeak-ng -w "$1" "$2"`, envFile, "{output}", "{text}"}})
+	checkVoicePart(t, bus.Send(t.Context(), reply("Hello.", true)))
+	if f := fails.get(); len(f) != 0 {
+		t.Fatalf("failures: %v", f)
+	}
+	b, err := os.ReadFile(envFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, secret := range []string{"telegram-secret", "sk-openai-secret"} {
+		if strings.Contains(string(b), secret) {
+			t.Errorf("the speech command's environment holds %q", secret)
+		}
+	}
+	if !strings.Contains(string(b), "PATH=") {
+		t.Errorf("the speech command got no PATH")
 	}
 }

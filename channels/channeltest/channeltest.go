@@ -43,6 +43,9 @@ type Env struct {
 	Logger   *slog.Logger
 	StateDir string
 	BadToken bool // configure a token the fake rejects
+	// State, when not nil, is the durable state to give the adapter (Options.State); the
+	// same one across a restart within a case.
+	State channels.State
 }
 
 // Inbound is a user's message injected into the fake platform.
@@ -103,6 +106,7 @@ func Run(t *testing.T, newPlatform func(t *testing.T) Platform) {
 		{"VoiceIn", testVoiceIn},
 		{"VoiceOut", testVoiceOut},
 		{"Allowlist", testAllowlist},
+		{"StrangerToldOnceAcrossRestart", testStrangerAcrossRestart},
 		{"MentionGate", testMentionGate},
 		{"Threads", testThreads},
 		{"RateLimit", testRateLimit},
@@ -124,12 +128,13 @@ func Run(t *testing.T, newPlatform func(t *testing.T) Platform) {
 const Allowed = "1001"
 
 type harness struct {
-	t    *testing.T
-	p    Platform
-	f    Features
-	logs *LogBuffer
-	ch   channels.Channel
-	sink *Sink
+	t     *testing.T
+	p     Platform
+	f     Features
+	logs  *LogBuffer
+	ch    channels.Channel
+	sink  *Sink
+	state channels.State // nil but in the cases about durable state
 }
 
 func (h *harness) env(access channels.Access) Env {
@@ -137,6 +142,7 @@ func (h *harness) env(access channels.Access) Env {
 		Access:   access,
 		Logger:   h.logs.Logger(),
 		StateDir: h.t.TempDir(),
+		State:    h.state,
 	}
 }
 
@@ -390,6 +396,41 @@ func testAllowlist(t *testing.T, h *harness) {
 	h.p.Inject(t, Inbound{ChatID: "508", UserID: "777", Text: "public bot"})
 	if m := h2.sink.Next(t); m.Text() != "public bot" {
 		t.Fatalf("open policy delivered %q", m.Text())
+	}
+}
+
+// testStrangerAcrossRestart: a stranger is told once an hour that they are not allowed, and
+// the adapter built again on the same state (a restart) does not tell them again: a gateway
+// restarting in a loop would otherwise answer each of their messages.
+func testStrangerAcrossRestart(t *testing.T, h *harness) {
+	if !h.f.Access {
+		t.Skip("adapter has no allowlist")
+	}
+	h.state = NewMemState()
+	h.start(defaultAccess())
+	h.p.Inject(t, Inbound{ChatID: "520", UserID: "666", Text: "let me in"})
+	deadline := time.Now().Add(20 * time.Second)
+	for len(h.p.Posted("520")) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the stranger was not told that they are not allowed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := h.ch.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	h.start(defaultAccess())
+	h.p.Inject(t, Inbound{ChatID: "520", UserID: "666", Text: "let me in, please"})
+	h.p.Inject(t, dm("521", "marker"))
+	if m := h.sink.Next(t); m.Text() != "marker" {
+		t.Fatalf("delivered %q from user %s; want only the allowed user's message", m.Text(), m.UserID)
+	}
+	time.Sleep(300 * time.Millisecond) // a notice is sent off the intake
+	if n := len(h.p.Posted("520")); n != 1 {
+		t.Fatalf("the stranger was told %d times across the restart; want once", n)
 	}
 }
 

@@ -46,7 +46,7 @@ func (p *platform) NewChannel(t testing.TB, env channeltest.Env) channels.Channe
 	p.tokens = append(p.tokens, tok)
 	p.mu.Unlock()
 	ch, err := discord.New(discord.Config{Token: secret.Secret(tok), APIURL: p.srv.URL, Access: env.Access},
-		discord.Options{Logger: env.Logger, StateDir: env.StateDir})
+		discord.Options{Logger: env.Logger, StateDir: env.StateDir, State: env.State})
 	if err != nil {
 		t.Fatalf("discord.New: %v", err)
 	}

@@ -129,7 +129,7 @@ func New(cfg Config, opts Options) (*Channel, error) {
 		scrub:  channels.NewScrubber(cfg.token()),
 		dialer: newDialer(),
 		// A stranger writing again is not told again for an hour: every DM would answer.
-		strangers: channels.Strangers(),
+		strangers: channels.Strangers(opts.State, Name),
 		// Discord allows 5 messages per 5 s per channel and 50 requests/s overall.
 		send: channels.Sender{
 			Pacer:    pace.New(pace.Limits{Global: 40, GlobalBurst: 40, PerKey: 1, PerKeyBurst: 5}),

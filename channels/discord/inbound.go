@@ -74,7 +74,7 @@ func (c *Channel) handle(ctx context.Context, dm *discordgo.Message) {
 	case channels.NotAllowed:
 		c.log.Info("discord: message from a user not on allow_from", "user_id", msg.UserID, "chat_id", msg.ChatID)
 		if msg.ChatType == channels.ChatDM && !isBot && c.strangers.Allow(msg.UserID, time.Now()) {
-			c.noticeLater(msg, channels.NotAllowedText(msg.UserID))
+			c.tellStranger(msg)
 		}
 		return
 	case channels.NotMentioned:
@@ -250,9 +250,15 @@ func (c *Channel) botRoles(ctx context.Context, guild, bot string) []string {
 	return m.Roles
 }
 
-// noticeLater sends a notice off the intake worker (channels.Notices).
-func (c *Channel) noticeLater(msg *channels.Message, text string) {
-	if !c.notices.Go(c.life, func(ctx context.Context) { c.notice(ctx, msg, text) }) {
+// tellStranger sends the not-allowed notice off the intake worker (channels.Notices).
+func (c *Channel) tellStranger(msg *channels.Message) {
+	if !c.notices.Go(c.life, func(ctx context.Context) {
+		// Kept first: a crash before the notice costs it, never a second one after a restart.
+		if err := c.strangers.Told(msg.UserID); err != nil {
+			c.log.Warn("discord: cannot keep that a stranger was told; a restart may tell them again", "err", err)
+		}
+		c.notice(ctx, msg, channels.NotAllowedText(msg.UserID))
+	}) {
 		c.log.Warn("discord: too many notices in flight; one was not sent", "chat_id", msg.ChatID)
 	}
 }

@@ -31,7 +31,7 @@ func (p *platform) NewChannel(t testing.TB, env channeltest.Env) channels.Channe
 	if env.BadToken {
 		cfg.BotToken = rejectedToken
 	}
-	ch, err := New(cfg, Options{Logger: env.Logger, StateDir: env.StateDir})
+	ch, err := New(cfg, Options{Logger: env.Logger, StateDir: env.StateDir, State: env.State})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -101,7 +101,7 @@ func (c *Channel) handleCallback(ctx context.Context, cb *slackevents.EventsAPIC
 	case channels.NotAllowed:
 		c.log.Info("slack: message from a user not on allow_from", "user", ev.User, "chat", ev.Channel)
 		if msg.ChatType == channels.ChatDM && c.strangers.Allow(ev.User, time.Now()) {
-			c.noticeLater(target, channels.NotAllowedText(ev.User))
+			c.tellStranger(target, ev.User)
 		}
 		taken = true
 		return nil
@@ -311,10 +311,16 @@ func displayName(name string) string {
 	return name
 }
 
-// noticeLater posts a notice off the event loop, which takes every chat's events in turn
-// and owes Slack an ack within 3 s (channels.Notices).
-func (c *Channel) noticeLater(target channels.Target, text string) {
-	if !c.notices.Go(c.life, func(ctx context.Context) { c.notice(ctx, target, text) }) {
+// tellStranger posts the not-allowed notice off the event loop, which takes every chat's
+// events in turn and owes Slack an ack within 3 s (channels.Notices).
+func (c *Channel) tellStranger(target channels.Target, user string) {
+	if !c.notices.Go(c.life, func(ctx context.Context) {
+		// Kept first: a crash before the notice costs it, never a second one after a restart.
+		if err := c.strangers.Told(user); err != nil {
+			c.log.Warn("slack: cannot keep that a stranger was told; a restart may tell them again", "err", err)
+		}
+		c.notice(ctx, target, channels.NotAllowedText(user))
+	}) {
 		c.log.Warn("slack: too many notices in flight; one was not sent", "chat", target.ChatID)
 	}
 }

@@ -110,7 +110,7 @@ func New(cfg Config, opts Options) (*Channel, error) {
 		threads:  &threadSet{mem: newBoundedSet(threadSetSize), st: opts.State, log: log},
 		noStatus: newBoundedSet(1000),
 		// A stranger writing again is not told again for an hour: every DM would answer.
-		strangers: channels.Strangers(),
+		strangers: channels.Strangers(opts.State, Name),
 
 		lastThread: newBoundedMap[string](threadSetSize),
 		commands:   newBoundedMap[slashInfo](1000),

@@ -262,10 +262,16 @@ func (c *Channel) migrateInbox(ctx context.Context) {
 	}
 }
 
-// notifyLater sends an access notice off the intake, so that a chat held by a 429 does not
-// hold the intake (channels.Notices).
-func (c *Channel) notifyLater(msg *message, text string) {
-	if !c.notices.Go(c.life, func(ctx context.Context) { c.notify(ctx, msg, text) }) {
+// tellStranger sends the not-allowed notice off the intake, so that a chat held by a 429
+// does not hold the intake (channels.Notices). That the user was told is kept first: a
+// crash before the notice costs it, never a second one after a restart.
+func (c *Channel) tellStranger(msg *message, user string) {
+	if !c.notices.Go(c.life, func(ctx context.Context) {
+		if err := c.strangers.Told(user); err != nil {
+			c.log.Warn("telegram: cannot keep that a stranger was told; a restart may tell them again", "err", err)
+		}
+		c.notify(ctx, msg, channels.NotAllowedText(user))
+	}) {
 		c.log.Warn("telegram: too many notices in flight; one was not sent", "chat", msg.Chat.ID)
 	}
 }

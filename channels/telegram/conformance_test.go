@@ -39,7 +39,7 @@ func (p *platform) NewChannel(t testing.TB, env channeltest.Env) channels.Channe
 		token = badToken
 	}
 	ch, err := telegram.New(telegram.Config{Enabled: true, Token: secret.Secret(token), APIURL: p.srv.URL, Access: env.Access},
-		telegram.Options{Logger: env.Logger, StateDir: env.StateDir, PollTimeout: 5 * time.Second})
+		telegram.Options{Logger: env.Logger, StateDir: env.StateDir, PollTimeout: 5 * time.Second, State: env.State})
 	if err != nil {
 		t.Fatal(err)
 	}

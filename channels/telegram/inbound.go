@@ -76,7 +76,7 @@ func (c *Channel) take(ctx context.Context, u *update) (*album, error) {
 		}
 		c.log.Info("message from a user not on allow_from", "user", m.UserID, "chat", m.ChatID)
 		if m.ChatType == channels.ChatDM && c.strangers.Allow(m.UserID, time.Now()) {
-			c.notifyLater(msg, channels.NotAllowedText(m.UserID))
+			c.tellStranger(msg, m.UserID)
 		}
 		return nil, nil
 	case channels.NotMentioned:

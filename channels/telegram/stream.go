@@ -35,12 +35,12 @@ func (c *Channel) Open(ctx context.Context, t channels.Target) (channels.Stream,
 	}
 	chat, err := strconv.ParseInt(t.ChatID, 10, 64)
 	if err != nil {
-		return nil, fmt.Errorf("telegram: %q is not a Telegram chat id", t.ChatID)
+		return nil, channels.BadTarget(fmt.Errorf("telegram: %q is not a Telegram chat id (a number, like 123456789, or -1001234567890 for a group)", t.ChatID))
 	}
 	s := &stream{c: c, chat: chat}
 	if t.ThreadID != "" {
 		if s.thread, err = strconv.Atoi(t.ThreadID); err != nil {
-			return nil, fmt.Errorf("telegram: %q is not a Telegram topic id", t.ThreadID)
+			return nil, channels.BadTarget(fmt.Errorf("telegram: %q is not a Telegram topic id (a number)", t.ThreadID))
 		}
 	}
 	if t.ChatType == channels.ChatGroup && t.ReplyToID != "" {

@@ -92,7 +92,7 @@ func New(cfg Config, opts Options) (*Channel, error) {
 		life:      channels.NewLifecycle(Name),
 		dedup:     channels.NewDedup(4096),
 		albums:    map[int64]*album{},
-		strangers: channels.Strangers(),
+		strangers: channels.Strangers(opts.State, Name),
 		dir:       filepath.Join(opts.StateDir, Name),
 	}
 	c.held = &channels.HeldWhere{Holder: opts.Holder, Log: c.log, Here: "telegram: polling here",

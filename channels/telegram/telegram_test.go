@@ -27,6 +27,7 @@ import (
 	"gateway/channels/telegram/telegramtest"
 	"gateway/internal/fakeserver"
 	"gateway/internal/secret"
+	"gateway/state"
 )
 
 // funcSink is a channeltest.Sink whose Deliver can be replaced.
@@ -550,6 +551,43 @@ func TestStrangerIsToldOnce(t *testing.T) {
 	}
 	if n := len(f.srv.Messages(-300)); n != 0 {
 		t.Errorf("the bot answered a stranger in a group (%d messages)", n)
+	}
+}
+
+// The not-allowed notice, once an hour per stranger, was forgotten on restart: a gateway
+// restarting in a loop told a stranger again each time. Whom it told is now kept in the
+// state, so a stranger writing after a restart within the hour is not told again, while
+// one not told yet still is.
+func TestStrangerIsNotToldAgainAfterARestart(t *testing.T) {
+	f := newFixture(t)
+	db, err := state.Open(filepath.Join(f.dir, "state"), state.Limits{}, f.logs.Logger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	opts := f.options()
+	opts.State = db
+	eve := &models.User{ID: 666, FirstName: "Eve"}
+	mallory := &models.User{ID: 667, FirstName: "Mallory"}
+
+	sink := channeltest.NewSink()
+	ch := f.start(f.config(), opts, sink)
+	f.srv.Send(telegramtest.Update{ChatID: 666, From: eve, Text: "let me in"})
+	eventually(t, "the notice", func() bool { return len(f.srv.Messages(666)) > 0 })
+	stop(t, ch)
+
+	sink = channeltest.NewSink()
+	f.start(f.config(), opts, sink)
+	f.srv.Send(telegramtest.Update{ChatID: 666, From: eve, Text: "let me in, again"})
+	f.srv.Send(telegramtest.Update{ChatID: 667, From: mallory, Text: "me too"})
+	eventually(t, "the notice to the stranger not told yet", func() bool { return len(f.srv.Messages(667)) > 0 })
+	f.srv.Send(telegramtest.Update{ChatID: 1001, Text: "marker"})
+	if m := sink.Next(t); m.Text() != "marker" {
+		t.Fatalf("delivered %q from %s", m.Text(), m.UserID)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if msgs := f.srv.Messages(666); len(msgs) != 1 {
+		t.Errorf("the stranger was told %d times across the restart; want once", len(msgs))
 	}
 }
 

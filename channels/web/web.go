@@ -225,7 +225,7 @@ func (c *Channel) Open(ctx context.Context, target channels.Target) (channels.St
 	if !validID(target.ChatID) {
 		// No page can open such a chat: an admin's `gateway send` to it would be "sent" to
 		// no one.
-		return nil, fmt.Errorf("web: %q is not a web chat id (1-%d characters of A-Z, a-z, 0-9, _ . : -)", trunc(target.ChatID, 64), maxIDLen)
+		return nil, channels.BadTarget(fmt.Errorf("web: %q is not a web chat id (1-%d characters of A-Z, a-z, 0-9, _ . : -)", trunc(target.ChatID, 64), maxIDLen))
 	}
 	return &stream{c: c, chatID: target.ChatID, replyTo: target.ReplyToID, gen: c.history.generation(target.ChatID)}, nil
 }

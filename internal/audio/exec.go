@@ -61,9 +61,10 @@ type Cmd struct {
 	MaxStdout int64         // 0: stdout is discarded; beyond it, Run returns ErrOutputTooLarge
 }
 
-// Run runs c under ctx and returns its stdout. The program and its children are killed
-// when ctx ends or the timeout passes; stdout beyond MaxStdout is dropped (the program is
-// left to finish) and reported as ErrOutputTooLarge.
+// Run runs c under ctx and returns its stdout. The program gets a minimal environment
+// (childproc.BaseEnv: locale, home, search path), never the gateway's secrets. It and its
+// children are killed when ctx ends or the timeout passes; stdout beyond MaxStdout is
+// dropped (the program is left to finish) and reported as ErrOutputTooLarge.
 func Run(ctx context.Context, c Cmd) ([]byte, error) {
 	if len(c.Argv) == 0 || c.Argv[0] == "" {
 		return nil, errors.New("no program to run")
@@ -76,6 +77,9 @@ func Run(ctx context.Context, c Cmd) ([]byte, error) {
 	defer cancel()
 
 	cmd := exec.CommandContext(ctx, c.Argv[0], c.Argv[1:]...)
+	// The environment a hook program gets: ffmpeg needs nothing more, and an admin's speech
+	// command must not see the gateway's tokens and keys, which it runs beside.
+	cmd.Env = childproc.BaseEnv()
 	childproc.OwnGroup(cmd) // cancellation kills what a wrapper script started too
 	stdout := &limitBuffer{max: c.MaxStdout}
 	stderr := &childproc.Tail{Max: stderrTail}

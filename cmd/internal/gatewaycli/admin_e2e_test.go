@@ -681,7 +681,7 @@ func TestReloadWithABrokenHookKeepsTheOldSet(t *testing.T) {
 
 	// `gateway hooks list` shows the admin what is wrong on disk.
 	code, out = cli(t, context.Background(), nil, "hooks", "list", "--config", g.cfgPath)
-	if code != 0 || !strings.Contains(out, "not loaded:") || !strings.Contains(out, brokenDir+": HOOK.yaml:1: events[0]: unknown event") {
+	if code != 1 || !strings.Contains(out, "not loaded:") || !strings.Contains(out, brokenDir+": HOOK.yaml:1: events[0]: unknown event") {
 		t.Fatalf("`gateway hooks list` = %d:\n%s", code, out)
 	}
 
@@ -827,8 +827,8 @@ func TestAdminCommandsListHooksProfilesAndProblems(t *testing.T) {
 	ctx := context.Background()
 
 	code, out := cli(t, ctx, nil, "hooks", "list", "--config", path)
-	if code != 0 {
-		t.Fatalf("hooks list exit %d:\n%s", code, out)
+	if code != 1 { // 40-typo and 50-missing-program did not load
+		t.Fatalf("hooks list exit %d; want 1:\n%s", code, out)
 	}
 	for _, want := range [][]string{
 		{"dir:" + hooksDir + "/10-audit", "message:receive"},
@@ -963,12 +963,41 @@ func TestSendToAWebChatNoPageCanOpenIsRefused(t *testing.T) {
 	g := startGateway(t, t.TempDir(), "")
 	for _, chat := range []string{"my chat", strings.Repeat("c", 129)} {
 		code, printed := cli(t, context.Background(), nil, "send", "--config", g.cfgPath, "--channel", "web", "--chat", chat, "Backup done")
-		if code != 1 || !strings.Contains(printed, "is not a web chat id") {
-			t.Errorf("gateway send to web chat %q: exit %d, printed %q; want a refusal naming the rule", chat, code, printed)
+		if code != 1 || !strings.Contains(printed, "HTTP 400") || !strings.Contains(printed, "is not a web chat id") {
+			t.Errorf("gateway send to web chat %q: exit %d, printed %q; want a 400 naming the rule", chat, code, printed)
 		}
 	}
 	if code, printed := cli(t, context.Background(), nil, "send", "--config", g.cfgPath, "--channel", "web", "--chat", "c1", "Backup done"); code != 0 || !strings.Contains(printed, "sent") {
 		t.Errorf("gateway send to web chat c1: exit %d, printed %q", code, printed)
+	}
+}
+
+// TestSendToAMalformedTelegramChatIsTheCallersMistake: a chat id Telegram cannot have (not a
+// number) was answered 502 "delivery failed", as if Telegram had failed. It is the caller's
+// mistake: 400, saying what a chat id looks like, and nothing reaches Telegram. A send that
+// Telegram refuses is still 502.
+func TestSendToAMalformedTelegramChatIsTheCallersMistake(t *testing.T) {
+	tg := telegramtest.NewServer(t)
+	channelsYAML := fmt.Sprintf("channels:\n  telegram:\n    enabled: true\n    token: %q\n    api_url: %s\n    allow_from: [%q]\n",
+		telegramtest.Token, tg.URL, fmt.Sprint(telegramtest.UserID))
+	g := startGateway(t, t.TempDir(), channelsYAML)
+	send := func(args ...string) (int, string) {
+		return cli(t, context.Background(), nil, append([]string{"send", "--config", g.cfgPath, "--channel", "telegram"}, args...)...)
+	}
+
+	for _, args := range [][]string{{"--chat", "general"}, {"--chat", "4242", "--thread", "news"}} {
+		code, printed := send(append(args, "Backup done")...)
+		if code != 1 || !strings.Contains(printed, "HTTP 400") || !strings.Contains(printed, "is not a Telegram") || !strings.Contains(printed, "a number") {
+			t.Errorf("gateway send %q: exit %d, printed %q; want a 400 saying what an id looks like", args, code, printed)
+		}
+	}
+	if n := len(tg.Calls("sendMessage")); n != 0 {
+		t.Errorf("%d sendMessage calls for malformed chats; want none", n)
+	}
+
+	tg.FailNext(1, fakeserver.Failure{Method: "sendMessage", Status: http.StatusForbidden, Message: "Forbidden: bot was blocked by the user"})
+	if code, printed := send("--chat", "4242", "Backup done"); code != 1 || !strings.Contains(printed, "HTTP 502") {
+		t.Errorf("gateway send that Telegram refused: exit %d, printed %q; want 502", code, printed)
 	}
 }
 
@@ -1014,8 +1043,8 @@ func TestHooksListShowsWhatRuns(t *testing.T) {
 	path := gatewayConfig(t, root, "127.0.0.1:1", "http://127.0.0.1:1/v1", "")
 
 	code, out := cli(t, context.Background(), nil, "hooks", "list", "--config", path)
-	if code != 0 {
-		t.Fatalf("hooks list exit %d:\n%s", code, out)
+	if code != 1 { // the clashing hooks did not load
+		t.Fatalf("hooks list exit %d; want 1:\n%s", code, out)
 	}
 	if strings.Contains(out, "no hooks loaded") || !strings.HasPrefix(out, "no event handlers: the 1 hook(s) loaded serve only commands or tools") {
 		t.Errorf("hooks list's headline is not true: 10-ping loaded and serves a command:\n%s", out)

@@ -108,13 +108,7 @@ func isTerminal(w io.Writer) bool {
 // their cursors and remembered keys there. Nothing it builds runs until Start: no hook
 // program is started and no event is emitted.
 func buildApp(cfg Config, cfgPath string, log *slog.Logger, getenv func(string) string, db *state.DB, dryRun bool) (_ *app, retErr error) {
-	a := &app{cfgPath: cfgPath, cfg: cfg, getenv: getenv, log: log, reg: prometheus.NewRegistry(), state: db}
-	// Paths under state_dir reach programs that run elsewhere (a hook program in its own
-	// folder, a speech command's wrapper script that changes directory): they are absolute,
-	// whatever the working directory. (a.cfg keeps state_dir as written.)
-	if abs, err := filepath.Abs(cfg.StateDir); err == nil {
-		cfg.StateDir = abs
-	}
+	a, cfg := newApp(cfg, cfgPath, log, getenv, db)
 	defer func() {
 		if retErr != nil && a.node != nil {
 			a.node.Close()
@@ -123,29 +117,7 @@ func buildApp(cfg Config, cfgPath string, log *slog.Logger, getenv func(string) 
 			a.pg.Close()
 		}
 	}()
-	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	a.metrics = gateway.NewMetrics(a.reg)
-	// Every outbound call has a timeout; streaming calls get theirs from their context.
-	// The model, Telegram and the other platforms each take many calls at once (a burst
-	// of turns, sends beside the long poll): with the default 2 idle connections per host
-	// the rest are closed after each burst and dialed (TLS) again for the next.
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.MaxIdleConnsPerHost = 64
-	// Each open connection holds a read and a write buffer. Every turn waiting for the
-	// model holds a connection (HTTP/1.1 to a local or fake server), and the requests and
-	// response headers are small; a body larger than the buffer is read and written past
-	// it. 1 KB instead of 4 KB each: 6 KB less per connection (docs/bench.md, sixth pass).
-	tr.ReadBufferSize, tr.WriteBufferSize = 1<<10, 1<<10
-	// Calls to plain-HTTP endpoints (a local model, a local Bot API server) are made on
-	// the caller's goroutine, with no goroutines held per connection; TLS and proxies go
-	// through tr (docs/bench.md, tenth pass).
-	a.client = &http.Client{Transport: &httptransport.Transport{
-		Fallback: tr, Proxy: tr.Proxy, DialContext: tr.DialContext,
-		MaxIdlePerHost: tr.MaxIdleConnsPerHost, MaxIdle: tr.MaxIdleConns,
-		IdleTimeout: tr.IdleConnTimeout, BufferSize: tr.ReadBufferSize,
-	}}
 
-	var errs []error
 	var err error
 	tmp := filepath.Join(cfg.StateDir, "tmp")
 	if dryRun {
@@ -160,20 +132,7 @@ func buildApp(cfg Config, cfgPath string, log *slog.Logger, getenv func(string) 
 			return nil, fmt.Errorf("state_dir: %w", err)
 		}
 	}
-	if cfg.STT.Enabled {
-		s, err := stt.New(cfg.STT, stt.Options{Logger: log.With("hook", "builtin:stt"), HTTPClient: a.client, TempDir: tmp})
-		if err != nil {
-			errs = append(errs, fmt.Errorf("stt: %w", err))
-		}
-		a.stt = s
-	}
-	if cfg.TTS.Mode != "off" {
-		t, err := tts.New(cfg.TTS, tts.Options{Logger: log.With("hook", "builtin:tts"), HTTPClient: a.client, TempDir: tmp})
-		if err != nil {
-			errs = append(errs, fmt.Errorf("tts: %w", err))
-		}
-		a.tts = t
-	}
+	errs := a.buildSpeech(cfg)
 	if _, err := harness.NewProvider(cfg.LLM, a.client); err != nil {
 		errs = append(errs, fmt.Errorf("llm: %w", err))
 	}
@@ -258,6 +217,62 @@ func buildApp(cfg Config, cfgPath string, log *slog.Logger, getenv func(string) 
 		a.gw.AddChannel(ch)
 	}
 	return a, nil
+}
+
+// newApp is the app's shared plumbing (metrics, the outbound HTTP client) before any part
+// is built, and cfg with state_dir made absolute, as the parts take it.
+func newApp(cfg Config, cfgPath string, log *slog.Logger, getenv func(string) string, db *state.DB) (*app, Config) {
+	a := &app{cfgPath: cfgPath, cfg: cfg, getenv: getenv, log: log, reg: prometheus.NewRegistry(), state: db}
+	// Paths under state_dir reach programs that run elsewhere (a hook program in its own
+	// folder, a speech command's wrapper script that changes directory): they are absolute,
+	// whatever the working directory. (a.cfg keeps state_dir as written.)
+	if abs, err := filepath.Abs(cfg.StateDir); err == nil {
+		cfg.StateDir = abs
+	}
+	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	a.metrics = gateway.NewMetrics(a.reg)
+	// Every outbound call has a timeout; streaming calls get theirs from their context.
+	// The model, Telegram and the other platforms each take many calls at once (a burst
+	// of turns, sends beside the long poll): with the default 2 idle connections per host
+	// the rest are closed after each burst and dialed (TLS) again for the next.
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 64
+	// Each open connection holds a read and a write buffer. Every turn waiting for the
+	// model holds a connection (HTTP/1.1 to a local or fake server), and the requests and
+	// response headers are small; a body larger than the buffer is read and written past
+	// it. 1 KB instead of 4 KB each: 6 KB less per connection (docs/bench.md, sixth pass).
+	tr.ReadBufferSize, tr.WriteBufferSize = 1<<10, 1<<10
+	// Calls to plain-HTTP endpoints (a local model, a local Bot API server) are made on
+	// the caller's goroutine, with no goroutines held per connection; TLS and proxies go
+	// through tr (docs/bench.md, tenth pass).
+	a.client = &http.Client{Transport: &httptransport.Transport{
+		Fallback: tr, Proxy: tr.Proxy, DialContext: tr.DialContext,
+		MaxIdlePerHost: tr.MaxIdleConnsPerHost, MaxIdle: tr.MaxIdleConns,
+		IdleTimeout: tr.IdleConnTimeout, BufferSize: tr.ReadBufferSize,
+	}}
+	return a, cfg
+}
+
+// buildSpeech builds the builtin speech hooks the config turns on; their temporary files
+// go under state_dir/tmp. It returns what could not be built.
+func (a *app) buildSpeech(cfg Config) []error {
+	var errs []error
+	tmp := filepath.Join(cfg.StateDir, "tmp")
+	if cfg.STT.Enabled {
+		s, err := stt.New(cfg.STT, stt.Options{Logger: a.log.With("hook", "builtin:stt"), HTTPClient: a.client, TempDir: tmp})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("stt: %w", err))
+		}
+		a.stt = s
+	}
+	if cfg.TTS.Mode != "off" {
+		t, err := tts.New(cfg.TTS, tts.Options{Logger: a.log.With("hook", "builtin:tts"), HTTPClient: a.client, TempDir: tmp})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("tts: %w", err))
+		}
+		a.tts = t
+	}
+	return errs
 }
 
 func (a *app) buildChannels(cfg Config) ([]channels.Channel, error) {

@@ -208,19 +208,31 @@ func newHooksCmd(path func() string, out io.Writer, getenv func(string) string) 
 	cmd.AddCommand(&cobra.Command{
 		Use:   "list",
 		Short: "List every hook: its source, events, and load errors",
+		Long: "List every hook that loaded (its source, events, commands and tools) and every one that " +
+			"did not, with why. Exit status 1 when any hook failed to load. Only the hooks are built: " +
+			"the ${VAR}s of other sections (platform tokens, the model's key) need not be set.",
 		RunE: func(*cobra.Command, []string) error {
-			cfg, err := loadChecked(path(), getenv)
+			cfg, err := loadForHooks(path(), getenv)
 			if err != nil {
 				fmt.Fprintf(out, "the configuration has problems:\n%s\n", indent(err.Error()))
 				return exitCode(1)
 			}
-			a, err := buildApp(cfg, path(), slog.New(slog.DiscardHandler), getenv, nil, true)
-			if err != nil {
-				fmt.Fprintf(out, "cannot build the gateway:\n%s\n", indent(err.Error()))
+			// Only what hooks are: the builtin speech hooks, hooks.dirs and the profiles'
+			// hooks. The channels and the model are not built, so their tokens and keys
+			// need not be set in the admin's shell.
+			a, cfg := newApp(cfg, path(), slog.New(slog.DiscardHandler), getenv, nil)
+			if err := errors.Join(a.buildSpeech(cfg)...); err != nil {
+				fmt.Fprintf(out, "cannot build the hooks:\n%s\n", indent(err.Error()))
 				return exitCode(1)
 			}
-			defer a.gw.Stop(context.Background())
-			list := a.gw.Runtime().Bus.Handlers()
+			rt, report, err := a.buildRuntime(cfg)
+			if err != nil {
+				fmt.Fprintf(out, "cannot build the hooks:\n%s\n", indent(err.Error()))
+				return exitCode(1)
+			}
+			defer rt.Close()
+			a.hooks, a.loadErrs = report.hooks, report.errs
+			list := rt.Bus.Handlers()
 			sort.SliceStable(list, func(i, j int) bool { return list[i].Source < list[j].Source })
 			loaded := 0 // hooks that run: a hook may serve only commands or tools, with no event
 			for _, h := range a.hooks {
@@ -240,7 +252,7 @@ func newHooksCmd(path func() string, out io.Writer, getenv func(string) string) 
 					fmt.Fprintf(out, "%-50s %-22s %s\n", h.Source, h.Event, h.Profile)
 				}
 			}
-			if reg := a.gw.Runtime().Commands; reg != nil {
+			if reg := rt.Commands; reg != nil {
 				var decl []string
 				for _, c := range reg.Commands("") {
 					if c.Run != nil {
@@ -278,6 +290,8 @@ func newHooksCmd(path func() string, out io.Writer, getenv func(string) string) 
 				for _, e := range a.loadErrs {
 					fmt.Fprintf(out, "  %s: %v\n", e.Path, e.Err)
 				}
+				// As check does: a script must be able to tell that a hook is missing.
+				return exitCode(1)
 			}
 			return nil
 		},

@@ -110,9 +110,8 @@ func defaultConfig(getenv func(string) string) Config {
 		LLM:      llm,
 		STT:      stt.DefaultConfig(),
 		TTS:      tts.DefaultConfig(),
-		// Under state_dir's default, not ./hooks and ./profiles: in a clone of this repository
-		// those are Go package folders.
-		Hooks:    HooksConfig{Dirs: []string{"./data/hooks"}, Timeout: 10 * time.Second},
+		Hooks:    HooksConfig{Dirs: defaultHookDirs(), Timeout: 10 * time.Second},
+		// Under state_dir's default, as the hooks' folder is: ./profiles is a Go package here.
 		Profiles: profiles.Config{Dir: "./data/profiles", Default: "assistant"},
 		Sessions: gateway.Defaults(),
 		Media:    media.StoreConfig{MaxAge: media.DefaultMaxAge, MaxBytes: media.DefaultMaxBytes},
@@ -124,6 +123,10 @@ func defaultConfig(getenv func(string) string) Config {
 		},
 	}
 }
+
+// defaultHookDirs is hooks.dirs when the config does not set it: under state_dir's default,
+// not ./hooks, which in a clone of this repository is a Go package folder.
+func defaultHookDirs() []string { return []string{"./data/hooks"} }
 
 // resolveLLM keeps the defaults that belong to the default provider away from another one:
 // a section that names its provider and not its model gets that provider's default model
@@ -517,6 +520,29 @@ func loadChecked(path string, getenv func(string) string) (Config, error) {
 // that cannot be read or is not YAML is an *unreadError, and nothing else is checked: the
 // config it comes with is the defaults, which the file never reached.
 func loadStrict(path string, getenv func(string) string, names []string) (Config, error) {
+	return loadValidated(path, getenv, names, func(string) bool { return true })
+}
+
+// loadForHooks is loadChecked for `hooks list`, which builds the hooks and nothing else: an
+// unset ${VAR} outside the sections it reads (a platform token or the model's key, kept in
+// the service's environment, not in the admin's shell) is not its to report. Every other
+// problem is, since run would stop at it.
+func loadForHooks(path string, getenv func(string) string) (Config, error) {
+	return loadValidated(path, getenv, nil, func(key string) bool {
+		section, _, _ := strings.Cut(key, ".")
+		section, _, _ = strings.Cut(section, "[")
+		switch section {
+		case "state_dir", "hooks", "profiles", "bindings":
+			return true
+		}
+		return false
+	})
+}
+
+// loadValidated is loadStrict reporting an unset ${VAR} only for the keys needsVar accepts.
+// A key whose variable is unset is never also reported by validation ("token is
+// required"), whether or not its variable is reported.
+func loadValidated(path string, getenv func(string) string, names []string, needsVar func(key string) bool) (Config, error) {
 	cfg, root, errs, read := load(path, getenv, names)
 	if !read {
 		return cfg, &unreadError{errs[0]}
@@ -524,10 +550,13 @@ func loadStrict(path string, getenv func(string) string, names []string) (Config
 	lines := make([]string, 0, len(errs))
 	unsetKeys := map[string]bool{}
 	for _, e := range errs {
-		lines = append(lines, e.Error())
 		if e.Var != "" {
 			unsetKeys[e.Key] = true
+			if !needsVar(e.Key) {
+				continue
+			}
 		}
+		lines = append(lines, e.Error())
 	}
 	if verr := cfg.validate(); verr != nil {
 		for _, l := range strings.Split(verr.Error(), "\n") {

@@ -15,7 +15,7 @@ import (
 func hookDirWarnings(cfg Config) []string {
 	var out []string
 	for i, dir := range cfg.Hooks.Dirs {
-		if slices.Contains(defaultConfig(os.Getenv).Hooks.Dirs, dir) {
+		if slices.Contains(defaultHookDirs(), dir) {
 			continue
 		}
 		fi, err := os.Stat(dir)

@@ -37,7 +37,7 @@ func TestHookToolNamedLikeAProfilesBuiltinToolIsALoadError(t *testing.T) {
 	}
 	code, out = cli(t, ctx, nil, "hooks", "list", "--config", path)
 	_, notLoaded, _ := strings.Cut(out, "not loaded:")
-	if code != 0 || notLoaded == "" {
+	if code != 1 || notLoaded == "" {
 		t.Fatalf("hooks list: exit %d, the clashing hook not among what did not load:\n%s", code, out)
 	}
 	for _, w := range want {
