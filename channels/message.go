@@ -82,6 +82,10 @@ type Message struct {
 	// is journaled like any message, so that a move a crash cut is done after the restart.
 	// Never part of the hook wire (hooks never see such a message).
 	MigrateFrom string `json:"migrate_from,omitempty"`
+	// Injected marks a turn the admin API started (POST /api/v1/inject): its text is the
+	// prompt, with neither receive hooks nor commands. The gateway journals it like any
+	// message, so that a crash does not lose it. Never part of the hook wire.
+	Injected bool `json:"injected,omitempty"`
 	// Seq is the message's place in the gateway's intake journal (0: not journaled). It is
 	// set by the gateway and never part of the wire.
 	Seq uint64 `json:"-"`

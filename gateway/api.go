@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"gateway/channels"
+	"gateway/harness"
 	"gateway/hooks"
 	"gateway/internal/llm"
 )
@@ -433,10 +434,33 @@ func (s *session) inject(in *injection) error {
 			return nil
 		}
 	}
+	req := &turnReq{prompt: text, profile: prof, info: info, target: t, rt: rt, release: release}
+	// A turn of its own is journaled like a user's message before the caller hears it was
+	// queued: after a crash it is run again, its answer finished where it was cut.
+	msg := &channels.Message{Channel: t.Channel, ChatID: t.ChatID, ThreadID: t.ThreadID, Injected: true,
+		Parts: []channels.Part{channels.TextPart(in.req.Text)}, Time: time.Now()}
+	if _, err := g.accept(msg, ""); err != nil {
+		return fmt.Errorf("the message could not be journaled: %w", err)
+	}
+	if msg.Seq != 0 {
+		req.seqs, req.asked = []uint64{msg.Seq}, harness.Attempt{ID: intakeID(msg)}
+	}
 	arm(rt.Bus)
 	kept = true
-	s.dispatch(&turnReq{prompt: text, profile: prof, info: info, target: t, rt: rt, release: release}, QueueFollowup)
+	s.dispatch(req, QueueFollowup)
 	return nil
+}
+
+// injected runs an injected turn read back from the journal after a restart: the turn
+// it started before the crash is run again, as a message replayed is.
+func (s *session) injected(msg *channels.Message) {
+	g := s.g
+	rt, release := g.acquire()
+	prof := s.profile(rt, msg.Channel, msg.ChatID, msg.ThreadID, "")
+	info := hooks.Session{SessionKey: s.key, Channel: msg.Channel, ChatID: msg.ChatID, ThreadID: msg.ThreadID, Profile: prof.Name}
+	target := channels.Target{Channel: msg.Channel, ChatID: msg.ChatID, ThreadID: msg.ThreadID, Resume: answerResume(msg)}
+	s.dispatch(&turnReq{prompt: msg.Text(), profile: prof, info: info, target: target, rt: rt, release: release,
+		seqs: []uint64{msg.Seq}, asked: harness.Attempt{ID: intakeID(msg), Again: msg.Replayed}}, QueueFollowup)
 }
 
 // maxNextTurn bounds the messages kept for a chat's next turn.

@@ -658,6 +658,7 @@ func SessionKey(channel, chat, thread string) string {
 // must not acknowledge it, so the platform delivers it again.
 func (g *Gateway) Deliver(ctx context.Context, msg *channels.Message) error {
 	shared := g.intake != nil && !channels.IsPinned(g.byName[msg.Channel])
+	msg.Injected = false // only the admin API starts such a turn: a chat's message never skips the receive hooks
 	// While Stop drains, a message is still taken where it outlives this process (the
 	// journal, the shared intake) and answered after the restart: refused, Discord would
 	// never offer it again and Slack would offer it only to this closing connection. With

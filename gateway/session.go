@@ -334,6 +334,10 @@ func (s *session) intake(msg *channels.Message) {
 		}
 		return
 	}
+	if msg.Injected {
+		s.injected(msg)
+		return
+	}
 	rt, release := g.acquire()
 	kept := false   // the runtime is handed to the turn request
 	queued := false // the message is answered by a turn queued for it (/compact, a hook's command)

@@ -594,6 +594,116 @@ func TestStoreRepairsTornLastLine(t *testing.T) {
 	}
 }
 
+// One damaged line in the middle of a chat's history costs that entry only: the model
+// still sees what came before and after it, the admin is told which file and line, and
+// the line stays in the file.
+func TestStoreSkipsADamagedLineAndKeepsTheRest(t *testing.T) {
+	st := openStore(t)
+	var logs syncBuffer
+	fake := harness.NewFake(harness.FakeReply{Text: "noted blue"}, harness.FakeReply{Text: "noted red"}, harness.FakeReply{Text: "blue and red"})
+	opts := harness.SessionOptions{Key: "telegram:43", Store: st, Provider: fake, Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+	s := openSession(t, opts)
+	for _, p := range []string{"my colour is blue", "my other colour is red"} {
+		if _, err := s.Run(context.Background(), p, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path, _ := st.Path(opts.Key)
+	lines := readLines(t, path)
+	lines[2] = "\x00\x00 not JSON \x01" // the first answer
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	s2 := openSession(t, opts)
+	if _, err := s2.Run(context.Background(), "what are my colours?", nil); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range fake.Requests()[2].Messages {
+		got = append(got, m.Content)
+	}
+	if want := []string{"my colour is blue", "my other colour is red", "noted red", "what are my colours?"}; !slices.Equal(got, want) {
+		t.Fatalf("the model was sent %q; want %q", got, want)
+	}
+	if l := logs.String(); !strings.Contains(l, "file="+path) || !strings.Contains(l, "lines=[3]") {
+		t.Fatalf("the warning does not name the file and line:\n%s", l)
+	}
+	if l := readLines(t, path); l[2] != lines[2] || len(l) != 7 {
+		t.Fatalf("the damaged line was not kept as it was, or the new turn is missing: %q", l)
+	}
+}
+
+// A history file of which not one line is an entry is not a crash's torn end: it is moved
+// aside untouched (the log says where) and the chat starts afresh.
+func TestStoreMovesAsideAFileThatIsNoHistory(t *testing.T) {
+	st := openStore(t)
+	var logs syncBuffer
+	fake := harness.NewFake(harness.FakeReply{Text: "hello"})
+	opts := harness.SessionOptions{Key: "telegram:44", Store: st, Provider: fake, Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+	path, _ := st.Path(opts.Key)
+	const junk = "PK\x03\x04 this is a zip, or someone's notes\nsecond line\n"
+	if err := os.WriteFile(path, []byte(junk), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := openSession(t, opts).Run(context.Background(), "hi", nil); err != nil {
+		t.Fatal(err)
+	}
+	if m := fake.Requests()[0].Messages; len(m) != 1 || m[0].Content != "hi" {
+		t.Fatalf("the model was sent %+v", m)
+	}
+	aside, _ := filepath.Glob(path + ".corrupt-*")
+	if len(aside) != 1 {
+		t.Fatalf("no copy kept beside %s: %v", path, aside)
+	}
+	if b, _ := os.ReadFile(aside[0]); string(b) != junk {
+		t.Fatalf("the copy is %q, want the file as it was", b)
+	}
+	if !strings.Contains(logs.String(), "kept_as="+aside[0]) {
+		t.Fatalf("the log does not say where the file went:\n%s", logs.String())
+	}
+	for _, l := range readLines(t, path) {
+		if !json.Valid([]byte(l)) {
+			t.Fatalf("the new history has an invalid line: %q", l)
+		}
+	}
+}
+
+// A damaged last line that is not the start of an entry (so no crash mid-write left it)
+// is kept like any damaged line, and the next entry starts on a line of its own.
+func TestStoreKeepsADamagedLastLineThatIsNoTear(t *testing.T) {
+	for name, tail := range map[string]string{"ended": "garbage\n", "unended": "garbage"} {
+		t.Run(name, func(t *testing.T) {
+			st := openStore(t)
+			opts := harness.SessionOptions{Key: "telegram:45", Store: st, Provider: harness.NewFake()}
+			if _, err := openSession(t, opts).Run(context.Background(), "one", nil); err != nil {
+				t.Fatal(err)
+			}
+			path, _ := st.Path(opts.Key)
+			f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.WriteString(tail)
+			f.Close()
+			s := openSession(t, opts)
+			if n := s.Stats().Messages; n != 2 {
+				t.Fatalf("%d messages, want 2", n)
+			}
+			if _, err := s.Run(context.Background(), "two", nil); err != nil {
+				t.Fatal(err)
+			}
+			lines := readLines(t, path)
+			if len(lines) != 6 || lines[3] != "garbage" {
+				t.Fatalf("lines %q; want the damaged one kept as line 4, the new turn after it", lines)
+			}
+			if n := openSession(t, opts).Stats().Messages; n != 4 {
+				t.Fatalf("%d messages, want 4", n)
+			}
+		})
+	}
+}
+
 func TestReopenedSessionContinuesHistory(t *testing.T) {
 	st := openStore(t)
 	fake := harness.NewFake(harness.FakeReply{Text: "Hi Bob"}, harness.FakeReply{Text: "You are Bob"})
@@ -1359,4 +1469,22 @@ func TestToolCallWithArgumentsThatAreNotJSONIsToldNotRun(t *testing.T) {
 	if r.Role != "tool" || r.ToolCallID != "call_bad" || !strings.Contains(r.Content, "not valid JSON") {
 		t.Fatalf("the model was told %+v, want that its arguments were not valid JSON", r)
 	}
+}
+
+// syncBuffer is a log destination safe for the session's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -498,9 +498,27 @@ type indexNode struct {
 	parent     string
 	off        int64
 	n          int
+	line       int
 	compaction bool
 	custom     bool
 	firstKept  string
+}
+
+// badLine is a line of a history file that is not an entry: where it is, and the active
+// leaf just before it (the parent the lost entry most likely had: entries are appended
+// with the leaf of their time as parent).
+type badLine struct {
+	line int
+	off  int64
+	leaf string
+}
+
+// tornTail reports whether line, the file's last and without its newline, is what a
+// crash mid-write leaves: the start of a JSON object, or nothing (a power cut can leave
+// zeros where the write did not land). Anything else is damage of another kind, kept.
+func tornTail(line []byte) bool {
+	t := bytes.TrimRight(line, "\x00 \t\r")
+	return len(t) == 0 || t[0] == '{'
 }
 
 // logReader is what load reads: the history file, or a log store's bytes.
@@ -541,8 +559,10 @@ func (h *history) load() error {
 		lineNo     int
 		truncateAt = int64(-1)
 		addNewline bool
-		skipped    int
+		bad        []badLine
+		good       int
 		leaf       string
+		leafOff    int64 // offset of the line that set leaf
 		stamp      string
 	)
 	for {
@@ -554,22 +574,24 @@ func (h *history) load() error {
 			return rerr
 		}
 		lineNo++
-		atEOF := rerr == io.EOF
-		if !atEOF {
-			_, perr := r.Peek(1)
-			atEOF = perr == io.EOF
-		}
 		var e entryHead
 		if err := json.Unmarshal(bytes.TrimSpace(line), &e); err != nil || e.Type == "" {
-			if atEOF {
-				// The last line was cut by a crash mid-write: drop it.
+			if rerr == io.EOF && tornTail(line) {
+				// The last line was cut by a crash mid-write (only a write's end can be
+				// missing, with its newline): drop it.
 				truncateAt = off
 				break
 			}
-			skipped++
+			// Damage of another kind: the line is skipped and kept in the file, and the
+			// entries around it are read (see the walk below).
+			bad = append(bad, badLine{line: lineNo, off: off, leaf: leaf})
+			if rerr == io.EOF {
+				addNewline = true // the next append starts on a line of its own
+			}
 			off += int64(len(line))
 			continue
 		}
+		good++
 		if rerr == io.EOF {
 			// Complete JSON that lost only its newline: keep it, end the line.
 			addNewline = true
@@ -588,11 +610,11 @@ func (h *history) load() error {
 				if e.ParentID != nil {
 					p = *e.ParentID
 				}
-				index[e.ID] = indexNode{parent: p, off: off, n: len(line), compaction: e.Type == entryCompaction, firstKept: e.FirstKept}
-				leaf = e.ID
+				index[e.ID] = indexNode{parent: p, off: off, n: len(line), line: lineNo, compaction: e.Type == entryCompaction, firstKept: e.FirstKept}
+				leaf, leafOff = e.ID, off
 			}
 		case entryLeaf:
-			leaf = ""
+			leaf, leafOff = "", off
 			if e.TargetID != nil {
 				leaf = *e.TargetID
 			}
@@ -602,14 +624,25 @@ func (h *history) load() error {
 				if e.ParentID != nil {
 					p = *e.ParentID
 				}
-				index[e.ID] = indexNode{parent: p, off: off, n: len(line), custom: true}
-				leaf = e.ID
+				index[e.ID] = indexNode{parent: p, off: off, n: len(line), line: lineNo, custom: true}
+				leaf, leafOff = e.ID, off
 			}
 		}
 		off += int64(len(line))
 	}
-	if skipped > 0 {
-		h.log.Warn("session history: skipped unreadable lines", "key", h.key, "lines", skipped)
+	if good == 0 && len(bad) > 0 {
+		// Not one line is an entry: this is not a history with a torn end but something
+		// else in its place. It is kept for the admin, and the chat starts afresh.
+		closeF()
+		return h.setAside(lineNo)
+	}
+	if len(bad) > 0 {
+		var nums []int // the first few name the place; count says how many
+		for _, b := range bad[:min(len(bad), 20)] {
+			nums = append(nums, b.line)
+		}
+		h.log.Warn("session history: skipped lines that are not history entries (damaged file?); the entries before and after them are kept",
+			"key", h.key, "file", h.path, "lines", nums, "count", len(bad))
 	}
 	if t, err := time.Parse(time.RFC3339Nano, stamp); err == nil {
 		h.lastActivity = t
@@ -624,14 +657,24 @@ func (h *history) load() error {
 		heldBytes  int
 		dropped    bool
 	)
-	for id, steps := leaf, 0; id != "" && steps <= len(index); steps++ {
+	from := leafOff // offset of the line whose parent is id
+	for id, steps := leaf, 0; id != "" && steps <= len(index)+len(bad); steps++ {
 		n, ok := index[id]
 		if !ok {
-			if leaf != "" && steps == 0 {
+			// An entry lost to a damaged line: the branch goes on from the leaf as it was
+			// before that line (the parent it was appended to), so one bad line does not
+			// cut off the conversation before it. A lost tool call or result leaves the
+			// other half unpaired, which repair mends before the model sees it.
+			if b := lastBadBefore(bad, from); b != nil {
+				id, from = b.leaf, b.off
+				continue
+			}
+			if steps == 0 {
 				h.log.Warn("session history: leaf points to a missing entry; starting fresh", "key", h.key)
 			}
 			break
 		}
+		from = n.off
 		if n.custom {
 			if collecting {
 				need = append(need, n)
@@ -684,7 +727,10 @@ func (h *history) load() error {
 		}
 		var e messageEntry
 		if err := json.Unmarshal(bytes.TrimSpace(buf), &e); err != nil {
-			return fmt.Errorf("re-reading an entry: %w", err)
+			// JSON, but not a message (a field of the wrong type): skipped like a bad line.
+			h.log.Warn("session history: skipped a message entry that cannot be read; the entries before and after it are kept",
+				"key", h.key, "file", h.path, "line", n.line, "err", err)
+			continue
 		}
 		h.push(entry{id: e.ID, parent: e.ParentID, stamp: e.Timestamp, aborted: e.Aborted, intake: e.IntakeID, msg: e.Message, tokens: estimateMessage(e.Message, h.cost)})
 	}
@@ -695,11 +741,13 @@ func (h *history) load() error {
 		}
 		var c compactionEntry
 		if err := json.Unmarshal(bytes.TrimSpace(buf), &c); err != nil {
-			return fmt.Errorf("re-reading a compaction entry: %w", err)
+			h.log.Warn("session history: skipped a compaction entry that cannot be read; the messages it kept are still seen",
+				"key", h.key, "file", h.path, "line", comp.line, "err", err)
+		} else {
+			h.summary = c.Summary
+			h.last = compactionInfo{TokensBefore: c.TokensBefore, FromHook: c.FromHook}
+			h.last.At, _ = time.Parse(time.RFC3339Nano, c.Timestamp)
 		}
-		h.summary = c.Summary
-		h.last = compactionInfo{TokensBefore: c.TokensBefore, FromHook: c.FromHook}
-		h.last.At, _ = time.Parse(time.RFC3339Nano, c.Timestamp)
 	}
 	closeF()
 
@@ -729,6 +777,37 @@ func (h *history) load() error {
 			return fmt.Errorf("repairing the last line: %w", err)
 		}
 	}
+	return nil
+}
+
+// lastBadBefore is the last bad line before offset off, nil if none: the one most likely
+// to have held the entry a line at off names as its parent (parents precede children).
+func lastBadBefore(bad []badLine, off int64) *badLine {
+	for i := len(bad) - 1; i >= 0; i-- {
+		if bad[i].off < off {
+			return &bad[i]
+		}
+	}
+	return nil
+}
+
+// setAside moves a history file that holds no entry at all to NAME.corrupt-<time> beside
+// it, so the chat starts afresh without destroying what was there. A log store (cluster)
+// cannot move its log: the lines are skipped on every load and new entries follow them.
+func (h *history) setAside(lines int) error {
+	if h.files == nil {
+		h.log.Error("session history: not one line of the log is a history entry; the chat starts a new conversation after them",
+			"key", h.key, "lines", lines)
+		return nil
+	}
+	aside := h.path + ".corrupt-" + time.Now().UTC().Format("20060102T150405.000000000")
+	if err := os.Rename(h.path, aside); err != nil {
+		return fmt.Errorf("the file holds no history entry and cannot be moved aside: %w", err)
+	}
+	syncDir(filepath.Dir(h.path))
+	h.log.Error("session history: the file holds no history entry (not one of its lines could be read), so it is not a crash's torn end; "+
+		"it was moved aside, untouched, and the chat starts a new conversation",
+		"key", h.key, "file", h.path, "kept_as", aside, "lines", lines)
 	return nil
 }
 

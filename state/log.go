@@ -28,7 +28,7 @@ import (
 // checkpoint stores epoch+1 in bbolt in the same commit that applies the records, and the
 // log starts again at offset 0: records of an earlier epoch, left further on in the file,
 // are no longer read. Reading stops at the first record that is torn, zero (the
-// preallocated end) or of another epoch.
+// preallocated end) or of another epoch, unless records of this epoch follow (see replay).
 
 // LogName is the intake log's name beside the state file.
 const LogName = "journal.log"
@@ -256,23 +256,95 @@ func (l *intakeLog) firstEpoch() (uint64, bool) {
 
 // replay reads the records of epoch into p; ahead, when not nil, gets each record of an
 // append written ahead (restoreAhead).
-func (l *intakeLog) replay(epoch uint64, p *pending, ahead func(rel string, off int64, data []byte)) error {
-	r := bufio.NewReader(io.NewSectionReader(l.f, 0, 1<<62))
-	var payload []byte
+//
+// A record that cannot be read ends the log, as a crash leaves it (torn, or the zeros
+// after the last record), unless a record of this epoch follows further on: a crash tears
+// only the end, so that is other damage (the disk, a stray write; or a power cut that lost
+// a write the next one's sync did not cover). The records after it are still read, since
+// each one stands alone (a damaged Accept costs its message, a damaged Done answers one
+// again, which dropping every later record would do to all of them), and the admin is told.
+func (l *intakeLog) replay(epoch uint64, p *pending, ahead func(rel string, off int64, data []byte), log *slog.Logger) error {
+	var (
+		payload []byte
+		damage  *logDamage
+	)
+	report := func() {
+		if damage != nil {
+			log.Error("state: a record in the middle of the intake log is damaged (not a crash's torn end: records follow it); "+
+				"it was skipped and the records after it were kept. Had it accepted a message, that message is lost; "+
+				"had it marked one answered, that one is answered again",
+				"file", l.path, "offset", damage.off, "bytes_skipped", damage.skipped, "records_after", damage.after)
+		}
+	}
+	r := bufio.NewReader(io.NewSectionReader(l.f, l.off, 1<<62))
 	for {
 		var ok bool
-		if payload, ok = readRecord(r, payload); !ok || binary.BigEndian.Uint64(payload) != epoch {
-			return nil
+		payload, ok = readRecord(r, payload)
+		if ok && binary.BigEndian.Uint64(payload) == epoch {
+			kind, seq, key, body, err := decode(payload[8:], p)
+			if err != nil {
+				return fmt.Errorf("%s at offset %d: %w", l.path, l.off, err)
+			}
+			if kind == recAhead && ahead != nil {
+				ahead(key, int64(seq), body)
+			}
+			l.off += recHeader + int64(len(payload))
+			if damage != nil {
+				damage.after++
+			}
+			continue
 		}
-		kind, seq, key, body, err := decode(payload[8:], p)
+		if ok {
+			break // the end: a record an earlier epoch left
+		}
+		next, err := l.nextRecord(epoch, l.off+1)
 		if err != nil {
-			return fmt.Errorf("%s at offset %d: %w", l.path, l.off, err)
+			return err
 		}
-		if kind == recAhead && ahead != nil {
-			ahead(key, int64(seq), body)
+		if next < 0 {
+			break // the end: torn, or zeros
 		}
-		l.off += recHeader + int64(len(payload))
+		report()
+		damage = &logDamage{off: l.off, skipped: next - l.off}
+		l.off = next
+		r.Reset(io.NewSectionReader(l.f, l.off, 1<<62))
 	}
+	report()
+	return nil
+}
+
+// logDamage is a stretch of the log that could not be read, with records after it.
+type logDamage struct {
+	off, skipped int64
+	after        int
+}
+
+// nextRecord is the offset of the first whole record of epoch at or after from, -1 when
+// there is none (the log's end). Only a log with a damaged record is searched so. A match
+// inside another record's bytes would need a valid checksum over them, and the bodies are
+// JSON or text, which hold none of the zero bytes a record's length and epoch begin with.
+func (l *intakeLog) nextRecord(epoch uint64, from int64) (int64, error) {
+	fi, err := l.f.Stat()
+	if err != nil {
+		return -1, err
+	}
+	if from >= fi.Size() {
+		return -1, nil
+	}
+	data := make([]byte, fi.Size()-from)
+	if _, err := l.f.ReadAt(data, from); err != nil && !errors.Is(err, io.EOF) {
+		return -1, err
+	}
+	for i := 0; i+recHeader+9 <= len(data); i++ {
+		n := int(binary.BigEndian.Uint32(data[i+4:]))
+		if n < 9 || n > recMax || i+recHeader+n > len(data) || binary.BigEndian.Uint64(data[i+recHeader:]) != epoch {
+			continue
+		}
+		if crc32.ChecksumIEEE(data[i+4:i+recHeader+n]) == binary.BigEndian.Uint32(data[i:]) {
+			return from + int64(i), nil
+		}
+	}
+	return -1, nil
 }
 
 // decode applies one record's kind and fields (after the epoch) to p, and returns them.
@@ -473,7 +545,7 @@ func (s *DB) openIntakeLog(dir string, fresh bool) error {
 	}
 	s.log, s.pend = l, newPending(lastSeq)
 	l.epoch = epoch
-	if err = l.replay(epoch, &s.pend, s.restoreAhead); err != nil {
+	if err = l.replay(epoch, &s.pend, s.restoreAhead, s.logger); err != nil {
 		_ = l.f.Close()
 		return err
 	}

@@ -103,6 +103,64 @@ func TestTornRecordIsDropped(t *testing.T) {
 	assertPending(t, db, []string{"kept", "again"})
 }
 
+// A damaged record with whole records after it is not a crash's torn end (a crash tears
+// only the end): it alone is skipped, the messages accepted after it are still answered,
+// a message answered after it is not answered again, and the admin is told where it was.
+func TestDamagedRecordInTheMiddleKeepsTheRecordsAfterIt(t *testing.T) {
+	for name, at := range map[string]func(start, end int64) int64{
+		"body":   func(start, end int64) int64 { return end - 3 }, // its checksum fails
+		"length": func(start, _ int64) int64 { return start + 5 }, // where the next record starts is unknown
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			db, _ := open(t, dir, Limits{})
+			seqA, err := db.Accept("a", []byte("before"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			start := db.log.off
+			if _, err := db.Accept("b", []byte("damaged")); err != nil {
+				t.Fatal(err)
+			}
+			end := db.log.off
+			if _, err := db.Accept("c", []byte("after")); err != nil {
+				t.Fatal(err)
+			}
+			if err := db.Done(seqA); err != nil {
+				t.Fatal(err)
+			}
+			if err := db.SetCursor("telegram.offset", "43"); err != nil {
+				t.Fatal(err)
+			}
+			crash(t, db)
+			f, err := os.OpenFile(filepath.Join(dir, LogName), os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.WriteAt([]byte{0xA5}, at(start, end)); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+
+			db, logs := open(t, dir, Limits{})
+			defer db.Close()
+			assertPending(t, db, []string{"after"})
+			if _, err := db.Accept("a", nil); !errors.Is(err, ErrDuplicate) {
+				t.Fatalf("redelivery of the message answered after the damage = %v; want ErrDuplicate", err)
+			}
+			if v, _, _ := db.Cursor("telegram.offset"); v != "43" {
+				t.Fatalf("cursor = %q; want the one set after the damage", v)
+			}
+			l := logs.String()
+			for _, want := range []string{"level=ERROR", "file=" + filepath.Join(dir, LogName), fmt.Sprintf("offset=%d", start), "records_after=3"} {
+				if !strings.Contains(l, want) {
+					t.Fatalf("the log lacks %q:\n%s", want, l)
+				}
+			}
+		})
+	}
+}
+
 // Random accepts, redeliveries, dones, cursor moves, crashes and clean restarts, with a log
 // small enough to be applied and started again many times: after every restart the state
 // is what was acknowledged, whatever records of earlier epochs the file still holds.

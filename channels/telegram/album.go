@@ -218,8 +218,9 @@ func (c *Channel) deliverAlbum(ctx context.Context, items []*item) error {
 }
 
 // migrateInbox hands over, once, what an earlier version left in its own inbox journal
-// (state_dir/telegram/inbox): messages it had acknowledged but not yet delivered. The
-// gateway's intake journal keeps them from now on.
+// (state_dir/telegram/inbox, moved there from state_dir/telegram/telegram by gateway run):
+// messages it had acknowledged but not yet delivered. The gateway's intake journal keeps
+// them from now on.
 func (c *Channel) migrateInbox(ctx context.Context) {
 	dir := filepath.Join(c.dir, "inbox")
 	entries, err := os.ReadDir(dir)

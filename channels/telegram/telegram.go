@@ -158,9 +158,13 @@ func (c *Channel) start(ctx context.Context, life context.Context) error {
 		return channels.Permanent(fmt.Errorf("telegram: cannot create a state directory: %w", err))
 	}
 	c.life.Go(c.janitor)
-	c.migrateInbox(life)
+	// An old inbox is handed over off Start: the gateway takes this channel's messages only
+	// once Start has returned, so handing them over here would wait forever. Polling
+	// follows it, so its messages still come before new ones.
 	if c.cfg.Mode == ModePolling {
-		c.life.Go(c.pollWhileHeld)
+		c.life.Go(func(ctx context.Context) { c.migrateInbox(ctx); c.pollWhileHeld(ctx) })
+	} else {
+		c.life.Go(c.migrateInbox)
 	}
 	if life.Err() != nil {
 		return fmt.Errorf("telegram: stopped while starting: %w", channels.ErrStopped)

@@ -164,6 +164,54 @@ func Run(t *testing.T, open func(t *testing.T) harness.SessionStore, reopen func
 			t.Fatalf("MoveLog of a key without a log = %v, %v; want absent", m, err)
 		}
 	})
+	t.Run("ABadLineInTheMiddleKeepsTheConversation", func(t *testing.T) {
+		st := open(t)
+		defer st.Close()
+		fake := harness.NewFake(harness.FakeReply{Text: "noted blue"}, harness.FakeReply{Text: "noted red"}, harness.FakeReply{Text: "blue and red"})
+		run(t, harness.SessionOptions{Key: "telegram:50", Store: st, Provider: fake}, "my colour is blue")
+		run(t, harness.SessionOptions{Key: "telegram:50", Store: st, Provider: fake}, "my other colour is red")
+		log, err := st.ReadLog("telegram:50")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Line 3 (the first answer) is damaged; a chat with that log still has the rest.
+		lines := strings.SplitAfter(string(log), "\n")
+		if len(lines) < 6 || !strings.Contains(lines[2], "noted blue") {
+			t.Fatalf("unexpected log:\n%s", log)
+		}
+		lines[2] = "#%&!damaged line\n"
+		if err := st.AppendLog("telegram:51", []byte(strings.Join(lines, ""))); err != nil {
+			t.Fatal(err)
+		}
+		opts := harness.SessionOptions{Key: "telegram:51", Store: st, Provider: fake}
+		run(t, opts, "what are my colours?")
+		sent(t, fake, "my colour is blue", "my other colour is red", "noted red", "what are my colours?")
+		after, _ := st.ReadLog("telegram:51")
+		if !strings.Contains(string(after), "#%&!damaged line\n") {
+			t.Fatalf("the damaged line was not kept:\n%s", after)
+		}
+		// And again, with the new turn after it.
+		fake.Push(harness.FakeReply{Text: "ok"})
+		run(t, opts, "thanks")
+		sent(t, fake, "my colour is blue", "my other colour is red", "noted red", "what are my colours?", "blue and red", "thanks")
+	})
+	t.Run("ALostToolCallLeavesNoUnpairedResult", func(t *testing.T) {
+		st := open(t)
+		defer st.Close()
+		// The assistant's tool call (line 3) is damaged: its result would follow nothing.
+		log := `{"type":"session","version":1,"id":"h","timestamp":"2025-01-01T00:00:00Z","key":"telegram:52"}
+{"type":"message","id":"a1","parentId":null,"timestamp":"2025-01-01T00:00:01Z","message":{"role":"user","content":"order 7?"}}
+{"type":"message","id":"a2","parentId":"a1","timestamp":"2025-01-01T00:00:0
+{"type":"message","id":"a3","parentId":"a2","timestamp":"2025-01-01T00:00:03Z","message":{"role":"tool","content":"shipped","tool_call_id":"c1","name":"lookup"}}
+{"type":"message","id":"a4","parentId":"a3","timestamp":"2025-01-01T00:00:04Z","message":{"role":"assistant","content":"It shipped."}}
+`
+		if err := st.AppendLog("telegram:52", []byte(log)); err != nil {
+			t.Fatal(err)
+		}
+		fake := harness.NewFake(harness.FakeReply{Text: "yes"})
+		run(t, harness.SessionOptions{Key: "telegram:52", Store: st, Provider: fake}, "sure?")
+		sent(t, fake, "order 7?", "It shipped.", "sure?")
+	})
 	if reopen == nil {
 		return
 	}

@@ -131,6 +131,9 @@ func buildApp(cfg Config, cfgPath string, log *slog.Logger, getenv func(string) 
 		if err := os.MkdirAll(tmp, 0o700); err != nil {
 			return nil, fmt.Errorf("state_dir: %w", err)
 		}
+		// The adapters add their own name to state_dir; earlier versions were given
+		// state_dir/NAME, so their files are one folder deeper.
+		adoptNestedChannelDirs(cfg.StateDir, log)
 	}
 	errs := a.buildSpeech(cfg)
 	if _, err := harness.NewProvider(cfg.LLM, a.client); err != nil {
@@ -293,7 +296,7 @@ func (a *app) buildChannels(cfg Config) ([]channels.Channel, error) {
 		out = append(out, web.New(cfg.Channels.Web, web.Options{Logger: a.log, MediaDir: filepath.Join(cfg.StateDir, "media", "web")}))
 	}
 	if cfg.Channels.Telegram.Enabled {
-		opts := telegram.Options{Logger: a.log, StateDir: filepath.Join(cfg.StateDir, "telegram"), HTTPClient: a.client, State: st}
+		opts := telegram.Options{Logger: a.log, StateDir: cfg.StateDir, HTTPClient: a.client, State: st}
 		if a.node != nil {
 			// One process polls at a time; every process sends, within one budget for the bot.
 			opts.Holder = holder
@@ -308,7 +311,7 @@ func (a *app) buildChannels(cfg Config) ([]channels.Channel, error) {
 	}
 	if cfg.Channels.Discord.Enabled {
 		// In cluster mode one process holds the gateway connection at a time; every one sends.
-		ch, err := discord.New(cfg.Channels.Discord, discord.Options{Logger: a.log, StateDir: filepath.Join(cfg.StateDir, "discord"),
+		ch, err := discord.New(cfg.Channels.Discord, discord.Options{Logger: a.log, StateDir: cfg.StateDir,
 			HTTPClient: a.client, State: st, Holder: holder})
 		if err != nil {
 			errs = append(errs, err)
@@ -317,7 +320,7 @@ func (a *app) buildChannels(cfg Config) ([]channels.Channel, error) {
 		}
 	}
 	if cfg.Channels.Slack.Enabled {
-		ch, err := slack.New(cfg.Channels.Slack, slack.Options{Logger: a.log, StateDir: filepath.Join(cfg.StateDir, "slack"), HTTPClient: a.client, State: st})
+		ch, err := slack.New(cfg.Channels.Slack, slack.Options{Logger: a.log, StateDir: cfg.StateDir, HTTPClient: a.client, State: st})
 		if err != nil {
 			errs = append(errs, err)
 		} else {

@@ -969,3 +969,53 @@ func TestKilledTwiceMidStreamAnswersEachMessageOnce(t *testing.T) {
 	}
 	g.stop()
 }
+
+// A turn the admin API started (inject with trigger) is journaled like a user's message: a
+// SIGKILL while its answer streams leaves a cut preview, and after the restart the turn is
+// run again, its full answer in place of the preview, the injected text asked once.
+func TestKillMidStreamOfAnInjectedTurnFinishesItAfterRestart(t *testing.T) {
+	p := telegramPlatform(t)
+	oai := cutModel(t)
+	root, addr := newRoot(t, oai, p)
+	g := startChild(t, root, addr)
+	body := fmt.Sprintf(`{"channel":"telegram","chat_id":"%d","text":"remind me to water the plants","trigger":true}`, tgChat)
+	resp, err := http.Post("http://"+addr+"/api/v1/inject", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("inject: %d; log:\n%s", resp.StatusCode, g.log)
+	}
+	waitFor(t, "the preview shows", func() bool { return len(p.answer()) == 1 }, g.log)
+	waitFor(t, "its place is kept", func() bool { return strings.Contains(g.log.String(), "answer placement kept") }, g.log)
+	g.kill()
+	if got := p.answer(); len(got) != 1 || !strings.Contains(got[0], "The cut preview") {
+		t.Fatalf("before the restart the chat shows %q; want the cut preview", got)
+	}
+
+	g = startChild(t, root, addr)
+	waitFor(t, "the injected turn is answered after the restart", func() bool {
+		return slices.ContainsFunc(p.answer(), func(s string) bool { return strings.Contains(s, "answer 2") })
+	}, g.log)
+	quiet()
+	if got := p.answer(); len(got) != 1 || !strings.Contains(got[0], "answer 2") {
+		t.Fatalf("after the restart the chat shows %q; want one message, the full answer in place of the cut preview; log:\n%s", got, g.log)
+	}
+	asked := 0
+	for _, m := range oai.Requests()[1].Messages {
+		if m.Role == "user" && strings.Contains(m.Content, "water the plants") {
+			asked++
+		}
+	}
+	if asked != 1 || oai.calls() != 2 {
+		t.Fatalf("after the restart the model was called %d times in all, the injected text in its request %d times; want 2 and 1", oai.calls(), asked)
+	}
+	g.stop()
+	g = startChild(t, root, addr) // answered: not run a third time
+	quiet()
+	if oai.calls() != 2 {
+		t.Fatalf("the injected turn ran again after a clean restart: %d model calls", oai.calls())
+	}
+	g.stop()
+}
