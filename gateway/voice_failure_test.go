@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -133,4 +136,69 @@ func TestSilentVoiceNoteKeepsItsTextInTheWebChat(t *testing.T) {
 		t.Fatalf("second answer %+v; want the model's answer", last)
 	}
 	assertCaptionReachedModel(t, e, "what about this?")
+}
+
+// A speech service slow to answer for some chats does not hold up another chat's voice
+// note: the wait for the service is no audio job of the gateway's, so it takes none of the
+// few slots the converters share. Here as many voice notes as there are slots hang at the
+// service (in transcription, then in speech), and one more chat's is still answered, with
+// its spoken reply.
+func TestSlowSpeechServiceForSomeChatsHoldsUpNoOther(t *testing.T) {
+	for _, stage := range []string{"transcriptions", "speech"} {
+		t.Run(stage, func(t *testing.T) {
+			srv := voicetest.NewServer(t)
+			srv.SetTranscript(spoken)
+			hang := max(2, runtime.NumCPU()) // speech.NewSlots
+			var (
+				mu      sync.Mutex
+				calls   int
+				hanging = make(chan struct{}, hang)
+			)
+			release := make(chan struct{})
+			t.Cleanup(func() {
+				select {
+				case <-release:
+				default:
+					close(release)
+				}
+			})
+			slowly := func() {
+				mu.Lock()
+				calls++
+				n := calls
+				mu.Unlock()
+				if n <= hang {
+					hanging <- struct{}{}
+					<-release
+				}
+			}
+			if stage == "speech" {
+				srv.SetSpeaker(func(voicetest.SpeechRequest) { slowly() })
+			} else {
+				srv.SetTranscriber(func(voicetest.Upload) (string, error) { slowly(); return spoken, nil })
+			}
+			e := newEnv(t, openAIVoice(t, srv))
+			note := voicetest.SpeakOgg(t, spoken)
+			slow := make([]*wsClient, hang)
+			for i := range slow {
+				slow[i] = e.client(t, fmt.Sprintf("slow%d", i))
+				slow[i].sayVoice(note)
+			}
+			for range hang {
+				<-hanging // every slow chat's voice note is at the service
+			}
+			c := e.client(t, "quick")
+			c.sayVoice(note)
+			fs := c.until("done", "error")
+			if last := fs[len(fs)-1]; last.Type != "done" || len(e.voiceParts(t, fs)) != 1 {
+				t.Fatalf("the other chat's voice note was answered with %v %+v; want an answer with its voice note", types(fs), last)
+			}
+			close(release)
+			for i, s := range slow {
+				if fs := s.until("done", "error"); fs[len(fs)-1].Type != "done" {
+					t.Fatalf("slow chat %d was answered with %+v once the service answered", i, fs[len(fs)-1])
+				}
+			}
+		})
+	}
 }

@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/openai/openai-go/v3"
@@ -214,7 +215,8 @@ func (s *STT) Transcribe(ctx context.Context, p channels.Part, language string) 
 	if err := s.slots.Acquire(ctx); err != nil {
 		return "", err
 	}
-	defer s.slots.Release()
+	release := sync.OnceFunc(s.slots.Release)
+	defer release()
 	work, err := os.MkdirTemp(s.opts.TempDir, "stt-")
 	if err != nil {
 		return "", fail("I could not store it for processing", err)
@@ -259,7 +261,7 @@ func (s *STT) Transcribe(ctx context.Context, p channels.Part, language string) 
 	case "command":
 		text, err = s.viaCommand(ctx, prep, path, work, language)
 	default:
-		text, err = s.viaOpenAI(ctx, prep, path, work, info, language)
+		text, err = s.viaOpenAI(ctx, prep, path, work, info, language, release)
 	}
 	if err != nil {
 		return "", err
@@ -308,7 +310,8 @@ func openaiUpload(info audio.Info) (name, mime string, ok bool) {
 	return "", "", false
 }
 
-func (s *STT) viaOpenAI(ctx, prep context.Context, path, work string, info audio.Info, language string) (string, error) {
+// release gives up the audio slot once the conversion is done (see the call).
+func (s *STT) viaOpenAI(ctx, prep context.Context, path, work string, info audio.Info, language string, release func()) (string, error) {
 	name, mime, ok := openaiUpload(info)
 	if !ok {
 		conv := filepath.Join(work, "voice.ogg")
@@ -322,6 +325,9 @@ func (s *STT) viaOpenAI(ctx, prep context.Context, path, work string, info audio
 		return "", fail("I could not read it back", err)
 	}
 	defer f.Close()
+	// Waiting for the service is no work of ours: a slot held through it would make the
+	// voice notes of every other chat wait behind a slow one.
+	release()
 
 	callCtx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()

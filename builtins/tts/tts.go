@@ -136,22 +136,35 @@ func (t *TTS) Synthesize(ctx context.Context, text, voice, language string) (cha
 	if language == "" {
 		language = t.cfg.Language
 	}
-	if err := t.slots.Acquire(ctx); err != nil {
-		return channels.Part{}, fmt.Errorf("tts: waiting for a free slot: %w", err)
-	}
-	defer t.slots.Release()
 	work, err := os.MkdirTemp(t.opts.TempDir, "tts-")
 	if err != nil {
 		return channels.Part{}, fmt.Errorf("tts: %w", err)
 	}
 	defer os.RemoveAll(work)
 
+	// A slot is held for the work done here (a local program, the conversion), not while
+	// a speech service is awaited: a slow answer for one chat must not hold up the others.
+	acquire := func() error {
+		if err := t.slots.Acquire(ctx); err != nil {
+			return fmt.Errorf("tts: waiting for a free slot: %w", err)
+		}
+		return nil
+	}
 	var raw string // the provider's audio, any format
 	switch t.cfg.Provider {
 	case "command":
+		if err := acquire(); err != nil {
+			return channels.Part{}, err
+		}
+		defer t.slots.Release()
 		raw, err = t.viaCommand(ctx, work, text, voice, language)
 	default:
-		raw, err = t.viaOpenAI(ctx, work, text, voice)
+		if raw, err = t.viaOpenAI(ctx, work, text, voice); err == nil {
+			if err := acquire(); err != nil {
+				return channels.Part{}, err
+			}
+			defer t.slots.Release()
+		}
 	}
 	if err != nil {
 		return channels.Part{}, err

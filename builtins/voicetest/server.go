@@ -56,6 +56,7 @@ type Server struct {
 
 	mu          sync.Mutex
 	transcriber func(Upload) (string, error)
+	speaker     func(SpeechRequest) // called before each speech answer (nil: none)
 	speechFmt   string
 	speakInput  bool
 	ogg, wav    []byte // DefaultSpeech, spoken at start
@@ -105,6 +106,14 @@ func (s *Server) SetTranscriber(fn func(Upload) (string, error)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.transcriber = fn
+}
+
+// SetSpeaker has fn called with each speech request before it is answered (it may block,
+// as a slow service would).
+func (s *Server) SetSpeaker(fn func(SpeechRequest)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.speaker = fn
 }
 
 // SetSpeechFormat chooses what /audio/speech returns: SpeechOgg or SpeechWAV.
@@ -279,8 +288,11 @@ func (s *Server) speech(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mu.Lock()
-	format, speak, ogg, wav := s.speechFmt, s.speakInput, s.ogg, s.wav
+	format, speak, ogg, wav, speaker := s.speechFmt, s.speakInput, s.ogg, s.wav, s.speaker
 	s.mu.Unlock()
+	if speaker != nil {
+		speaker(req)
+	}
 	if speak {
 		var err error
 		if wav, err = SpeakWAVContext(r.Context(), req.Input); err == nil {
