@@ -25,6 +25,7 @@ import (
 	"gateway/hooks"
 	"gateway/internal/fakeserver"
 	"gateway/internal/llm"
+	"gateway/internal/logbuf"
 	"gateway/internal/secret"
 )
 
@@ -599,7 +600,7 @@ func TestStoreRepairsTornLastLine(t *testing.T) {
 // the line stays in the file.
 func TestStoreSkipsADamagedLineAndKeepsTheRest(t *testing.T) {
 	st := openStore(t)
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	fake := harness.NewFake(harness.FakeReply{Text: "noted blue"}, harness.FakeReply{Text: "noted red"}, harness.FakeReply{Text: "blue and red"})
 	opts := harness.SessionOptions{Key: "telegram:43", Store: st, Provider: fake, Logger: slog.New(slog.NewTextHandler(&logs, nil))}
 	s := openSession(t, opts)
@@ -638,7 +639,7 @@ func TestStoreSkipsADamagedLineAndKeepsTheRest(t *testing.T) {
 // aside untouched (the log says where) and the chat starts afresh.
 func TestStoreMovesAsideAFileThatIsNoHistory(t *testing.T) {
 	st := openStore(t)
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	fake := harness.NewFake(harness.FakeReply{Text: "hello"})
 	opts := harness.SessionOptions{Key: "telegram:44", Store: st, Provider: fake, Logger: slog.New(slog.NewTextHandler(&logs, nil))}
 	path, _ := st.Path(opts.Key)
@@ -1469,22 +1470,4 @@ func TestToolCallWithArgumentsThatAreNotJSONIsToldNotRun(t *testing.T) {
 	if r.Role != "tool" || r.ToolCallID != "call_bad" || !strings.Contains(r.Content, "not valid JSON") {
 		t.Fatalf("the model was told %+v, want that its arguments were not valid JSON", r)
 	}
-}
-
-// syncBuffer is a log destination safe for the session's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -1,13 +1,14 @@
 package hooks
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"gateway/internal/logbuf"
 )
 
 // failure is one OnError call.
@@ -21,7 +22,7 @@ type testBus struct {
 	*Bus
 	mu       sync.Mutex
 	failures []failure
-	log      lockedBuffer
+	log      logbuf.Buffer
 }
 
 func newTestBus(t testing.TB, timeout time.Duration) *testBus {
@@ -65,23 +66,6 @@ func (tb *testBus) onlyFailure(t *testing.T, source string, want ...string) fail
 		t.Errorf("log does not name source %q:\n%s", source, logged)
 	}
 	return f
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func ctxT(t testing.TB) context.Context {

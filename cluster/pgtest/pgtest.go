@@ -8,7 +8,6 @@
 package pgtest
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -27,6 +26,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
+
+	"gateway/internal/logbuf"
 )
 
 // Server is a running throwaway Postgres.
@@ -36,7 +37,7 @@ type Server struct {
 	dir  string
 	bin  string
 	cred *syscall.Credential
-	log  *lockedBuffer
+	log  *logbuf.Buffer
 	cmd  *exec.Cmd
 	done chan struct{}
 }
@@ -79,7 +80,7 @@ func Start(ctx context.Context) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{bin: bin, log: &lockedBuffer{}}
+	s := &Server{bin: bin, log: &logbuf.Buffer{}}
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup("nobody")
 		if err != nil {
@@ -215,29 +216,6 @@ func (s *Server) Restart(ctx context.Context, down time.Duration) error {
 
 // Log is what Postgres printed.
 func (s *Server) Log() string { return s.log.String() }
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func (l *lockedBuffer) Reset() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.b.Reset()
-}
 
 // The server shared by a test binary: started by the first Database, stopped by Main.
 var shared struct {

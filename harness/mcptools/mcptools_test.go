@@ -10,7 +10,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 
 	"gateway/harness"
 	"gateway/internal/childproc/childproctest"
+	"gateway/internal/logbuf"
 	"gateway/internal/secret"
 )
 
@@ -224,24 +224,6 @@ func TestStdioServerLeavesNoProcessBehind(t *testing.T) {
 	childproctest.WaitGone(t, pid, "the child of a server the gateway closed")
 }
 
-// syncBuffer is a log sink the supervisor writes while the test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // A stdio server that fails to start says why on stderr; the error quotes the end of it,
 // beside the protocol error that alone says nothing to the admin ("invalid character 'g'"),
 // and never more than a few KB of it however much it wrote. A secret of its env: is not quoted.
@@ -274,7 +256,7 @@ func TestStdioServerStderrExplainsItsFailure(t *testing.T) {
 
 // A stdio server that dies says why on stderr: the supervisor's log quotes it.
 func TestStdioServerStderrIsLoggedWhenItDies(t *testing.T) {
-	var log syncBuffer
+	var log logbuf.Buffer
 	m := Start([]ServerConfig{stdioConfig(t, "local")}, Options{Logger: slog.New(slog.NewTextHandler(&log, nil)),
 		MinBackoff: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
 	defer m.Close()
@@ -297,7 +279,7 @@ func TestStdioServerStderrIsLoggedWhenItDies(t *testing.T) {
 // A call that fails at the server (it died under the call) is logged with the server and
 // the tool, not only told to the model.
 func TestFailedCallIsLogged(t *testing.T) {
-	var log syncBuffer
+	var log logbuf.Buffer
 	m := Start([]ServerConfig{stdioConfig(t, "local")}, Options{Logger: slog.New(slog.NewTextHandler(&log, nil)),
 		MinBackoff: time.Hour, MaxBackoff: time.Hour})
 	defer m.Close()
@@ -340,7 +322,7 @@ func TestServerURLSecretsStayOutOfErrorsAndLog(t *testing.T) {
 		t.Errorf("check of an unreachable server: %v", errs)
 	}
 
-	var log syncBuffer
+	var log logbuf.Buffer
 	m := Start([]ServerConfig{down}, Options{Logger: slog.New(slog.NewTextHandler(&log, nil)), MinBackoff: time.Hour, MaxBackoff: time.Hour})
 	defer m.Close()
 	m.Wait(ctx)

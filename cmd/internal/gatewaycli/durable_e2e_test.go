@@ -184,6 +184,28 @@ func waitFor(t testing.TB, what string, cond func() bool, log fmt.Stringer) {
 // quiet gives a wrong second answer or model call time to show up.
 func quiet() { time.Sleep(1500 * time.Millisecond) }
 
+// killAtPreviewAndRestart kills g once the answer's preview shows and its place is kept
+// (cutModel's first answer), starts the gateway again and checks that the chat then shows
+// one message: the full answer in place of the cut preview. It returns the new gateway.
+func killAtPreviewAndRestart(t *testing.T, p platform, g *child) *child {
+	t.Helper()
+	waitFor(t, "the preview shows", func() bool { return len(p.answer()) == 1 }, g.log)
+	waitFor(t, "its place is kept", func() bool { return strings.Contains(g.log.String(), "answer placement kept") }, g.log)
+	g.kill()
+	if got := p.answer(); len(got) != 1 || !strings.Contains(got[0], "The cut preview") {
+		t.Fatalf("before the restart the chat shows %q; want the cut preview", got)
+	}
+	g = startChild(t, g.root, g.addr)
+	waitFor(t, "answered after the restart", func() bool {
+		return slices.ContainsFunc(p.answer(), func(s string) bool { return strings.Contains(s, "answer 2") })
+	}, g.log)
+	quiet()
+	if got := p.answer(); len(got) != 1 || !strings.Contains(got[0], "answer 2") {
+		t.Fatalf("after the restart the chat shows %q; want one message, the full answer in place of the cut preview; log:\n%s", got, g.log)
+	}
+	return g
+}
+
 // platform is what a test does with one fake platform.
 type platform struct {
 	name   string
@@ -503,21 +525,7 @@ func TestKillMidStreamFinishesTheCutPreviewAfterRestart(t *testing.T) {
 			root, addr := newRoot(t, oai, p)
 			g := startChild(t, root, addr)
 			p.send("hello there")
-			waitFor(t, "the preview shows", func() bool { return len(p.answer()) == 1 }, g.log)
-			waitFor(t, "its place is kept", func() bool { return strings.Contains(g.log.String(), "answer placement kept") }, g.log)
-			g.kill()
-			if got := p.answer(); len(got) != 1 || !strings.Contains(got[0], "The cut preview") {
-				t.Fatalf("before the restart the chat shows %q; want the cut preview", got)
-			}
-
-			g = startChild(t, root, addr)
-			waitFor(t, "answered after the restart", func() bool {
-				return slices.ContainsFunc(p.answer(), func(s string) bool { return strings.Contains(s, "answer 2") })
-			}, g.log)
-			quiet()
-			if got := p.answer(); len(got) != 1 || !strings.Contains(got[0], "answer 2") {
-				t.Fatalf("after the restart the chat shows %q; want one message, the full answer in place of the cut preview; log:\n%s", got, g.log)
-			}
+			g = killAtPreviewAndRestart(t, p, g)
 			g.stop()
 		})
 	}
@@ -987,21 +995,7 @@ func TestKillMidStreamOfAnInjectedTurnFinishesItAfterRestart(t *testing.T) {
 	if resp.StatusCode != http.StatusAccepted {
 		t.Fatalf("inject: %d; log:\n%s", resp.StatusCode, g.log)
 	}
-	waitFor(t, "the preview shows", func() bool { return len(p.answer()) == 1 }, g.log)
-	waitFor(t, "its place is kept", func() bool { return strings.Contains(g.log.String(), "answer placement kept") }, g.log)
-	g.kill()
-	if got := p.answer(); len(got) != 1 || !strings.Contains(got[0], "The cut preview") {
-		t.Fatalf("before the restart the chat shows %q; want the cut preview", got)
-	}
-
-	g = startChild(t, root, addr)
-	waitFor(t, "the injected turn is answered after the restart", func() bool {
-		return slices.ContainsFunc(p.answer(), func(s string) bool { return strings.Contains(s, "answer 2") })
-	}, g.log)
-	quiet()
-	if got := p.answer(); len(got) != 1 || !strings.Contains(got[0], "answer 2") {
-		t.Fatalf("after the restart the chat shows %q; want one message, the full answer in place of the cut preview; log:\n%s", got, g.log)
-	}
+	g = killAtPreviewAndRestart(t, p, g)
 	asked := 0
 	for _, m := range oai.Requests()[1].Messages {
 		if m.Role == "user" && strings.Contains(m.Content, "water the plants") {
