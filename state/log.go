@@ -323,28 +323,40 @@ type logDamage struct {
 // there is none (the log's end). Only a log with a damaged record is searched so. A match
 // inside another record's bytes would need a valid checksum over them, and the bodies are
 // JSON or text, which hold none of the zero bytes a record's length and epoch begin with.
+// Every start searches the preallocated zeros after the last record: the log is read a
+// piece at a time, and only a place whose length and epoch fit is read whole, so the search
+// holds no copy of the log.
 func (l *intakeLog) nextRecord(epoch uint64, from int64) (int64, error) {
-	fi, err := l.f.Stat()
-	if err != nil {
-		return -1, err
-	}
-	if from >= fi.Size() {
-		return -1, nil
-	}
-	data := make([]byte, fi.Size()-from)
-	if _, err := l.f.ReadAt(data, from); err != nil && !errors.Is(err, io.EOF) {
-		return -1, err
-	}
-	for i := 0; i+recHeader+9 <= len(data); i++ {
-		n := int(binary.BigEndian.Uint32(data[i+4:]))
-		if n < 9 || n > recMax || i+recHeader+n > len(data) || binary.BigEndian.Uint64(data[i+recHeader:]) != epoch {
-			continue
+	const head = recHeader + 8 // the length and the epoch decide whether a record may start here
+	buf := make([]byte, 64<<10)
+	var rec []byte
+	for base := from; ; {
+		n, err := l.f.ReadAt(buf, base)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return -1, err
 		}
-		if crc32.ChecksumIEEE(data[i+4:i+recHeader+n]) == binary.BigEndian.Uint32(data[i:]) {
-			return from + int64(i), nil
+		last := n - head // the last place whose head this piece holds
+		for i := 0; i <= last; i++ {
+			size := int(binary.BigEndian.Uint32(buf[i+4:]))
+			if size < 9 || size > recMax || binary.BigEndian.Uint64(buf[i+recHeader:]) != epoch {
+				continue
+			}
+			rec = slices.Grow(rec[:0], recHeader+size)[:recHeader+size]
+			if m, rerr := l.f.ReadAt(rec, base+int64(i)); m < len(rec) {
+				if rerr != nil && !errors.Is(rerr, io.EOF) {
+					return -1, rerr
+				}
+				continue // runs past the end of the file
+			}
+			if crc32.ChecksumIEEE(rec[4:]) == binary.BigEndian.Uint32(rec) {
+				return base + int64(i), nil
+			}
 		}
+		if n < len(buf) {
+			return -1, nil // the file's end
+		}
+		base += int64(last + 1)
 	}
-	return -1, nil
 }
 
 // decode applies one record's kind and fields (after the epoch) to p, and returns them.

@@ -1,6 +1,7 @@
 package state
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -107,9 +108,14 @@ func TestTornRecordIsDropped(t *testing.T) {
 // only the end): it alone is skipped, the messages accepted after it are still answered,
 // a message answered after it is not answered again, and the admin is told where it was.
 func TestDamagedRecordInTheMiddleKeepsTheRecordsAfterIt(t *testing.T) {
-	for name, at := range map[string]func(start, end int64) int64{
-		"body":   func(start, end int64) int64 { return end - 3 }, // its checksum fails
-		"length": func(start, _ int64) int64 { return start + 5 }, // where the next record starts is unknown
+	for name, c := range map[string]struct {
+		body []byte
+		at   func(start, end int64) int64
+	}{
+		"body":   {[]byte("damaged"), func(start, end int64) int64 { return end - 3 }}, // its checksum fails
+		"length": {[]byte("damaged"), func(start, _ int64) int64 { return start + 5 }}, // where the next record starts is unknown
+		// The next record is further on than one piece of the search.
+		"long body": {bytes.Repeat([]byte("damaged "), 20000), func(start, _ int64) int64 { return start + 5 }},
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -119,7 +125,7 @@ func TestDamagedRecordInTheMiddleKeepsTheRecordsAfterIt(t *testing.T) {
 				t.Fatal(err)
 			}
 			start := db.log.off
-			if _, err := db.Accept("b", []byte("damaged")); err != nil {
+			if _, err := db.Accept("b", c.body); err != nil {
 				t.Fatal(err)
 			}
 			end := db.log.off
@@ -137,7 +143,7 @@ func TestDamagedRecordInTheMiddleKeepsTheRecordsAfterIt(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := f.WriteAt([]byte{0xA5}, at(start, end)); err != nil {
+			if _, err := f.WriteAt([]byte{0xA5}, c.at(start, end)); err != nil {
 				t.Fatal(err)
 			}
 			f.Close()
