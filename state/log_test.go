@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -514,5 +515,26 @@ func TestTruncatedOrMissingIntakeLogIsReported(t *testing.T) {
 				t.Fatalf("does not serve: %v", err)
 			}
 		})
+	}
+}
+
+// Opening the state reads the intake log's records and searches the preallocated rest of
+// it for more, without holding a copy of the log: a copy made every start held 1 MiB, a
+// fifth of the gateway's private memory at ready.
+func TestOpeningReadsTheLogWithoutACopyOfIt(t *testing.T) {
+	dir := t.TempDir()
+	db, _ := open(t, dir, Limits{})
+	if _, err := db.Accept("a", []byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	crash(t, db)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	db, _ = open(t, dir, Limits{})
+	runtime.ReadMemStats(&after)
+	defer db.Close()
+	assertPending(t, db, []string{"hello"})
+	if got := after.TotalAlloc - before.TotalAlloc; got > 512<<10 {
+		t.Errorf("opening the state allocated %d KB; want at most 512 KB (the log is %d KB)", got>>10, db.log.size>>10)
 	}
 }
