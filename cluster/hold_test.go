@@ -147,3 +147,40 @@ func TestHolderHoldEndsWithItsContext(t *testing.T) {
 		t.Fatalf("after the hold ended: holder %q, %v; want free", who, err)
 	}
 }
+
+// A renewal that reached the bucket but whose answer the lease never had (the hold ended
+// while it was in flight) leaves the entry at a revision the lease does not know: releasing
+// still frees it at once, rather than leaving it blocked for a TTL. Another holder's entry
+// is left alone.
+func TestReleaseAfterARenewalItNeverHeardOfFreesTheLease(t *testing.T) {
+	url := natstest.Start(t)
+	l, _ := leasesOn(t, url, 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	lease, err := l.Acquire(ctx, "x", "one")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inFlight := *lease // the same lease, whose renewal's answer the original never sees
+	if err := inFlight.Renew(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if who, err := l.Holder(ctx, "x"); err != nil || who != "" {
+		t.Fatalf("after the release: holder %q, %v; want free", who, err)
+	}
+
+	other, err := l.Acquire(ctx, "x", "two")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Release(ctx)
+	if err := lease.Release(ctx); err != nil { // "one" released long ago
+		t.Fatal(err)
+	}
+	if who, _ := l.Holder(ctx, "x"); who != "two" {
+		t.Fatalf("a stale release of one removed the lease two holds: holder %q", who)
+	}
+}

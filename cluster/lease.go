@@ -84,8 +84,7 @@ func (l *Leases) Holder(ctx context.Context, name string) (string, error) {
 func (h *Lease) Renew(ctx context.Context) error {
 	rev, err := h.l.kv.Update(ctx, h.name, []byte(h.holder), h.rev)
 	if err != nil {
-		var apiErr *jetstream.APIError
-		if errors.Is(err, jetstream.ErrKeyExists) || errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+		if wrongRevision(err) {
 			return ErrLeaseLost
 		}
 		return fmt.Errorf("cluster: nats: lease %s: %w", h.name, err)
@@ -97,14 +96,34 @@ func (h *Lease) Renew(ctx context.Context) error {
 // Release gives the lease up, if it is still this holder's.
 func (h *Lease) Release(ctx context.Context) error {
 	err := h.l.kv.Delete(ctx, h.name, jetstream.LastRevision(h.rev))
-	if err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
-		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
-			return nil
+	if wrongRevision(err) {
+		// A renewal cut short by the hold's end may still have reached the bucket, with a
+		// revision this lease never learnt: the entry is still ours if it names this
+		// holder (names are unique to a process), and is given up at its own revision.
+		// Left, it would block the lease for a TTL after a clean release.
+		e, gerr := h.l.kv.Get(ctx, h.name)
+		if gerr != nil || string(e.Value()) != h.holder {
+			return nil // gone, or another holder's: not ours to give up
 		}
+		err = h.l.kv.Delete(ctx, h.name, jetstream.LastRevision(e.Revision()))
+		if wrongRevision(err) {
+			return nil // changed again meanwhile: not ours any more
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("cluster: nats: lease %s: %w", h.name, err)
 	}
 	return nil
+}
+
+// wrongRevision reports a conditional write refused because the key changed since the
+// revision given.
+func wrongRevision(err error) bool {
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }
 
 // Name is the lease's name.
