@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -392,6 +393,9 @@ func openAIMessages(system string, msgs []llm.Message) []openai.ChatCompletionMe
 // images as data URLs in high detail (they were scaled to what high detail uses). Texts
 // that meet are joined with a blank line.
 func openAIUser(msgs []llm.Message) openai.ChatCompletionMessageParamUnion {
+	if len(msgs) == 1 && !slices.ContainsFunc(msgs[0].Parts, sentImage) {
+		return openai.UserMessage(msgs[0].Content) // the usual message: its text as it is
+	}
 	var (
 		content []openai.ChatCompletionContentPartUnionParam
 		text    strings.Builder // text not yet put in content
@@ -411,7 +415,7 @@ func openAIUser(msgs []llm.Message) openai.ChatCompletionMessageParamUnion {
 			text.WriteString(m.Content)
 		}
 		for _, p := range m.Parts {
-			if p.Type == llm.PartImage && len(p.Data) > 0 {
+			if sentImage(p) {
 				flush()
 				images = true
 				content = append(content, openai.ImageContentPart(openai.ChatCompletionContentPartImageImageURLParam{
@@ -421,15 +425,15 @@ func openAIUser(msgs []llm.Message) openai.ChatCompletionMessageParamUnion {
 			}
 		}
 	}
-	switch {
-	case !images && len(msgs) == 1:
-		return openai.UserMessage(msgs[0].Content)
-	case !images:
+	if !images {
 		return openai.UserMessage(text.String())
 	}
 	flush()
 	return openai.UserMessage(content)
 }
+
+// sentImage reports whether p goes to the model as an image.
+func sentImage(p llm.Part) bool { return p.Type == llm.PartImage && len(p.Data) > 0 }
 
 func (p *openAIProvider) imageBounds() media.Bounds { return openAIImageBounds }
 
