@@ -264,12 +264,18 @@ func loadClient(path string, getenv func(string) string) (Config, error) {
 	cfg, _, errs, _ := load(path, getenv, nil)
 	var theirs config.Errors
 	for _, e := range errs {
-		section, _, _ := strings.Cut(e.Key, ".")
-		if e.Key == "" || section == "http" || section == "admin" {
+		if section := keySection(e.Key); e.Key == "" || section == "http" || section == "admin" {
 			theirs = append(theirs, e)
 		}
 	}
 	return cfg, theirs.Err()
+}
+
+// keySection is the top-level section a config key is in: "hooks" for "hooks.dirs[0]".
+func keySection(key string) string {
+	section, _, _ := strings.Cut(key, ".")
+	section, _, _ = strings.Cut(section, "[")
+	return section
 }
 
 // loadForProfiles is loadConfig for `profiles list`, which shows the profiles and bindings
@@ -280,9 +286,7 @@ func loadForProfiles(path string, getenv func(string) string) (Config, error) {
 	cfg, _, errs, _ := load(path, getenv, nil)
 	var theirs config.Errors
 	for _, e := range errs {
-		section, _, _ := strings.Cut(e.Key, ".")
-		section, _, _ = strings.Cut(section, "[")
-		if e.Var == "" || section == "profiles" || section == "bindings" {
+		if section := keySection(e.Key); e.Var == "" || section == "profiles" || section == "bindings" {
 			theirs = append(theirs, e)
 		}
 	}
@@ -529,9 +533,7 @@ func loadStrict(path string, getenv func(string) string, names []string) (Config
 // problem is, since run would stop at it.
 func loadForHooks(path string, getenv func(string) string) (Config, error) {
 	return loadValidated(path, getenv, nil, func(key string) bool {
-		section, _, _ := strings.Cut(key, ".")
-		section, _, _ = strings.Cut(section, "[")
-		switch section {
+		switch keySection(key) {
 		case "state_dir", "hooks", "profiles", "bindings":
 			return true
 		}
