@@ -501,7 +501,7 @@ func (a *app) tryReload() ([]string, error) {
 		a.log.Warn("reload: "+msg, "sections", strings.Join(changed, ", "))
 		notes = append(notes, msg+": "+strings.Join(changed, ", "))
 	}
-	for _, w := range slices.Concat(apiKeyWarnings(a.cfg, a.cfgPath, rt.Profiles), voiceWarnings(a.cfg, a.cfgPath, rt.Profiles), hookDirWarnings(a.cfg)) {
+	for _, w := range configWarnings(a.cfg, a.cfgPath, rt.Profiles) {
 		// A profile the reload brought in is told of as one present at the start is.
 		a.log.Warn("reload: " + w)
 		notes = append(notes, w)
@@ -584,7 +584,7 @@ func runGateway(ctx context.Context, path string, reload <-chan struct{}, stderr
 		log.Error("cannot start", "err", err)
 		return exitCode(1)
 	}
-	for _, w := range slices.Concat(apiKeyWarnings(cfg, path, a.gw.Runtime().Profiles), voiceWarnings(cfg, path, a.gw.Runtime().Profiles), hookDirWarnings(cfg)) {
+	for _, w := range configWarnings(cfg, path, a.gw.Runtime().Profiles) {
 		log.Warn(w)
 	}
 	a.startMCP(ctx)

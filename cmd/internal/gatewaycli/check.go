@@ -55,9 +55,8 @@ func checkConfig(ctx context.Context, path string, out io.Writer, getenv func(st
 				herrs = append(herrs, fmt.Errorf("hook %s: %w", e.Path, e.Err))
 			}
 			if rt := a.gw.Runtime(); rt != nil {
-				warnings = append(apiKeyWarnings(cfg, path, rt.Profiles), voiceWarnings(cfg, path, rt.Profiles)...)
+				warnings = configWarnings(cfg, path, rt.Profiles)
 			}
-			warnings = append(warnings, hookDirWarnings(cfg)...)
 			var merrs []error
 			mcpOut, merrs = checkMCP(ctx, cfg, a, connect)
 			herrs = append(herrs, merrs...)

@@ -3,6 +3,7 @@ package gatewaycli
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 
 	"gateway/profiles"
 )
@@ -34,4 +35,11 @@ func voiceWarnings(cfg Config, cfgPath string, set *profiles.Set) []string {
 			name, p.TTSMode, where, file, file))
 	}
 	return out
+}
+
+// configWarnings are the config's mistakes that do not stop the gateway (a profile's
+// missing key, its voice that cannot be, a hook folder that is not there): check, the
+// start and a reload tell the same ones.
+func configWarnings(cfg Config, cfgPath string, set *profiles.Set) []string {
+	return slices.Concat(apiKeyWarnings(cfg, cfgPath, set), voiceWarnings(cfg, cfgPath, set), hookDirWarnings(cfg))
 }
