@@ -2,6 +2,7 @@ package channels
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,6 +20,7 @@ type NoticeLimiter struct {
 	window time.Duration
 	last   map[string]time.Time
 	st     State  // nil: memory only
+	name   string // the channel's, for the log
 	set    string // the State's set of users told
 }
 
@@ -33,13 +35,13 @@ func NewNoticeLimiter(size int, window time.Duration) *NoticeLimiter {
 // restarts.
 func Strangers(st State, name string) *NoticeLimiter {
 	n := NewNoticeLimiter(1024, time.Hour)
-	n.st, n.set = st, name+".strangers"
+	n.st, n.name, n.set = st, name, name+".strangers"
 	return n
 }
 
 // Allow reports whether user may be answered now, and records it if so in memory; the
-// caller then records it in the State with Told, off its intake (a durable write). A user
-// the State says was told within the window is not answered again.
+// caller then tells them with Tell, which records it in the State off the intake (a
+// durable write). A user the State says was told within the window is not answered again.
 func (n *NoticeLimiter) Allow(user string, now time.Time) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -58,12 +60,24 @@ func (n *NoticeLimiter) Allow(user string, now time.Time) bool {
 	return true
 }
 
-// Told records in the State that user was answered (nothing without one).
-func (n *NoticeLimiter) Told(user string) error {
+// told records in the State that user was answered (nothing without one).
+func (n *NoticeLimiter) told(user string) error {
 	if n.st == nil {
 		return nil
 	}
 	return n.st.Remember(n.set, user, n.size, n.window)
+}
+
+// Tell sends user the not-allowed notice through send, off the intake (notices), having
+// kept in the State first that they were told: a crash before the notice costs it, never
+// a second one after a restart. It reports false when too many notices are in flight.
+func (n *NoticeLimiter) Tell(notices *Notices, life *Lifecycle, log *slog.Logger, user string, send func(ctx context.Context, text string)) bool {
+	return notices.Go(life, func(ctx context.Context) {
+		if err := n.told(user); err != nil {
+			log.Warn(n.name+": cannot keep that a stranger was told; a restart may tell them again", "err", err)
+		}
+		send(ctx, NotAllowedText(user))
+	})
 }
 
 // record notes user at now, making room first when size users are known. Under mu.

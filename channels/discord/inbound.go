@@ -252,13 +252,7 @@ func (c *Channel) botRoles(ctx context.Context, guild, bot string) []string {
 
 // tellStranger sends the not-allowed notice off the intake worker (channels.Notices).
 func (c *Channel) tellStranger(msg *channels.Message) {
-	if !c.notices.Go(c.life, func(ctx context.Context) {
-		// Kept first: a crash before the notice costs it, never a second one after a restart.
-		if err := c.strangers.Told(msg.UserID); err != nil {
-			c.log.Warn("discord: cannot keep that a stranger was told; a restart may tell them again", "err", err)
-		}
-		c.notice(ctx, msg, channels.NotAllowedText(msg.UserID))
-	}) {
+	if !c.strangers.Tell(&c.notices, c.life, c.log, msg.UserID, func(ctx context.Context, text string) { c.notice(ctx, msg, text) }) {
 		c.log.Warn("discord: too many notices in flight; one was not sent", "chat_id", msg.ChatID)
 	}
 }

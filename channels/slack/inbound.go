@@ -314,13 +314,7 @@ func displayName(name string) string {
 // tellStranger posts the not-allowed notice off the event loop, which takes every chat's
 // events in turn and owes Slack an ack within 3 s (channels.Notices).
 func (c *Channel) tellStranger(target channels.Target, user string) {
-	if !c.notices.Go(c.life, func(ctx context.Context) {
-		// Kept first: a crash before the notice costs it, never a second one after a restart.
-		if err := c.strangers.Told(user); err != nil {
-			c.log.Warn("slack: cannot keep that a stranger was told; a restart may tell them again", "err", err)
-		}
-		c.notice(ctx, target, channels.NotAllowedText(user))
-	}) {
+	if !c.strangers.Tell(&c.notices, c.life, c.log, user, func(ctx context.Context, text string) { c.notice(ctx, target, text) }) {
 		c.log.Warn("slack: too many notices in flight; one was not sent", "chat", target.ChatID)
 	}
 }

@@ -267,12 +267,7 @@ func (c *Channel) migrateInbox(ctx context.Context) {
 // does not hold the intake (channels.Notices). That the user was told is kept first: a
 // crash before the notice costs it, never a second one after a restart.
 func (c *Channel) tellStranger(msg *message, user string) {
-	if !c.notices.Go(c.life, func(ctx context.Context) {
-		if err := c.strangers.Told(user); err != nil {
-			c.log.Warn("telegram: cannot keep that a stranger was told; a restart may tell them again", "err", err)
-		}
-		c.notify(ctx, msg, channels.NotAllowedText(user))
-	}) {
+	if !c.strangers.Tell(&c.notices, c.life, c.log, user, func(ctx context.Context, text string) { c.notify(ctx, msg, text) }) {
 		c.log.Warn("telegram: too many notices in flight; one was not sent", "chat", msg.Chat.ID)
 	}
 }
