@@ -812,7 +812,17 @@ func TestPowerCutAfterAnswersKeepsTheConversation(t *testing.T) {
 	g := startChild(t, root, addr)
 	p.send("first question")
 	waitFor(t, "the first answer", func() bool { return len(p.answer()) == 1 }, g.log)
-	files, err := filepath.Glob(filepath.Join(root, "data", "sessions", "*.jsonl"))
+	// The answer shows (as its preview) before the turn saves it: wait for the history.
+	historyFiles := filepath.Join(root, "data", "sessions", "*.jsonl")
+	waitFor(t, "the first turn in the history file", func() bool {
+		files, _ := filepath.Glob(historyFiles)
+		if len(files) != 1 {
+			return false
+		}
+		b, err := os.ReadFile(files[0])
+		return err == nil && strings.Contains(string(b), "answer 1")
+	}, g.log)
+	files, err := filepath.Glob(historyFiles)
 	if err != nil || len(files) != 1 {
 		t.Fatalf("history files = %q (%v); want one", files, err)
 	}
