@@ -5,11 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"gateway/internal/llm"
 )
 
 // CommandSpec is a command a hook declares under commands: in HOOK.yaml.
@@ -28,10 +29,11 @@ type ToolSpec struct {
 	Timeout     time.Duration   `json:"timeout,omitempty"`
 }
 
-var (
-	commandName = regexp.MustCompile(`^[a-z0-9_]{1,32}$`)     // what every platform's menu accepts
-	toolName    = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`) // what providers accept
-)
+// isCommandName reports whether s is what every platform's menu accepts: 1 to 32
+// lowercase letters, digits or _.
+func isCommandName(s string) bool {
+	return llm.IsName(s, 32) && !strings.ContainsFunc(s, func(r rune) bool { return r == '-' || 'A' <= r && r <= 'Z' })
+}
 
 // hookCommand and hookTool are the HOOK.yaml forms of a declared command and tool.
 type hookCommand struct {
@@ -51,7 +53,7 @@ func declared(hf hookFile, s *hookSpec, bad func(key, format string, args ...any
 	for i, c := range hf.Commands {
 		key := fmt.Sprintf("commands[%d]", i)
 		switch {
-		case !commandName.MatchString(c.Name):
+		case !isCommandName(c.Name):
 			return bad(key+".name", "%q: use 1 to 32 lowercase letters, digits or _ (no leading /)", c.Name)
 		case strings.TrimSpace(c.Description) == "":
 			return bad(key+".description", "missing: it is shown in /help and the platforms' menus")
@@ -63,7 +65,7 @@ func declared(hf hookFile, s *hookSpec, bad func(key, format string, args ...any
 	for i, t := range hf.Tools {
 		key := fmt.Sprintf("tools[%d]", i)
 		switch {
-		case !toolName.MatchString(t.Name):
+		case !llm.IsName(t.Name, 64):
 			return bad(key+".name", "%q: use 1 to 64 letters, digits, _ or -", t.Name)
 		case strings.TrimSpace(t.Description) == "":
 			return bad(key+".description", "missing: the model reads it to know when to call the tool")

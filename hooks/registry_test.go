@@ -137,11 +137,16 @@ func TestCommandResultEntriesValidated(t *testing.T) {
 
 func TestHookYAMLDeclarationErrors(t *testing.T) {
 	for yaml, want := range map[string]string{
-		"commands: [{name: Pop, description: x}]\ncommand: [./run.sh]\n":           "lowercase",
-		"commands: [{name: pop}]\ncommand: [./run.sh]\n":                           "commands[0].description: missing",
-		"commands: [{name: pop, description: x, extra: 1}]\ncommand: [./run.sh]\n": "commands[0].extra: unknown key",
-		"tools: [{name: t, description: x, timeout: soon}]\ncommand: [./run.sh]\n": `"soon" is not a duration`,
-		"events: [command]\ncommand: [./run.sh]\n":                                 "declare the hook's commands under commands:",
+		"commands: [{name: Pop, description: x}]\ncommand: [./run.sh]\n":                                                            "lowercase",
+		"commands: [{name: pop}]\ncommand: [./run.sh]\n":                                                                            "commands[0].description: missing",
+		"commands: [{name: go-back, description: x}]\ncommand: [./run.sh]\n":                                                        "commands[0].name",
+		"commands: [{name: a23456789012345678901234567890123, description: x}]\ncommand: [./run.sh]\n":                              "commands[0].name",
+		"tools: [{name: get.weather, description: x}]\ncommand: [./run.sh]\n":                                                       "tools[0].name",
+		"tools: [{name: '', description: x}]\ncommand: [./run.sh]\n":                                                                "tools[0].name",
+		"tools: [{name: a2345678901234567890123456789012345678901234567890123456789012345, description: x}]\ncommand: [./run.sh]\n": "tools[0].name",
+		"commands: [{name: pop, description: x, extra: 1}]\ncommand: [./run.sh]\n":                                                  "commands[0].extra: unknown key",
+		"tools: [{name: t, description: x, timeout: soon}]\ncommand: [./run.sh]\n":                                                  `"soon" is not a duration`,
+		"events: [command]\ncommand: [./run.sh]\n":                                                                                  "declare the hook's commands under commands:",
 		// Providers refuse every request that carries such a tool: each chat that has it would fail.
 		"tools: [{name: t, description: x, parameters: {type: string}}]\ncommand: [./run.sh]\n":     `tools[0].parameters.type: "string": a tool's parameters are an object`,
 		"tools: [{name: t, description: x, parameters: {properties: [id]}}]\ncommand: [./run.sh]\n": "tools[0].parameters.properties: want a mapping",

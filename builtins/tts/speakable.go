@@ -11,28 +11,40 @@ import (
 // CodeOmitted is spoken in place of a code block.
 const CodeOmitted = "(code omitted)"
 
-// Compiled once; a Regexp is safe for concurrent use and never changes.
-var (
-	reImage    = regexp.MustCompile(`!\[([^\]]*)\]\([^)]*\)`)
-	reLink     = regexp.MustCompile(`\[([^\]]+)\]\([^)]*\)`)
-	reRefLink  = regexp.MustCompile(`\[([^\]]+)\]\[[^\]]*\]`)
-	reAutoLink = regexp.MustCompile(`<(?:https?|mailto):[^>\s]+>`)
-	reURL      = regexp.MustCompile(`\bhttps?://[^\s)>\]]+`)
-	reCode     = regexp.MustCompile("`+([^`]*)`+")
-	reHTML     = regexp.MustCompile(`</?[A-Za-z][A-Za-z0-9-]*(?:\s[^<>]*)?/?>`)
-	reUnder    = regexp.MustCompile(`(^|[^\p{L}\p{N}_])_+|_+([^\p{L}\p{N}_]|$)`)
-	reHeading  = regexp.MustCompile(`^#{1,6}\s+`)
-	reBullet   = regexp.MustCompile(`^(?:[-*+•]|\d+[.)])\s+`)
-	reTableSep = regexp.MustCompile(`^\|?\s*:?-{2,}:?\s*(?:\|\s*:?-{2,}:?\s*)*\|?$`)
-	reRule     = regexp.MustCompile(`^(?:(?:-\s*){3,}|(?:\*\s*){3,}|(?:_\s*){3,})$`)
-	reSpaces   = regexp.MustCompile(`[ \t]+`)
-)
+// Speaker turns markdown into text to read aloud. Its expressions are compiled when the
+// text-to-speech builtin is set up, not at the start of every process: a gateway that never
+// speaks keeps none of them (about 36 KB). A Speaker is safe for concurrent use.
+type Speaker struct {
+	image, link, refLink, autoLink, url, code, html, under *regexp.Regexp
+	heading, bullet, tableSep, rule, spaces                *regexp.Regexp
+	symbols                                                *strings.Replacer
+}
+
+// NewSpeaker compiles a Speaker's expressions.
+func NewSpeaker() *Speaker {
+	return &Speaker{
+		image:    regexp.MustCompile(`!\[([^\]]*)\]\([^)]*\)`),
+		link:     regexp.MustCompile(`\[([^\]]+)\]\([^)]*\)`),
+		refLink:  regexp.MustCompile(`\[([^\]]+)\]\[[^\]]*\]`),
+		autoLink: regexp.MustCompile(`<(?:https?|mailto):[^>\s]+>`),
+		url:      regexp.MustCompile(`\bhttps?://[^\s)>\]]+`),
+		code:     regexp.MustCompile("`+([^`]*)`+"),
+		html:     regexp.MustCompile(`</?[A-Za-z][A-Za-z0-9-]*(?:\s[^<>]*)?/?>`),
+		under:    regexp.MustCompile(`(^|[^\p{L}\p{N}_])_+|_+([^\p{L}\p{N}_]|$)`),
+		heading:  regexp.MustCompile(`^#{1,6}\s+`),
+		bullet:   regexp.MustCompile(`^(?:[-*+•]|\d+[.)])\s+`),
+		tableSep: regexp.MustCompile(`^\|?\s*:?-{2,}:?\s*(?:\|\s*:?-{2,}:?\s*)*\|?$`),
+		rule:     regexp.MustCompile(`^(?:(?:-\s*){3,}|(?:\*\s*){3,}|(?:_\s*){3,})$`),
+		spaces:   regexp.MustCompile(`[ \t]+`),
+		symbols:  strings.NewReplacer("**", "", "*", "", "~~", "", "\\", ""),
+	}
+}
 
 // Speakable turns a markdown reply into text worth reading aloud: code blocks become
 // "(code omitted)", links their text, bare URLs "link", and markup symbols go. Each line
 // ends as a sentence, so list items and headings get a pause. When maxChars > 0 the text
 // is cut at the last sentence end within maxChars.
-func Speakable(md string, maxChars int) string {
+func (sp *Speaker) Speakable(md string, maxChars int) string {
 	var out []string
 	fence := ""
 	for line := range strings.Lines(strings.ReplaceAll(md, "\r\n", "\n")) {
@@ -54,15 +66,15 @@ func Speakable(md string, maxChars int) string {
 			out = append(out, sentence(CodeOmitted))
 			continue
 		}
-		if reRule.MatchString(t) || reTableSep.MatchString(t) {
+		if sp.rule.MatchString(t) || sp.tableSep.MatchString(t) {
 			continue
 		}
 		for strings.HasPrefix(t, ">") {
 			t = strings.TrimSpace(t[1:])
 		}
-		t = reHeading.ReplaceAllString(t, "")
-		t = reBullet.ReplaceAllString(t, "")
-		t = inline(t)
+		t = sp.heading.ReplaceAllString(t, "")
+		t = sp.bullet.ReplaceAllString(t, "")
+		t = sp.inline(t)
 		if t != "" {
 			out = append(out, sentence(t))
 		}
@@ -70,16 +82,16 @@ func Speakable(md string, maxChars int) string {
 	return capText(strings.Join(out, "\n"), maxChars)
 }
 
-func inline(t string) string {
-	t = reImage.ReplaceAllString(t, "$1")
-	t = reLink.ReplaceAllString(t, "$1")
-	t = reRefLink.ReplaceAllString(t, "$1")
-	t = reAutoLink.ReplaceAllString(t, "link")
-	t = reURL.ReplaceAllString(t, "link")
-	t = reCode.ReplaceAllString(t, "$1")
-	t = reHTML.ReplaceAllString(t, "")
-	t = strings.NewReplacer("**", "", "*", "", "~~", "", "\\", "").Replace(t)
-	t = reUnder.ReplaceAllString(t, "$1$2")
+func (sp *Speaker) inline(t string) string {
+	t = sp.image.ReplaceAllString(t, "$1")
+	t = sp.link.ReplaceAllString(t, "$1")
+	t = sp.refLink.ReplaceAllString(t, "$1")
+	t = sp.autoLink.ReplaceAllString(t, "link")
+	t = sp.url.ReplaceAllString(t, "link")
+	t = sp.code.ReplaceAllString(t, "$1")
+	t = sp.html.ReplaceAllString(t, "")
+	t = sp.symbols.Replace(t)
+	t = sp.under.ReplaceAllString(t, "$1$2")
 	if strings.Contains(t, "|") { // a table row: cells read as a list
 		cells := strings.FieldsFunc(t, func(r rune) bool { return r == '|' })
 		for i := range cells {
@@ -87,7 +99,7 @@ func inline(t string) string {
 		}
 		t = strings.Join(slices.DeleteFunc(cells, func(c string) bool { return c == "" }), ", ")
 	}
-	return strings.TrimSpace(reSpaces.ReplaceAllString(t, " "))
+	return strings.TrimSpace(sp.spaces.ReplaceAllString(t, " "))
 }
 
 // sentence ends t with punctuation unless it has some, so a voice pauses after it.

@@ -27,8 +27,9 @@ func TestSpeakable(t *testing.T) {
 		{"***", ""},
 		{"Great 🎉", "Great 🎉"},
 	}
+	sp := tts.NewSpeaker()
 	for _, c := range cases {
-		if got := tts.Speakable(c.in, 0); got != c.want {
+		if got := sp.Speakable(c.in, 0); got != c.want {
 			t.Errorf("Speakable(%q)\n got %q\nwant %q", c.in, got, c.want)
 		}
 	}
@@ -36,16 +37,17 @@ func TestSpeakable(t *testing.T) {
 
 func TestSpeakableCaps(t *testing.T) {
 	text := "First sentence here. Second one is here too! Third? " + strings.Repeat("word ", 50)
-	got := tts.Speakable(text, 60)
+	sp := tts.NewSpeaker()
+	got := sp.Speakable(text, 60)
 	if got != "First sentence here. Second one is here too! Third?" {
 		t.Errorf("cap at a sentence: %q", got)
 	}
-	got = tts.Speakable(strings.Repeat("word ", 100), 42)
+	got = sp.Speakable(strings.Repeat("word ", 100), 42)
 	if utf8.RuneCountInString(got) > 42 || !strings.HasSuffix(got, "word…") {
 		t.Errorf("cap without a sentence end: %q", got)
 	}
 	short := "Short."
-	if got := tts.Speakable(short, 1000); got != short {
+	if got := sp.Speakable(short, 1000); got != short {
 		t.Errorf("short text changed: %q", got)
 	}
 }

@@ -43,10 +43,11 @@ type Options struct {
 
 // TTS speaks replies. It is safe for concurrent use.
 type TTS struct {
-	cfg   Config
-	opts  Options
-	api   openai.AudioService // the openai provider's client
-	slots speech.Slots        // bounds the replies synthesised at once
+	cfg     Config
+	opts    Options
+	api     openai.AudioService // the openai provider's client
+	slots   speech.Slots        // bounds the replies synthesised at once
+	speaker *Speaker            // nil with mode off
 }
 
 // New checks cfg and that the programs it needs exist (ffmpeg, ffprobe and the command's
@@ -67,7 +68,7 @@ func New(cfg Config, opts Options) (*TTS, error) {
 	if err != nil {
 		return nil, err
 	}
-	t.api = api
+	t.api, t.speaker = api, NewSpeaker()
 	return t, nil
 }
 
@@ -102,7 +103,7 @@ func (t *TTS) send(ctx context.Context, ev *hooks.MessageSend) (*hooks.SendResul
 	if !t.Speaks(ev) {
 		return nil, nil
 	}
-	text := Speakable(ev.ResponseText, t.cfg.MaxChars)
+	text := t.speaker.Speakable(ev.ResponseText, t.cfg.MaxChars)
 	if !hasWords(text) {
 		return nil, nil
 	}

@@ -17,7 +17,6 @@ import (
 	"net/http"
 	"net/url"
 	"os/exec"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -42,12 +41,10 @@ type ServerConfig struct {
 	Headers map[string]secret.Secret `mapstructure:"headers" yaml:"headers" json:"-"`
 }
 
-var serverName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,32}$`)
-
 // Validate names what is wrong with the server's entry.
 func (c ServerConfig) Validate() error {
 	switch {
-	case !serverName.MatchString(c.Name):
+	case !llm.IsName(c.Name, 32):
 		return fmt.Errorf("mcp: name %q: use 1 to 32 letters, digits, _ or - (tools are named <name>__<tool>)", c.Name)
 	case len(c.Command) > 0 && c.URL != "":
 		return fmt.Errorf("mcp %s: give either command (stdio) or url (streamable HTTP), not both", c.Name)

@@ -68,3 +68,19 @@ type Usage struct {
 	InputTokens  int `json:"input_tokens"`
 	OutputTokens int `json:"output_tokens"`
 }
+
+// IsName reports whether s is 1 to max ASCII letters, digits, _ or -: what providers accept
+// in a tool's name. (A loop, not a regexp: a compiled {1,64} is a program of 64 steps, kept
+// for the life of the process for a check made at load.)
+func IsName(s string, max int) bool {
+	if s == "" || len(s) > max {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
