@@ -581,10 +581,10 @@ func (r *run) answered(turn int, resp *Response, full bool, fixed int) (last str
 	for i, tc := range msg.ToolCalls {
 		res := r.tool(tc, bad[i])
 		r.add(res, false)
-		results = append(results, res)
-	}
-	if len(results) > 0 {
+		// Saved at once: after a crash, a call whose result is saved is not run again
+		// (resume), and the next call of the step may be the one the crash cuts.
 		r.save()
+		results = append(results, res)
 	}
 	r.emit(&hooks.TurnEnd{Session: info, Turn: turn, Message: msg, Results: results})
 	if r.ctx.Err() != nil {
