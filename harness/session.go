@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -321,7 +322,8 @@ type Attempt struct {
 // RunAttempt is RunWith for the message a names. With a.Again, a user message of the same
 // ID on the active branch (an earlier attempt, cut) is taken back first with what followed
 // it, by a branch move: the model is asked the message once, as the first time, not once
-// per attempt.
+// per attempt. When that attempt saved a tool step, the run goes on from it instead, so that
+// no tool runs twice: see resume.
 func (s *Session) RunAttempt(ctx context.Context, a Attempt, prompt string, parts []llm.Part, on func(Update)) (Result, error) {
 	if !s.runMu.TryLock() {
 		return Result{}, errors.New("a reply is already in progress in this chat")
@@ -490,23 +492,18 @@ func tooManySteps(n int) error {
 // returns the system prompt of the run.
 func (r *run) start(prompt string) string {
 	info := r.cfg.info
-	if r.asked.Again && r.asked.ID != "" && r.s.hist.takeBack(r.asked.ID) {
-		r.s.log.Info("a message cut by a restart is asked again in place of its earlier attempt", "key", r.s.key)
-		r.s.count.Store(int64(r.s.hist.total))
+	resumed := r.asked.Again && r.asked.ID != "" && r.resume()
+	if !resumed {
+		r.ask(prompt)
 	}
-	r.idleReset()
-	msg := llm.Message{Role: llm.RoleUser, Content: prompt, Parts: r.parts}
-	if r.s.hist.takeBackResent(msg) {
-		r.s.log.Info("a message sent again after it got no answer replaces its unanswered copy", "key", r.s.key)
-	}
-	r.compactAhead(msg)
-	r.s.hist.addAs(msg, false, r.asked.ID)
-	r.s.count.Store(int64(r.s.hist.total))
 
 	system := r.cfg.system
 	if r.cfg.bus != nil {
 		var inject []llm.Message
 		system, inject = r.cfg.bus.BeforeAgentStart(r.ctx, &hooks.BeforeAgentStart{Session: info, Prompt: prompt, SystemPrompt: system})
+		if resumed {
+			inject = nil // the earlier attempt's are on the branch
+		}
 		for _, m := range inject {
 			// Injected messages add context; they cannot fake tool traffic.
 			if m.Role == llm.RoleTool || len(m.ToolCalls) > 0 {
@@ -521,6 +518,76 @@ func (r *run) start(prompt string) string {
 	// call leaves no unanswered prompt in the history, just as the chat got no answer.
 	r.emit(&hooks.AgentStart{Session: info, Prompt: prompt})
 	return system
+}
+
+// ask adds the prompt to the history, in place of an earlier attempt at the same message
+// that a crash cut before it saved a tool step (with nothing done, the message is asked
+// again as the first time).
+func (r *run) ask(prompt string) {
+	if r.asked.Again && r.asked.ID != "" && r.s.hist.takeBack(r.asked.ID) {
+		r.s.log.Info("a message cut by a restart is asked again in place of its earlier attempt", "key", r.s.key)
+		r.s.count.Store(int64(r.s.hist.total))
+	}
+	r.idleReset()
+	msg := llm.Message{Role: llm.RoleUser, Content: prompt, Parts: r.parts}
+	if r.s.hist.takeBackResent(msg) {
+		r.s.log.Info("a message sent again after it got no answer replaces its unanswered copy", "key", r.s.key)
+	}
+	r.compactAhead(msg)
+	r.s.hist.addAs(msg, false, r.asked.ID)
+	r.s.count.Store(int64(r.s.hist.total))
+}
+
+// interruptedResult is what the model is told of a tool call a crash cut: the call was
+// saved, its result was not, so the tool may have done its work (sent the mail, opened the
+// ticket) or not. Running it again blindly could do that work twice.
+const interruptedResult = "error: this call was interrupted by a restart of the gateway before its result was saved, " +
+	"so its outcome is unknown: the tool may or may not have done what was asked. " +
+	"If that matters, check before calling it again, and tell the user."
+
+// resume goes on with the message the run answers again after a crash, when the earlier
+// attempt saved a tool step: the history is the truth, so no call of it runs again. A saved
+// result is used as it is; a call saved without its result gets one saying it was
+// interrupted and its outcome is unknown (interruptedResult); an answer in words after the
+// step, which has no effect but the words, is taken back and asked again, as is a message
+// cut before any step. It reports false when the message has no tool step on the branch:
+// then the message is asked again from the start (ask).
+func (r *run) resume() bool {
+	h := r.s.hist
+	i := slices.IndexFunc(h.entries, func(e entry) bool { return e.intake == r.asked.ID && e.msg.Role == llm.RoleUser })
+	if i < 0 || slices.ContainsFunc(h.entries[i+1:], func(e entry) bool { return e.intake != "" }) {
+		return false // not the branch's last attempt: later messages were answered after it
+	}
+	step := -1
+	for j := len(h.entries) - 1; j > i; j-- {
+		if m := h.entries[j].msg; m.Role == llm.RoleAssistant && len(m.ToolCalls) > 0 {
+			step = j
+			break
+		}
+	}
+	if step < 0 {
+		return false
+	}
+	n := len(h.entries)
+	for n-1 > step && h.entries[n-1].msg.Role == llm.RoleAssistant {
+		n--
+	}
+	if n < len(h.entries) {
+		h.takeBackAt(n)
+	}
+	calls := h.entries[step].msg.ToolCalls
+	for _, tc := range calls {
+		if slices.ContainsFunc(h.entries[step+1:], func(e entry) bool { return e.msg.Role == llm.RoleTool && e.msg.ToolCallID == tc.ID }) {
+			continue
+		}
+		r.s.log.Warn("a tool call was cut by a restart; it is not run again, and the model is told its outcome is unknown",
+			"key", r.s.key, "tool", tc.Name, "call", tc.ID)
+		r.add(llm.Message{Role: llm.RoleTool, Content: interruptedResult, ToolCallID: tc.ID, Name: tc.Name, IsError: true}, false)
+	}
+	r.s.count.Store(int64(h.total))
+	r.save()
+	r.s.log.Info("a message cut by a restart goes on from its saved tool step", "key", r.s.key)
+	return true
 }
 
 // compactAhead compacts before the prompt m joins the history when with it the request
@@ -581,10 +648,10 @@ func (r *run) answered(turn int, resp *Response, full bool, fixed int) (last str
 	for i, tc := range msg.ToolCalls {
 		res := r.tool(tc, bad[i])
 		r.add(res, false)
-		results = append(results, res)
-	}
-	if len(results) > 0 {
+		// Saved at once: after a crash, a call whose result is saved is not run again
+		// (resume), and the next call of the step may be the one the crash cuts.
 		r.save()
+		results = append(results, res)
 	}
 	r.emit(&hooks.TurnEnd{Session: info, Turn: turn, Message: msg, Results: results})
 	if r.ctx.Err() != nil {

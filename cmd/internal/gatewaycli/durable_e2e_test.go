@@ -887,26 +887,76 @@ func TestBrokenStateFileAfterACrashStillAnswersTheCutMessage(t *testing.T) {
 	g.stop()
 }
 
-// A SIGKILL while a hook's tool runs: after the restart the chat shows one answer, the
-// final one in place of the cut preview, and the model is asked a conversation it accepts:
-// the message once, and no tool call of the cut attempt left without its result.
-func TestKilledDuringAToolCallAnswersOnceAfterRestart(t *testing.T) {
-	tg := telegramtest.NewServer(t)
-	oai := &slowModel{Server: openaitest.NewServer()}
-	oai.SetFunc(func(r openaitest.Request) openaitest.Reply {
-		n := oai.n.Add(1)
+// toolModel is the fake OpenAI API of the tool tests: a conversation that ends with the
+// user's message gets a call of lookup_order (its id call_N for the N-th model call), one
+// that ends with a tool result gets "answer N". The calls whose number is in slow are
+// answered only after a minute (a kill arrives first).
+func toolModel(t *testing.T, slow ...int64) *slowModel {
+	m := &slowModel{Server: openaitest.NewServer(), slow: map[int64]bool{}}
+	for _, n := range slow {
+		m.slow[n] = true
+	}
+	m.SetFunc(func(r openaitest.Request) openaitest.Reply {
+		n := m.n.Add(1)
+		var rep openaitest.Reply
 		if r.Messages[len(r.Messages)-1].Role == "tool" {
-			return openaitest.Reply{Text: fmt.Sprintf("answer %d", n)}
+			rep = openaitest.Reply{Text: fmt.Sprintf("answer %d", n)}
+		} else {
+			rep = openaitest.Reply{Chunks: []string{"Let me look."}, ToolCalls: []openaitest.ToolCall{{ID: fmt.Sprintf("call_%d", n), Name: "lookup_order", Arguments: `{"id":"7"}`}}}
 		}
-		return openaitest.Reply{Chunks: []string{"Let me look."}, ToolCalls: []openaitest.ToolCall{{ID: fmt.Sprintf("call_%d", n), Name: "lookup_order", Arguments: `{"id":"7"}`}}}
+		if m.slow[n] {
+			rep.Delay = time.Minute
+		}
+		return rep
 	})
-	t.Cleanup(oai.Close)
-	root, addr := t.TempDir(), freePort(t)
-	runs, hold := filepath.Join(root, "runs"), filepath.Join(root, "hold")
-	writeFile(t, hold, "")
+	t.Cleanup(m.Close)
+	return m
+}
+
+// orderHook writes hooks/orders, the hook tool lookup_order: its program adds a line to
+// root/runs each time it runs (a tool with a side effect), waits while root/hold exists
+// (a kill comes meanwhile) and answers "order 7: shipped". It returns the two paths.
+func orderHook(t *testing.T, root string) (runs, hold string) {
+	runs, hold = filepath.Join(root, "runs"), filepath.Join(root, "hold")
 	writeHook(t, filepath.Join(root, "hooks"), "orders",
 		"tools:\n  - name: lookup_order\n    description: Look up an order\n    parameters: {type: object, properties: {id: {type: string}}, required: [id]}\ncommand: [./run.sh]\ntimeout: 2m\n",
 		fmt.Sprintf("cat >/dev/null\necho ran >> %q\nwhile [ -f %q ]; do sleep 0.1; done\necho '{\"content\":\"order 7: shipped\"}'\n", runs, hold))
+	return runs, hold
+}
+
+// toolResult is the content of the result r carries for the tool call id, and whether it
+// carries one.
+func toolResult(r openaitest.Request, id string) (string, bool) {
+	for _, m := range r.Messages {
+		if m.Role == "tool" && m.ToolCallID == id {
+			return m.Content, true
+		}
+	}
+	return "", false
+}
+
+// checkToolRanOnce fails the test unless the tool's program ran exactly once.
+func checkToolRanOnce(t *testing.T, runs string) {
+	t.Helper()
+	b, err := os.ReadFile(runs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(b), "ran"); n != 1 {
+		t.Errorf("the tool ran %d times; want once: a tool with side effects must not run again because of a restart", n)
+	}
+}
+
+// A SIGKILL while a hook's tool runs: after the restart the tool is not run again (it may
+// have done what it does: sent the mail, opened the ticket). The model is told the call was
+// interrupted and its outcome is unknown, and goes on from there; the chat shows one
+// answer, in place of the cut preview.
+func TestKilledDuringAToolCallDoesNotRunItAgainAfterRestart(t *testing.T) {
+	tg := telegramtest.NewServer(t)
+	oai := toolModel(t)
+	root, addr := t.TempDir(), freePort(t)
+	runs, hold := orderHook(t, root)
+	writeFile(t, hold, "")
 	writeChildConfig(t, root, addr, oai.URL(), fmt.Sprintf("  telegram:\n    enabled: true\n    token: %q\n    api_url: %s\n    allow_from: [%q]\nhooks:\n  dirs: [./hooks]\n",
 		telegramtest.Token, tg.URL, fmt.Sprint(telegramtest.UserID)))
 	g := startChild(t, root, addr)
@@ -926,26 +976,61 @@ func TestKilledDuringAToolCallAnswersOnceAfterRestart(t *testing.T) {
 	for _, m := range tg.Messages(tgChat) {
 		got = append(got, m.Text)
 	}
-	if !slices.Equal(got, []string{"answer 3"}) {
-		t.Fatalf("after the restart the chat shows %q; want the final answer once; log:\n%s", got, g.log)
+	if !slices.Equal(got, []string{"answer 2"}) {
+		t.Fatalf("after the restart the chat shows %q; want the answer once; log:\n%s", got, g.log)
 	}
+	checkToolRanOnce(t, runs)
 	reqs := oai.Requests()
-	last := reqs[len(reqs)-1]
-	if u := userTurns(last); !slices.Equal(u, []string{"where is my order 7?"}) {
+	if len(reqs) != 2 {
+		t.Fatalf("model calls = %d; want the tool call before the kill and the answer after it", len(reqs))
+	}
+	if u := userTurns(reqs[1]); !slices.Equal(u, []string{"where is my order 7?"}) {
 		t.Errorf("after the restart the model was asked %q; want the message once", u)
 	}
-	results := map[string]bool{}
-	for _, m := range last.Messages {
-		if m.Role == "tool" {
-			results[m.ToolCallID] = true
-		}
+	if res, ok := toolResult(reqs[1], "call_1"); !ok || !strings.Contains(res, "interrupted") || !strings.Contains(res, "unknown") {
+		t.Errorf("after the restart the model got %q (%v) for the cut call; want a result saying it was interrupted and its outcome is unknown", res, ok)
 	}
-	for _, m := range last.Messages {
-		for _, c := range m.ToolCalls {
-			if !results[c.ID] {
-				t.Errorf("the model was sent tool call %s without its result (an API refuses that)", c.ID)
-			}
-		}
+	g.stop()
+}
+
+// A SIGKILL after a hook's tool ran and its result was saved, while the model writes the
+// answer: after the restart the tool is not run again, and the model is given its saved
+// result; the chat shows one answer.
+func TestKilledAfterAToolsResultWasSavedUsesItAfterRestart(t *testing.T) {
+	tg := telegramtest.NewServer(t)
+	oai := toolModel(t, 2)
+	root, addr := t.TempDir(), freePort(t)
+	runs, _ := orderHook(t, root)
+	writeChildConfig(t, root, addr, oai.URL(), fmt.Sprintf("  telegram:\n    enabled: true\n    token: %q\n    api_url: %s\n    allow_from: [%q]\nhooks:\n  dirs: [./hooks]\n",
+		telegramtest.Token, tg.URL, fmt.Sprint(telegramtest.UserID)))
+	g := startChild(t, root, addr)
+	tg.Send(telegramtest.Update{ChatID: tgChat, Text: "where is my order 7?"})
+	// The result is saved before the model is asked with it.
+	waitFor(t, "the model is asked with the tool's result", func() bool { return oai.calls() == 2 }, g.log)
+	g.kill()
+
+	g = startChild(t, root, addr)
+	waitFor(t, "answered after the restart", func() bool {
+		return slices.ContainsFunc(tg.Messages(tgChat), func(m telegramtest.Message) bool { return strings.HasPrefix(m.Text, "answer") })
+	}, g.log)
+	quiet()
+	var got []string
+	for _, m := range tg.Messages(tgChat) {
+		got = append(got, m.Text)
+	}
+	if !slices.Equal(got, []string{"answer 3"}) {
+		t.Fatalf("after the restart the chat shows %q; want the answer once; log:\n%s", got, g.log)
+	}
+	checkToolRanOnce(t, runs)
+	reqs := oai.Requests()
+	if len(reqs) != 3 {
+		t.Fatalf("model calls = %d; want the two before the kill and the answer after it", len(reqs))
+	}
+	if u := userTurns(reqs[2]); !slices.Equal(u, []string{"where is my order 7?"}) {
+		t.Errorf("after the restart the model was asked %q; want the message once", u)
+	}
+	if res, ok := toolResult(reqs[2], "call_1"); !ok || res != "order 7: shipped" {
+		t.Errorf("after the restart the model got %q (%v) for the call; want the tool's saved result", res, ok)
 	}
 	g.stop()
 }

@@ -1,0 +1,210 @@
+package harness_test
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"gateway/harness"
+	"gateway/harness/openaitest"
+	"gateway/internal/llm"
+)
+
+// sideTool is a tool with a side effect (it sends a mail, opens a ticket): it counts its
+// runs. With hold set, its first run tells started and waits for hold or its ctx, as a
+// tool does when a crash cuts it.
+type sideTool struct {
+	name    string
+	runs    atomic.Int32
+	started chan struct{}
+	hold    chan struct{}
+}
+
+func (s *sideTool) Def() llm.ToolDef {
+	return llm.ToolDef{Name: s.name, Description: "does " + s.name, Parameters: json.RawMessage(`{"type":"object"}`)}
+}
+
+func (s *sideTool) Run(ctx context.Context, _ json.RawMessage) (string, error) {
+	if s.runs.Add(1) == 1 && s.hold != nil {
+		close(s.started)
+		select {
+		case <-s.hold:
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
+	return s.name + " done", nil
+}
+
+// toolStepModel answers a conversation that ends with the user's message with one step
+// calling each tool named (ids call_<name>), and one that ends otherwise with "answered".
+// A request for which hang says so is never answered (a crash comes).
+func toolStepModel(t *testing.T, hang func(openaitest.Request) bool, tools ...string) *openaitest.Server {
+	srv := newOpenAIServer(t)
+	srv.SetFunc(func(r openaitest.Request) openaitest.Reply {
+		if hang != nil && hang(r) {
+			return openaitest.Reply{Hang: true}
+		}
+		if r.Messages[len(r.Messages)-1].Role != "user" {
+			return openaitest.Reply{Text: "answered"}
+		}
+		var calls []openaitest.ToolCall
+		for _, n := range tools {
+			calls = append(calls, openaitest.ToolCall{ID: "call_" + n, Name: n, Arguments: `{}`})
+		}
+		return openaitest.Reply{ToolCalls: calls}
+	})
+	return srv
+}
+
+// resultOf is the result the request carries for the call id; ok is false when none.
+func resultOf(r openaitest.Request, id string) (content string, ok bool) {
+	for _, m := range r.Messages {
+		if m.Role == "tool" && m.ToolCallID == id {
+			return m.Content, true
+		}
+	}
+	return "", false
+}
+
+// cutRun starts the message 17 in s and returns when ready says the crash may come; the
+// returned func ends that run (the crashed process, gone) and waits for it.
+func cutRun(s *harness.Session, prompt string, ready <-chan struct{}) (gone func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = s.RunAttempt(ctx, harness.Attempt{ID: "17"}, prompt, nil, nil)
+	}()
+	<-ready
+	return func() { cancel(); <-done }
+}
+
+// A crash while the second tool of a step runs, the first one's result saved: the message
+// answered again after the restart runs neither tool again. The model gets the first
+// tool's saved result, and for the cut call a result saying it was interrupted and its
+// outcome is unknown, which the history keeps.
+func TestToolStepCutByACrashIsNotRunAgain(t *testing.T) {
+	srv := toolStepModel(t, nil, "send_mail", "open_ticket")
+	mail := &sideTool{name: "send_mail"}
+	ticket := &sideTool{name: "open_ticket", started: make(chan struct{}), hold: make(chan struct{})}
+	opts := harness.SessionOptions{Key: "web:crash", Store: openStore(t), Provider: openAI(t, srv), Model: "gpt-test",
+		Tools: []harness.Tool{mail, ticket}}
+	const prompt = "mail Bob and open a ticket"
+	// The cut run is ended last: the process a crash ended writes nothing more.
+	defer cutRun(openSession(t, opts), prompt, ticket.started)()
+	// What a restart finds on disk: the step, and the first call's result.
+	again := openSession(t, opts)
+	res, err := again.RunAttempt(context.Background(), harness.Attempt{ID: "17", Again: true}, prompt, nil, nil)
+	if err != nil || res.Text != "answered" {
+		t.Fatalf("answered again: %q %v", res.Text, err)
+	}
+	if m, k := mail.runs.Load(), ticket.runs.Load(); m != 1 || k != 1 {
+		t.Fatalf("send_mail ran %d times, open_ticket %d; want each once", m, k)
+	}
+	reqs := srv.Requests()
+	last := reqs[len(reqs)-1]
+	if got, _ := resultOf(last, "call_send_mail"); got != "send_mail done" {
+		t.Errorf("the model got %q for the call that finished; want its saved result", got)
+	}
+	if got, _ := resultOf(last, "call_open_ticket"); !strings.Contains(got, "interrupted") || !strings.Contains(got, "unknown") {
+		t.Errorf("the model got %q for the cut call; want that it was interrupted and its outcome is unknown", got)
+	}
+	if n := strings.Count(strings.Join(userTurnsOf(last), "\n"), prompt); n != 1 {
+		t.Errorf("the model got the message %d times; want once", n)
+	}
+
+	// The cut call's result is in the history, an error result as any other.
+	entries, err := openSession(t, opts).Entries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := slices.ContainsFunc(entries, func(raw json.RawMessage) bool {
+		var e struct {
+			Message llm.Message `json:"message"`
+		}
+		return json.Unmarshal(raw, &e) == nil && e.Message.Role == llm.RoleTool &&
+			e.Message.ToolCallID == "call_open_ticket" && e.Message.IsError && strings.Contains(e.Message.Content, "interrupted")
+	})
+	if !found {
+		t.Errorf("the history has no error result for the cut call: %s", entries)
+	}
+}
+
+// A crash while the model writes its answer from a tool's saved result: the message
+// answered again goes on from that result; the tool does not run again.
+func TestToolResultSavedBeforeACrashIsUsedAfterIt(t *testing.T) {
+	asked := make(chan struct{})
+	var hung atomic.Bool
+	srv := toolStepModel(t, func(r openaitest.Request) bool {
+		if r.Messages[len(r.Messages)-1].Role != "tool" || hung.Swap(true) {
+			return false
+		}
+		close(asked)
+		return true
+	}, "open_ticket")
+	ticket := &sideTool{name: "open_ticket"}
+	opts := harness.SessionOptions{Key: "web:crash", Store: openStore(t), Provider: openAI(t, srv), Model: "gpt-test",
+		Tools: []harness.Tool{ticket}}
+	const prompt = "open a ticket"
+	defer cutRun(openSession(t, opts), prompt, asked)()
+	res, err := openSession(t, opts).RunAttempt(context.Background(), harness.Attempt{ID: "17", Again: true}, prompt, nil, nil)
+	if err != nil || res.Text != "answered" {
+		t.Fatalf("answered again: %q %v", res.Text, err)
+	}
+	if n := ticket.runs.Load(); n != 1 {
+		t.Fatalf("the tool ran %d times; want once", n)
+	}
+	reqs := srv.Requests()
+	if len(reqs) != 3 {
+		t.Fatalf("model calls = %d; want the step, the cut answer and the answer after the restart", len(reqs))
+	}
+	if got, _ := resultOf(reqs[2], "call_open_ticket"); got != "open_ticket done" {
+		t.Errorf("after the restart the model got %q for the call; want its saved result", got)
+	}
+}
+
+// A crash after the whole answer was saved but before the chat got it (a message:send
+// hook still working): the message answered again does not run the tool of its step
+// again; the model answers again from the saved result, without its earlier answer.
+func TestAnswerAfterAToolStepSavedBeforeACrashIsAskedAgainFromTheStep(t *testing.T) {
+	srv := toolStepModel(t, nil, "open_ticket")
+	ticket := &sideTool{name: "open_ticket"}
+	opts := harness.SessionOptions{Key: "web:crash", Store: openStore(t), Provider: openAI(t, srv), Model: "gpt-test",
+		Tools: []harness.Tool{ticket}}
+	const prompt = "open a ticket"
+	if _, err := openSession(t, opts).RunAttempt(context.Background(), harness.Attempt{ID: "17"}, prompt, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	res, err := openSession(t, opts).RunAttempt(context.Background(), harness.Attempt{ID: "17", Again: true}, prompt, nil, nil)
+	if err != nil || res.Text != "answered" {
+		t.Fatalf("answered again: %q %v", res.Text, err)
+	}
+	if n := ticket.runs.Load(); n != 1 {
+		t.Fatalf("the tool ran %d times; want once", n)
+	}
+	reqs := srv.Requests()
+	var roles []string
+	for _, m := range reqs[len(reqs)-1].Messages {
+		if m.Role != "system" {
+			roles = append(roles, m.Role)
+		}
+	}
+	if want := []string{"user", "assistant", "tool"}; !slices.Equal(roles, want) {
+		t.Errorf("after the restart the model was asked with %q; want %q (the step, not the earlier answer)", roles, want)
+	}
+}
+
+// userTurnsOf are the user messages of a request.
+func userTurnsOf(r openaitest.Request) []string {
+	var out []string
+	for _, m := range r.Messages {
+		if m.Role == "user" {
+			out = append(out, m.Content)
+		}
+	}
+	return out
+}
