@@ -119,6 +119,27 @@ type badTarget struct{ err error }
 func (b badTarget) Error() string   { return b.err.Error() }
 func (b badTarget) Unwrap() []error { return []error{b.err, ErrBadTarget} }
 
+// TargetChecker is implemented by an adapter whose chat ids have a form of their own
+// (Telegram's numbers, Discord's snowflakes, Slack's channel ids). The admin API asks it
+// before a send or an inject, so that an id no chat of the platform can have is the
+// caller's mistake, told at once, rather than a session made for it or a platform round
+// trip that fails. CheckTarget looks at the form only, never at the platform: a
+// well-formed id of a chat that does not exist passes. Its error is marked by BadTarget
+// and says in plain words what a valid id looks like. It must be cheap and safe for
+// concurrent use.
+type TargetChecker interface {
+	CheckTarget(t Target) error
+}
+
+// CheckTarget checks t's chat and thread ids with ch's TargetChecker; a channel without
+// one takes any id.
+func CheckTarget(ch Channel, t Target) error {
+	if c, ok := ch.(TargetChecker); ok {
+		return c.CheckTarget(t)
+	}
+	return nil
+}
+
 // ErrNotAccepted is returned by Sink.Deliver when the gateway cannot take the message now.
 var ErrNotAccepted = errors.New("message not accepted")
 

@@ -129,7 +129,8 @@ func (g *Gateway) apiTarget(channel, chat, thread string) (channels.Target, erro
 	if channel == "" || chat == "" {
 		return channels.Target{}, errors.New(`"channel" and "chat_id" are required`)
 	}
-	if _, ok := g.byName[channel]; !ok {
+	ch, ok := g.byName[channel]
+	if !ok {
 		names := make([]string, 0, len(g.byName))
 		for n := range g.byName {
 			names = append(names, n)
@@ -137,7 +138,13 @@ func (g *Gateway) apiTarget(channel, chat, thread string) (channels.Target, erro
 		slices.Sort(names)
 		return channels.Target{}, fmt.Errorf("no channel %q (running: %s)", channel, strings.Join(names, ", "))
 	}
-	return channels.Target{Channel: channel, ChatID: chat, ThreadID: thread}, nil
+	t := channels.Target{Channel: channel, ChatID: chat, ThreadID: thread}
+	// An id the platform cannot have is the caller's mistake, told before a session is
+	// made for it or the platform is asked.
+	if err := channels.CheckTarget(ch, t); err != nil {
+		return channels.Target{}, err
+	}
+	return t, nil
 }
 
 // apiSend delivers a message to a chat without the model, paced like any answer.

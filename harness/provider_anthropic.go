@@ -410,7 +410,7 @@ func anthropicMessages(system string, msgs []llm.Message) ([]anthropic.TextBlock
 		}
 	}
 	if len(out) > 0 && out[0].Role != anthropic.MessageParamRoleUser {
-		out = append([]anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("(earlier conversation omitted)"))}, out...)
+		out = append([]anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock(omittedEarlier))}, out...)
 	}
 	return sys, out
 }

@@ -343,63 +343,147 @@ func (a *openAIAccum) response() *Response {
 	return &resp
 }
 
-// openAIMessages converts the conversation; the system prompt goes first. Consecutive user
-// messages (a compaction's summary and the message after it, a prompt that got no answer
-// and the next one, an injected message) are sent as one: OpenAI takes them apart, but the
-// chat templates of many models served by vLLM or llama.cpp (Mistral, Gemma) refuse a
-// conversation whose roles do not alternate, and the chat got an error instead of an answer.
+// openAIMessages converts the conversation into the form the strictest chat templates of
+// models served by vLLM or llama.cpp (Mistral, Gemma) take: one system message, first; then
+// user and assistant turns that alternate, starting with the user. OpenAI itself takes any
+// order, but those templates refuse the request, and the chat got an error, not an answer.
+//
+//   - System messages before the conversation (a context hook's) join the system prompt.
+//     One later in it (a hook's note injected at a turn) becomes, where it stands, a user
+//     message "[system note] …", merged with the user message beside it: the model still
+//     reads it at the point it was about, and the request's beginning stays what it was
+//     before the note, so the server's prompt cache still holds for it. Added to the system
+//     prompt instead, each new note would change the first tokens of every request after it.
+//   - Consecutive user messages (a compaction's summary and the message after it, a prompt
+//     that got no answer and the next one) are sent as one, texts joined by a blank line.
+//   - Consecutive assistant messages (one a context hook left beside another) are sent as
+//     one; only the last of them may carry tool calls, which keeps them followed by their
+//     results. An assistant message with tool calls is never merged with a later one.
+//   - A conversation that begins with the model's answer (after a cut or a context hook
+//     that kept only the newest messages) gets a short user message before it.
+//
+// A conversation already in that form is converted message by message, with no copy.
 func openAIMessages(system string, msgs []llm.Message) []openai.ChatCompletionMessageParamUnion {
-	out := make([]openai.ChatCompletionMessageParamUnion, 0, len(msgs)+1)
+	lead := 0
+	for lead < len(msgs) && msgs[lead].Role == llm.RoleSystem {
+		lead++
+	}
+	if lead > 0 {
+		system = joinSystem(system, msgs[:lead])
+		msgs = msgs[lead:]
+	}
+	out := make([]openai.ChatCompletionMessageParamUnion, 0, len(msgs)+2)
 	if system != "" {
 		out = append(out, openai.SystemMessage(system))
 	}
-	for i := 0; i < len(msgs); i++ {
-		m := msgs[i]
-		switch m.Role {
-		case llm.RoleSystem:
-			out = append(out, openai.SystemMessage(m.Content))
-		case llm.RoleUser:
-			j := i + 1
-			for j < len(msgs) && msgs[j].Role == llm.RoleUser {
+	if len(msgs) > 0 && msgs[0].Role == llm.RoleAssistant {
+		out = append(out, openai.UserMessage(omittedEarlier))
+	}
+	for i := 0; i < len(msgs); {
+		j := i + 1
+		switch msgs[i].Role {
+		case llm.RoleUser, llm.RoleSystem:
+			for j < len(msgs) && (msgs[j].Role == llm.RoleUser || msgs[j].Role == llm.RoleSystem) {
 				j++
 			}
-			out = append(out, openAIUser(msgs[i:j]))
-			i = j - 1
-		case llm.RoleTool:
-			out = append(out, openai.ToolMessage(m.Content, m.ToolCallID))
+			if m, ok := openAIUser(msgs[i:j]); ok {
+				out = append(out, m)
+			}
 		case llm.RoleAssistant:
-			var a openai.ChatCompletionAssistantMessageParam
-			if m.Content != "" || len(m.ToolCalls) == 0 {
-				a.Content.OfString = openai.String(m.Content)
+			// A blank system message between two answers says nothing: pass over it, so
+			// that the two are still sent as one.
+			last := i
+			for k := i + 1; k < len(msgs) && len(msgs[last].ToolCalls) == 0; k++ {
+				if msgs[k].Role == llm.RoleAssistant {
+					last = k
+				} else if msgs[k].Role != llm.RoleSystem || strings.TrimSpace(msgs[k].Content) != "" {
+					break
+				}
 			}
-			for _, tc := range m.ToolCalls {
-				a.ToolCalls = append(a.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{
-					OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
-						ID: tc.ID,
-						Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{
-							Name:      tc.Name,
-							Arguments: string(argsOrEmpty(tc.Arguments)),
-						},
-					},
-				})
-			}
-			out = append(out, openai.ChatCompletionMessageParamUnion{OfAssistant: &a})
+			j = last + 1
+			out = append(out, openAIAssistant(msgs[i:j]))
+		case llm.RoleTool:
+			out = append(out, openai.ToolMessage(msgs[i].Content, msgs[i].ToolCallID))
 		}
+		i = j
 	}
 	return out
 }
 
-// openAIUser is one user message made of consecutive ones: each one's text, then its
-// images as data URLs in high detail (they were scaled to what high detail uses). Texts
-// that meet are joined with a blank line.
-func openAIUser(msgs []llm.Message) openai.ChatCompletionMessageParamUnion {
-	if len(msgs) == 1 && !slices.ContainsFunc(msgs[0].Parts, sentImage) {
-		return openai.UserMessage(msgs[0].Content) // the usual message: its text as it is
+// omittedEarlier stands before a conversation that begins with the model's answer (both
+// providers' APIs or templates want the user first).
+const omittedEarlier = "(earlier conversation omitted)"
+
+// systemNote marks a system message sent as part of a user message.
+const systemNote = "[system note] "
+
+// joinSystem is the system prompt followed by the system messages that lead the
+// conversation, joined by blank lines.
+func joinSystem(system string, lead []llm.Message) string {
+	var b strings.Builder
+	b.WriteString(system)
+	for _, m := range lead {
+		if strings.TrimSpace(m.Content) == "" {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteString("\n\n")
+		}
+		b.WriteString(m.Content)
+	}
+	return b.String()
+}
+
+// openAIAssistant is one assistant message made of consecutive ones, the last of them an
+// assistant's (blank system messages among them are left out): their texts joined by a
+// blank line, and the tool calls of the last.
+func openAIAssistant(msgs []llm.Message) openai.ChatCompletionMessageParamUnion {
+	m := msgs[len(msgs)-1]
+	content := m.Content
+	if len(msgs) > 1 {
+		var b strings.Builder
+		for _, a := range msgs {
+			if a.Role != llm.RoleAssistant || strings.TrimSpace(a.Content) == "" {
+				continue
+			}
+			if b.Len() > 0 {
+				b.WriteString("\n\n")
+			}
+			b.WriteString(a.Content)
+		}
+		content = b.String()
+	}
+	var a openai.ChatCompletionAssistantMessageParam
+	if content != "" || len(m.ToolCalls) == 0 {
+		a.Content.OfString = openai.String(content)
+	}
+	for _, tc := range m.ToolCalls {
+		a.ToolCalls = append(a.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{
+			OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
+				ID: tc.ID,
+				Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{
+					Name:      tc.Name,
+					Arguments: string(argsOrEmpty(tc.Arguments)),
+				},
+			},
+		})
+	}
+	return openai.ChatCompletionMessageParamUnion{OfAssistant: &a}
+}
+
+// openAIUser is one user message made of consecutive user and system messages: each
+// one's text (a system message's marked as a note), then its images as data URLs in high
+// detail (they were scaled to what high detail uses). Texts that meet are joined with a
+// blank line. ok is false for blank system messages alone: there is nothing to send.
+func openAIUser(msgs []llm.Message) (m openai.ChatCompletionMessageParamUnion, ok bool) {
+	if len(msgs) == 1 && msgs[0].Role == llm.RoleUser && !slices.ContainsFunc(msgs[0].Parts, sentImage) {
+		return openai.UserMessage(msgs[0].Content), true // the usual message: its text as it is
 	}
 	var (
 		content []openai.ChatCompletionContentPartUnionParam
 		text    strings.Builder // text not yet put in content
 		images  bool
+		user    bool
 	)
 	flush := func() {
 		if text.Len() > 0 {
@@ -408,9 +492,13 @@ func openAIUser(msgs []llm.Message) openai.ChatCompletionMessageParamUnion {
 		}
 	}
 	for _, m := range msgs {
+		user = user || m.Role == llm.RoleUser
 		if strings.TrimSpace(m.Content) != "" {
 			if text.Len() > 0 {
 				text.WriteString("\n\n")
+			}
+			if m.Role == llm.RoleSystem {
+				text.WriteString(systemNote)
 			}
 			text.WriteString(m.Content)
 		}
@@ -426,10 +514,10 @@ func openAIUser(msgs []llm.Message) openai.ChatCompletionMessageParamUnion {
 		}
 	}
 	if !images {
-		return openai.UserMessage(text.String())
+		return openai.UserMessage(text.String()), user || text.Len() > 0
 	}
 	flush()
-	return openai.UserMessage(content)
+	return openai.UserMessage(content), true
 }
 
 // sentImage reports whether p goes to the model as an image.

@@ -2,11 +2,14 @@ package harness_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
 	"gateway/harness"
 	"gateway/harness/openaitest"
+	"gateway/hooks"
 	"gateway/internal/llm"
 	"gateway/internal/media/mediatest"
 )
@@ -79,5 +82,135 @@ func TestSummaryAndTheNextMessageReachAStrictModelAsOne(t *testing.T) {
 	if len(m) != 3 || m[0].Role != "user" || !strings.Contains(m[0].Content, "SUMMARY-1") ||
 		!strings.HasSuffix(m[0].Content, "</summary>\n\nwhat is my name?") || m[2].Content != "and now?" {
 		t.Fatalf("after the compaction the model got %+v", m)
+	}
+}
+
+// roles lists a recorded request's messages as "role: content", tool calls and results
+// named by their ids.
+func roles(msgs []openaitest.Message) []string {
+	out := make([]string, 0, len(msgs))
+	for _, m := range msgs {
+		s := m.Role + ": " + m.Content
+		for _, tc := range m.ToolCalls {
+			s += " [call " + tc.ID + "]"
+		}
+		if m.ToolCallID != "" {
+			s += " [result " + m.ToolCallID + "]"
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// A hook's system notes reach a model whose template takes a system message only first
+// (Mistral, Gemma on vLLM): the chat is answered, not refused. A note a context hook puts
+// before the conversation joins the system prompt; a note injected at a turn reaches the
+// model where it stands, as a marked part of that turn's user message. So the request of
+// the second turn begins as the first one did, which keeps the server's prompt cache.
+func TestSystemNotesReachAStrictModel(t *testing.T) {
+	srv := newOpenAIServer(t)
+	srv.AlternateRoles(true)
+	bus := hooks.NewBus(hooks.Options{})
+	turn := 0
+	bus.On(hooks.NameBeforeAgentStart, "clock", func(context.Context, hooks.Event) (any, error) {
+		turn++
+		return &hooks.BeforeAgentStartResult{Messages: []llm.Message{{Role: llm.RoleSystem, Content: fmt.Sprintf("The user's local time is 09:0%d.", turn)}}}, nil
+	})
+	bus.On(hooks.NameContext, "french", func(_ context.Context, ev hooks.Event) (any, error) {
+		msgs := ev.(*hooks.Context).Messages
+		return &hooks.ContextResult{Messages: append([]llm.Message{{Role: llm.RoleSystem, Content: "Answer in French."}}, msgs...)}, nil
+	})
+	srv.Push(openaitest.Reply{Text: "Il est 9 h 01."}, openaitest.Reply{Text: "Il est 9 h 02."})
+	s := openSession(t, harness.SessionOptions{Store: openStore(t), Provider: openAI(t, srv), System: "You are brief.", Bus: bus})
+	for _, p := range []string{"What time is it?", "And now?"} {
+		if _, err := s.Run(context.Background(), p, nil); err != nil {
+			t.Fatalf("%q: %v", p, err)
+		}
+	}
+	reqs := srv.Requests()
+	first, second := roles(reqs[0].Messages), roles(reqs[1].Messages)
+	want := []string{
+		"system: You are brief.\n\nAnswer in French.",
+		"user: What time is it?\n\n[system note] The user's local time is 09:01.",
+		"assistant: Il est 9 h 01.",
+		"user: And now?\n\n[system note] The user's local time is 09:02.",
+	}
+	if !slices.Equal(second, want) {
+		t.Fatalf("the second turn sent\n%q\nwant\n%q", second, want)
+	}
+	if !slices.Equal(first, second[:len(first)]) {
+		t.Fatalf("the second request does not begin as the first:\n%q\n%q", first, second)
+	}
+}
+
+// A context hook that keeps only the newest messages may leave the model's answer first: a
+// strict model gets a short user message before it and answers.
+func TestAConversationBeginningWithAnAnswerReachesAStrictModel(t *testing.T) {
+	srv := newOpenAIServer(t)
+	srv.AlternateRoles(true)
+	bus := hooks.NewBus(hooks.Options{})
+	bus.On(hooks.NameContext, "keep-last-2", func(_ context.Context, ev hooks.Event) (any, error) {
+		msgs := ev.(*hooks.Context).Messages
+		return &hooks.ContextResult{Messages: msgs[max(len(msgs)-2, 0):]}, nil
+	})
+	srv.Push(openaitest.Reply{Text: "Hello, Ann."}, openaitest.Reply{Text: "You are Ann."})
+	s := openSession(t, harness.SessionOptions{Store: openStore(t), Provider: openAI(t, srv), Bus: bus})
+	for _, p := range []string{"I am Ann", "Who am I?"} {
+		if _, err := s.Run(context.Background(), p, nil); err != nil {
+			t.Fatalf("%q: %v", p, err)
+		}
+	}
+	reqs := srv.Requests()
+	want := []string{"user: (earlier conversation omitted)", "assistant: Hello, Ann.", "user: Who am I?"}
+	if got := roles(reqs[len(reqs)-1].Messages); !slices.Equal(got, want) {
+		t.Fatalf("the second turn sent %q; want %q", got, want)
+	}
+}
+
+// Two answers side by side (a context hook left out the user's message between them) reach
+// a strict model as one; when the second made a tool call, the one message carries both
+// texts and the call, still followed by the call's result.
+func TestAnswersSideBySideReachAStrictModelAsOne(t *testing.T) {
+	srv := newOpenAIServer(t)
+	srv.AlternateRoles(true)
+	tools, err := harness.BuiltinTools([]string{"current_time"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bus := hooks.NewBus(hooks.Options{})
+	// The model sees a password only while it answers the message that holds it.
+	bus.On(hooks.NameContext, "forget-passwords", func(_ context.Context, ev hooks.Event) (any, error) {
+		msgs := ev.(*hooks.Context).Messages
+		last := len(msgs) - 1
+		for last >= 0 && msgs[last].Role != llm.RoleUser {
+			last--
+		}
+		var out []llm.Message
+		for i, m := range msgs {
+			if m.Role == llm.RoleUser && i != last && strings.Contains(m.Content, "password") {
+				continue
+			}
+			out = append(out, m)
+		}
+		return &hooks.ContextResult{Messages: out}, nil
+	})
+	srv.Push(openaitest.Reply{Text: "Hi, Ann."},
+		openaitest.Reply{Text: "Noted.", ToolCalls: []openaitest.ToolCall{{ID: "c1", Name: "current_time", Arguments: `{}`}}},
+		openaitest.Reply{Text: "It is noon."},
+		openaitest.Reply{Text: "You are welcome."})
+	s := openSession(t, harness.SessionOptions{Store: openStore(t), Provider: openAI(t, srv), Tools: tools, Bus: bus})
+	for _, p := range []string{"Hello", "My wifi password is hunter2. What time is it?", "Thanks!"} {
+		if _, err := s.Run(context.Background(), p, nil); err != nil {
+			t.Fatalf("%q: %v", p, err)
+		}
+	}
+	reqs := srv.Requests()
+	m := reqs[len(reqs)-1].Messages
+	want := []string{"user: Hello", "assistant: Hi, Ann.\n\nNoted. [call c1]", "tool: " + m[2].Content + " [result c1]", "assistant: It is noon.", "user: Thanks!"}
+	if got := roles(m); !slices.Equal(got, want) {
+		t.Fatalf("the third turn sent %q; want %q", got, want)
+	}
+	if bad := validToolTraffic(m); bad != "" {
+		t.Fatal(bad)
 	}
 }

@@ -37,6 +37,26 @@ func noPings() *discordgo.MessageAllowedMentions {
 	return &discordgo.MessageAllowedMentions{Parse: []discordgo.AllowedMentionType{discordgo.AllowedMentionTypeUsers}, RepliedUser: true}
 }
 
+// CheckTarget refuses a channel or thread id Discord cannot have (channels.TargetChecker):
+// Discord's ids are snowflakes, unsigned 64-bit numbers written in decimal. Open does not
+// ask it: the ids it is given come from Discord itself.
+func (c *Channel) CheckTarget(t channels.Target) error {
+	if !snowflake(t.ChatID) {
+		return channels.BadTarget(fmt.Errorf("discord: %.64q is not a Discord channel id (a number of up to 20 digits, like 1234567890123456789)", t.ChatID))
+	}
+	if t.ThreadID != "" && !snowflake(t.ThreadID) {
+		return channels.BadTarget(fmt.Errorf("discord: %.64q is not a Discord thread id (a number of up to 20 digits, like 1234567890123456789)", t.ThreadID))
+	}
+	return nil
+}
+
+// snowflake reports whether id is written as Discord writes its ids: decimal digits only,
+// of a number that fits 64 bits.
+func snowflake(id string) bool {
+	_, err := strconv.ParseUint(id, 10, 64) // no sign, no underscores in base 10
+	return err == nil
+}
+
 // Open starts one answer in target's chat, or in its thread.
 func (c *Channel) Open(ctx context.Context, target channels.Target) (channels.Stream, error) {
 	if target.ChatID == "" {

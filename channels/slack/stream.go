@@ -32,6 +32,53 @@ func replyPlace(t channels.Target) (channel, thread string) {
 	return t.ChatID, thread
 }
 
+// maxIDLen bounds a Slack id the admin API takes: Slack's are 9 or 11 characters today,
+// and Slack tells apps to expect longer ones, but not this long.
+const maxIDLen = 32
+
+// CheckTarget refuses a channel id or thread Slack cannot have (channels.TargetChecker):
+// a conversation id is C, D or G followed by capital letters and digits; a thread is
+// named by its first message's timestamp (seconds, a dot, a fraction). Open does not ask
+// it: the ids it is given come from Slack itself.
+func (c *Channel) CheckTarget(t channels.Target) error {
+	if !conversationID(t.ChatID) {
+		return channels.BadTarget(fmt.Errorf("slack: %.64q is not a Slack channel id (C, D or G followed by capital letters and digits, like C0123ABCDEF)", t.ChatID))
+	}
+	if t.ThreadID != "" && !messageTS(t.ThreadID) {
+		return channels.BadTarget(fmt.Errorf("slack: %.64q is not a Slack thread (its first message's timestamp, like 1712345678.123456)", t.ThreadID))
+	}
+	return nil
+}
+
+// conversationID reports whether id has the form of a Slack channel, group or DM id.
+func conversationID(id string) bool {
+	if len(id) < 2 || len(id) > maxIDLen || (id[0] != 'C' && id[0] != 'D' && id[0] != 'G') {
+		return false
+	}
+	for i := 1; i < len(id); i++ {
+		if b := id[i]; (b < 'A' || b > 'Z') && (b < '0' || b > '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// messageTS reports whether ts has the form of a Slack message timestamp: digits, a dot,
+// digits.
+func messageTS(ts string) bool {
+	sec, frac, ok := strings.Cut(ts, ".")
+	return ok && len(ts) <= maxIDLen && digits(sec) && digits(frac)
+}
+
+func digits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
+}
+
 // Open starts an answer to target.
 func (c *Channel) Open(ctx context.Context, target channels.Target) (channels.Stream, error) {
 	if _, _, ok := c.running(); !ok {

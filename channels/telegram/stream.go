@@ -33,16 +33,11 @@ func (c *Channel) Open(ctx context.Context, t channels.Target) (channels.Stream,
 	if !c.life.Running() {
 		return nil, errors.New("telegram: the channel is not running")
 	}
-	chat, err := strconv.ParseInt(t.ChatID, 10, 64)
+	chat, thread, err := parseTarget(t)
 	if err != nil {
-		return nil, channels.BadTarget(fmt.Errorf("telegram: %q is not a Telegram chat id (a number, like 123456789, or -1001234567890 for a group)", t.ChatID))
+		return nil, err
 	}
-	s := &stream{c: c, chat: chat}
-	if t.ThreadID != "" {
-		if s.thread, err = strconv.Atoi(t.ThreadID); err != nil {
-			return nil, channels.BadTarget(fmt.Errorf("telegram: %q is not a Telegram topic id (a number)", t.ThreadID))
-		}
-	}
+	s := &stream{c: c, chat: chat, thread: thread}
 	if t.ChatType == channels.ChatGroup && t.ReplyToID != "" {
 		s.replyTo, _ = strconv.Atoi(t.ReplyToID)
 	}
@@ -60,6 +55,25 @@ func (c *Channel) Open(ctx context.Context, t channels.Target) (channels.Stream,
 		}
 	}
 	return s, nil
+}
+
+// CheckTarget refuses a chat or topic id Telegram cannot have (channels.TargetChecker).
+func (c *Channel) CheckTarget(t channels.Target) error {
+	_, _, err := parseTarget(t)
+	return err
+}
+
+// parseTarget reads target's chat id and topic id (0 for none), which Telegram numbers.
+func parseTarget(t channels.Target) (chat int64, thread int, err error) {
+	if chat, err = strconv.ParseInt(t.ChatID, 10, 64); err != nil {
+		return 0, 0, channels.BadTarget(fmt.Errorf("telegram: %.64q is not a Telegram chat id (a number, like 123456789, or -1001234567890 for a group)", t.ChatID))
+	}
+	if t.ThreadID != "" {
+		if thread, err = strconv.Atoi(t.ThreadID); err != nil {
+			return 0, 0, channels.BadTarget(fmt.Errorf("telegram: %.64q is not a Telegram topic id (a number)", t.ThreadID))
+		}
+	}
+	return chat, thread, nil
 }
 
 // stream renders one answer. Frames come from one goroutine, so it needs no lock.

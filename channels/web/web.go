@@ -222,12 +222,19 @@ func (c *Channel) Open(ctx context.Context, target channels.Target) (channels.St
 	if !c.life.Running() {
 		return nil, errors.New("web: open: the channel is not running")
 	}
-	if !validID(target.ChatID) {
-		// No page can open such a chat: an admin's `gateway send` to it would be "sent" to
-		// no one.
-		return nil, channels.BadTarget(fmt.Errorf("web: %q is not a web chat id (1-%d characters of A-Z, a-z, 0-9, _ . : -)", trunc(target.ChatID, 64), maxIDLen))
+	if err := c.CheckTarget(target); err != nil {
+		return nil, err
 	}
 	return &stream{c: c, chatID: target.ChatID, replyTo: target.ReplyToID, gen: c.history.generation(target.ChatID)}, nil
+}
+
+// CheckTarget refuses a chat id no page can open (channels.TargetChecker): an admin's
+// `gateway send` to it would be "sent" to no one.
+func (c *Channel) CheckTarget(target channels.Target) error {
+	if !validID(target.ChatID) {
+		return channels.BadTarget(fmt.Errorf("web: %q is not a web chat id (1-%d characters of A-Z, a-z, 0-9, _ . : -)", trunc(target.ChatID, 64), maxIDLen))
+	}
+	return nil
 }
 
 // stream is one answer. It gathers what the page will show of it (streamed text, parts) so

@@ -175,23 +175,31 @@ func (s *Server) LimitContext(tokens int) {
 	s.limit = tokens
 }
 
-// AlternateRoles makes the server a model whose chat template wants user and assistant
-// turns to alternate (Mistral's and Gemma's, served by vLLM or llama.cpp): a request with
-// two user or two assistant messages in a row is answered 400 as vLLM does.
+// AlternateRoles makes the server a model with a strict chat template (Mistral's and
+// Gemma's, served by vLLM or llama.cpp): one system message at most, and only first; then
+// user and assistant turns that alternate, starting with the user (tool results stand
+// between a call and the answer after it). A request otherwise is answered 400 with the
+// template's error, as vLLM does.
 func (s *Server) AlternateRoles(on bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.strict = on
 }
 
-// alternates reports whether no two user (or two assistant) messages follow each other.
-func alternates(msgs []Message) bool {
-	for i := 1; i < len(msgs); i++ {
-		if r := msgs[i].Role; (r == "user" || r == "assistant") && msgs[i-1].Role == r {
-			return false
+// templateError is what a strict chat template says of msgs, "" when it takes them.
+func templateError(msgs []Message) string {
+	const alternate = "Conversation roles must alternate user/assistant/user/assistant/..."
+	for i, m := range msgs {
+		switch {
+		case m.Role == "system" && i > 0:
+			return "System role only supported at the beginning of the conversation"
+		case m.Role == "assistant" && (i == 0 || msgs[i-1].Role == "system"):
+			return alternate // the user speaks first
+		case i > 0 && (m.Role == "user" || m.Role == "assistant") && msgs[i-1].Role == m.Role:
+			return alternate
 		}
 	}
-	return true
+	return ""
 }
 
 // Tokens is how the server counts a request body against LimitContext: a token is 4 bytes
@@ -374,8 +382,8 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	limit := s.limit
 	var rep Reply
 	switch {
-	case s.strict && !alternates(req.Messages):
-		rep = Reply{Status: http.StatusBadRequest, Message: "Conversation roles must alternate user/assistant/user/assistant/..."}
+	case s.strict && templateError(req.Messages) != "":
+		rep = Reply{Status: http.StatusBadRequest, Message: templateError(req.Messages)}
 	case badTool != "":
 		// As OpenAI does: one tool name it cannot take refuses the whole request.
 		rep = Reply{Status: http.StatusBadRequest, Message: badTool}
