@@ -42,7 +42,7 @@ const maxIDLen = 32
 // it: the ids it is given come from Slack itself.
 func (c *Channel) CheckTarget(t channels.Target) error {
 	if !conversationID(t.ChatID) {
-		return channels.BadTarget(fmt.Errorf("slack: %.64q is not a Slack channel id (C, D or G followed by capital letters and digits, like C0123ABCDEF)", t.ChatID))
+		return channels.BadTarget(fmt.Errorf("slack: %.64q is not a Slack channel or user id (C, D, G, U or W followed by capital letters and digits, like C0123ABCDEF)", t.ChatID))
 	}
 	if t.ThreadID != "" && !messageTS(t.ThreadID) {
 		return channels.BadTarget(fmt.Errorf("slack: %.64q is not a Slack thread (its first message's timestamp, like 1712345678.123456)", t.ThreadID))
@@ -50,9 +50,11 @@ func (c *Channel) CheckTarget(t channels.Target) error {
 	return nil
 }
 
-// conversationID reports whether id has the form of a Slack channel, group or DM id.
+// conversationID reports whether id has the form of a Slack channel, group or DM id, or of
+// a user's (U, or W on Enterprise Grid): chat.postMessage takes a user id as the app's DM
+// with that user, which is how a reminder reaches someone by name.
 func conversationID(id string) bool {
-	if len(id) < 2 || len(id) > maxIDLen || (id[0] != 'C' && id[0] != 'D' && id[0] != 'G') {
+	if len(id) < 2 || len(id) > maxIDLen || !strings.ContainsRune("CDGUW", rune(id[0])) {
 		return false
 	}
 	for i := 1; i < len(id); i++ {

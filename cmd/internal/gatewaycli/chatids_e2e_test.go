@@ -59,9 +59,9 @@ func TestAdminAPIRefusesChatIDsNoPlatformHas(t *testing.T) {
 		{"discord", "-92000000000000001", "", "is not a Discord channel id"},
 		{"discord", "18446744073709551616", "", "is not a Discord channel id"}, // past 64 bits
 		{"discord", dcChannel, "thread-1", "is not a Discord thread id"},
-		{"slack", "general", "", "is not a Slack channel id"},
-		{"slack", "#general", "", "is not a Slack channel id"},
-		{"slack", "c0000chan", "", "is not a Slack channel id"},
+		{"slack", "general", "", "is not a Slack channel or user id"},
+		{"slack", "#general", "", "is not a Slack channel or user id"},
+		{"slack", "c0000chan", "", "is not a Slack channel or user id"},
 		{"slack", slackGroup, "yesterday", "is not a Slack thread"},
 	}
 	for _, c := range bad {
@@ -90,7 +90,8 @@ func TestAdminAPIRefusesChatIDsNoPlatformHas(t *testing.T) {
 	// Well-formed ids of chats the platforms have not shown the gateway: each goes to its
 	// platform (whose fakes, like Slack and Telegram for a chat the bot is in, take it).
 	const tgNew, dcNew, slNew = "4243", "93000000000000001", "C0000NEW1"
-	for _, c := range [][2]string{{"telegram", tgNew}, {"discord", dcNew}, {"slack", slNew}} {
+	// A Slack user id is a target too: chat.postMessage takes it as the app's DM with them.
+	for _, c := range [][2]string{{"telegram", tgNew}, {"discord", dcNew}, {"slack", slNew}, {"slack", "U0000USER"}} {
 		if code, msg := g.adminPost("/api/v1/send", map[string]any{"channel": c[0], "chat_id": c[1], "text": "Backup done"}); code != http.StatusOK {
 			t.Errorf("send to %s chat %s: %d %q; want 200", c[0], c[1], code, msg)
 		}
