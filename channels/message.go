@@ -86,6 +86,9 @@ type Message struct {
 	// prompt, with neither receive hooks nor commands. The gateway journals it like any
 	// message, so that a crash does not lose it. Never part of the hook wire.
 	Injected bool `json:"injected,omitempty"`
+	// NextTurn, on an Injected message, says it waits for the chat's next turn (deliver_as
+	// next_turn) rather than starting one: after a restart it waits for that turn again.
+	NextTurn bool `json:"next_turn,omitempty"`
 	// Seq is the message's place in the gateway's intake journal (0: not journaled). It is
 	// set by the gateway and never part of the wire.
 	Seq uint64 `json:"-"`

@@ -403,6 +403,9 @@ func (g *Gateway) control(key string, fn func(*session)) error {
 }
 
 // inject runs on the actor: it puts an API message into the session per deliver_as.
+// Whichever way it goes in, it is journaled like a user's message before the caller hears
+// it was taken, and leaves the journal with the answer of the turn that carries it: a
+// crash before then neither loses it nor, once that turn was saved, delivers it twice.
 func (s *session) inject(in *injection) error {
 	g := s.g
 	rt, release := g.acquire()
@@ -421,34 +424,39 @@ func (s *session) inject(in *injection) error {
 			in.armed(bus)
 		}
 	}
-	if in.req.DeliverAs == DeliverSteer && s.running != nil && s.agent != nil {
-		arm(s.agentRT.Bus)
-		if s.agent.Steer(text) {
-			return nil
-		}
+	steer := in.req.DeliverAs == DeliverSteer && s.running != nil && s.agent != nil
+	// Kept for the next turn rather than a turn of its own (see below).
+	wait := !steer && !in.req.Trigger && (in.req.DeliverAs == DeliverNextTurn || s.running == nil)
+	if wait && len(s.nextTurn) >= maxNextTurn {
+		return errors.New("too many messages wait for this chat's next turn")
 	}
-	if in.req.DeliverAs == DeliverNextTurn || (s.running == nil && !in.req.Trigger) {
-		if in.req.Trigger {
-			// next_turn with trigger: it is the next turn.
-			s.nextTurn = append(s.nextTurn, text)
-			text = ""
-		} else {
-			if len(s.nextTurn) >= maxNextTurn {
-				return errors.New("too many messages wait for this chat's next turn")
-			}
-			s.nextTurn = append(s.nextTurn, text)
-			arm(rt.Bus)
-			return nil
-		}
-	}
-	req := &turnReq{prompt: text, profile: prof, info: info, target: t, rt: rt, release: release}
-	// A turn of its own is journaled like a user's message before the caller hears it was
-	// queued: after a crash it is run again, its answer finished where it was cut.
-	msg := &channels.Message{Channel: t.Channel, ChatID: t.ChatID, ThreadID: t.ThreadID, Injected: true,
-		Parts: []channels.Part{channels.TextPart(in.req.Text)}, Time: time.Now()}
+	msg := &channels.Message{Channel: t.Channel, ChatID: t.ChatID, ThreadID: t.ThreadID, Injected: true, NextTurn: wait,
+		Parts: []channels.Part{channels.TextPart(text)}, Time: time.Now()}
 	if _, err := g.accept(msg, ""); err != nil {
 		return fmt.Errorf("the message could not be journaled: %w", err)
 	}
+	if steer {
+		arm(s.agentRT.Bus)
+		if s.agent.Steer(text) {
+			// It answers with the running turn. Cut by a crash, that turn's message is
+			// asked again without it (its attempt is taken back from the history), and this
+			// one comes after it as a turn of its own (injected).
+			s.running.seqs = append(s.running.seqs, msg.Seq)
+			return nil
+		}
+		// The turn is past its last save point: a turn of its own, journaled as one.
+	}
+	if wait {
+		s.nextTurn = append(s.nextTurn, nextText{text: text, seq: msg.Seq})
+		arm(rt.Bus)
+		return nil
+	}
+	if in.req.DeliverAs == DeliverNextTurn {
+		// next_turn with trigger: it is the next turn.
+		s.nextTurn = append(s.nextTurn, nextText{text: text})
+		text = ""
+	}
+	req := &turnReq{prompt: text, profile: prof, info: info, target: t, rt: rt, release: release}
 	if msg.Seq != 0 {
 		req.seqs, req.asked = []uint64{msg.Seq}, harness.Attempt{ID: intakeID(msg)}
 	}
@@ -458,9 +466,14 @@ func (s *session) inject(in *injection) error {
 	return nil
 }
 
-// injected runs an injected turn read back from the journal after a restart: the turn
-// it started before the crash is run again, as a message replayed is.
+// injected takes an injected message read back from the journal after a restart: one
+// kept for the next turn waits for it again; a turn of its own (or a steer whose turn the
+// crash cut) is run again, as a message replayed is.
 func (s *session) injected(msg *channels.Message) {
+	if msg.NextTurn {
+		s.nextTurn = append(s.nextTurn, nextText{text: msg.Text(), seq: msg.Seq})
+		return
+	}
 	g := s.g
 	rt, release := g.acquire()
 	prof := s.profile(rt, msg.Channel, msg.ChatID, msg.ThreadID, "")

@@ -205,6 +205,27 @@ func TestAPIInjectDeliverAs(t *testing.T) {
 	}
 }
 
+// A message injected for a chat's next turn outlives the eviction of the chat's idle
+// session (sessions.idle_evict): the chat's next message carries it.
+func TestNextTurnInjectOutlivesTheChatsEviction(t *testing.T) {
+	e := newEnv(t, func(c *Config, _ *Runtime, _ *Deps) { c.IdleEvict = 50 * time.Millisecond })
+	body := map[string]any{"channel": "mem", "chat_id": "ev1", "text": "(the user's calendar: free at 3pm)", "deliver_as": "next_turn"}
+	if code, out := apiPost(t, e.url+"/api/v1/inject", "", body); code != http.StatusAccepted {
+		t.Fatalf("inject: %d %v", code, out)
+	}
+	waitUntil(t, "eviction of the idle chat", func() bool {
+		e.g.mu.Lock()
+		defer e.g.mu.Unlock()
+		_, live := e.g.sessions["mem:ev1"]
+		return !live
+	})
+	e.mem.inject(t, "ev1", "m1", "when am I free?")
+	e.mem.waitDone(t, 1)
+	if p := lastPrompt(e.fake); p != "(the user's calendar: free at 3pm)\n\nwhen am I free?" {
+		t.Fatalf("after the eviction the next turn was asked %q; want the injected text before the message", p)
+	}
+}
+
 // wait: delivered returns the request_id that a hook saw on before_provider_request and on
 // after_provider_response, through the real OpenAI SDK.
 func TestAPIInjectWaitDelivered(t *testing.T) {

@@ -158,6 +158,9 @@ type Gateway struct {
 
 	mu       sync.Mutex
 	sessions map[string]*session
+	// heldNext are the messages kept for the next turn of chats whose session was let go
+	// (evicted idle): the chat's next session takes them back. Under mu.
+	heldNext map[string][]nextText
 
 	dedup *channels.Dedup
 	// taking holds the dedup keys Deliver is storing now (see claimDelivery); an entry
@@ -857,6 +860,10 @@ func (g *Gateway) sessionLocked(key string) (*session, error) {
 		return nil, errTooManyChats
 	}
 	s := newSession(g, key)
+	if held, ok := g.heldNext[key]; ok {
+		s.nextTurn = held
+		delete(g.heldNext, key)
+	}
 	g.sessions[key] = s
 	if g.metrics != nil {
 		g.metrics.ActiveSessions.Set(float64(len(g.sessions)))
@@ -885,6 +892,14 @@ func (g *Gateway) dropSessionLocked(s *session) {
 	s.closed, s.idle = true, false
 	if s.evictTimer != nil {
 		s.evictTimer.Stop()
+	}
+	if len(s.nextTurn) > 0 {
+		// Accepted and journaled: they wait for the chat's next turn, in whichever session.
+		if g.heldNext == nil {
+			g.heldNext = map[string][]nextText{}
+		}
+		g.heldNext[s.key] = s.nextTurn
+		s.nextTurn = nil
 	}
 	if g.sessions[s.key] == s {
 		delete(g.sessions, s.key)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -18,6 +19,7 @@ import (
 	"gateway/channels/telegram"
 	"gateway/channels/telegram/telegramtest"
 	"gateway/harness"
+	"gateway/harness/openaitest"
 	"gateway/hooks"
 	"gateway/internal/fakeserver"
 	"gateway/internal/secret"
@@ -219,6 +221,59 @@ func TestJournalFailureRefusesWithoutAck(t *testing.T) {
 	e.mem.waitDone(t, 1)
 	if got := e.mem.finals("c1"); len(got) != 2 || got[1] != "done:ok" {
 		t.Fatalf("after the journal recovered: %q; want the message answered", got)
+	}
+}
+
+// An inject the journal cannot keep is refused (409) whichever way it would go in (a
+// steer into the running turn, kept for the next turn, a turn of its own), and nothing of
+// it reaches the model: the API never says it took a message a crash would lose.
+func TestInjectTheJournalCannotKeepIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	db := openState(t, dir)
+	defer db.Close()
+	j := &failingJournal{DB: db}
+	ai := openaitest.NewServer()
+	t.Cleanup(ai.Close)
+	release := make(chan struct{})
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	}()
+	var calls atomic.Int32
+	ai.SetFunc(func(openaitest.Request) openaitest.Reply {
+		if calls.Add(1) == 1 {
+			<-release // the first turn runs while the injects come
+		}
+		return openaitest.Reply{Text: "ok"}
+	})
+	e := newEnvIn(t, filepath.Join(dir, "sessions"), func(_ *Config, rt *Runtime, d *Deps) {
+		d.Journal, d.Settings = j, db
+		rt.LLM = harness.Config{Provider: "openai", Model: "gpt-test", BaseURL: ai.URL()}
+		d.NewProvider = func(cfg harness.Config) (harness.Provider, error) { return harness.NewProvider(cfg, nil) }
+	})
+	e.mem.inject(t, "jf", "m1", "long task")
+	waitUntil(t, "the model call", func() bool { return calls.Load() == 1 })
+	j.fail.Store(true)
+	for _, as := range []string{DeliverSteer, DeliverNextTurn, DeliverFollowup} {
+		body := map[string]any{"channel": "mem", "chat_id": "jf", "text": "injected as " + as, "deliver_as": as}
+		if code, out := apiPost(t, e.url+"/api/v1/inject", "", body); code != http.StatusConflict {
+			t.Errorf("inject as %s with a failing journal: %d %v; want 409", as, code, out)
+		}
+	}
+	j.fail.Store(false)
+	close(release)
+	e.mem.waitDone(t, 1)
+	e.mem.inject(t, "jf", "m2", "anything else?")
+	e.mem.waitDone(t, 1)
+	for _, r := range ai.Requests() {
+		for _, m := range r.Messages {
+			if strings.Contains(m.Content, "injected as") {
+				t.Errorf("the model was sent %q, an inject the API refused", m.Content)
+			}
+		}
 	}
 }
 

@@ -30,6 +30,13 @@ func (s *session) migrate(msg *channels.Message) bool {
 	if !g.retire(from) {
 		return false
 	}
+	// What the admin API left for the old chat's next turn is for the chat's next turn.
+	g.mu.Lock()
+	if held := g.heldNext[from]; len(held) > 0 {
+		s.nextTurn = append(held, s.nextTurn...)
+		delete(g.heldNext, from)
+	}
+	g.mu.Unlock()
 	g.tellAdmin(msg)
 	result := harness.LogKept
 	if s.running == nil && len(s.pending) == 0 {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -187,6 +188,26 @@ func TestGroupUpgradedToSupergroupKeepsItsConversation(t *testing.T) {
 	}
 	if old := m.history(t, group); old != nil {
 		t.Fatalf("the group's history is still there after the move:\n%s", old)
+	}
+}
+
+// A message the admin API left for a group's next turn follows the group to its new id:
+// the supergroup's next turn carries it, once.
+func TestUpgradedGroupsNextTurnKeepsAnInjectedMessage(t *testing.T) {
+	const group, super = -700, -100700
+	m := newMigrateEnv(t, nil)
+	m.say(t, group, "hello", "answer to alice: hello")
+	note := "(the build of the group's project failed)"
+	body := map[string]any{"channel": "telegram", "chat_id": fmt.Sprint(group), "text": note, "deliver_as": "next_turn"}
+	if code, out := apiPost(t, m.url+"/api/v1/inject", "", body); code != http.StatusAccepted {
+		t.Fatalf("inject: %d %v", code, out)
+	}
+	m.tg.MigrateTo(group, super)
+	m.tg.MigrateFrom(group, super)
+	m.say(t, super, "what happened?", "what happened?")
+	got := m.asked(t, "what happened?")
+	if want := note + "\n\nalice: what happened?"; got[len(got)-1] != want {
+		t.Fatalf("in the supergroup the model was asked %q; want the injected text before the message", got)
 	}
 }
 

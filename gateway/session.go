@@ -59,8 +59,15 @@ type session struct {
 	ttsMode    atomic.Pointer[string]
 	formerChat string // the chat's id before the platform gave it this one (migrate.go); "" when none
 	// nextTurn are messages injected for the next turn (deliver_as next_turn): they go
-	// before its prompt.
-	nextTurn []string
+	// before its prompt. Journaled, they answer with that turn: out of the journal once
+	// its answer is delivered, and waiting for the next turn again after a crash.
+	nextTurn []nextText
+}
+
+// nextText is a message kept for a chat's next turn; seq is its journal entry (0: none).
+type nextText struct {
+	text string
+	seq  uint64
 }
 
 // turnReq is one turn to run: the prompt and where to answer.
@@ -591,7 +598,16 @@ func (s *session) startNext() {
 	s.pending[0] = nil
 	s.pending = s.pending[1:]
 	if len(s.nextTurn) > 0 && !req.compact && req.hookCmd == nil {
-		req.prompt = strings.TrimSpace(strings.Join(s.nextTurn, "\n\n") + "\n\n" + req.prompt)
+		texts := make([]string, 0, len(s.nextTurn)+1)
+		for _, n := range s.nextTurn {
+			texts = append(texts, n.text)
+			if n.seq != 0 {
+				// Saved with the turn's prompt, it leaves the journal with the turn's answer;
+				// cut by a crash, the prompt is taken back and it waits for the next turn again.
+				req.seqs = append(req.seqs, n.seq)
+			}
+		}
+		req.prompt = strings.TrimSpace(strings.Join(append(texts, req.prompt), "\n\n"))
 		s.nextTurn = nil
 	}
 	ctx, cancel := context.WithCancelCause(s.g.ctx)
