@@ -208,3 +208,62 @@ func userTurnsOf(r openaitest.Request) []string {
 	}
 	return out
 }
+
+// A message steered into a tool turn and saved after its results, then a crash: the turn
+// answered again goes on from its tool step without the steered message, which comes
+// after it as a turn of its own (its own journal entry): the model reads it once.
+func TestSteerSavedIntoACutToolTurnIsReadOnce(t *testing.T) {
+	const prompt, steered = "open a ticket", "and mark it urgent"
+	asked := make(chan struct{})
+	var hung atomic.Bool
+	srv := newOpenAIServer(t)
+	srv.SetFunc(func(r openaitest.Request) openaitest.Reply {
+		last := r.Messages[len(r.Messages)-1]
+		switch {
+		case last.Role == "user" && last.Content == prompt:
+			return openaitest.Reply{ToolCalls: []openaitest.ToolCall{{ID: "call_open_ticket", Name: "open_ticket", Arguments: `{}`}}}
+		case last.Role == "user" && strings.Contains(last.Content, steered) && !hung.Swap(true):
+			close(asked)
+			return openaitest.Reply{Hang: true}
+		}
+		return openaitest.Reply{Text: "answered"}
+	})
+	ticket := &sideTool{name: "open_ticket", started: make(chan struct{}), hold: make(chan struct{})}
+	opts := harness.SessionOptions{Key: "web:crash", Store: openStore(t), Provider: openAI(t, srv), Model: "gpt-test",
+		Tools: []harness.Tool{ticket}}
+
+	cut := openSession(t, opts)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = cut.RunAttempt(ctx, harness.Attempt{ID: "17"}, prompt, nil, nil)
+	}()
+	<-ticket.started
+	if !cut.Steer(steered) {
+		t.Fatal("the running turn refused the steered message")
+	}
+	close(ticket.hold)
+	<-asked // the steered message is saved after the tool's result; the crash comes now
+	defer func() { cancel(); <-done }()
+
+	again := openSession(t, opts)
+	if res, err := again.RunAttempt(context.Background(), harness.Attempt{ID: "17", Again: true}, prompt, nil, nil); err != nil || res.Text != "answered" {
+		t.Fatalf("answered again: %q %v", res.Text, err)
+	}
+	if n := ticket.runs.Load(); n != 1 {
+		t.Fatalf("the tool ran %d times; want once", n)
+	}
+	reqs := srv.Requests()
+	if got := strings.Join(userTurnsOf(reqs[len(reqs)-1]), "\n"); strings.Contains(got, steered) {
+		t.Errorf("the message answered again carried the steered one: %q", got)
+	}
+	// The steered message's own turn, replayed from its journal entry.
+	if _, err := again.RunAttempt(context.Background(), harness.Attempt{ID: "18", Again: true}, steered, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	reqs = srv.Requests()
+	if n := strings.Count(strings.Join(userTurnsOf(reqs[len(reqs)-1]), "\n"), steered); n != 1 {
+		t.Errorf("the model read the steered message %d times; want once", n)
+	}
+}

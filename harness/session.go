@@ -558,6 +558,15 @@ func (r *run) resume() bool {
 	if i < 0 || slices.ContainsFunc(h.entries[i+1:], func(e entry) bool { return e.intake != "" }) {
 		return false // not the branch's last attempt: later messages were answered after it
 	}
+	// A message steered into the attempt (a user message after its first answer) has its
+	// own journal entry and is asked again as a turn of its own after this one: the
+	// attempt goes on from before it, or the model would read it twice.
+	if a := slices.IndexFunc(h.entries[i+1:], func(e entry) bool { return e.msg.Role == llm.RoleAssistant }); a >= 0 {
+		a += i + 1
+		if u := slices.IndexFunc(h.entries[a:], func(e entry) bool { return e.msg.Role == llm.RoleUser }); u >= 0 && !h.takeBackAt(a+u) {
+			return false
+		}
+	}
 	step := -1
 	for j := len(h.entries) - 1; j > i; j-- {
 		if m := h.entries[j].msg; m.Role == llm.RoleAssistant && len(m.ToolCalls) > 0 {
