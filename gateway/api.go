@@ -427,7 +427,7 @@ func (s *session) inject(in *injection) error {
 	steer := in.req.DeliverAs == DeliverSteer && s.running != nil && s.agent != nil
 	// Kept for the next turn rather than a turn of its own (see below).
 	wait := !steer && !in.req.Trigger && (in.req.DeliverAs == DeliverNextTurn || s.running == nil)
-	if wait && len(s.nextTurn) >= maxNextTurn {
+	if (wait || !steer && in.req.DeliverAs == DeliverNextTurn) && len(s.nextTurn) >= maxNextTurn {
 		return errors.New("too many messages wait for this chat's next turn")
 	}
 	msg := &channels.Message{Channel: t.Channel, ChatID: t.ChatID, ThreadID: t.ThreadID, Injected: true, NextTurn: wait,
@@ -451,14 +451,16 @@ func (s *session) inject(in *injection) error {
 		arm(rt.Bus)
 		return nil
 	}
-	if in.req.DeliverAs == DeliverNextTurn {
-		// next_turn with trigger: it is the next turn.
-		s.nextTurn = append(s.nextTurn, nextText{text: text})
-		text = ""
-	}
 	req := &turnReq{prompt: text, profile: prof, info: info, target: t, rt: rt, release: release}
 	if msg.Seq != 0 {
 		req.seqs, req.asked = []uint64{msg.Seq}, harness.Attempt{ID: intakeID(msg)}
+	}
+	if in.req.DeliverAs == DeliverNextTurn {
+		// next_turn with trigger: it goes before the next turn's prompt, and answers with
+		// that turn. The turn queued here is that turn when none waits before it; when one
+		// does, it takes the text and this one has nothing left to ask (startNext skips it).
+		s.nextTurn = append(s.nextTurn, nextText{text: text, seq: msg.Seq})
+		req.prompt, req.seqs = "", nil
 	}
 	arm(rt.Bus)
 	kept = true

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -612,4 +613,54 @@ func TestAPIStatusDoesNotWaitForABusyChat(t *testing.T) {
 		t.Errorf("status of the busy chat = %v; want running and queued null (unknown)", s)
 	}
 	e.mem.waitDone(t, 1)
+}
+
+// A next_turn with trigger while a turn runs and a message waits behind it: the waiting
+// message's turn carries the text, and the inject's own turn, left with nothing to ask,
+// does not run (it asked the model an empty message).
+func TestNextTurnWithTriggerTakenByAWaitingTurnRunsNoEmptyTurn(t *testing.T) {
+	e := newEnv(t)
+	release := make(chan struct{})
+	var calls atomic.Int32
+	e.fake.SetFunc(func(req *harness.Request) harness.FakeReply {
+		if calls.Add(1) == 1 {
+			<-release
+		}
+		return harness.FakeReply{Text: "ok"}
+	})
+	queued := func() int {
+		for _, s := range e.g.sessionStatus(context.Background()) {
+			if s.Key == "mem:nt1" && s.Queued != nil {
+				return *s.Queued
+			}
+		}
+		return 0
+	}
+	e.mem.inject(t, "nt1", "u1", "long task")
+	waitUntil(t, "the first turn asks the model", func() bool { return calls.Load() == 1 })
+	e.mem.inject(t, "nt1", "u2", "and then this")
+	waitUntil(t, "the second message waits", func() bool { return queued() == 1 })
+	body := map[string]any{"channel": "mem", "chat_id": "nt1", "text": "(the user's calendar: free at 3pm)", "deliver_as": "next_turn", "trigger": true}
+	if code, out := apiPost(t, e.url+"/api/v1/inject", "", body); code != http.StatusAccepted {
+		t.Fatalf("inject: %d %v", code, out)
+	}
+	close(release)
+	e.mem.waitDone(t, 2)
+	if p := lastPrompt(e.fake); p != "(the user's calendar: free at 3pm)\n\nand then this" {
+		t.Fatalf("the waiting message was asked %q; want the injected text before it", p)
+	}
+	e.mem.inject(t, "nt1", "u3", "thanks")
+	e.mem.waitDone(t, 1)
+	var prompts []string
+	for _, r := range e.fake.Requests() {
+		for i := len(r.Messages) - 1; i >= 0; i-- {
+			if r.Messages[i].Role == "user" {
+				prompts = append(prompts, r.Messages[i].Content)
+				break
+			}
+		}
+	}
+	if want := []string{"long task", "(the user's calendar: free at 3pm)\n\nand then this", "thanks"}; !slices.Equal(prompts, want) {
+		t.Fatalf("the model was asked %q; want %q", prompts, want)
+	}
 }

@@ -610,6 +610,12 @@ func (s *session) startNext() {
 		req.prompt = strings.TrimSpace(strings.Join(append(texts, req.prompt), "\n\n"))
 		s.nextTurn = nil
 	}
+	if req.prompt == "" && len(req.parts) == 0 && len(req.seqs) == 0 && !req.compact && req.hookCmd == nil {
+		// A next_turn's own turn whose text a turn before it took: nothing to ask.
+		req.drop()
+		s.startNext()
+		return
+	}
 	ctx, cancel := context.WithCancelCause(s.g.ctx)
 	s.running = &runningTurn{cancel: cancel, seqs: req.seqs}
 	// The turn's snapshot: the agent's bus and the turn's hooks come from the runtime its
