@@ -192,6 +192,9 @@ func (s *session) answer(ctx context.Context, d *deliverer, req *turnReq, rt *Ru
 		return
 	}
 
+	if res.Ended == harness.EndedAtLength {
+		s.lengthReached(rt, req)
+	}
 	// message:send runs after the turn settled and before done; its parts go first.
 	parts := s.messageSend(d, req, rt, res.Text)
 	if len(parts) > 0 {
@@ -221,15 +224,26 @@ func userText(err error) (text string, admin bool) {
 	return err.Error(), false
 }
 
+// lengthReached tells the admin, by its key, of the limit that cut an answer: the chat is
+// told only that the answer reached the length limit (endNote).
+func (s *session) lengthReached(rt *Runtime, req *turnReq) {
+	limit := "the provider's default"
+	if n := mergeLLM(rt.LLM, req.profile.LLM).WithDefaults().MaxTokens; n > 0 {
+		limit = fmt.Sprintf("%d tokens", n)
+	}
+	s.g.log.Warn("an answer reached the length limit of one answer (llm.max_tokens); raise it if answers are often cut",
+		"session", s.key, "profile", req.profile.Name, "max_tokens", limit)
+}
+
 // endNote tells the chat why an answer ends as it does (harness.Result.Ended); "" when
-// it is whole.
+// it is whole. In plain words: the setting behind a limit is the admin's (lengthReached).
 func endNote(text string, e harness.Ending) string {
 	switch e {
 	case harness.EndedAtLength:
 		if strings.TrimSpace(text) == "" {
-			return "The model reached the length limit of one answer (llm.max_tokens) before writing anything. Please try again, or ask for less at once."
+			return "The model reached the length limit of one answer before writing anything. Please try again, or ask for less at once."
 		}
-		return "The answer stops here: it reached the length limit of one answer (llm.max_tokens). Ask me to go on."
+		return "The answer stops here: it reached the length limit of one answer. Ask me to go on."
 	case harness.EndedWithheld:
 		return "The model's provider withheld this answer (its content filter)."
 	case harness.EndedEmpty:
