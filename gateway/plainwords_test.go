@@ -1,15 +1,20 @@
 package gateway
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 
 	"gateway/channels"
 	"gateway/channels/channeltest"
 	"gateway/channels/telegram/telegramtest"
+	"gateway/harness"
+	"gateway/harness/anthropictest"
 	"gateway/harness/openaitest"
+	"gateway/hooks"
 )
 
 // What a chat user reads is in plain words: the settings behind it (config keys such as
@@ -82,5 +87,57 @@ func TestAnswerAtTheLengthLimitIsToldPlainly(t *testing.T) {
 	assertPlain(t, "an answer cut before it began", got)
 	if !strings.Contains(u.logs.String(), "llm.max_tokens") {
 		t.Errorf("the log does not name llm.max_tokens:\n%s", u.logs.String())
+	}
+}
+
+// gatewayErrors collects the gateway:error events of e's bus (the admin's hooks read them).
+func gatewayErrors(e *testEnv) func() []string {
+	var mu sync.Mutex
+	var out []string
+	e.bus.Observe("test", func(_ context.Context, ev hooks.Event) {
+		if ge, ok := ev.(*hooks.GatewayError); ok {
+			mu.Lock()
+			out = append(out, ge.Error)
+			mu.Unlock()
+		}
+	})
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), out...)
+	}
+}
+
+// A provider with no model configured (a profile that switches to another provider and
+// names none) told the chat "The model API rejected the request (HTTP 400): no model is
+// configured; set llm.model": a key for the admin, and an API that was never asked. The
+// chat reads that the admin has not chosen a model; the log and gateway:error name
+// llm.model. No request reaches the API.
+func TestNoModelConfiguredIsToldPlainly(t *testing.T) {
+	oa, an := openaitest.NewServer(), anthropictest.NewServer()
+	t.Cleanup(oa.Close)
+	t.Cleanup(an.Close)
+	for _, llm := range []harness.Config{
+		{Provider: "openai", BaseURL: oa.URL()},
+		{Provider: "anthropic", BaseURL: an.URL(), APIKey: "sk-ant-test"},
+	} {
+		t.Run(llm.Provider, func(t *testing.T) {
+			u := newTGUser(t, func(_ *Config, rt *Runtime, d *Deps) {
+				rt.LLM = llm
+				d.NewProvider = func(cfg harness.Config) (harness.Provider, error) { return harness.NewProvider(cfg, nil) }
+			})
+			events := gatewayErrors(u.e)
+			got := u.ask("hello", noModelText)
+			assertPlain(t, "no model", got)
+			if !strings.Contains(u.logs.String(), "llm.model") {
+				t.Errorf("the log does not name llm.model:\n%s", u.logs.String())
+			}
+			if ev := events(); len(ev) != 1 || !strings.Contains(ev[0], "llm.model") {
+				t.Errorf("gateway:error events %q; want one naming llm.model", ev)
+			}
+		})
+	}
+	if n := len(oa.Requests()) + len(an.Requests()); n != 0 {
+		t.Errorf("%d requests reached the model APIs; want none", n)
 	}
 }

@@ -176,7 +176,7 @@ func (s *session) answer(ctx context.Context, d *deliverer, req *turnReq, rt *Ru
 		}
 		text, admin := userText(err)
 		if admin {
-			g.log.Error("turn failed: the model API refused the gateway's settings; the chat was told the admin knows", "session", s.key, "err", err)
+			g.log.Error("turn failed on the gateway's model settings, which only the admin can mend; the chat was told so in plain words", "session", s.key, "err", err)
 		} else {
 			g.log.Warn("turn failed", "session", s.key, "err", err)
 		}
@@ -210,15 +210,22 @@ func (s *session) answer(ctx context.Context, d *deliverer, req *turnReq, rt *Ru
 }
 
 // adminFaultText is what the chat is told when the model fails for a reason only the admin
-// can mend (see harness.ProviderError.AdminFault).
-const adminFaultText = "Sorry, I can't reach my model right now. The admin has been told; please try again later."
+// can mend (see harness.ProviderError.AdminFault); noModelText when that reason is that
+// no model is configured at all.
+const (
+	adminFaultText = "Sorry, I can't reach my model right now. The admin has been told; please try again later."
+	noModelText    = "I am not set up to answer yet: the admin has not chosen a model."
+)
 
 // userText is what the chat is told of a failed model call: the error's own words, written
 // for the chat, unless only the admin can mend it (admin): those words name config keys
-// (llm.api_key), which are the log's to tell, not a chat user's.
+// (llm.api_key, llm.model), which are the log's to tell, not a chat user's.
 func userText(err error) (text string, admin bool) {
 	var pe *harness.ProviderError
-	if errors.As(err, &pe) && pe.AdminFault() {
+	switch {
+	case errors.As(err, &pe) && pe.NoModel:
+		return noModelText, true
+	case pe != nil && pe.AdminFault():
 		return adminFaultText, true
 	}
 	return err.Error(), false
