@@ -265,12 +265,22 @@ func (s *session) command(cmd, arg string, msg *channels.Message, rt *Runtime, p
 			s.turnEnded(<-s.turnDone)
 		}
 		agent, err := s.ensureAgent(&turnReq{profile: prof, info: info}, rt)
-		if err == nil {
-			ctx, cancel := context.WithTimeout(g.ctx, g.cfg.TurnTimeout)
-			err = agent.Reset(ctx)
-			cancel()
-		}
 		if err != nil {
+			reply(g.openFailed(s.key, err))
+			return true, false
+		}
+		ctx, cancel := context.WithTimeout(g.ctx, g.cfg.TurnTimeout)
+		err = agent.Reset(ctx)
+		cancel()
+		var save *harness.SaveError
+		switch {
+		case errors.As(err, &save):
+			// The history file's error names the server's paths: the admin's, in the log.
+			g.log.Error("/new: the fresh conversation could not be saved", "session", s.key, "err", err)
+			reply("Sorry, I couldn't start a new conversation: I could not save the change. The gateway's log tells its admin why.")
+			return true, false
+		case err != nil:
+			// A hook's refusal (its reason is written for the chat), or an answer still running.
 			reply("I couldn't start a new conversation: " + err.Error())
 			return true, false
 		}
@@ -391,9 +401,12 @@ func (s *session) commandTurn(ctx context.Context, d *deliverer, req *turnReq, a
 		return ""
 	}
 	if err := agent.AppendEntries(res.Entries); err != nil {
-		s.g.log.Error("command: cannot save its entries", "session", s.key, "command", req.hookCmd.Name, "err", err)
+		// Entries the history refuses are the hook's fault, a file that cannot be written
+		// the server's: neither is the chat's to read (the log and gateway:error say which).
+		s.g.log.Error("command: cannot save its entries", "session", s.key, "command", req.hookCmd.Name, "source", req.hookCmd.Source, "err", err)
 		defer d.settle()()
-		d.fail("turn", fmt.Sprintf("The command /%s could not save its result: %v", req.hookCmd.Name, err), nil)
+		d.fail("turn", fmt.Sprintf("The command /%s failed: its result could not be saved.", req.hookCmd.Name),
+			fmt.Errorf("command /%s (%s): saving its entries: %w", req.hookCmd.Name, req.hookCmd.Source, err))
 		return ""
 	}
 	if res.Prompt != "" {

@@ -3,10 +3,14 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"gateway/channels"
 	"gateway/channels/channeltest"
@@ -15,6 +19,7 @@ import (
 	"gateway/harness/anthropictest"
 	"gateway/harness/openaitest"
 	"gateway/hooks"
+	"gateway/profiles"
 )
 
 // What a chat user reads is in plain words: the settings behind it (config keys such as
@@ -139,5 +144,81 @@ func TestNoModelConfiguredIsToldPlainly(t *testing.T) {
 	}
 	if n := len(oa.Requests()) + len(an.Requests()); n != 0 {
 		t.Errorf("%d requests reached the model APIs; want none", n)
+	}
+}
+
+// A chat whose profile's tools cannot be set up read "I couldn't start the assistant for
+// this chat: unknown tool \"no_such_tool\" (builtin tools: ...)", the words of the admin's
+// profile.yaml; /new read the same. Both now read that the setup needs the admin, whom
+// the log tells which tool.
+func TestChatSetupProblemIsToldPlainly(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "tooled"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tooled", "profile.yaml"), []byte("tools: [no_such_tool]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Loaded without the check a gateway's load makes, as a profile the tools changed under.
+	set, err := profiles.Load(profiles.Config{Dir: dir, Default: "tooled"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := newTGUser(t, func(_ *Config, rt *Runtime, _ *Deps) {
+		rt.Profiles, rt.Tools = set, harness.BuiltinTools
+	})
+	events := gatewayErrors(u.e)
+	for _, text := range []string{"hello", "/new"} {
+		got := u.ask(text, "only the admin can fix")
+		assertPlain(t, text, got)
+		if strings.Contains(got, "no_such_tool") {
+			t.Errorf("%s: the chat read %q, which names the profile's tool", text, got)
+		}
+	}
+	if !strings.Contains(u.logs.String(), "no_such_tool") {
+		t.Errorf("the log does not name the tool:\n%s", u.logs.String())
+	}
+	if ev := events(); len(ev) != 1 || !strings.Contains(ev[0], "no_such_tool") {
+		t.Errorf("gateway:error events %q; want the turn's, naming the tool", ev)
+	}
+}
+
+// /new whose fresh start could not be saved read "I couldn't start a new conversation: the
+// conversation was reset, but saving that failed: open /.../telegram-1001-....jsonl: is a
+// directory": the server's files. The chat reads that the change could not be saved; the
+// log has the file.
+func TestNewThatCannotBeSavedIsToldPlainly(t *testing.T) {
+	u := newTGUser(t)
+	u.e.fake.SetFunc(func(*harness.Request) harness.FakeReply { return harness.FakeReply{Text: "first answer"} })
+	u.ask("hello", "first answer")
+	// The answer shows (as its preview) before the turn saves it: wait for the history.
+	file := ""
+	deadline := time.Now().Add(20 * time.Second)
+	for file == "" {
+		filepath.WalkDir(u.e.dir, func(path string, d fs.DirEntry, err error) error {
+			if b, rerr := os.ReadFile(path); err == nil && !d.IsDir() && rerr == nil && strings.Contains(path, "telegram") &&
+				strings.Contains(string(b), "first answer") {
+				file = path
+			}
+			return nil
+		})
+		if file == "" && time.Now().After(deadline) {
+			t.Fatal("the first turn is not in a history file")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// A directory where the history file was: the next write fails, whoever the tests run as.
+	if err := os.Rename(file, file+".moved"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(file, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	got := u.ask("/new", "couldn't start a new conversation")
+	if strings.Contains(got, u.e.dir) || strings.Contains(got, ".jsonl") {
+		t.Errorf("/new: the chat read %q, which names the server's files", got)
+	}
+	if !strings.Contains(u.logs.String(), file) {
+		t.Errorf("the log does not name the history file %s:\n%s", file, u.logs.String())
 	}
 }

@@ -114,22 +114,26 @@ type historyError struct{ err error }
 func (e *historyError) Error() string { return e.err.Error() }
 func (e *historyError) Unwrap() error { return e.err }
 
-// failOpen ends a turn whose session could not be opened. A history the gateway cannot
-// read is told in plain words: its error names the server's paths, which are the admin's
-// business (the log and gateway:error carry it). A profile's model or tools that cannot be
-// set up are told as they are: those words name the setting to fix.
+// failOpen ends a turn whose session could not be opened, told in plain words (openFailed).
 func (d *deliverer) failOpen(key string, err error) {
+	d.fail("turn", d.g.openFailed(key, err), err)
+}
+
+// openFailed logs why a chat's session could not be opened and returns what the chat is
+// told. A history the gateway cannot read, and a profile's model or tools that cannot be
+// set up, are the admin's to mend: their errors name the server's paths and config keys,
+// which the log (and gateway:error) carry, not the chat.
+func (g *Gateway) openFailed(key string, err error) string {
 	log := []any{"session", key, "err", err}
 	if errors.Is(err, fs.ErrPermission) {
 		log = append(log, "hint", fmt.Sprintf("the gateway runs as user %d, which must be able to read and write state_dir and every file in it", os.Geteuid()))
 	}
-	d.g.log.Error("cannot open the chat session", log...)
-	text := "I couldn't start the assistant for this chat: " + err.Error()
+	g.log.Error("cannot open the chat session", log...)
 	var he *historyError
 	if errors.As(err, &he) {
-		text = "Sorry, I can't open this chat's conversation history, so I can't answer right now. The gateway's log tells its admin why."
+		return "Sorry, I can't open this chat's conversation history, so I can't answer right now. The gateway's log tells its admin why."
 	}
-	d.fail("turn", text, err)
+	return "Sorry, I can't answer in this chat right now: my setup for it has a problem only the admin can fix. The gateway's log tells them what."
 }
 
 // beforeRun readies the agent for the turn's prompt; false when the turn was a /compact
