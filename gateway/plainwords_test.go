@@ -140,6 +140,9 @@ func TestNoModelConfiguredIsToldPlainly(t *testing.T) {
 			if ev := events(); len(ev) != 1 || !strings.Contains(ev[0], "llm.model") {
 				t.Errorf("gateway:error events %q; want one naming llm.model", ev)
 			}
+			if got := u.ask("/status", "Model:"); !strings.Contains(got, "Model: none chosen yet ("+llm.Provider+")") {
+				t.Errorf("/status reads %q; want that no model is chosen", got)
+			}
 		})
 	}
 	if n := len(oa.Requests()) + len(an.Requests()); n != 0 {
@@ -220,5 +223,60 @@ func TestNewThatCannotBeSavedIsToldPlainly(t *testing.T) {
 	}
 	if !strings.Contains(u.logs.String(), file) {
 		t.Errorf("the log does not name the history file %s:\n%s", file, u.logs.String())
+	}
+}
+
+// /status said "Voice replies: default (as configured)" until the chat chose with /voice,
+// even on a gateway without voice replies, and /voice named tts.mode. /status now shows
+// the mode in effect for the chat (the gateway's tts.mode, under the profile's, under the
+// chat's /voice), and says what the queue mode means.
+func TestStatusShowsTheVoiceModeInEffect(t *testing.T) {
+	dir := t.TempDir()
+	for name, yaml := range map[string]string{"plain": "", "talker": "tts: {mode: always}\n"} {
+		if err := os.MkdirAll(filepath.Join(dir, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name, "profile.yaml"), []byte(yaml), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	load := func(def string) *profiles.Set {
+		set, err := profiles.Load(profiles.Config{Dir: dir, Default: def}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return set
+	}
+	status := func(t *testing.T, u *tgUser) string {
+		t.Helper()
+		got := u.ask("/status", "Voice replies:")
+		assertPlain(t, "/status", got)
+		if !strings.Contains(got, "Queue mode: followup (what you send while I answer is answered after it, in order)") {
+			t.Errorf("/status reads %q; want the queue mode in words", got)
+		}
+		return got
+	}
+	for _, c := range []struct {
+		name, voiceMode, profile, want string
+	}{
+		{"no voice replies", "", "talker", "Voice replies: off (voice replies are not set up on this gateway)"},
+		{"the gateway's mode", "inbound", "plain", "Voice replies: auto (when you send a voice note)"},
+		{"the profile's mode", "inbound", "talker", "Voice replies: on (every answer)"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			u := newTGUser(t, func(_ *Config, rt *Runtime, _ *Deps) { rt.VoiceMode, rt.Profiles = c.voiceMode, load(c.profile) })
+			if got := status(t, u); !strings.Contains(got, c.want) {
+				t.Errorf("/status reads %q; want %q", got, c.want)
+			}
+			if c.voiceMode == "" {
+				got := u.ask("/voice on", "not set up")
+				assertPlain(t, "/voice on", got)
+				return
+			}
+			u.ask("/voice off", "Voice replies: off")
+			if got := status(t, u); !strings.Contains(got, "Voice replies: off") {
+				t.Errorf("/status after /voice off reads %q", got)
+			}
+		})
 	}
 }

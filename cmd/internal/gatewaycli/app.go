@@ -391,13 +391,13 @@ func (a *app) buildRuntime(cfg Config) (*gateway.Runtime, hookReport, error) {
 		}
 	}
 	return &gateway.Runtime{
-		Bus:          bus,
-		Profiles:     profs,
-		Commands:     reg,
-		LLM:          sessionLLM(cfg.LLM),
-		Tools:        resolveTools,
-		MCPTools:     a.mcpTools,
-		VoiceReplies: a.tts != nil,
+		Bus:       bus,
+		Profiles:  profs,
+		Commands:  reg,
+		LLM:       sessionLLM(cfg.LLM),
+		Tools:     resolveTools,
+		MCPTools:  a.mcpTools,
+		VoiceMode: a.tts.Mode(),
 		Close: func() {
 			for i := len(closers) - 1; i >= 0; i-- {
 				closers[i]()
