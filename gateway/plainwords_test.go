@@ -12,13 +12,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-telegram/bot/models"
+
 	"gateway/channels"
 	"gateway/channels/channeltest"
+	"gateway/channels/telegram"
 	"gateway/channels/telegram/telegramtest"
 	"gateway/harness"
 	"gateway/harness/anthropictest"
 	"gateway/harness/openaitest"
 	"gateway/hooks"
+	"gateway/internal/secret"
 	"gateway/profiles"
 )
 
@@ -39,7 +43,14 @@ func newTGUser(t *testing.T, opts ...envOpt) *tgUser {
 	tg := telegramtest.NewServer(t)
 	u := &tgUser{t: t, tg: tg, logs: &channeltest.LogBuffer{}}
 	opts = append(opts, func(_ *Config, _ *Runtime, d *Deps) { d.Logger = slog.New(slog.NewTextHandler(u.logs, nil)) })
-	u.e = newEnvWith(t, t.TempDir(), []channels.Channel{groupTelegram(t, tg, fmt.Sprint(telegramtest.UserID))}, opts...)
+	ch, err := telegram.New(telegram.Config{Enabled: true, Token: secret.Secret(tg.Token), APIURL: tg.URL, Mode: telegram.ModePolling,
+		Access: channels.Access{AllowFrom: []string{fmt.Sprint(telegramtest.UserID)}, DMPolicy: channels.DMAllowlist, RequireMention: true}},
+		telegram.Options{StateDir: t.TempDir(), PollTimeout: time.Second, Logger: slog.New(slog.NewTextHandler(u.logs, nil)),
+			Pacing: telegram.Pacing{GlobalPerSecond: -1, PerChatInterval: -1, GroupInterval: -1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.e = newEnvWith(t, t.TempDir(), []channels.Channel{ch}, opts...)
 	return u
 }
 
@@ -278,5 +289,22 @@ func TestStatusShowsTheVoiceModeInEffect(t *testing.T) {
 				t.Errorf("/status after /voice off reads %q", got)
 			}
 		})
+	}
+}
+
+// A stranger writing to the bot read "Ask its admin to add your user id 666 to
+// allow_from": the setting is the admin's. The stranger reads their id, to give the admin;
+// the log names allow_from beside it.
+func TestStrangerIsToldPlainly(t *testing.T) {
+	u := newTGUser(t)
+	u.tg.Send(telegramtest.Update{ChatID: 666, From: &models.User{ID: 666, FirstName: "Eve"}, Text: "hello?"})
+	msgs := waitPosted(t, u.tg, 666, "the stranger told", func(m []telegramtest.Message) bool { return len(m) > 0 })
+	got := msgs[0].Text
+	assertPlain(t, "a stranger", got)
+	if strings.Contains(got, "allow_from") || !strings.Contains(got, "666") {
+		t.Errorf("the stranger read %q; want their id and no setting", got)
+	}
+	if !strings.Contains(u.logs.String(), "allow_from") {
+		t.Errorf("the log does not name allow_from:\n%s", u.logs.String())
 	}
 }
