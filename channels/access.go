@@ -51,9 +51,11 @@ func (a Access) Check(m *Message) Verdict {
 }
 
 // NotAllowedText is what adapters answer in a DM to a user who is not on the allowlist, so
-// that the admin can add them; groups stay silent to avoid noise.
+// that the admin can add them; groups stay silent to avoid noise. It gives the user's id,
+// which the admin needs, but not the setting to put it in: the adapters' logs name
+// allow_from beside the id.
 func NotAllowedText(userID string) string {
-	return "Sorry, you are not allowed to use this bot. Ask its admin to add your user id " + userID + " to allow_from."
+	return "Sorry, you are not allowed to use this bot. To be let in, give its admin your user id: " + userID + "."
 }
 
 // Validate checks dm_policy and every allow_from id of the channel called name; validID

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -112,11 +113,86 @@ func (m *Message) HasRefs() bool {
 
 // Fetched is what FetchRefs made of a message's parts.
 type Fetched struct {
-	Parts    []Part   // the parts in order, each referenced one replaced by its download, the refused left out
-	Saved    []string // the downloaded files' paths
-	Refused  []Part   // the referenced parts not downloaded
+	Parts   []Part   // the parts in order, each referenced one replaced by its download, the refused left out
+	Saved   []string // the downloaded files' paths
+	Refused []Part   // the referenced parts not downloaded
+	// Limits holds, for each of Refused, the size limit it was over (0: it failed otherwise).
+	Limits   []int64
 	Refusals []string // what to tell the user about them, each text once
 	Total    int      // the referenced parts
+}
+
+// Refusal is why a fetch (FetchRefs) did not download a part: Text is what the user reads;
+// Limit, set when the part was over the adapter's size limit (TooLarge), lets the agent be
+// told that it was too large rather than that it could not be downloaded.
+type Refusal struct {
+	Text  string
+	Limit int64
+}
+
+// Refuse is the refusal of a part that could not be downloaded, told to the user as text.
+func Refuse(text string) Refusal { return Refusal{Text: text} }
+
+// TooLarge is the refusal of a part over limit bytes, in the words every adapter tells it:
+// what names the part for its sender ("that voice note", "report.pdf"); size is what the
+// part weighs when known to be over limit (else the sentence leaves it out). A recording
+// was not heard, anything else not seen.
+func TooLarge(what string, typ PartType, size, limit int64) Refusal {
+	missed := "seen"
+	if typ == PartAudio {
+		missed = "heard"
+	}
+	text := fmt.Sprintf("Sorry, %s is too large for me (I can take up to %s), so I haven't %s it.", what, HumanSize(limit), missed)
+	if size > limit {
+		text = fmt.Sprintf("Sorry, %s is too large for me (%s; I can take up to %s), so I haven't %s it.", what, HumanSize(size), HumanSize(limit), missed)
+	}
+	return Refusal{Text: text, Limit: limit}
+}
+
+// Note tells the agent what of the message it does not see (Refused), and why: too large
+// for this gateway, or not downloaded. one names a lone part with its article ("a voice
+// note", "a file (a.txt)"); items names the message's parts together ("items of this
+// album"); name, when not nil, names each of several refused parts in a list.
+func (f Fetched) Note(one func(Part) string, items string, name func(Part) string) string {
+	var limit int64
+	over := 0
+	for _, l := range f.Limits {
+		if l > 0 {
+			over, limit = over+1, l
+		}
+	}
+	tooLarge := "larger than the " + HumanSize(limit) + " this gateway accepts"
+	if f.Total <= 1 {
+		why := "could not be downloaded"
+		if over == 1 {
+			why = "is " + tooLarge
+		}
+		return fmt.Sprintf("[The user also sent %s, which %s]", one(f.Refused[0]), why)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "[%d of the %d %s ", len(f.Refused), f.Total, items)
+	switch {
+	case over == 0:
+		b.WriteString("could not be downloaded")
+	case over == len(f.Refused) && over == 1:
+		b.WriteString("is " + tooLarge)
+	case over == len(f.Refused):
+		b.WriteString("are " + tooLarge)
+	default:
+		fmt.Fprintf(&b, "could not be downloaded (%d of them %s)", over, tooLarge)
+	}
+	if name != nil {
+		for i, p := range f.Refused {
+			if i == 0 {
+				b.WriteString(": ")
+			} else {
+				b.WriteString(", ")
+			}
+			b.WriteString(name(p))
+		}
+	}
+	b.WriteString("]")
+	return b.String()
 }
 
 // Settle makes f msg's outcome, by the rule every adapter keeps. With nothing refused, msg
@@ -161,9 +237,10 @@ func AnyRef[R any](refs []Part, flag func(R) bool) bool {
 }
 
 // FetchRefs runs fetch on each of parts that is a reference (see Fetcher), in order, and
-// gathers the outcome; fetch returns the downloaded part, or a refusal: what to tell the
-// user. Settle then says what the failures mean for the message.
-func FetchRefs(parts []Part, fetch func(Part) (Part, string)) Fetched {
+// gathers the outcome; fetch returns the downloaded part, or a refusal (Text set): what to
+// tell the user, and whether the part was too large. Settle then says what the failures
+// mean for the message.
+func FetchRefs(parts []Part, fetch func(Part) (Part, Refusal)) Fetched {
 	var f Fetched
 	for _, p := range parts {
 		if p.Ref == "" {
@@ -172,10 +249,11 @@ func FetchRefs(parts []Part, fetch func(Part) (Part, string)) Fetched {
 		}
 		f.Total++
 		got, refusal := fetch(p)
-		if refusal != "" {
+		if refusal.Text != "" {
 			f.Refused = append(f.Refused, p)
-			if !slices.Contains(f.Refusals, refusal) {
-				f.Refusals = append(f.Refusals, refusal)
+			f.Limits = append(f.Limits, refusal.Limit)
+			if !slices.Contains(f.Refusals, refusal.Text) {
+				f.Refusals = append(f.Refusals, refusal.Text)
 			}
 			continue
 		}

@@ -55,10 +55,13 @@ func ReadPart(p Part, max int64) ([]byte, error) {
 }
 
 // HumanSize says a byte count the way people read file sizes, in the binary units that
-// platform limits use (Telegram's 20 MB is 20 MiB): "20 MB", "1.5 MB", "5 KB".
+// platform limits use (Telegram's 20 MB is 20 MiB): "20 MB", "1.5 MB", "5 KB". A count of
+// whole decimal megabytes is said as such: a limit written 20000000 reads "20 MB", not "19 MB".
 func HumanSize(n int64) string {
 	const mb = 1 << 20
 	switch {
+	case n >= 1_000_000 && n < 1<<30 && n%1_000_000 == 0:
+		return fmt.Sprintf("%d MB", n/1_000_000)
 	case n >= 1<<30:
 		return fmt.Sprintf("%.1f GB", float64(n)/(1<<30))
 	case n >= 10*mb:

@@ -265,12 +265,22 @@ func (s *session) command(cmd, arg string, msg *channels.Message, rt *Runtime, p
 			s.turnEnded(<-s.turnDone)
 		}
 		agent, err := s.ensureAgent(&turnReq{profile: prof, info: info}, rt)
-		if err == nil {
-			ctx, cancel := context.WithTimeout(g.ctx, g.cfg.TurnTimeout)
-			err = agent.Reset(ctx)
-			cancel()
-		}
 		if err != nil {
+			reply(g.openFailed(s.key, err))
+			return true, false
+		}
+		ctx, cancel := context.WithTimeout(g.ctx, g.cfg.TurnTimeout)
+		err = agent.Reset(ctx)
+		cancel()
+		var save *harness.SaveError
+		switch {
+		case errors.As(err, &save):
+			// The history file's error names the server's paths: the admin's, in the log.
+			g.log.Error("/new: the fresh conversation could not be saved", "session", s.key, "err", err)
+			reply("Sorry, I couldn't start a new conversation: I could not save the change. The gateway's log tells its admin why.")
+			return true, false
+		case err != nil:
+			// A hook's refusal (its reason is written for the chat), or an answer still running.
 			reply("I couldn't start a new conversation: " + err.Error())
 			return true, false
 		}
@@ -299,22 +309,23 @@ func (s *session) command(cmd, arg string, msg *channels.Message, rt *Runtime, p
 		}
 		if s.agent != nil {
 			st := s.agent.Stats()
-			fmt.Fprintf(&b, "Model: %s (%s)\nMessages in history: %d\n", st.Model, st.Provider, st.Messages)
+			fmt.Fprintf(&b, "Model: %s (%s)\nMessages in history: %d\n", modelName(st.Model), st.Provider, st.Messages)
 			b.WriteString(contextLine(st))
 		} else {
 			cfg := mergeLLM(rt.LLM, prof.LLM)
-			fmt.Fprintf(&b, "Model: %s (%s)\n", cfg.Model, cfg.Provider)
+			fmt.Fprintf(&b, "Model: %s (%s)\n", modelName(cfg.Model), cfg.Provider)
 		}
 		state := "idle"
 		if s.running != nil {
 			state = "answering"
 		}
-		fmt.Fprintf(&b, "State: %s, %d queued\nQueue mode: %s\nVoice replies: %s",
-			state, len(s.pending), queueMode(g.cfg.QueueMode, prof), voiceLabel(s.voiceMode(), prof.TTSMode))
+		mode := queueMode(g.cfg.QueueMode, prof)
+		fmt.Fprintf(&b, "State: %s, %d queued\nQueue mode: %s (%s)\nVoice replies: %s",
+			state, len(s.pending), mode, queueLabel(mode), voiceLabel(s.spokenWhen(rt, prof), rt))
 		reply(b.String())
 	case "voice":
-		if !rt.VoiceReplies {
-			reply("Voice replies are not set up on this gateway (tts.mode is off), so I answer in text.")
+		if !voiceReplies(rt) {
+			reply("Voice replies are not set up on this gateway, so I answer in text.")
 			return true, false
 		}
 		switch strings.ToLower(arg) {
@@ -333,11 +344,11 @@ func (s *session) command(cmd, arg string, msg *channels.Message, rt *Runtime, p
 			// A choice outlives the session's eviction and a restart.
 			if err := g.settings.SetSetting(s.key, "voice", s.voiceMode()); err != nil {
 				g.log.Error("cannot save the chat's /voice choice", "session", s.key, "err", err)
-				reply("Voice replies: " + voiceLabel(s.voiceMode(), prof.TTSMode) + " (for now: I could not save this choice, so it lasts until I restart)")
+				reply("Voice replies: " + voiceLabel(s.spokenWhen(rt, prof), rt) + " (for now: I could not save this choice, so it lasts until I restart)")
 				return true, false
 			}
 		}
-		reply("Voice replies: " + voiceLabel(s.voiceMode(), prof.TTSMode))
+		reply("Voice replies: " + voiceLabel(s.spokenWhen(rt, prof), rt))
 	default:
 		hc, ok := rt.Commands.Command(cmd, prof.Name)
 		if !ok || hc.Run == nil {
@@ -391,9 +402,12 @@ func (s *session) commandTurn(ctx context.Context, d *deliverer, req *turnReq, a
 		return ""
 	}
 	if err := agent.AppendEntries(res.Entries); err != nil {
-		s.g.log.Error("command: cannot save its entries", "session", s.key, "command", req.hookCmd.Name, "err", err)
+		// Entries the history refuses are the hook's fault, a file that cannot be written
+		// the server's: neither is the chat's to read (the log and gateway:error say which).
+		s.g.log.Error("command: cannot save its entries", "session", s.key, "command", req.hookCmd.Name, "source", req.hookCmd.Source, "err", err)
 		defer d.settle()()
-		d.fail("turn", fmt.Sprintf("The command /%s could not save its result: %v", req.hookCmd.Name, err), nil)
+		d.fail("turn", fmt.Sprintf("The command /%s failed: its result could not be saved.", req.hookCmd.Name),
+			fmt.Errorf("command /%s (%s): saving its entries: %w", req.hookCmd.Name, req.hookCmd.Source, err))
 		return ""
 	}
 	if res.Prompt != "" {
@@ -413,20 +427,57 @@ func (s *session) commandTurn(ctx context.Context, d *deliverer, req *turnReq, a
 	return ""
 }
 
-func voiceLabel(chat, profile string) string {
-	mode := chat
-	if mode == "" {
-		mode = profile
+// voiceReplies tells whether the gateway can answer with voice at all (a text-to-speech
+// hook is set up).
+func voiceReplies(rt *Runtime) bool { return rt.VoiceMode != "" && rt.VoiceMode != "off" }
+
+// spokenWhen is the voice mode in effect for the chat, as the text-to-speech hook resolves
+// it (tts.TTS.Speaks): the chat's /voice choice, else its profile's, else the gateway's;
+// off when the gateway has no voice replies, whatever the choices.
+func (s *session) spokenWhen(rt *Runtime, prof *profiles.Profile) string {
+	if !voiceReplies(rt) {
+		return profiles.TTSOff
 	}
-	switch mode {
-	case "always":
+	for _, m := range []string{s.voiceMode(), prof.TTSMode} {
+		if m == profiles.TTSOff || m == profiles.TTSInbound || m == profiles.TTSAlways {
+			return m
+		}
+	}
+	return rt.VoiceMode
+}
+
+// voiceLabel says a voice mode (spokenWhen) the way the chat's user reads it.
+func voiceLabel(mode string, rt *Runtime) string {
+	switch {
+	case !voiceReplies(rt):
+		return "off (voice replies are not set up on this gateway)"
+	case mode == profiles.TTSAlways:
 		return "on (every answer)"
-	case "off":
-		return "off"
-	case "inbound":
+	case mode == profiles.TTSInbound:
 		return "auto (when you send a voice note)"
 	}
-	return "default (as configured)"
+	return "off"
+}
+
+// queueLabel says what a queue mode does with a message sent while an answer is running.
+func queueLabel(mode string) string {
+	switch mode {
+	case profiles.QueueSteer:
+		return "what you send while I answer is added to the answer in progress"
+	case profiles.QueueCollect:
+		return "what you send while I answer is answered together, once I am done"
+	case profiles.QueueInterrupt:
+		return "what you send while I answer stops that answer, and I answer the new message"
+	}
+	return "what you send while I answer is answered after it, in order"
+}
+
+// modelName is a model as /status names it: one left empty is none chosen.
+func modelName(m string) string {
+	if m == "" {
+		return "none chosen yet"
+	}
+	return m
 }
 
 // contextLine says how much of the model's window the conversation uses and when it was

@@ -213,7 +213,7 @@ func TestAnswerEndingEarlyIsToldInTheChat(t *testing.T) {
 	srv, opt := withOpenAIFake(t, 0)
 	e := newEnv(t, opt)
 	srv.Push(openaitest.Reply{Text: "Step one, step two,", FinishReason: "length"}, openaitest.Reply{Text: ""})
-	if got := e.say(t, "early", "m1", "all the steps"); got != "done:Step one, step two,\n\n(The answer stops here: it reached the length limit of one answer (llm.max_tokens). Ask me to go on.)" {
+	if got := e.say(t, "early", "m1", "all the steps"); got != "done:Step one, step two,\n\n(The answer stops here: it reached the length limit of one answer. Ask me to go on.)" {
 		t.Fatalf("a cut answer: %q", got)
 	}
 	if got := e.say(t, "early", "m2", "hello?"); got != "done:The model gave an empty answer. Please try again, or ask differently." {

@@ -25,8 +25,10 @@ type Runtime struct {
 	Bus      *hooks.Bus
 	Profiles *profiles.Set
 	LLM      harness.Config
-	// VoiceReplies tells whether a text-to-speech hook is configured, so /voice can say so.
-	VoiceReplies bool
+	// VoiceMode is the text-to-speech hook's mode (tts.mode: inbound or always), which a
+	// profile's and a chat's /voice choice override; "" or off when there is no such hook.
+	// /voice and /status tell from it when this chat's answers are spoken.
+	VoiceMode string
 	// Commands holds the builtin commands and those the hooks declare, and the hooks'
 	// tools (nil: builtins only).
 	Commands *hooks.Registry

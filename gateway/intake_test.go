@@ -158,7 +158,7 @@ func TestVoiceChoiceSurvivesRestart(t *testing.T) {
 	dir := t.TempDir()
 	db := openState(t, dir)
 	defer db.Close()
-	voice := func(_ *Config, rt *Runtime, _ *Deps) { rt.VoiceReplies = true }
+	voice := func(_ *Config, rt *Runtime, _ *Deps) { rt.VoiceMode = "inbound" }
 	first := newEnvIn(t, filepath.Join(dir, "sessions"), withDurable(db), voice)
 	if got := first.say(t, "c1", "m1", "/voice off"); !strings.Contains(got, "Voice replies: off") {
 		t.Fatalf("/voice off answered %q", got)
@@ -352,7 +352,7 @@ func TestVoiceChoiceSurvivesEviction(t *testing.T) {
 	defer db.Close()
 	e := newEnvIn(t, filepath.Join(dir, "sessions"), withDurable(db), func(c *Config, rt *Runtime, _ *Deps) {
 		c.IdleEvict = 50 * time.Millisecond
-		rt.VoiceReplies = true
+		rt.VoiceMode = "inbound"
 	})
 	if got := e.say(t, "c1", "m1", "/voice off"); !strings.Contains(got, "Voice replies: off") {
 		t.Fatalf("/voice off answered %q", got)

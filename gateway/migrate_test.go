@@ -47,7 +47,7 @@ func newMigrateEnv(t *testing.T, answer func(openaitest.Request) openaitest.Repl
 	t.Cleanup(func() { db.Close() })
 	sessions := filepath.Join(dir, "sessions")
 	opts = append([]envOpt{withDurable(db), func(_ *Config, rt *Runtime, d *Deps) {
-		rt.VoiceReplies = true
+		rt.VoiceMode = "inbound"
 		rt.LLM = harness.Config{Provider: "openai", Model: "gpt-test", BaseURL: ai.URL()}
 		d.NewProvider = func(cfg harness.Config) (harness.Provider, error) { return harness.NewProvider(cfg, nil) }
 	}}, opts...)

@@ -114,22 +114,26 @@ type historyError struct{ err error }
 func (e *historyError) Error() string { return e.err.Error() }
 func (e *historyError) Unwrap() error { return e.err }
 
-// failOpen ends a turn whose session could not be opened. A history the gateway cannot
-// read is told in plain words: its error names the server's paths, which are the admin's
-// business (the log and gateway:error carry it). A profile's model or tools that cannot be
-// set up are told as they are: those words name the setting to fix.
+// failOpen ends a turn whose session could not be opened, told in plain words (openFailed).
 func (d *deliverer) failOpen(key string, err error) {
+	d.fail("turn", d.g.openFailed(key, err), err)
+}
+
+// openFailed logs why a chat's session could not be opened and returns what the chat is
+// told. A history the gateway cannot read, and a profile's model or tools that cannot be
+// set up, are the admin's to mend: their errors name the server's paths and config keys,
+// which the log (and gateway:error) carry, not the chat.
+func (g *Gateway) openFailed(key string, err error) string {
 	log := []any{"session", key, "err", err}
 	if errors.Is(err, fs.ErrPermission) {
 		log = append(log, "hint", fmt.Sprintf("the gateway runs as user %d, which must be able to read and write state_dir and every file in it", os.Geteuid()))
 	}
-	d.g.log.Error("cannot open the chat session", log...)
-	text := "I couldn't start the assistant for this chat: " + err.Error()
+	g.log.Error("cannot open the chat session", log...)
 	var he *historyError
 	if errors.As(err, &he) {
-		text = "Sorry, I can't open this chat's conversation history, so I can't answer right now. The gateway's log tells its admin why."
+		return "Sorry, I can't open this chat's conversation history, so I can't answer right now. The gateway's log tells its admin why."
 	}
-	d.fail("turn", text, err)
+	return "Sorry, I can't answer in this chat right now: my setup for it has a problem only the admin can fix. The gateway's log tells them what."
 }
 
 // beforeRun readies the agent for the turn's prompt; false when the turn was a /compact
@@ -176,7 +180,7 @@ func (s *session) answer(ctx context.Context, d *deliverer, req *turnReq, rt *Ru
 		}
 		text, admin := userText(err)
 		if admin {
-			g.log.Error("turn failed: the model API refused the gateway's settings; the chat was told the admin knows", "session", s.key, "err", err)
+			g.log.Error("turn failed on the gateway's model settings, which only the admin can mend; the chat was told so in plain words", "session", s.key, "err", err)
 		} else {
 			g.log.Warn("turn failed", "session", s.key, "err", err)
 		}
@@ -192,6 +196,9 @@ func (s *session) answer(ctx context.Context, d *deliverer, req *turnReq, rt *Ru
 		return
 	}
 
+	if res.Ended == harness.EndedAtLength {
+		s.lengthReached(rt, req)
+	}
 	// message:send runs after the turn settled and before done; its parts go first.
 	parts := s.messageSend(d, req, rt, res.Text)
 	if len(parts) > 0 {
@@ -207,29 +214,47 @@ func (s *session) answer(ctx context.Context, d *deliverer, req *turnReq, rt *Ru
 }
 
 // adminFaultText is what the chat is told when the model fails for a reason only the admin
-// can mend (see harness.ProviderError.AdminFault).
-const adminFaultText = "Sorry, I can't reach my model right now. The admin has been told; please try again later."
+// can mend (see harness.ProviderError.AdminFault); noModelText when that reason is that
+// no model is configured at all.
+const (
+	adminFaultText = "Sorry, I can't reach my model right now. The admin has been told; please try again later."
+	noModelText    = "I am not set up to answer yet: the admin has not chosen a model."
+)
 
 // userText is what the chat is told of a failed model call: the error's own words, written
 // for the chat, unless only the admin can mend it (admin): those words name config keys
-// (llm.api_key), which are the log's to tell, not a chat user's.
+// (llm.api_key, llm.model), which are the log's to tell, not a chat user's.
 func userText(err error) (text string, admin bool) {
 	var pe *harness.ProviderError
-	if errors.As(err, &pe) && pe.AdminFault() {
+	switch {
+	case errors.As(err, &pe) && pe.NoModel:
+		return noModelText, true
+	case pe != nil && pe.AdminFault():
 		return adminFaultText, true
 	}
 	return err.Error(), false
 }
 
+// lengthReached tells the admin, by its key, of the limit that cut an answer: the chat is
+// told only that the answer reached the length limit (endNote).
+func (s *session) lengthReached(rt *Runtime, req *turnReq) {
+	limit := "the provider's default"
+	if n := mergeLLM(rt.LLM, req.profile.LLM).WithDefaults().MaxTokens; n > 0 {
+		limit = fmt.Sprintf("%d tokens", n)
+	}
+	s.g.log.Warn("an answer reached the length limit of one answer (llm.max_tokens); raise it if answers are often cut",
+		"session", s.key, "profile", req.profile.Name, "max_tokens", limit)
+}
+
 // endNote tells the chat why an answer ends as it does (harness.Result.Ended); "" when
-// it is whole.
+// it is whole. In plain words: the setting behind a limit is the admin's (lengthReached).
 func endNote(text string, e harness.Ending) string {
 	switch e {
 	case harness.EndedAtLength:
 		if strings.TrimSpace(text) == "" {
-			return "The model reached the length limit of one answer (llm.max_tokens) before writing anything. Please try again, or ask for less at once."
+			return "The model reached the length limit of one answer before writing anything. Please try again, or ask for less at once."
 		}
-		return "The answer stops here: it reached the length limit of one answer (llm.max_tokens). Ask me to go on."
+		return "The answer stops here: it reached the length limit of one answer. Ask me to go on."
 	case harness.EndedWithheld:
 		return "The model's provider withheld this answer (its content filter)."
 	case harness.EndedEmpty:

@@ -44,7 +44,7 @@ func withVoice(t *testing.T, sttCfg stt.Config, ttsCfg tts.Config) envOpt {
 			t.Fatal(err)
 		}
 		v.Register(rt.Bus.Scope("builtin:tts"))
-		rt.VoiceReplies = true
+		rt.VoiceMode = v.Mode()
 	}
 }
 

@@ -42,6 +42,9 @@ type ProviderError struct {
 	// Quota is set when the account has no quota or credit left (OpenAI's 429
 	// insufficient_quota): waiting and retrying will not help, the admin must act.
 	Quota bool
+	// NoModel is set when no model is configured (llm.model is empty): no request was
+	// sent, and only the admin can mend it.
+	NoModel bool
 	// Attempts is how many calls were made before giving up (set by the session).
 	Attempts int
 	// Err is the underlying cause, with secrets removed.
@@ -51,6 +54,8 @@ type ProviderError struct {
 func (e *ProviderError) Error() string {
 	var b strings.Builder
 	switch {
+	case e.NoModel:
+		return "No model is configured, so no request was sent: set llm.model (in the config, or in the profile's profile.yaml)."
 	case e.Overflow && e.Alone:
 		return "Your message is too long for this model to read, even on its own. Please send it shorter, or in parts."
 	case e.Overflow:
@@ -116,9 +121,14 @@ func (e *ProviderError) Error() string {
 
 // AdminFault reports a failure only the admin can mend, which the chat's user can do
 // nothing about: the key was rejected (401), access refused (403), the account's quota is
-// used up, or the address or the model does not exist (404).
+// used up, the address or the model does not exist (404), or no model is configured.
 func (e *ProviderError) AdminFault() bool {
-	return e.Quota || e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden || e.Status == http.StatusNotFound
+	return e.NoModel || e.Quota || e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden || e.Status == http.StatusNotFound
+}
+
+// errNoModel is the error of a call with no model configured.
+func errNoModel(provider string) *ProviderError {
+	return &ProviderError{Provider: provider, NoModel: true}
 }
 
 // RetryStatus is the status line the chat shows while a failed call waits for its next

@@ -171,10 +171,14 @@ func NewEcho() *Echo { return &Echo{} }
 
 func (*Echo) Name() string { return "echo" }
 
-// EchoNotice is what echo says on the first message of a session.
-const EchoNotice = "No model is configured, so I only echo what you write. " +
-	"To talk to a real model, set llm.provider (openai or anthropic), llm.model and llm.api_key in the config, " +
-	"or set the OPENAI_API_KEY environment variable."
+// EchoNotice is what echo says on the first message of a session, in plain words: how to
+// configure a model is the admin's business, which `gateway run` logs (EchoLog).
+const EchoNotice = "No model is set up yet, so I only repeat what you write. " +
+	"Whoever runs this gateway can connect one; its log says how."
+
+// EchoLog is what the admin's log says when the gateway runs with echo.
+const EchoLog = "no model is configured (llm.provider: echo): chats are answered by repeating them; " +
+	"to use a model, set llm.provider (openai or anthropic), llm.model and llm.api_key in the config, or the variable OPENAI_API_KEY"
 
 func (*Echo) Stream(ctx context.Context, req *Request, onDelta func(string)) (*Response, error) {
 	if err := ctx.Err(); err != nil {

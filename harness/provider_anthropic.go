@@ -170,7 +170,7 @@ func (p *anthropicProvider) params(req *Request) (*anthropic.MessageNewParams, e
 		model = p.model
 	}
 	if model == "" {
-		return nil, &ProviderError{Provider: "anthropic", Status: http.StatusBadRequest, Message: "no model is configured; set llm.model"}
+		return nil, errNoModel("anthropic")
 	}
 	system, msgs := anthropicMessages(req.System, req.Messages)
 	params := &anthropic.MessageNewParams{

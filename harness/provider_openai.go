@@ -115,7 +115,7 @@ func (p *openAIProvider) params(req *Request) (*openai.ChatCompletionNewParams, 
 		model = p.model
 	}
 	if model == "" {
-		return nil, &ProviderError{Provider: "openai", Status: http.StatusBadRequest, Message: "no model is configured; set llm.model"}
+		return nil, errNoModel("openai")
 	}
 	params := &openai.ChatCompletionNewParams{
 		Model:         shared.ChatModel(model),

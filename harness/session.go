@@ -258,7 +258,7 @@ func (s *Session) Reset(ctx context.Context) error {
 	s.publish(s.hist, estimateFixed(cfg.system, toolDefs(cfg.tools)), cfg.budget.window)
 	defer s.hist.release()
 	if err := s.hist.flush(); err != nil {
-		return fmt.Errorf("the conversation was reset, but saving that failed: %w", err)
+		return fmt.Errorf("the conversation was reset, but saving that failed: %w", &SaveError{err})
 	}
 	return nil
 }
@@ -289,8 +289,18 @@ func (s *Session) AppendEntries(entries []json.RawMessage) error {
 		return err
 	}
 	defer s.hist.release()
-	return s.hist.flush()
+	if err := s.hist.flush(); err != nil {
+		return &SaveError{err}
+	}
+	return nil
 }
+
+// SaveError is a change to the conversation that could not be written to its history:
+// the server's failure, whose text names its files (the admin's to read, not a chat's).
+type SaveError struct{ Err error }
+
+func (e *SaveError) Error() string { return e.Err.Error() }
+func (e *SaveError) Unwrap() error { return e.Err }
 
 // Run appends prompt as a user message and runs the agent loop (model call, tools, model
 // call, ...) until the model answers without tool calls. Steered messages are injected at

@@ -72,6 +72,15 @@ func New(cfg Config, opts Options) (*TTS, error) {
 	return t, nil
 }
 
+// Mode is when replies are spoken unless a chat's mode says otherwise (Config.Mode with
+// its default); off for a nil TTS (none is configured).
+func (t *TTS) Mode() string {
+	if t == nil {
+		return ModeOff
+	}
+	return t.cfg.Mode
+}
+
 // Register adds the message:send handler to scope (nothing with mode off).
 func (t *TTS) Register(scope *hooks.Scope) {
 	if t.cfg.Mode == ModeOff {

@@ -161,11 +161,11 @@ func TestOversizedAttachmentRefusedWithoutDownload(t *testing.T) {
 	if b, err := os.ReadFile(m.Parts[1].Path); err != nil || !bytes.Equal(b, small) {
 		t.Errorf("the small file saved differs (%v)", err)
 	}
-	if want := "[1 of the 2 attachments of this message could not be downloaded]"; m.Parts[2].Text != want {
+	if want := "[1 of the 2 attachments of this message is larger than the 1 MB this gateway accepts]"; m.Parts[2].Text != want {
 		t.Errorf("note %q; want %q", m.Parts[2].Text, want)
 	}
 	waitFor(t, "the refusal", func() bool { return len(srv.Posted("780")) == 1 })
-	if got, want := srv.Posted("780")[0].Content, "Sorry, that file is too large for me (1.5 MB; the limit is 1.0 MB)."; got != want {
+	if got, want := srv.Posted("780")[0].Content, "Sorry, that file is too large for me (1.4 MB; I can take up to 1 MB), so I haven't seen it."; got != want {
 		t.Errorf("told %q; want %q", got, want)
 	}
 	for _, c := range srv.Calls() {
@@ -276,11 +276,11 @@ func TestTextOutlivesItsFailedAttachmentAfterARestart(t *testing.T) {
 	if err := other.Fetch(ctx, m); err != nil {
 		t.Fatalf("Fetch: %v; want the text to go on", err)
 	}
-	if want := "is this too big?\n[The user also sent an image (huge.png), which could not be downloaded]"; m.Text() != want || m.HasRefs() {
+	if want := "is this too big?\n[The user also sent an image (huge.png), which is larger than the 1 MB this gateway accepts]"; m.Text() != want || m.HasRefs() {
 		t.Fatalf("fetched %+v; want the text %q and no reference", m.Parts, want)
 	}
 	waitFor(t, "the user told", func() bool { return len(srv.Posted("810")) == 1 })
-	if got, want := srv.Posted("810")[0].Content, "Sorry, that file is too large for me (1.5 MB; the limit is 1.0 MB)."; got != want {
+	if got, want := srv.Posted("810")[0].Content, "Sorry, that file is too large for me (1.4 MB; I can take up to 1 MB), so I haven't seen it."; got != want {
 		t.Errorf("told %q; want %q", got, want)
 	}
 }
@@ -303,11 +303,11 @@ func TestAudioNotDownloadedIsToldAsNotHeard(t *testing.T) {
 	srv.Inject(discordtest.Incoming{ChannelID: "821", AuthorID: user, Content: "what is said here?",
 		Files: []discordtest.File{{Name: "memo.mp3", ContentType: "audio/mpeg", Data: bytes.Repeat([]byte{7}, 1_500_000)}}})
 	m := e.sink.Next(t)
-	if want := "what is said here?\n[The user also sent an audio file (memo.mp3), which could not be downloaded]"; m.Text() != want {
+	if want := "what is said here?\n[The user also sent an audio file (memo.mp3), which is larger than the 1 MB this gateway accepts]"; m.Text() != want {
 		t.Errorf("delivered %q; want %q", m.Text(), want)
 	}
 	waitFor(t, "the user told", func() bool { return len(srv.Posted("821")) == 1 })
-	if got, want := srv.Posted("821")[0].Content, "Sorry, that audio file is too large for me (1.5 MB; the limit is 1.0 MB), so I haven't heard it."; got != want {
+	if got, want := srv.Posted("821")[0].Content, "Sorry, that audio file is too large for me (1.4 MB; I can take up to 1 MB), so I haven't heard it."; got != want {
 		t.Errorf("told %q; want %q", got, want)
 	}
 }

@@ -28,13 +28,13 @@ import (
 // downloadTimeout bounds one download, within the ctx Fetch is given.
 const downloadTimeout = 2 * time.Minute
 
-// notFetched is what the user reads when p could not be downloaded; of a recording, that
-// it was not heard.
-func notFetched(p channels.Part) string {
+// notFetched is the refusal of p when it could not be downloaded; of a recording, that it
+// was not heard.
+func notFetched(p channels.Part) channels.Refusal {
 	if p.Type == channels.PartAudio {
-		return fmt.Sprintf("Sorry, I could not download your %s, so I haven't heard it. Please send it again.", recording(p))
+		return channels.Refuse(fmt.Sprintf("Sorry, I could not download your %s, so I haven't heard it. Please send it again.", recording(p)))
 	}
-	return "Sorry, I could not download your attachment. Please send it again."
+	return channels.Refuse("Sorry, I could not download your attachment. Please send it again.")
 }
 
 // recording names an audio part as Discord's users do.
@@ -118,37 +118,35 @@ func markText(parts []channels.Part) {
 // lost with its file. It needs no gateway connection: any process may fetch.
 func (c *Channel) Fetch(ctx context.Context, msg *channels.Message) error {
 	limit := c.cfg.maxFileBytes()
-	f := channels.FetchRefs(msg.Parts, func(p channels.Part) (channels.Part, string) { return c.fetchPart(ctx, p, limit) })
+	f := channels.FetchRefs(msg.Parts, func(p channels.Part) (channels.Part, channels.Refusal) { return c.fetchPart(ctx, p, limit) })
 	err := f.Settle(ctx, msg, channels.AnyRef(f.Refused, func(r fileRef) bool { return r.Text }), missingNote, func(text string) { c.notice(ctx, msg, text) })
 	if err != nil && ctx.Err() != nil {
-		return errors.New(notFetched(f.Refused[0])) // whatever the parts said, the download was cut
+		return errors.New(notFetched(f.Refused[0]).Text) // whatever the parts said, the download was cut
 	}
 	return err
 }
 
-// missingNote tells the agent that attachments it does not see came with the message.
+// missingNote tells the agent that attachments it does not see came with the message, and why.
 func missingNote(f channels.Fetched) string {
-	if f.Total > 1 {
-		return fmt.Sprintf("[%d of the %d attachments of this message could not be downloaded]", len(f.Refused), f.Total)
-	}
-	p := f.Refused[0]
-	what := "a file"
-	switch {
-	case p.Voice:
-		what = "a voice message"
-	case p.Type == channels.PartAudio:
-		what = "an audio file"
-	case p.Type == channels.PartImage:
-		what = "an image"
-	}
-	if p.Name != "" && !p.Voice {
-		what += " (" + p.Name + ")"
-	}
-	return fmt.Sprintf("[The user also sent %s, which could not be downloaded]", what)
+	return f.Note(func(p channels.Part) string {
+		what := "a file"
+		switch {
+		case p.Voice:
+			what = "a voice message"
+		case p.Type == channels.PartAudio:
+			what = "an audio file"
+		case p.Type == channels.PartImage:
+			what = "an image"
+		}
+		if p.Name != "" && !p.Voice {
+			what += " (" + p.Name + ")"
+		}
+		return what
+	}, "attachments of this message", nil)
 }
 
 // fetchPart downloads one referenced part; refusal, when set, is what to tell the user.
-func (c *Channel) fetchPart(ctx context.Context, p channels.Part, limit int64) (channels.Part, string) {
+func (c *Channel) fetchPart(ctx context.Context, p channels.Part, limit int64) (channels.Part, channels.Refusal) {
 	var r fileRef
 	err := json.Unmarshal([]byte(p.Ref), &r)
 	if err != nil || r.URL == "" || r.File == "" || r.File != filepath.Base(r.File) || strings.HasPrefix(r.File, ".") {
@@ -178,7 +176,7 @@ func (c *Channel) fetchPart(ctx context.Context, p channels.Part, limit int64) (
 		return channels.Part{}, notFetched(p)
 	}
 	p.Ref, p.Path, p.Size = "", path, size
-	return p, ""
+	return p, channels.Refusal{}
 }
 
 // freshURL reads the message of r again for the attachment's current URL; "" when it
@@ -220,19 +218,24 @@ type goneError struct{ status string }
 
 func (e *goneError) Error() string { return "attachment download answered " + e.status }
 
+// tooBigError is an attachment over the limit; size is 0 when unknown (the download
+// stopped past the limit).
 type tooBigError struct{ size, limit int64 }
 
 func (e *tooBigError) Error() string {
+	if e.size <= 0 {
+		return fmt.Sprintf("attachment over the %d bytes limit", e.limit)
+	}
 	return fmt.Sprintf("attachment of %d bytes over the %d limit", e.size, e.limit)
 }
 
-// text is what the user reads of p over the limit; of a recording, that it was not heard.
-func (e *tooBigError) text(p channels.Part) string {
-	sizes := fmt.Sprintf("(%.1f MB; the limit is %.1f MB)", float64(e.size)/1e6, float64(e.limit)/1e6)
+// text is the refusal of p over the limit; of a recording, that it was not heard.
+func (e *tooBigError) text(p channels.Part) channels.Refusal {
+	what := "that file"
 	if p.Type == channels.PartAudio {
-		return fmt.Sprintf("Sorry, that %s is too large for me %s, so I haven't heard it.", recording(p), sizes)
+		what = "that " + recording(p)
 	}
-	return "Sorry, that file is too large for me " + sizes + "."
+	return channels.TooLarge(what, p.Type, e.size, e.limit)
 }
 
 func partType(mimeType string, voice bool) channels.PartType {
@@ -317,7 +320,7 @@ func (c *Channel) download(ctx context.Context, rawURL, name string, limit int64
 		err = cerr
 	}
 	if err == nil && n > limit {
-		err = &tooBigError{size: n, limit: limit}
+		err = &tooBigError{limit: limit} // the read stopped past the limit: its size is unknown
 	}
 	dst := filepath.Join(c.mediaDir, name)
 	if err == nil {

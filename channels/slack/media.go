@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"gateway/channels"
@@ -74,37 +73,31 @@ func (c *Channel) Fetch(ctx context.Context, msg *channels.Message) error {
 		return errors.New("Sorry, I could not save your file just now. Please send it again.")
 	}
 	c.prune()
-	f := channels.FetchRefs(msg.Parts, func(p channels.Part) (channels.Part, string) { return c.fetchPart(ctx, msg, p) })
+	f := channels.FetchRefs(msg.Parts, func(p channels.Part) (channels.Part, channels.Refusal) { return c.fetchPart(ctx, msg, p) })
 	return f.Settle(ctx, msg, channels.AnyRef(f.Refused, func(r fileRef) bool { return r.Text }), missingNote, func(text string) { c.notice(ctx, channels.TargetOf(msg), text) })
 }
 
-// missingNote tells the agent that files it does not see came with the message.
+// missingNote tells the agent that files it does not see came with the message, and why.
 func missingNote(f channels.Fetched) string {
-	if f.Total > 1 {
-		names := make([]string, len(f.Refused))
-		for i, p := range f.Refused {
-			names[i] = displayName(p.Name)
+	return f.Note(func(p channels.Part) string {
+		what := "a file"
+		switch {
+		case p.Voice:
+			what = "an audio clip"
+		case p.Type == channels.PartAudio:
+			what = "an audio file"
+		case p.Type == channels.PartImage:
+			what = "an image"
 		}
-		return fmt.Sprintf("[%d of the %d files of this message could not be downloaded: %s]", len(f.Refused), f.Total, strings.Join(names, ", "))
-	}
-	p := f.Refused[0]
-	what := "a file"
-	switch {
-	case p.Voice:
-		what = "an audio clip"
-	case p.Type == channels.PartAudio:
-		what = "an audio file"
-	case p.Type == channels.PartImage:
-		what = "an image"
-	}
-	if p.Name != "" {
-		what += " (" + p.Name + ")"
-	}
-	return fmt.Sprintf("[The user also sent %s, which could not be downloaded]", what)
+		if p.Name != "" {
+			what += " (" + p.Name + ")"
+		}
+		return what
+	}, "files of this message", func(p channels.Part) string { return displayName(p.Name) })
 }
 
 // fetchPart downloads one referenced part; refusal, when set, is what to tell the user.
-func (c *Channel) fetchPart(ctx context.Context, msg *channels.Message, p channels.Part) (channels.Part, string) {
+func (c *Channel) fetchPart(ctx context.Context, msg *channels.Message, p channels.Part) (channels.Part, channels.Refusal) {
 	var r fileRef
 	if err := json.Unmarshal([]byte(p.Ref), &r); err != nil || r.URL == "" {
 		c.log.Warn("slack: a file reference could not be read; the user is told", "chat", msg.ChatID, "err", err)
@@ -129,7 +122,7 @@ func (c *Channel) fetchPart(ctx context.Context, msg *channels.Message, p channe
 		return channels.Part{}, notFetched(p)
 	}
 	p.Ref, p.Path, p.Size = "", path, n
-	return p, ""
+	return p, channels.Refusal{}
 }
 
 // fileHost reports whether the bot token may be sent to raw: an http(s) URL on slack.com or
@@ -151,13 +144,13 @@ func (c *Channel) fileHost(raw string) bool {
 	return false
 }
 
-// notFetched is what the user reads when p could not be downloaded; of a recording, that
-// it was not heard.
-func notFetched(p channels.Part) string {
+// notFetched is the refusal of p when it could not be downloaded; of a recording, that it
+// was not heard.
+func notFetched(p channels.Part) channels.Refusal {
 	if p.Type == channels.PartAudio {
-		return fmt.Sprintf("Sorry, I could not download %s, so I haven't heard it. Please send it again.", recordingName(p))
+		return channels.Refuse(fmt.Sprintf("Sorry, I could not download %s, so I haven't heard it. Please send it again.", recordingName(p)))
 	}
-	return fmt.Sprintf("Sorry, I could not download %s. Please send it again.", displayName(p.Name))
+	return channels.Refuse(fmt.Sprintf("Sorry, I could not download %s. Please send it again.", displayName(p.Name)))
 }
 
 // recordingName names an audio part for its sender: a clip recorded in Slack has a name of
@@ -222,23 +215,14 @@ func (l *limitWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// tooLarge is the reply to a file over the limit; size 0 means unknown.
-// tooLarge is what the user reads of p over the limit; of a recording, that it was not heard.
-func tooLarge(p channels.Part, size, limit int64) string {
+// tooLarge is the refusal of p over the limit (size 0: unknown); of a recording, that it
+// was not heard.
+func tooLarge(p channels.Part, size, limit int64) channels.Refusal {
+	what := displayName(p.Name)
 	if p.Type == channels.PartAudio {
-		if size <= limit {
-			return fmt.Sprintf("Sorry, %s is larger than the %s I can take, so I haven't heard it.", recordingName(p), megabytes(limit))
-		}
-		return fmt.Sprintf("Sorry, %s is too large for me (%s; I can take files up to %s), so I haven't heard it.", recordingName(p), megabytes(size), megabytes(limit))
+		what = recordingName(p)
 	}
-	if size <= limit {
-		return fmt.Sprintf("Sorry, %s is larger than the %s I can take.", displayName(p.Name), megabytes(limit))
-	}
-	return fmt.Sprintf("Sorry, %s is too large (%s); I can take files up to %s.", displayName(p.Name), megabytes(size), megabytes(limit))
-}
-
-func megabytes(n int64) string {
-	return strconv.FormatFloat(float64(n)/(1<<20), 'f', 1, 64) + " MB"
+	return channels.TooLarge(what, p.Type, size, limit)
 }
 
 // safeName keeps a file name usable in a path: letters, digits, dot, dash, underscore.

@@ -155,10 +155,10 @@ func TestOversizedFileIsRefusedWithoutDownload(t *testing.T) {
 	st := start(t, s, func(c *Config) { c.MaxFileBytes = 1 << 20 })
 	small := []byte("a small file")
 	huge := slacktest.UserFile{Name: "huge.mov", MIME: "video/quicktime", Data: []byte("not really 3 MB"), Size: 3 << 20}
-	refusal := "Sorry, huge.mov is too large (3.0 MB); I can take files up to 1.0 MB."
+	refusal := "Sorry, huge.mov is too large for me (3.0 MB; I can take up to 1.0 MB), so I haven't seen it."
 
 	s.Send(slacktest.UserMessage{Channel: "D50", User: user, Text: "watch", Files: []slacktest.UserFile{huge}})
-	if m := st.sink.Next(t); m.ChatID != "D50" || m.HasRefs() || m.Text() != "watch\n[The user also sent a file (huge.mov), which could not be downloaded]" {
+	if m := st.sink.Next(t); m.ChatID != "D50" || m.HasRefs() || m.Text() != "watch\n[The user also sent a file (huge.mov), which is larger than the 1.0 MB this gateway accepts]" {
 		t.Fatalf("delivered %q in %s; want the text and a note", m.Text(), m.ChatID)
 	}
 	eventually(t, "the refusal", func() bool { return len(s.Posted("D50")) == 1 })
@@ -175,8 +175,8 @@ func TestOversizedFileIsRefusedWithoutDownload(t *testing.T) {
 	if got := channeltest.PartBytes(t, m.Parts[1]); !bytes.Equal(got, small) || m.Parts[1].Name != "small.txt" {
 		t.Fatalf("part %+v; want small.txt", m.Parts[1])
 	}
-	if note := m.Parts[2].Text; !strings.Contains(note, "1 of the 2 files") || !strings.Contains(note, "huge.mov") {
-		t.Errorf("note to the agent %q; want it to say huge.mov was not downloaded", note)
+	if note := m.Parts[2].Text; note != "[1 of the 2 files of this message is larger than the 1.0 MB this gateway accepts: huge.mov]" {
+		t.Errorf("note to the agent %q; want it to say huge.mov is too large", note)
 	}
 	eventually(t, "the refusal", func() bool { return len(s.Posted("D51")) == 1 })
 	if got := s.Posted("D51")[0].Text; got != refusal {
@@ -186,7 +186,7 @@ func TestOversizedFileIsRefusedWithoutDownload(t *testing.T) {
 	s.Send(slacktest.UserMessage{Channel: "D52", User: user, Files: []slacktest.UserFile{
 		huge, {Name: "huge2.mov", MIME: "video/quicktime", Data: small, Size: 2 << 20}}})
 	eventually(t, "the refusal", func() bool { return len(s.Posted("D52")) == 1 })
-	want := refusal + "\nSorry, huge2.mov is too large (2.0 MB); I can take files up to 1.0 MB."
+	want := refusal + "\nSorry, huge2.mov is too large for me (2.0 MB; I can take up to 1.0 MB), so I haven't seen it."
 	if got := s.Posted("D52")[0].Text; got != want {
 		t.Errorf("told %q; want %q", got, want)
 	}
@@ -288,7 +288,7 @@ func TestJournaledFileRefKeepsWhetherThereWasText(t *testing.T) {
 		cancel()
 		switch m.ChatID {
 		case "D62":
-			if want := "see the video\n[The user also sent a file (huge.mov), which could not be downloaded]"; err != nil || back.Message.Text() != want {
+			if want := "see the video\n[The user also sent a file (huge.mov), which is larger than the 1.0 MB this gateway accepts]"; err != nil || back.Message.Text() != want {
 				t.Errorf("text and a file too large: Fetch %v, text %q; want %q", err, back.Message.Text(), want)
 			}
 		case "D63":
@@ -316,11 +316,11 @@ func TestAudioNotDownloadedIsToldAsNotHeard(t *testing.T) {
 
 	s.Send(slacktest.UserMessage{Channel: "D71", User: user, Text: "what is said here?",
 		Files: []slacktest.UserFile{{Name: "talk.mp3", MIME: "audio/mpeg", Data: []byte("ID3 not really 3 MB"), Size: 3 << 20}}})
-	if m := st.sink.Next(t); m.Text() != "what is said here?\n[The user also sent an audio file (talk.mp3), which could not be downloaded]" {
+	if m := st.sink.Next(t); m.Text() != "what is said here?\n[The user also sent an audio file (talk.mp3), which is larger than the 1.0 MB this gateway accepts]" {
 		t.Errorf("delivered %q", m.Text())
 	}
 	eventually(t, "the user told", func() bool { return len(s.Posted("D71")) == 1 })
-	if got, want := s.Posted("D71")[0].Text, "Sorry, talk.mp3 is too large for me (3.0 MB; I can take files up to 1.0 MB), so I haven't heard it."; got != want {
+	if got, want := s.Posted("D71")[0].Text, "Sorry, talk.mp3 is too large for me (3.0 MB; I can take up to 1.0 MB), so I haven't heard it."; got != want {
 		t.Errorf("told %q; want %q", got, want)
 	}
 }

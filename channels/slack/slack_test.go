@@ -369,7 +369,7 @@ func TestFiles(t *testing.T) {
 	// A file that turns out larger than announced is cut off at the limit.
 	s.Send(slacktest.UserMessage{Channel: "D8", User: user, Files: []slacktest.UserFile{{Name: "liar.bin", MIME: "application/octet-stream", Data: randomBytes(t, 5000), Size: 100}}})
 	eventually(t, "the larger-than reply", func() bool { return len(s.Posted("D8")) == 1 })
-	if p := s.Posted("D8"); !strings.Contains(p[0].Text, "larger than") {
+	if p := s.Posted("D8"); !strings.Contains(p[0].Text, "too large") {
 		t.Fatalf("reply %q", p[0].Text)
 	}
 	st.sink.ExpectNone(t, 200*time.Millisecond)

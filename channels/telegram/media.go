@@ -200,21 +200,20 @@ func (c *Channel) addMedia(m *channels.Message, msg *message, captioned bool) {
 // message fails with those words; otherwise the rest goes on, with a note for the agent,
 // so that a caption is never lost with its photo.
 func (c *Channel) Fetch(ctx context.Context, msg *channels.Message) error {
-	f := channels.FetchRefs(msg.Parts, func(p channels.Part) (channels.Part, string) { return c.fetchPart(ctx, p) })
+	f := channels.FetchRefs(msg.Parts, func(p channels.Part) (channels.Part, channels.Refusal) { return c.fetchPart(ctx, p) })
 	return f.Settle(ctx, msg, channels.AnyRef(f.Refused, func(r fileRef) bool { return r.Caption }), missingNote, func(text string) { c.notify(ctx, notifyTarget(msg), text) })
 }
 
-// missingNote tells the agent that media it does not see came with the message.
+// missingNote tells the agent that media it does not see came with the message, and why.
 func missingNote(f channels.Fetched) string {
-	if f.Total > 1 {
-		return fmt.Sprintf("[%d of the %d items of this album could not be downloaded]", len(f.Refused), f.Total)
-	}
-	what := whatOf(f.Refused[0])
-	var r fileRef
-	if json.Unmarshal([]byte(f.Refused[0].Ref), &r) == nil && r.What != "" {
-		what = r.What
-	}
-	return fmt.Sprintf("[The user also sent %s, which could not be downloaded]", withArticle(what))
+	return f.Note(func(p channels.Part) string {
+		what := whatOf(p)
+		var r fileRef
+		if json.Unmarshal([]byte(p.Ref), &r) == nil && r.What != "" {
+			what = r.What
+		}
+		return withArticle(what)
+	}, "items of this album", nil)
 }
 
 // whatOf names a part the way a user would when its reference no longer says.
@@ -248,7 +247,7 @@ func missed(typ channels.PartType) string {
 }
 
 // fetchPart downloads one referenced part; refusal, when set, is what to tell the user.
-func (c *Channel) fetchPart(ctx context.Context, p channels.Part) (channels.Part, string) {
+func (c *Channel) fetchPart(ctx context.Context, p channels.Part) (channels.Part, channels.Refusal) {
 	var r fileRef
 	if err := json.Unmarshal([]byte(p.Ref), &r); err != nil || r.FileID == "" {
 		c.log.Warn("telegram: a media reference could not be read; the user is told", "err", err)
@@ -291,25 +290,21 @@ func notifyTarget(msg *channels.Message) *message {
 	return m
 }
 
-// tooBig is what the user reads of a file over max_file_bytes: that it was not
-// downloaded, and so not heard or seen.
-func (c *Channel) tooBig(a attachment, size int64) string {
-	limit := channels.HumanSize(c.cfg.MaxFileBytes)
-	if size <= 0 {
-		return fmt.Sprintf("That %s is more than the %s I can download, so I haven't %s it.", a.what, limit, missed(a.typ))
-	}
-	return fmt.Sprintf("That %s is %s, more than the %s I can download, so I haven't %s it.", a.what, channels.HumanSize(size), limit, missed(a.typ))
+// tooBig is the refusal of a file over max_file_bytes: that it was not downloaded, and so
+// not heard or seen.
+func (c *Channel) tooBig(a attachment, size int64) channels.Refusal {
+	return channels.TooLarge("that "+a.what, a.typ, size, c.cfg.MaxFileBytes)
 }
 
-// notFetched is what the user reads when one of their files could not be downloaded.
-func notFetched(a attachment) string {
-	return fmt.Sprintf("I couldn't download that %s from Telegram, so I haven't %s it. Please send it again.", a.what, missed(a.typ))
+// notFetched is the refusal of a file that could not be downloaded.
+func notFetched(a attachment) channels.Refusal {
+	return channels.Refuse(fmt.Sprintf("I couldn't download that %s from Telegram, so I haven't %s it. Please send it again.", a.what, missed(a.typ)))
 }
 
 // download fetches one attachment with getFile and the file URL, writes it under the
 // media directory and returns its part. A failure is final (a refusal for the user);
 // only the end of ctx returns an error.
-func (c *Channel) download(ctx context.Context, chat int64, msgID int, idx int, a attachment) (channels.Part, string, error) {
+func (c *Channel) download(ctx context.Context, chat int64, msgID int, idx int, a attachment) (channels.Part, channels.Refusal, error) {
 	var f *models.File
 	err := c.calls.Do(ctx, "", func(ctx context.Context) (err error) {
 		f, err = c.api.GetFile(ctx, &bot.GetFileParams{FileID: a.fileID})
@@ -317,7 +312,7 @@ func (c *Channel) download(ctx context.Context, chat int64, msgID int, idx int, 
 	})
 	switch {
 	case err != nil && ctx.Err() != nil:
-		return channels.Part{}, "", ctx.Err()
+		return channels.Part{}, channels.Refusal{}, ctx.Err()
 	case err != nil && strings.Contains(err.Error(), "file is too big"):
 		return channels.Part{}, c.tooBig(a, a.size), nil
 	case err != nil:
@@ -339,14 +334,15 @@ func (c *Channel) download(ctx context.Context, chat int64, msgID int, idx int, 
 	})
 	switch {
 	case err == nil && size > c.cfg.MaxFileBytes:
-		return channels.Part{}, c.tooBig(a, size), nil
+		// The download stopped past the limit: its real size is unknown.
+		return channels.Part{}, c.tooBig(a, 0), nil
 	case err != nil && ctx.Err() != nil:
-		return channels.Part{}, "", ctx.Err()
+		return channels.Part{}, channels.Refusal{}, ctx.Err()
 	case err != nil:
 		c.log.Warn("telegram: a file download failed; the user is told", "what", a.what, "chat", chat, "err", err)
 		return channels.Part{}, notFetched(a), nil
 	}
-	return channels.Part{Type: a.typ, MIME: a.mime, Path: dest, Name: a.name, Size: size, Duration: a.duration, Voice: a.voice}, "", nil
+	return channels.Part{Type: a.typ, MIME: a.mime, Path: dest, Name: a.name, Size: size, Duration: a.duration, Voice: a.voice}, channels.Refusal{}, nil
 }
 
 // fetch downloads a file path of the Bot API into dest, reading at most max_file_bytes:

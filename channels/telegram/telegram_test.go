@@ -273,7 +273,7 @@ func TestOversizedVoiceIsRefusedInChat(t *testing.T) {
 	f.srv.Send(telegramtest.Update{ChatID: 1001, Voice: []byte("OggS tiny"), FileSize: 31 << 20})
 	eventually(t, "the refusal", func() bool { return len(f.srv.Messages(1001)) > 0 })
 	got := f.srv.Messages(1001)[0].Text
-	if got != "That voice note is 31 MB, more than the 20 MB I can download, so I haven't heard it." {
+	if got != "Sorry, that voice note is too large for me (31 MB; I can take up to 20 MB), so I haven't heard it." {
 		t.Errorf("refusal = %q", got)
 	}
 	sink.ExpectNone(t, 300*time.Millisecond)
@@ -293,7 +293,7 @@ func TestOversizedVoiceIsRefusedInChat(t *testing.T) {
 	if m := sink2.Next(t); m.Text() != "after" {
 		t.Fatalf("delivered %q; want only the text after the refused audio", m.Text())
 	}
-	if msgs := f2.srv.Messages(1001); len(msgs) != 1 || msgs[0].Text != "That audio file is 5 KB, more than the 1000 bytes I can download, so I haven't heard it." {
+	if msgs := f2.srv.Messages(1001); len(msgs) != 1 || msgs[0].Text != "Sorry, that audio file is too large for me (5 KB; I can take up to 1000 bytes), so I haven't heard it." {
 		t.Errorf("bot posted %+v", msgs)
 	}
 }

@@ -391,13 +391,13 @@ func (a *app) buildRuntime(cfg Config) (*gateway.Runtime, hookReport, error) {
 		}
 	}
 	return &gateway.Runtime{
-		Bus:          bus,
-		Profiles:     profs,
-		Commands:     reg,
-		LLM:          sessionLLM(cfg.LLM),
-		Tools:        resolveTools,
-		MCPTools:     a.mcpTools,
-		VoiceReplies: a.tts != nil,
+		Bus:       bus,
+		Profiles:  profs,
+		Commands:  reg,
+		LLM:       sessionLLM(cfg.LLM),
+		Tools:     resolveTools,
+		MCPTools:  a.mcpTools,
+		VoiceMode: a.tts.Mode(),
 		Close: func() {
 			for i := len(closers) - 1; i >= 0; i-- {
 				closers[i]()
@@ -587,9 +587,24 @@ func runGateway(ctx context.Context, path string, reload <-chan struct{}, stderr
 	for _, w := range configWarnings(cfg, path, a.gw.Runtime().Profiles) {
 		log.Warn(w)
 	}
+	if echoes := echoProfiles(cfg, a.gw.Runtime().Profiles); len(echoes) > 0 {
+		log.Info(harness.EchoLog, "profiles", strings.Join(echoes, ", ")) // echo tells its chats only that no model is set up
+	}
 	a.startMCP(ctx)
 	defer a.stopMCP()
 	return a.serve(ctx, reload)
+}
+
+// echoProfiles are the profiles whose chats the echo provider answers (no model configured).
+func echoProfiles(cfg Config, set *profiles.Set) []string {
+	var out []string
+	for _, name := range set.Names() {
+		prov := strings.ToLower(strings.TrimSpace(gateway.ProfileLLM(cfg.LLM, set.Get(name)).Provider))
+		if prov == "" || prov == "echo" {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // startMCP starts the MCP servers of the config and of each profile, and waits a little
