@@ -968,17 +968,7 @@ func TestKilledDuringAToolCallDoesNotRunItAgainAfterRestart(t *testing.T) {
 	}
 
 	g = startChild(t, root, addr)
-	waitFor(t, "answered after the restart", func() bool {
-		return slices.ContainsFunc(tg.Messages(tgChat), func(m telegramtest.Message) bool { return strings.HasPrefix(m.Text, "answer") })
-	}, g.log)
-	quiet()
-	var got []string
-	for _, m := range tg.Messages(tgChat) {
-		got = append(got, m.Text)
-	}
-	if !slices.Equal(got, []string{"answer 2"}) {
-		t.Fatalf("after the restart the chat shows %q; want the answer once; log:\n%s", got, g.log)
-	}
+	answersOnceAfterRestart(t, tg, g, "answer 2")
 	checkToolRanOnce(t, runs)
 	reqs := oai.Requests()
 	if len(reqs) != 2 {
@@ -1010,17 +1000,7 @@ func TestKilledAfterAToolsResultWasSavedUsesItAfterRestart(t *testing.T) {
 	g.kill()
 
 	g = startChild(t, root, addr)
-	waitFor(t, "answered after the restart", func() bool {
-		return slices.ContainsFunc(tg.Messages(tgChat), func(m telegramtest.Message) bool { return strings.HasPrefix(m.Text, "answer") })
-	}, g.log)
-	quiet()
-	var got []string
-	for _, m := range tg.Messages(tgChat) {
-		got = append(got, m.Text)
-	}
-	if !slices.Equal(got, []string{"answer 3"}) {
-		t.Fatalf("after the restart the chat shows %q; want the answer once; log:\n%s", got, g.log)
-	}
+	answersOnceAfterRestart(t, tg, g, "answer 3")
 	checkToolRanOnce(t, runs)
 	reqs := oai.Requests()
 	if len(reqs) != 3 {
@@ -1107,4 +1087,21 @@ func TestKillMidStreamOfAnInjectedTurnFinishesItAfterRestart(t *testing.T) {
 		t.Fatalf("the injected turn ran again after a clean restart: %d model calls", oai.calls())
 	}
 	g.stop()
+}
+
+// answersOnceAfterRestart waits for the restarted gateway g's answer in the Telegram chat,
+// then, after a quiet spell, checks the chat shows it alone: want, once.
+func answersOnceAfterRestart(t *testing.T, tg *telegramtest.Server, g *child, want string) {
+	t.Helper()
+	waitFor(t, "answered after the restart", func() bool {
+		return slices.ContainsFunc(tg.Messages(tgChat), func(m telegramtest.Message) bool { return strings.HasPrefix(m.Text, "answer") })
+	}, g.log)
+	quiet()
+	var got []string
+	for _, m := range tg.Messages(tgChat) {
+		got = append(got, m.Text)
+	}
+	if !slices.Equal(got, []string{want}) {
+		t.Fatalf("after the restart the chat shows %q; want %q once; log:\n%s", got, want, g.log)
+	}
 }
