@@ -183,3 +183,37 @@ func argsOrEmpty(a json.RawMessage) json.RawMessage {
 	}
 	return a
 }
+
+// omittedEarlier stands before a conversation that begins with the model's answer (both
+// providers' APIs or templates want the user first).
+const omittedEarlier = "(earlier conversation omitted)"
+
+// systemNote marks a system message sent as part of a user message.
+const systemNote = "[system note] "
+
+// leadingSystem is how many system messages lead msgs (a context hook's, before the
+// conversation): both providers put them in the system prompt. A system message after them
+// is a note sent where it stands, in the user's turn (see openAIMessages for why).
+func leadingSystem(msgs []llm.Message) int {
+	n := 0
+	for n < len(msgs) && msgs[n].Role == llm.RoleSystem {
+		n++
+	}
+	return n
+}
+
+// writeTurnText adds m's text to b, which gathers one user turn of several messages: after
+// a blank line when b holds text already, and marked as a note when m is a system message.
+// Blank text adds nothing.
+func writeTurnText(b *strings.Builder, m llm.Message) {
+	if strings.TrimSpace(m.Content) == "" {
+		return
+	}
+	if b.Len() > 0 {
+		b.WriteString("\n\n")
+	}
+	if m.Role == llm.RoleSystem {
+		b.WriteString(systemNote)
+	}
+	b.WriteString(m.Content)
+}

@@ -359,14 +359,31 @@ func (a *anthropicAccum) response() *Response {
 	return &resp
 }
 
-// anthropicMessages converts the conversation: system text goes to the system field, tool
-// results become user-side tool_result blocks, and consecutive messages of one role are
-// merged (the API wants user and assistant to alternate, starting with the user).
+// anthropicMessages converts the conversation: the system prompt and the system messages
+// that lead the conversation go to the system field, tool results become user-side
+// tool_result blocks, and consecutive messages of one role are merged (the API wants user
+// and assistant to alternate, starting with the user).
+//
+// A system message later in the conversation (a hook's note injected at a turn) is sent
+// where it stands, as a "[system note] …" text block of the user's turn there, as the
+// OpenAI provider sends it (see openAIMessages). Moved to the system field, it lost its
+// place, and each new note changed the beginning of every later request, while Anthropic's
+// prompt cache matches a request from its start (this provider sets no cache_control
+// breakpoint; a before_provider_payload hook may). The history keeps a call's results
+// right after it (repair), so a note after them follows the tool_result blocks in their
+// user message, where the API wants them first.
 func anthropicMessages(system string, msgs []llm.Message) ([]anthropic.TextBlockParam, []anthropic.MessageParam) {
 	var sys []anthropic.TextBlockParam
 	if system != "" {
 		sys = append(sys, anthropic.TextBlockParam{Text: system})
 	}
+	lead := leadingSystem(msgs)
+	for _, m := range msgs[:lead] {
+		if m.Content != "" {
+			sys = append(sys, anthropic.TextBlockParam{Text: m.Content})
+		}
+	}
+	msgs = msgs[lead:]
 	out := make([]anthropic.MessageParam, 0, len(msgs))
 	add := func(role anthropic.MessageParamRole, blocks ...anthropic.ContentBlockParamUnion) {
 		if len(blocks) == 0 {
@@ -381,8 +398,9 @@ func anthropicMessages(system string, msgs []llm.Message) ([]anthropic.TextBlock
 	for _, m := range msgs {
 		switch m.Role {
 		case llm.RoleSystem:
-			if m.Content != "" {
-				sys = append(sys, anthropic.TextBlockParam{Text: m.Content})
+			// A blank note says nothing: left out, answers beside it are still merged.
+			if strings.TrimSpace(m.Content) != "" {
+				add(anthropic.MessageParamRoleUser, anthropic.NewTextBlock(noteText(m)))
 			}
 		case llm.RoleUser:
 			// Images first, then the text that speaks of them (Anthropic's advice).
@@ -413,6 +431,14 @@ func anthropicMessages(system string, msgs []llm.Message) ([]anthropic.TextBlock
 		out = append([]anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock(omittedEarlier))}, out...)
 	}
 	return sys, out
+}
+
+// noteText is a system message's text as a block of the user's turn, marked as a note.
+func noteText(m llm.Message) string {
+	var b strings.Builder
+	b.Grow(len(systemNote) + len(m.Content))
+	writeTurnText(&b, m)
+	return b.String()
 }
 
 func (p *anthropicProvider) imageBounds() media.Bounds { return anthropicImageBounds }

@@ -364,11 +364,7 @@ func (a *openAIAccum) response() *Response {
 //
 // A conversation already in that form is converted message by message, with no copy.
 func openAIMessages(system string, msgs []llm.Message) []openai.ChatCompletionMessageParamUnion {
-	lead := 0
-	for lead < len(msgs) && msgs[lead].Role == llm.RoleSystem {
-		lead++
-	}
-	if lead > 0 {
+	if lead := leadingSystem(msgs); lead > 0 {
 		system = joinSystem(system, msgs[:lead])
 		msgs = msgs[lead:]
 	}
@@ -409,13 +405,6 @@ func openAIMessages(system string, msgs []llm.Message) []openai.ChatCompletionMe
 	}
 	return out
 }
-
-// omittedEarlier stands before a conversation that begins with the model's answer (both
-// providers' APIs or templates want the user first).
-const omittedEarlier = "(earlier conversation omitted)"
-
-// systemNote marks a system message sent as part of a user message.
-const systemNote = "[system note] "
 
 // joinSystem is the system prompt followed by the system messages that lead the
 // conversation, joined by blank lines.
@@ -493,15 +482,7 @@ func openAIUser(msgs []llm.Message) (m openai.ChatCompletionMessageParamUnion, o
 	}
 	for _, m := range msgs {
 		user = user || m.Role == llm.RoleUser
-		if strings.TrimSpace(m.Content) != "" {
-			if text.Len() > 0 {
-				text.WriteString("\n\n")
-			}
-			if m.Role == llm.RoleSystem {
-				text.WriteString(systemNote)
-			}
-			text.WriteString(m.Content)
-		}
+		writeTurnText(&text, m)
 		for _, p := range m.Parts {
 			if sentImage(p) {
 				flush()

@@ -1,17 +1,21 @@
 package harness_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
 
 	"gateway/harness"
+	"gateway/harness/anthropictest"
 	"gateway/harness/openaitest"
 	"gateway/hooks"
 	"gateway/internal/llm"
 	"gateway/internal/media/mediatest"
+	"gateway/internal/secret"
 )
 
 // consecutive is the index of the first of two user (or two assistant) messages in a row
@@ -212,5 +216,180 @@ func TestAnswersSideBySideReachAStrictModelAsOne(t *testing.T) {
 	}
 	if bad := validToolTraffic(m); bad != "" {
 		t.Fatal(bad)
+	}
+}
+
+func claude(t *testing.T, srv *anthropictest.Server) harness.Provider {
+	t.Helper()
+	p, err := harness.NewProvider(harness.Config{Provider: "anthropic", Model: "claude-test", BaseURL: srv.URL(), APIKey: secret.Secret(testKey)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// turns lists a recorded Anthropic request's messages as "role: block | block", tool_use
+// and tool_result blocks named by their ids.
+func turns(msgs []anthropictest.Message) []string {
+	out := make([]string, 0, len(msgs))
+	for _, m := range msgs {
+		var blocks []string
+		for _, b := range m.Blocks {
+			switch b.Type {
+			case "tool_use":
+				blocks = append(blocks, "[use "+b.ID+"]")
+			case "tool_result":
+				blocks = append(blocks, "[result "+b.ToolUseID+"]")
+			default:
+				blocks = append(blocks, b.Text)
+			}
+		}
+		out = append(out, m.Role+": "+strings.Join(blocks, " | "))
+	}
+	return out
+}
+
+// clockNotes injects a note of the time at every turn (the first at 09:01), the way a hook
+// tells the model what the user's clock says.
+func clockNotes(bus *hooks.Bus) {
+	turn := 0
+	bus.On(hooks.NameBeforeAgentStart, "clock", func(context.Context, hooks.Event) (any, error) {
+		turn++
+		return &hooks.BeforeAgentStartResult{Messages: []llm.Message{{Role: llm.RoleSystem, Content: fmt.Sprintf("The user's local time is 09:0%d.", turn)}}}, nil
+	})
+}
+
+// A hook's note injected at a turn reaches Claude where it stands, in that turn's user
+// message and marked as a note, as it reaches an OpenAI-compatible model; a note a context
+// hook puts before the conversation still joins the system prompt. Before, every note went
+// to the system prompt, away from the turn it was about.
+func TestSystemNotesReachClaudeWhereTheyStand(t *testing.T) {
+	srv := anthropictest.NewServer()
+	t.Cleanup(srv.Close)
+	bus := hooks.NewBus(hooks.Options{})
+	clockNotes(bus)
+	bus.On(hooks.NameContext, "french", func(_ context.Context, ev hooks.Event) (any, error) {
+		msgs := ev.(*hooks.Context).Messages
+		return &hooks.ContextResult{Messages: append([]llm.Message{{Role: llm.RoleSystem, Content: "Answer in French."}}, msgs...)}, nil
+	})
+	srv.Push(anthropictest.Reply{Text: "Il est 9 h 01."}, anthropictest.Reply{Text: "Il est 9 h 02."})
+	s := openSession(t, harness.SessionOptions{Store: openStore(t), Provider: claude(t, srv), System: "You are brief.", Bus: bus})
+	for _, p := range []string{"What time is it?", "And now?"} {
+		if _, err := s.Run(context.Background(), p, nil); err != nil {
+			t.Fatalf("%q: %v", p, err)
+		}
+	}
+	reqs := srv.Requests()
+	last := reqs[len(reqs)-1]
+	want := []string{
+		"user: What time is it? | [system note] The user's local time is 09:01.",
+		"assistant: Il est 9 h 01.",
+		"user: And now? | [system note] The user's local time is 09:02.",
+	}
+	if got := turns(last.Messages); !slices.Equal(got, want) || last.System != "You are brief.Answer in French." {
+		t.Fatalf("the second turn sent system %q and\n%q\nwant\n%q", last.System, got, want)
+	}
+}
+
+// A note that comes later in a chat (here at its second turn) leaves the beginning of
+// Claude's request as it was: the tools, the system prompt and the first turn's messages
+// are sent byte for byte as in the first request, which is what a prompt cache matches.
+// Before, the note joined the system prompt, and every later request began otherwise.
+func TestALaterNoteKeepsTheBeginningOfClaudesRequest(t *testing.T) {
+	srv := anthropictest.NewServer()
+	t.Cleanup(srv.Close)
+	tools, err := harness.BuiltinTools([]string{"current_time"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bus := hooks.NewBus(hooks.Options{})
+	turn := 0
+	bus.On(hooks.NameBeforeAgentStart, "reminder", func(context.Context, hooks.Event) (any, error) {
+		if turn++; turn < 2 {
+			return nil, nil
+		}
+		return &hooks.BeforeAgentStartResult{Messages: []llm.Message{{Role: llm.RoleSystem, Content: "The user has a meeting at ten."}}}, nil
+	})
+	srv.Push(anthropictest.Reply{Text: "Hello, Ann."}, anthropictest.Reply{Text: "You are Ann."})
+	s := openSession(t, harness.SessionOptions{Store: openStore(t), Provider: claude(t, srv), System: "You are brief.", Tools: tools, Bus: bus})
+	for _, p := range []string{"I am Ann", "Who am I?"} {
+		if _, err := s.Run(context.Background(), p, nil); err != nil {
+			t.Fatalf("%q: %v", p, err)
+		}
+	}
+	type wire struct {
+		Tools    json.RawMessage   `json:"tools"`
+		System   json.RawMessage   `json:"system"`
+		Messages []json.RawMessage `json:"messages"`
+	}
+	var first, second wire
+	reqs := srv.Requests()
+	if err := json.Unmarshal(reqs[0].Body, &first); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(reqs[1].Body, &second); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(first.Tools, second.Tools) || !bytes.Equal(first.System, second.System) {
+		t.Fatalf("the second request's tools or system differ:\n%s %s\n%s %s", first.Tools, first.System, second.Tools, second.System)
+	}
+	if len(second.Messages) <= len(first.Messages) {
+		t.Fatalf("the second request holds %d messages, the first %d", len(second.Messages), len(first.Messages))
+	}
+	for i, m := range first.Messages {
+		if !bytes.Equal(m, second.Messages[i]) {
+			t.Fatalf("message %d differs:\n%s\n%s", i, m, second.Messages[i])
+		}
+	}
+	want := []string{"user: I am Ann", "assistant: Hello, Ann.", "user: Who am I? | [system note] The user has a meeting at ten."}
+	if got := turns(reqs[1].Messages); !slices.Equal(got, want) {
+		t.Fatalf("the second turn sent %q; want %q", got, want)
+	}
+}
+
+// Notes beside tool traffic keep it as the API wants it: the turn's note stays with the
+// user's words, a note after a tool's result goes in the same user message as the result,
+// after it, and each tool_use is answered first thing in the next message (the fake
+// refuses the request otherwise). The chat is answered at every step.
+func TestNotesBesideToolTrafficKeepClaudesPairs(t *testing.T) {
+	srv := anthropictest.NewServer()
+	t.Cleanup(srv.Close)
+	tools, err := harness.BuiltinTools([]string{"current_time"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bus := hooks.NewBus(hooks.Options{})
+	clockNotes(bus)
+	bus.On(hooks.NameContext, "cite-tools", func(_ context.Context, ev hooks.Event) (any, error) {
+		msgs := ev.(*hooks.Context).Messages
+		if msgs[len(msgs)-1].Role != llm.RoleTool {
+			return nil, nil
+		}
+		return &hooks.ContextResult{Messages: append(msgs[:len(msgs):len(msgs)], llm.Message{Role: llm.RoleSystem, Content: "Say which tool you used."})}, nil
+	})
+	srv.Push(anthropictest.Reply{Text: "Let me look.", ToolUses: []anthropictest.ToolUse{{ID: "toolu_1", Name: "current_time", Input: `{}`}}},
+		anthropictest.Reply{Text: "It is noon, says current_time."}, anthropictest.Reply{Text: "You are welcome."})
+	s := openSession(t, harness.SessionOptions{Store: openStore(t), Provider: claude(t, srv), Tools: tools, Bus: bus})
+	for _, p := range []string{"What time is it?", "Thanks!"} {
+		if _, err := s.Run(context.Background(), p, nil); err != nil {
+			t.Fatalf("%q: %v", p, err)
+		}
+	}
+	reqs := srv.Requests()
+	if len(reqs) != 3 {
+		t.Fatalf("%d requests; want 3", len(reqs))
+	}
+	want := []string{
+		"user: What time is it? | [system note] The user's local time is 09:01.",
+		"assistant: Let me look. | [use toolu_1]",
+		"user: [result toolu_1] | [system note] Say which tool you used.",
+	}
+	if got := turns(reqs[1].Messages); !slices.Equal(got, want) {
+		t.Fatalf("the tool step sent\n%q\nwant\n%q", got, want)
+	}
+	want = append(want[:2:2], "user: [result toolu_1]", "assistant: It is noon, says current_time.",
+		"user: Thanks! | [system note] The user's local time is 09:02.")
+	if got := turns(reqs[2].Messages); !slices.Equal(got, want) {
+		t.Fatalf("the next turn sent\n%q\nwant\n%q", got, want)
 	}
 }

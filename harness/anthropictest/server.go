@@ -1,7 +1,8 @@
 // Package anthropictest is a fake Anthropic Messages API for tests: an httptest server on
 // 127.0.0.1 that answers POST /v1/messages from a script, streaming (Anthropic's SSE event
 // stream) or not, with tool use, injected failures and slow replies, and records every
-// request. Point the real SDK at URL().
+// request. It refuses, as the API does, a request whose turns are out of the API's order
+// (see turnOrder). Point the real SDK at URL().
 package anthropictest
 
 import (
@@ -10,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -251,12 +253,16 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 
+	order := turnOrder(req.Messages)
+
 	s.mu.Lock()
 	s.reqs.Add(req)
 	n := s.reqs.Len()
 	limit := s.limit
 	var rep Reply
 	switch {
+	case order != "":
+		rep = Reply{Status: http.StatusBadRequest, Message: order}
 	case blank:
 		rep = Reply{Status: http.StatusBadRequest, Message: "messages: text content blocks must contain non-whitespace text"}
 	case toolBlocks && len(req.Tools) == 0:
@@ -302,6 +308,69 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.stream(w, r, id, wr.Model, rep, in)
+}
+
+// turnOrder checks the order the API wants of a request's messages and returns its 400
+// message, or "" when the order is valid: only user and assistant roles, the user first,
+// the two alternating, and every tool_use block of an answer followed, in the next message
+// and before anything else there, by its tool_result (a tool_result answering no tool_use of
+// the message before is refused too). The API today combines consecutive turns of one role
+// instead of refusing them; the fake refuses them, as the API once did, so that a request
+// that would only be valid once combined (text before a tool_result) is noticed.
+func turnOrder(msgs []Message) string {
+	for i, m := range msgs {
+		switch {
+		case m.Role != "user" && m.Role != "assistant":
+			return fmt.Sprintf("messages.%d.role: Input should be 'user' or 'assistant'", i)
+		case i == 0 && m.Role != "user":
+			return `messages: first message must use the "user" role`
+		case i > 0 && msgs[i-1].Role == m.Role:
+			return fmt.Sprintf(`messages: roles must alternate between "user" and "assistant", but found multiple %q roles in a row`, m.Role)
+		}
+		var uses []string
+		if i > 0 {
+			for _, b := range msgs[i-1].Blocks {
+				if b.Type == "tool_use" {
+					uses = append(uses, b.ID)
+				}
+			}
+		}
+		answered := map[string]bool{}
+		lead := true // still among the blocks before anything that is not a tool_result
+		for j, b := range m.Blocks {
+			if b.Type != "tool_result" {
+				lead = false
+				continue
+			}
+			if !slices.Contains(uses, b.ToolUseID) {
+				return fmt.Sprintf("messages.%d.content.%d: unexpected `tool_use_id` found in `tool_result` blocks: %s. "+
+					"Each `tool_result` block must have a corresponding `tool_use` block in the previous message.", i, j, b.ToolUseID)
+			}
+			answered[b.ToolUseID] = answered[b.ToolUseID] || lead
+		}
+		if len(uses) > 0 {
+			var missing []string
+			for _, id := range uses {
+				if !answered[id] {
+					missing = append(missing, id)
+				}
+			}
+			if len(missing) > 0 {
+				return fmt.Sprintf("messages.%d: `tool_use` ids were found without `tool_result` blocks immediately after: %s. "+
+					"Each `tool_use` block must have a corresponding `tool_result` block in the next message.", i-1, strings.Join(missing, ", "))
+			}
+		}
+	}
+	// An answer that ends the request with tool_use blocks has no message after it.
+	if n := len(msgs); n > 0 && msgs[n-1].Role == "assistant" {
+		for _, b := range msgs[n-1].Blocks {
+			if b.Type == "tool_use" {
+				return fmt.Sprintf("messages.%d: `tool_use` ids were found without `tool_result` blocks immediately after: %s. "+
+					"Each `tool_use` block must have a corresponding `tool_result` block in the next message.", n-1, b.ID)
+			}
+		}
+	}
+	return ""
 }
 
 func (s *Server) wait(r *http.Request, d time.Duration) bool { return s.fs.Wait(r, d) }
