@@ -170,7 +170,9 @@ echo '{"action":"reject","reason":"not here"}'
 	if rej == nil || rej.Reason != "not here" {
 		t.Fatalf("reject = %+v (failures %+v): the program's answer was lost", rej, b.Failures())
 	}
-	if elapsed := time.Since(start); elapsed > 900*time.Millisecond {
+	// Waiting for the background process takes its 30 s; a loaded machine can take
+	// seconds to start a shell, so the bound is far from both.
+	if elapsed := time.Since(start); elapsed > 5*time.Second {
 		t.Errorf("Receive took %s: it waited for the background process", elapsed)
 	}
 	if fs := b.Failures(); len(fs) != 0 {

@@ -247,7 +247,9 @@ func TestRunTakesTheOutputOfAProgramThatLeftABackgroundProcess(t *testing.T) {
 	if err != nil || string(out) != "hello world\n" {
 		t.Fatalf("Run = %q, %v; want the transcript", out, err)
 	}
-	if elapsed := time.Since(start); elapsed > 900*time.Millisecond {
+	// Waiting for the background process takes its 30 s; a loaded machine can take
+	// seconds to start a shell, so the bound is far from both.
+	if elapsed := time.Since(start); elapsed > 10*time.Second {
 		t.Errorf("Run took %s: it waited for the background process", elapsed)
 	}
 	data, err := os.ReadFile(pidFile)
