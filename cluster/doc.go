@@ -74,7 +74,10 @@
 // way, and keeps its catch-up cursors in Postgres, so the process taking the connection
 // over reads what was posted meanwhile. The admin API's inject reaches a chat through any
 // process: Node.Forward passes it over NATS (gateway.api.<holder>) to the process holding
-// the chat's partition, which runs it (gateway.Forwarded).
+// the chat's partition (gateway.Forwarded), which publishes it to that partition before it
+// answers; it comes back through Take, the chat's session decides how it goes in, and it is
+// acked with the answer of the turn that carries it, so a process dying meanwhile does not
+// lose it (one kept for a next turn is acked once kept, and lives in memory from then on).
 //
 // # Not built
 //

@@ -153,11 +153,31 @@ func (g *Gateway) Take(seq uint64, body []byte, begun bool) error {
 			}
 		}
 	}
+	if msg.Inject != nil {
+		return g.queueInjected(msg)
+	}
 	if g.metrics != nil {
 		g.metrics.MessagesIn.WithLabelValues(msg.Channel).Inc()
 	}
 	if err := g.queue(msg); err != nil {
 		return err // Stop began: it stays in the intake for whoever holds the chat next
+	}
+	return nil
+}
+
+// queueInjected puts an inject of the shared intake on its chat's mailbox, behind the
+// chat's messages stored before it (the partition's order); its session decides how it
+// goes in (takeInject). One that finds no room is let go as the session would refuse it.
+func (g *Gateway) queueInjected(msg *channels.Message) error {
+	queued, err := g.enqueue(SessionKey(msg.Channel, msg.ChatID, msg.ThreadID), msg)
+	if errors.Is(err, channels.ErrStopping) {
+		return err // it stays in the intake for whoever holds the chat next
+	}
+	if err == nil && !queued {
+		err = errors.New("the chat's queue is full")
+	}
+	if err != nil {
+		g.injectRefused(msg, g.waiter(msg), err)
 	}
 	return nil
 }
