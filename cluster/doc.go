@@ -77,7 +77,9 @@
 // the chat's partition (gateway.Forwarded), which publishes it to that partition before it
 // answers; it comes back through Take, the chat's session decides how it goes in, and it is
 // acked with the answer of the turn that carries it, so a process dying meanwhile does not
-// lose it (one kept for a next turn is acked once kept, and lives in memory from then on).
+// lose it. One kept for the chat's next turn is parked (Delivery.Park): it does not keep its
+// partition from being handed over, the next holder is delivered it again, and Unpark tells
+// this process, at the turn that would carry it, that it is no longer its own.
 //
 // # Not built
 //

@@ -532,16 +532,13 @@ func (s *session) inject(in *injection) error {
 		// The turn is past its last save point: a turn of its own, journaled as one.
 	}
 	if wait {
-		seq := msg.Seq
 		if in.msg != nil {
-			// Cluster mode: the shared intake is a work queue whose partition moves to
-			// another process only once what it handed over was answered; a message
-			// waiting here for a turn that may not come would hold the partition. It leaves
-			// the intake now and waits in memory, as before the intake had it.
-			g.settle(seq)
-			seq = 0
+			// Cluster mode: the shared intake's partition moves to another process only once
+			// what it handed over here was answered; this one waits for a turn that may not
+			// come soon, so it does not hold the partition (see startNext).
+			g.intake.Park(msg.Seq)
 		}
-		s.nextTurn = append(s.nextTurn, nextText{text: text, seq: seq})
+		s.nextTurn = append(s.nextTurn, nextText{text: text, seq: msg.Seq, parked: in.msg != nil})
 		arm(rt.Bus)
 		return nil
 	}

@@ -47,6 +47,13 @@ type SharedIntake interface {
 	Publish(ctx context.Context, sessionKey, dedupKey string, body []byte) (dup bool, err error)
 	// Done marks a message handed over by Take answered: it is not handed out again.
 	Done(seq uint64) error
+	// Park says a message handed over by Take waits for its chat's next turn (a next_turn
+	// inject): it does not keep its chat's partition from moving to another process, which
+	// is then handed it again. Unpark takes it back for the turn that carries it; false
+	// means the partition moved meanwhile: the message is the other process's, and this
+	// one must leave it out.
+	Park(seq uint64)
+	Unpark(seq uint64) bool
 }
 
 // journaled is a message as the journal keeps it.

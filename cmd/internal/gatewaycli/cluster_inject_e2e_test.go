@@ -16,6 +16,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"gateway/channels/telegram/telegramtest"
+	"gateway/cluster"
 )
 
 // inject posts an inject for a Telegram chat to process p and returns the status and body.
@@ -115,6 +118,69 @@ func TestClusterInjectAnswersOnce(t *testing.T) {
 	}
 	waitFor(t, "the intake is left empty", func() bool { return r.intakeLeft() == 0 }, r.logs())
 	for _, p := range r.procs {
+		p.stop()
+	}
+}
+
+// next_turn injects kept waiting in every partition one process holds do not keep those
+// partitions from moving to a process that joins, and go with them; that process killed,
+// each chat's next message, answered by a survivor, carries its inject once.
+func TestClusterNextTurnInjectsFollowTheirChatsAcrossAJoinAndAKill(t *testing.T) {
+	r := newClusterRig(t, "polling")
+	r.start(2)
+	r.waitBalanced()
+	a := r.procs[0]
+	var chats []int64
+	for _, h := range a.clusterStatus(t).Held {
+		for c := int64(20000); ; c++ {
+			if cluster.Partition(fmt.Sprintf("telegram:%d", c), 64) == h.Partition {
+				chats = append(chats, c)
+				break
+			}
+		}
+	}
+	for _, c := range chats {
+		if status, out := r.inject(a, c, fmt.Sprintf(`"text":"(note for %d)","deliver_as":"next_turn"`, c)); status != http.StatusAccepted {
+			t.Fatalf("inject: %d %s; logs:\n%s", status, out, r.logs())
+		}
+	}
+	r.start(1) // it takes a share of the partitions, some of those with a waiting inject
+	r.waitBalanced()
+	joined := r.procs[2]
+	if len(joined.clusterStatus(t).Held) == 0 {
+		t.Fatal("the process that joined holds no partition")
+	}
+	joined.kill()
+	r.balance()
+	for _, c := range chats {
+		r.tg.Send(telegramtest.Update{ChatID: c, Text: fmt.Sprintf("question %d", c)})
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		done := 0
+		for _, c := range chats {
+			if len(r.telegramAnswers(c)) > 0 {
+				done++
+			}
+		}
+		if done == len(chats) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d chats answered after 2 minutes; logs:\n%s", done, len(chats), r.logs())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	quiet()
+	for _, c := range chats {
+		want := fmt.Sprintf("(note for %d)\n\nquestion %d", c, c)
+		if got := r.telegramAnswers(c); len(got) != 1 || got[0] != "re: "+want {
+			t.Errorf("chat %d: answers %q; want one, to its question with its inject before it", c, got)
+		}
+		r.askedOnce(want)
+	}
+	waitFor(t, "the intake is left empty", func() bool { return r.intakeLeft() == 0 }, r.logs())
+	for _, p := range r.procs[:2] {
 		p.stop()
 	}
 }
