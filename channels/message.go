@@ -90,6 +90,11 @@ type Message struct {
 	// NextTurn, on an Injected message, says it waits for the chat's next turn (deliver_as
 	// next_turn) rather than starting one: after a restart it waits for that turn again.
 	NextTurn bool `json:"next_turn,omitempty"`
+	// Inject, on an Injected message of cluster mode's shared intake, is the request as the
+	// admin API took it: the process that answers the chat decides there, when the message
+	// comes to its session, how it goes in (steer, next turn, a turn of its own). Never part
+	// of the hook wire.
+	Inject *Inject `json:"inject,omitempty"`
 	// Seq is the message's place in the gateway's intake journal (0: not journaled). It is
 	// set by the gateway and never part of the wire.
 	Seq uint64 `json:"-"`
@@ -99,6 +104,16 @@ type Message struct {
 	// Replayed is set by the gateway on a message read back from its journal at start: an
 	// earlier attempt at answering it may have been cut by the crash. Never part of the wire.
 	Replayed bool `json:"-"`
+}
+
+// Inject is an admin API inject as cluster mode's shared intake carries it.
+type Inject struct {
+	DeliverAs string `json:"deliver_as,omitempty"`
+	Trigger   bool   `json:"trigger,omitempty"`
+	// Waiter names the API call that published it, on the process that did: when that
+	// process takes it, the call learns whether the session took it and watches its
+	// delivery (wait: delivered).
+	Waiter string `json:"waiter,omitempty"`
 }
 
 // HasRefs reports parts still to be fetched (see Fetcher).

@@ -27,6 +27,57 @@ type Delivery struct {
 	Backlog bool
 	msg     jetstream.Msg
 	done    func()
+	hold    *holding
+}
+
+// holding is whether a delivered message holds its partition here: it does from its
+// delivery until its ack, except while parked.
+type holding struct {
+	mu     sync.Mutex
+	parked bool
+	acked  bool
+	w      *partitionWorker
+}
+
+// Park says the message waits here for something that may not come soon (a chat's next
+// turn): it no longer keeps its partition from being handed over. Handed over, the
+// partition's next holder is delivered it again, unacked.
+func (d Delivery) Park() {
+	h := d.hold
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.parked && !h.acked {
+		h.parked = true
+		h.w.outstanding.Add(-1)
+	}
+}
+
+// Parked reports whether the message is parked.
+func (d Delivery) Parked() bool {
+	d.hold.mu.Lock()
+	defer d.hold.mu.Unlock()
+	return d.hold.parked
+}
+
+// Unpark takes a parked message back for its answer, which it then holds the partition
+// for; false means the partition is being handed over or was: its next holder answers it,
+// and this process must let it go.
+func (d Delivery) Unpark() bool {
+	h := d.hold
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.parked {
+		return !h.acked
+	}
+	// Counted before stopped is read: balance, which sets stopped before it reads
+	// outstanding, then either sees it or is seen.
+	h.w.outstanding.Add(1)
+	if h.w.stopped.Load() {
+		h.w.outstanding.Add(-1)
+		return false
+	}
+	h.parked = false
+	return true
 }
 
 // Ack marks the message answered.
@@ -340,12 +391,19 @@ func (c *Consumer) start(ctx context.Context, p int, lease *Lease) (*partitionWo
 				seq = meta.Sequence.Stream
 			}
 			w.outstanding.Add(1)
-			var acked sync.Once
+			h := &holding{w: w}
 			old := backlog > 0
 			if old {
 				backlog--
 			}
-			c.handle(Delivery{Partition: p, Seq: seq, Body: m.Data(), Backlog: old, msg: m, done: func() { acked.Do(func() { w.outstanding.Add(-1) }) }})
+			c.handle(Delivery{Partition: p, Seq: seq, Body: m.Data(), Backlog: old, msg: m, hold: h, done: func() {
+				h.mu.Lock()
+				defer h.mu.Unlock()
+				if !h.acked && !h.parked {
+					w.outstanding.Add(-1)
+				}
+				h.acked = true
+			}})
 		}
 	})
 	return w, nil

@@ -49,34 +49,7 @@ func (r *record) handler(t *testing.T, name string) func(cluster.Delivery) {
 
 func startProc(t *testing.T, url, name string, ttl time.Duration, r *record) *proc {
 	t.Helper()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	in, err := cluster.OpenIntake(ctx, js, cluster.IntakeConfig{Partitions: 8})
-	if err != nil {
-		t.Fatal(err)
-	}
-	leases, err := cluster.OpenLeases(ctx, js, "GATEWAY_LEASES", ttl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proc{name: name, nc: nc, c: cluster.NewConsumer(in, leases, name, r.handler(t, name), nil), done: make(chan struct{})}
-	var rctx context.Context
-	rctx, p.cancel = context.WithCancel(ctx)
-	go func() {
-		defer close(p.done)
-		if err := p.c.Run(rctx); err != nil {
-			t.Error(err)
-		}
-	}()
-	t.Cleanup(func() { p.cancel(); <-p.done; nc.Close() })
-	return p
+	return startProcWith(t, url, name, ttl, r.handler(t, name))
 }
 
 func waitFor(t *testing.T, what string, limit time.Duration, ok func() bool) {
@@ -226,4 +199,111 @@ func TestPartitionsAreSharedAndMoveWhenAProcessDies(t *testing.T) {
 			t.Errorf("%s: b answered round s in the order %q; want %q", chat, bOrder, want)
 		}
 	}
+}
+
+// A parked message does not keep its partition from moving to a process that joins: that
+// process is handed it again, and Unpark tells the first process it is no longer its own;
+// the messages of the partitions it kept it takes back.
+func TestParkedMessagesMoveWithTheirPartition(t *testing.T) {
+	url := natstest.Start(t)
+	const ttl = 2 * time.Second
+	var mu sync.Mutex
+	parked := map[string]cluster.Delivery{} // body → a's delivery
+	handedToB := map[string]bool{}
+	a := startProcWith(t, url, "a", ttl, func(d cluster.Delivery) {
+		d.Park()
+		mu.Lock()
+		parked[string(d.Body)] = d
+		mu.Unlock()
+	})
+	waitFor(t, "a holds every partition", 10*time.Second, func() bool { return len(a.c.Held()) == 8 })
+
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	in, err := cluster.OpenIntake(ctx, js, cluster.IntakeConfig{Partitions: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	partOf := map[string]int{}
+	for c := range 40 {
+		chat := fmt.Sprint("telegram:", c)
+		partOf[chat] = cluster.Partition(chat, 8)
+		if _, _, err := in.Publish(ctx, chat, chat, []byte(chat)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "a parked every message", 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(parked) == 40 })
+
+	b := startProcWith(t, url, "b", ttl, func(d cluster.Delivery) {
+		mu.Lock()
+		handedToB[string(d.Body)] = true
+		mu.Unlock()
+	})
+	waitFor(t, "a and b share the partitions", 15*time.Second, func() bool {
+		return len(a.c.Held()) == 4 && len(b.c.Held()) == 4 && len(b.c.Status()) == 4
+	})
+	keptByA := map[int]bool{}
+	for _, p := range a.c.Held() {
+		keptByA[p] = true
+	}
+	waitFor(t, "b is handed the messages of its partitions", 10*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for chat := range partOf {
+			if !keptByA[partOf[chat]] {
+				n++
+			}
+		}
+		return len(handedToB) == n
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for chat, d := range parked {
+		kept := keptByA[partOf[chat]]
+		if handedToB[chat] == kept {
+			t.Errorf("%s (partition %d, kept by a: %v) handed to b: %v", chat, partOf[chat], kept, handedToB[chat])
+		}
+		if got := d.Unpark(); got != kept {
+			t.Errorf("%s: a's Unpark = %v; want %v (kept by a)", chat, got, kept)
+		}
+	}
+}
+
+// startProcWith starts a process's consumer with its own handler.
+func startProcWith(t *testing.T, url, name string, ttl time.Duration, handle func(cluster.Delivery)) *proc {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	in, err := cluster.OpenIntake(ctx, js, cluster.IntakeConfig{Partitions: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leases, err := cluster.OpenLeases(ctx, js, "GATEWAY_LEASES", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{name: name, nc: nc, c: cluster.NewConsumer(in, leases, name, handle, nil), done: make(chan struct{})}
+	var rctx context.Context
+	rctx, p.cancel = context.WithCancel(ctx)
+	go func() {
+		defer close(p.done)
+		if err := p.c.Run(rctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	t.Cleanup(func() { p.cancel(); <-p.done; nc.Close() })
+	return p
 }

@@ -74,7 +74,12 @@
 // way, and keeps its catch-up cursors in Postgres, so the process taking the connection
 // over reads what was posted meanwhile. The admin API's inject reaches a chat through any
 // process: Node.Forward passes it over NATS (gateway.api.<holder>) to the process holding
-// the chat's partition, which runs it (gateway.Forwarded).
+// the chat's partition (gateway.Forwarded), which publishes it to that partition before it
+// answers; it comes back through Take, the chat's session decides how it goes in, and it is
+// acked with the answer of the turn that carries it, so a process dying meanwhile does not
+// lose it. One kept for the chat's next turn is parked (Delivery.Park): it does not keep its
+// partition from being handed over, the next holder is delivered it again, and Unpark tells
+// this process, at the turn that would carry it, that it is no longer its own.
 //
 // # Not built
 //

@@ -182,6 +182,32 @@ func (n *Node) Done(seq uint64) error {
 	return nil
 }
 
+// Park implements the gateway's SharedIntake: the message seq, handed over by Take, waits
+// here for its chat's next turn, and does not keep its partition from being handed over
+// meanwhile (it is then delivered again to the partition's next holder).
+func (n *Node) Park(seq uint64) {
+	n.mu.Lock()
+	d, ok := n.inflight[seq]
+	n.mu.Unlock()
+	if ok {
+		d.Park()
+	}
+}
+
+// Unpark implements the gateway's SharedIntake: it takes a parked message back for the
+// turn that answers it; false means its partition was handed over (or is being) since: the
+// message is the next holder's, and is let go here.
+func (n *Node) Unpark(seq uint64) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	d, ok := n.inflight[seq]
+	if ok && d.Unpark() {
+		return true
+	}
+	delete(n.inflight, seq)
+	return false
+}
+
 // Run consumes the partitions this process holds until ctx ends: each message goes to
 // take (the gateway's Take); forget is told of each partition taken, whose chats another
 // process may have answered meanwhile. End ctx only after Pause and the gateway's Stop:
@@ -297,10 +323,13 @@ func (n *Node) serveForwarded(ctx context.Context, handle Forwarded) (stop func(
 // is the one acked.
 func (n *Node) handle(d Delivery, take func(uint64, []byte, bool) error) {
 	n.mu.Lock()
-	_, again := n.inflight[d.Seq]
+	prev, again := n.inflight[d.Seq]
 	n.inflight[d.Seq] = d
 	n.mu.Unlock()
 	if again {
+		if prev.Parked() {
+			d.Park() // still waiting here, as it was
+		}
 		return
 	}
 	if err := take(d.Seq, d.Body, d.Backlog); err != nil {

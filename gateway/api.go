@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -201,6 +202,9 @@ type injection struct {
 	// delivery watch can listen there before anything runs; nil when nobody waits.
 	armed func(bus *hooks.Bus)
 	res   chan error // the actor's answer: taken (nil) or why not
+	// msg, when set, is the message as cluster mode's shared intake handed it back: stored
+	// already (its Seq is the intake's), and Replayed when a process that died had it.
+	msg *channels.Message
 }
 
 // apiInject puts a message into a chat's session (the seed's sendMessage).
@@ -276,12 +280,30 @@ func (g *Gateway) inject(ctx context.Context, req InjectRequest) (int, map[strin
 		defer watch.stop()
 	}
 	key := SessionKey(target.Channel, target.ChatID, target.ThreadID)
-	if err := g.control(key, func(s *session) { in.res <- s.inject(in) }); err != nil {
+	shared := g.intake != nil && !channels.IsPinned(g.byName[target.Channel])
+	if shared {
+		// Cluster mode: stored in the chat's partition before the caller hears it was
+		// taken; the process holding the chat (this one, as a rule: see apiInject) takes
+		// it from there and decides how it goes in, as control does below.
+		done, err := g.publishInject(ctx, in)
+		if err != nil {
+			g.log.Warn("the shared intake did not take an injected message", "session", key, "err", err)
+			return http.StatusServiceUnavailable, map[string]any{"error": "the message could not be stored for the chat; try again: " + err.Error()}
+		}
+		defer done()
+	} else if err := g.control(key, func(s *session) { in.res <- s.inject(in) }); err != nil {
 		return http.StatusServiceUnavailable, map[string]any{"error": err.Error()}
 	}
 	select {
 	case err = <-in.res:
 	case <-time.After(30 * time.Second): // the actor went away (evicted, shutting down)
+		if shared {
+			// Stored: whichever process takes the chat's partition runs it.
+			if watch == nil {
+				return http.StatusAccepted, map[string]any{"status": "queued", "deliver_as": req.DeliverAs}
+			}
+			return http.StatusGatewayTimeout, map[string]any{"status": "queued", "error": "the message is stored, but this process did not take the chat within 30s; its delivery is not watched"}
+		}
 		err = errors.New("the chat's session did not take the message")
 	case <-ctx.Done():
 		return 0, nil
@@ -301,6 +323,62 @@ func (g *Gateway) inject(ctx context.Context, req InjectRequest) (int, map[strin
 		return http.StatusGatewayTimeout, map[string]any{"status": "queued", "error": "no model request carried the message within turn_timeout"}
 	case <-ctx.Done():
 		return 0, nil
+	}
+}
+
+// maxWaiters bounds the inject calls of this process waiting for the shared intake to
+// hand their message back; past it they are answered 503.
+const maxWaiters = 256
+
+// publishInject stores an inject in its chat's partition of the shared intake, named so
+// that this process's session, taking it, answers in.res and arms the delivery watch.
+// done forgets the name; call it once the call is answered.
+func (g *Gateway) publishInject(ctx context.Context, in *injection) (done func(), err error) {
+	name := rand.Text()
+	g.waitMu.Lock()
+	if len(g.waiters) >= maxWaiters {
+		g.waitMu.Unlock()
+		return nil, errors.New("too many injects are waiting to be taken")
+	}
+	g.waiters[name] = in
+	g.waitMu.Unlock()
+	done = func() {
+		g.waitMu.Lock()
+		delete(g.waiters, name)
+		g.waitMu.Unlock()
+	}
+	t := in.target
+	msg := &channels.Message{Channel: t.Channel, ChatID: t.ChatID, ThreadID: t.ThreadID, Injected: true,
+		Inject: &channels.Inject{DeliverAs: in.req.DeliverAs, Trigger: in.req.Trigger, Waiter: name},
+		Parts:  []channels.Part{channels.TextPart(in.req.Text)}, Time: time.Now()}
+	if _, err := g.publish(ctx, msg, ""); err != nil {
+		done()
+		return nil, err
+	}
+	return done, nil
+}
+
+// waiter takes the inject call of this process that published msg; nil when none waits
+// here (another process published it, or the call ended).
+func (g *Gateway) waiter(msg *channels.Message) *injection {
+	g.waitMu.Lock()
+	defer g.waitMu.Unlock()
+	in := g.waiters[msg.Inject.Waiter]
+	delete(g.waiters, msg.Inject.Waiter)
+	return in
+}
+
+// injectRefused lets go of an inject of the shared intake its session did not take (the
+// chat's queue is full, too many chats): out of the intake, and the waiting call, if
+// any, is told why. The chat is not told: nobody there sent it.
+func (g *Gateway) injectRefused(msg *channels.Message, in *injection, err error) {
+	g.log.Warn("an injected message was not taken", "session", SessionKey(msg.Channel, msg.ChatID, msg.ThreadID), "err", err)
+	g.settle(msg.Seq)
+	if in != nil {
+		select {
+		case in.res <- err:
+		default:
+		}
 	}
 }
 
@@ -424,16 +502,23 @@ func (s *session) inject(in *injection) error {
 			in.armed(bus)
 		}
 	}
-	steer := in.req.DeliverAs == DeliverSteer && s.running != nil && s.agent != nil
+	msg := in.msg
+	// A steer a process that died had taken is not steered again: the turn it joined is
+	// asked again without it, and it comes after as a turn of its own, as after a restart.
+	steer := in.req.DeliverAs == DeliverSteer && s.running != nil && s.agent != nil && (msg == nil || !msg.Replayed)
 	// Kept for the next turn rather than a turn of its own (see below).
 	wait := !steer && !in.req.Trigger && (in.req.DeliverAs == DeliverNextTurn || s.running == nil)
 	if (wait || !steer && in.req.DeliverAs == DeliverNextTurn) && len(s.nextTurn) >= maxNextTurn {
 		return errors.New("too many messages wait for this chat's next turn")
 	}
-	msg := &channels.Message{Channel: t.Channel, ChatID: t.ChatID, ThreadID: t.ThreadID, Injected: true, NextTurn: wait,
-		Parts: []channels.Part{channels.TextPart(text)}, Time: time.Now()}
-	if _, err := g.accept(msg, ""); err != nil {
-		return fmt.Errorf("the message could not be journaled: %w", err)
+	if msg == nil {
+		msg = &channels.Message{Channel: t.Channel, ChatID: t.ChatID, ThreadID: t.ThreadID, Injected: true, NextTurn: wait,
+			Parts: []channels.Part{channels.TextPart(text)}, Time: time.Now()}
+		if _, err := g.accept(msg, ""); err != nil {
+			return fmt.Errorf("the message could not be journaled: %w", err)
+		}
+	} else {
+		t.Resume = answerResume(msg) // an answer a crash cut is finished in place
 	}
 	if steer {
 		arm(s.agentRT.Bus)
@@ -447,13 +532,19 @@ func (s *session) inject(in *injection) error {
 		// The turn is past its last save point: a turn of its own, journaled as one.
 	}
 	if wait {
-		s.nextTurn = append(s.nextTurn, nextText{text: text, seq: msg.Seq})
+		if in.msg != nil {
+			// Cluster mode: the shared intake's partition moves to another process only once
+			// what it handed over here was answered; this one waits for a turn that may not
+			// come soon, so it does not hold the partition (see startNext).
+			g.intake.Park(msg.Seq)
+		}
+		s.nextTurn = append(s.nextTurn, nextText{text: text, seq: msg.Seq, parked: in.msg != nil})
 		arm(rt.Bus)
 		return nil
 	}
 	req := &turnReq{prompt: text, profile: prof, info: info, target: t, rt: rt, release: release}
 	if msg.Seq != 0 {
-		req.seqs, req.asked = []uint64{msg.Seq}, harness.Attempt{ID: intakeID(msg)}
+		req.seqs, req.asked = []uint64{msg.Seq}, harness.Attempt{ID: intakeID(msg), Again: msg.Replayed}
 	}
 	if in.req.DeliverAs == DeliverNextTurn {
 		// next_turn with trigger: it goes before the next turn's prompt, and answers with
@@ -468,10 +559,36 @@ func (s *session) inject(in *injection) error {
 	return nil
 }
 
+// takeInject takes an inject of cluster mode's shared intake, on the process that answers
+// the chat: it goes in as inject decides for one made here, and the API call that
+// published it, when it waits on this process, learns the outcome.
+func (s *session) takeInject(msg *channels.Message) {
+	in := s.g.waiter(msg)
+	if in == nil {
+		in = &injection{req: InjectRequest{Text: msg.Text(), DeliverAs: msg.Inject.DeliverAs, Trigger: msg.Inject.Trigger},
+			target: channels.Target{Channel: msg.Channel, ChatID: msg.ChatID, ThreadID: msg.ThreadID}}
+	}
+	in.msg = msg
+	if err := s.inject(in); err != nil {
+		s.g.injectRefused(msg, in, err)
+		return
+	}
+	if in.res != nil {
+		select {
+		case in.res <- nil:
+		default:
+		}
+	}
+}
+
 // injected takes an injected message read back from the journal after a restart: one
 // kept for the next turn waits for it again; a turn of its own (or a steer whose turn the
 // crash cut) is run again, as a message replayed is.
 func (s *session) injected(msg *channels.Message) {
+	if msg.Inject != nil {
+		s.takeInject(msg)
+		return
+	}
 	if msg.NextTurn {
 		s.nextTurn = append(s.nextTurn, nextText{text: msg.Text(), seq: msg.Seq})
 		return

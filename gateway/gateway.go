@@ -163,6 +163,10 @@ type Gateway struct {
 	// heldNext are the messages kept for the next turn of chats whose session was let go
 	// (evicted idle): the chat's next session takes them back. Under mu.
 	heldNext map[string][]nextText
+	// waiters are this process's inject calls whose message went to the shared intake
+	// (cluster mode), by Inject.Waiter, until the session takes it or the call ends.
+	waitMu  sync.Mutex
+	waiters map[string]*injection
 
 	dedup *channels.Dedup
 	// taking holds the dedup keys Deliver is storing now (see claimDelivery); an entry
@@ -252,6 +256,7 @@ func New(cfg Config, rt *Runtime, deps Deps) (*Gateway, error) {
 		chatMenus:   map[string]map[string]bool{},
 		providers:   map[harness.Config]harness.Provider{},
 		sessions:    map[string]*session{},
+		waiters:     map[string]*injection{},
 		dedup:       channels.NewDedup(10_000),
 		taking:      map[string]chan struct{}{},
 		journalTold: channels.NewDedup(1000),
@@ -663,7 +668,7 @@ func SessionKey(channel, chat, thread string) string {
 // must not acknowledge it, so the platform delivers it again.
 func (g *Gateway) Deliver(ctx context.Context, msg *channels.Message) error {
 	shared := g.intake != nil && !channels.IsPinned(g.byName[msg.Channel])
-	msg.Injected = false // only the admin API starts such a turn: a chat's message never skips the receive hooks
+	msg.Injected, msg.Inject = false, nil // only the admin API starts such a turn: a chat's message never skips the receive hooks
 	// While Stop drains, a message is still taken where it outlives this process (the
 	// journal, the shared intake) and answered after the restart: refused, Discord would
 	// never offer it again and Slack would offer it only to this closing connection. With
@@ -812,7 +817,7 @@ var errTooManyChats = fmt.Errorf("%w: too many active chats", channels.ErrNotAcc
 // enqueue puts msg on its session's mailbox, creating the session when needed, and wakes
 // its actor.
 func (g *Gateway) enqueue(key string, msg *channels.Message) (queued bool, err error) {
-	stop := isStop(msg) // outside g.mu: it joins the message's text
+	stop := !msg.Injected && isStop(msg) // outside g.mu: it joins the message's text
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	// Checked under g.mu, which Stop takes after setting stopping: a message either is

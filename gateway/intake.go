@@ -47,6 +47,13 @@ type SharedIntake interface {
 	Publish(ctx context.Context, sessionKey, dedupKey string, body []byte) (dup bool, err error)
 	// Done marks a message handed over by Take answered: it is not handed out again.
 	Done(seq uint64) error
+	// Park says a message handed over by Take waits for its chat's next turn (a next_turn
+	// inject): it does not keep its chat's partition from moving to another process, which
+	// is then handed it again. Unpark takes it back for the turn that carries it; false
+	// means the partition moved meanwhile: the message is the other process's, and this
+	// one must leave it out.
+	Park(seq uint64)
+	Unpark(seq uint64) bool
 }
 
 // journaled is a message as the journal keeps it.
@@ -153,11 +160,31 @@ func (g *Gateway) Take(seq uint64, body []byte, begun bool) error {
 			}
 		}
 	}
+	if msg.Inject != nil {
+		return g.queueInjected(msg)
+	}
 	if g.metrics != nil {
 		g.metrics.MessagesIn.WithLabelValues(msg.Channel).Inc()
 	}
 	if err := g.queue(msg); err != nil {
 		return err // Stop began: it stays in the intake for whoever holds the chat next
+	}
+	return nil
+}
+
+// queueInjected puts an inject of the shared intake on its chat's mailbox, behind the
+// chat's messages stored before it (the partition's order); its session decides how it
+// goes in (takeInject). One that finds no room is let go as the session would refuse it.
+func (g *Gateway) queueInjected(msg *channels.Message) error {
+	queued, err := g.enqueue(SessionKey(msg.Channel, msg.ChatID, msg.ThreadID), msg)
+	if errors.Is(err, channels.ErrStopping) {
+		return err // it stays in the intake for whoever holds the chat next
+	}
+	if err == nil && !queued {
+		err = errors.New("the chat's queue is full")
+	}
+	if err != nil {
+		g.injectRefused(msg, g.waiter(msg), err)
 	}
 	return nil
 }

@@ -68,6 +68,9 @@ type session struct {
 type nextText struct {
 	text string
 	seq  uint64
+	// parked: seq is of the shared intake (cluster mode), which may have handed it to
+	// another process since (SharedIntake.Park).
+	parked bool
 }
 
 // turnReq is one turn to run: the prompt and where to answer.
@@ -600,6 +603,9 @@ func (s *session) startNext() {
 	if len(s.nextTurn) > 0 && !req.compact && req.hookCmd == nil {
 		texts := make([]string, 0, len(s.nextTurn)+1)
 		for _, n := range s.nextTurn {
+			if n.parked && !s.g.intake.Unpark(n.seq) {
+				continue // its chat's partition moved: the process holding it now has it
+			}
 			texts = append(texts, n.text)
 			if n.seq != 0 {
 				// Saved with the turn's prompt, it leaves the journal with the turn's answer;
