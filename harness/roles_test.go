@@ -115,15 +115,8 @@ func TestSystemNotesReachAStrictModel(t *testing.T) {
 	srv := newOpenAIServer(t)
 	srv.AlternateRoles(true)
 	bus := hooks.NewBus(hooks.Options{})
-	turn := 0
-	bus.On(hooks.NameBeforeAgentStart, "clock", func(context.Context, hooks.Event) (any, error) {
-		turn++
-		return &hooks.BeforeAgentStartResult{Messages: []llm.Message{{Role: llm.RoleSystem, Content: fmt.Sprintf("The user's local time is 09:0%d.", turn)}}}, nil
-	})
-	bus.On(hooks.NameContext, "french", func(_ context.Context, ev hooks.Event) (any, error) {
-		msgs := ev.(*hooks.Context).Messages
-		return &hooks.ContextResult{Messages: append([]llm.Message{{Role: llm.RoleSystem, Content: "Answer in French."}}, msgs...)}, nil
-	})
+	clockNotes(bus)
+	frenchFirst(bus)
 	srv.Push(openaitest.Reply{Text: "Il est 9 h 01."}, openaitest.Reply{Text: "Il est 9 h 02."})
 	s := openSession(t, harness.SessionOptions{Store: openStore(t), Provider: openAI(t, srv), System: "You are brief.", Bus: bus})
 	for _, p := range []string{"What time is it?", "And now?"} {
@@ -259,6 +252,14 @@ func clockNotes(bus *hooks.Bus) {
 	})
 }
 
+// frenchFirst adds a context hook that puts a system note before the whole conversation.
+func frenchFirst(bus *hooks.Bus) {
+	bus.On(hooks.NameContext, "french", func(_ context.Context, ev hooks.Event) (any, error) {
+		msgs := ev.(*hooks.Context).Messages
+		return &hooks.ContextResult{Messages: append([]llm.Message{{Role: llm.RoleSystem, Content: "Answer in French."}}, msgs...)}, nil
+	})
+}
+
 // A hook's note injected at a turn reaches Claude where it stands, in that turn's user
 // message and marked as a note, as it reaches an OpenAI-compatible model; a note a context
 // hook puts before the conversation still joins the system prompt. Before, every note went
@@ -268,10 +269,7 @@ func TestSystemNotesReachClaudeWhereTheyStand(t *testing.T) {
 	t.Cleanup(srv.Close)
 	bus := hooks.NewBus(hooks.Options{})
 	clockNotes(bus)
-	bus.On(hooks.NameContext, "french", func(_ context.Context, ev hooks.Event) (any, error) {
-		msgs := ev.(*hooks.Context).Messages
-		return &hooks.ContextResult{Messages: append([]llm.Message{{Role: llm.RoleSystem, Content: "Answer in French."}}, msgs...)}, nil
-	})
+	frenchFirst(bus)
 	srv.Push(anthropictest.Reply{Text: "Il est 9 h 01."}, anthropictest.Reply{Text: "Il est 9 h 02."})
 	s := openSession(t, harness.SessionOptions{Store: openStore(t), Provider: claude(t, srv), System: "You are brief.", Bus: bus})
 	for _, p := range []string{"What time is it?", "And now?"} {
