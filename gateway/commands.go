@@ -438,10 +438,9 @@ func (s *session) spokenWhen(rt *Runtime, prof *profiles.Profile) string {
 	if !voiceReplies(rt) {
 		return profiles.TTSOff
 	}
-	for _, m := range []string{s.voiceMode(), prof.TTSMode} {
-		if m == profiles.TTSOff || m == profiles.TTSInbound || m == profiles.TTSAlways {
-			return m
-		}
+	switch m := s.voiceChoice(prof); m {
+	case profiles.TTSOff, profiles.TTSInbound, profiles.TTSAlways:
+		return m
 	}
 	return rt.VoiceMode
 }

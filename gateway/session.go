@@ -243,6 +243,15 @@ func (s *session) voiceMode() string {
 
 func (s *session) setVoiceMode(v string) { s.ttsMode.Store(&v) }
 
+// voiceChoice is the chat's /voice choice, else its profile's tts_mode ("" for neither):
+// what message:send carries for the text-to-speech hook to resolve against tts.mode.
+func (s *session) voiceChoice(prof *profiles.Profile) string {
+	if m := s.voiceMode(); m != "" {
+		return m
+	}
+	return prof.TTSMode
+}
+
 // errStopIntake is the cause a /stop gives the receive hooks of a message it drops.
 var errStopIntake = errCancelled("stopped by the user")
 

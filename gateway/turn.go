@@ -282,13 +282,9 @@ func withNote(text, note string, parts bool) string {
 // are due at once), and a collection shrinks a stack that waits using less than a quarter
 // of it (3.3 KB of 16).
 func (s *session) messageSend(d *deliverer, req *turnReq, rt *Runtime, text string) []channels.Part {
-	mode := s.voiceMode()
-	if mode == "" {
-		mode = req.profile.TTSMode
-	}
 	return rt.Bus.Send(d.ctx, &hooks.MessageSend{
 		Session: req.info, InputText: req.prompt, ResponseText: text, IsVoice: req.isVoice,
-		TTSMode: mode, Voice: req.profile.TTSVoice, Language: req.profile.TTSLanguage,
+		TTSMode: s.voiceChoice(req.profile), Voice: req.profile.TTSVoice, Language: req.profile.TTSLanguage,
 	})
 }
 
