@@ -2,9 +2,12 @@ package harness_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 
 	"gateway/harness"
@@ -97,5 +100,115 @@ func TestHistoryWrittenAheadSurvivesAPowerCut(t *testing.T) {
 	want := []string{"first question", "first answer", "second question", "second answer", "third question"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("the model was asked, after the power cut, with %q; want %q", got, want)
+	}
+}
+
+// neverSynced takes every append written ahead and never syncs it, as an intake log whose
+// lazy sync a power cut came before. It tells what of a file a power cut leaves: the
+// appends written ahead since the file's last own sync are lost.
+type neverSynced struct {
+	mu    sync.Mutex
+	since map[string][2]int64 // path → the offsets where its unsynced appends begin and end
+}
+
+func (n *neverSynced) WriteAhead(path string, off int64, data []byte) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if c, ok := n.since[path]; ok && c[1] == off {
+		n.since[path] = [2]int64{c[0], off + int64(len(data))}
+	} else { // the file was synced by its own append in between
+		n.since[path] = [2]int64{off, off + int64(len(data))}
+	}
+	return nil
+}
+
+// durable is how much of the file at path, size bytes long, a power cut now leaves.
+func (n *neverSynced) durable(path string, size int64) int64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if c, ok := n.since[path]; ok && c[1] == size {
+		return c[0]
+	}
+	return size
+}
+
+// powerCutTool takes, when it first runs, what a power cut at that moment leaves of the
+// store's directory, and then hangs as a tool the power cut stopped.
+type powerCutTool struct {
+	sideTool
+	dir, file string
+	ahead     *neverSynced
+	cut       string
+	err       error
+}
+
+func (p *powerCutTool) Run(ctx context.Context, args json.RawMessage) (string, error) {
+	if p.runs.Load() == 0 {
+		b, err := os.ReadFile(p.file)
+		p.cut, p.err = filepath.Join(filepath.Dir(p.dir), "cut"), err
+		if err == nil {
+			p.err = os.MkdirAll(p.cut, 0o700)
+		}
+		if p.err == nil {
+			p.err = os.WriteFile(filepath.Join(p.cut, filepath.Base(p.file)), b[:p.ahead.durable(p.file, int64(len(b)))], 0o600)
+		}
+	}
+	return p.sideTool.Run(ctx, args)
+}
+
+// A tool step is synced before its tools run: a power cut while a tool does its work (sends
+// the mail) leaves the step on disk, and the message answered after the restart does not
+// run the tool again, although the chat's other save points are left to the intake log's
+// lazy sync.
+func TestToolStepSurvivesAPowerCutWhileItsToolRuns(t *testing.T) {
+	srv := newOpenAIServer(t)
+	srv.SetFunc(func(r openaitest.Request) openaitest.Reply {
+		switch last := r.Messages[len(r.Messages)-1]; {
+		case last.Role == "user" && last.Content == "hello":
+			return openaitest.Reply{Text: "hi"}
+		case last.Role == "user":
+			return openaitest.Reply{ToolCalls: []openaitest.ToolCall{{ID: "call_send_mail", Name: "send_mail", Arguments: `{}`}}}
+		}
+		return openaitest.Reply{Text: "answered"}
+	})
+	dir := filepath.Join(t.TempDir(), "sessions")
+	st, err := harness.OpenStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ahead := &neverSynced{since: map[string][2]int64{}}
+	st.WriteAheadTo(ahead)
+	file, err := harness.FileName("web:cut")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mail := &powerCutTool{sideTool: sideTool{name: "send_mail", started: make(chan struct{}), hold: make(chan struct{})},
+		dir: dir, file: filepath.Join(dir, file), ahead: ahead}
+	opts := harness.SessionOptions{Key: "web:cut", Store: st, Provider: openAI(t, srv), Model: "gpt-test",
+		Tools: []harness.Tool{mail}}
+	s := openSession(t, opts)
+	if _, err := s.Run(context.Background(), "hello", nil); err != nil { // the file's first append, synced
+		t.Fatal(err)
+	}
+	const prompt = "mail Bob"
+	defer cutRun(s, prompt, mail.started)()
+	if mail.err != nil {
+		t.Fatal(mail.err)
+	}
+
+	opts.Store, err = harness.OpenStore(mail.cut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := openSession(t, opts).RunAttempt(context.Background(), harness.Attempt{ID: "17", Again: true}, prompt, nil, nil)
+	if err != nil || res.Text != "answered" {
+		t.Fatalf("answered again: %q %v", res.Text, err)
+	}
+	if n := mail.runs.Load(); n != 1 {
+		t.Fatalf("send_mail ran %d times across the power cut; want once", n)
+	}
+	reqs := srv.Requests()
+	if got, _ := resultOf(reqs[len(reqs)-1], "call_send_mail"); !strings.Contains(got, "interrupted") {
+		t.Errorf("after the power cut the model got %q for the call; want that it was interrupted", got)
 	}
 }

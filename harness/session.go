@@ -405,8 +405,14 @@ func (r *run) add(m llm.Message, aborted bool) {
 
 // save is a save point: pending history entries become durable. A failed write is logged
 // and retried at the next save point; the conversation goes on.
-func (r *run) save() {
-	if err := r.s.hist.flush(); err != nil {
+func (r *run) save() { r.saved(r.s.hist.flush()) }
+
+// saveSynced is a save point synced before it returns (flushSynced), for a step whose
+// tools run next.
+func (r *run) saveSynced() { r.saved(r.s.hist.flushSynced()) }
+
+func (r *run) saved(err error) {
+	if err != nil {
 		r.s.log.Error("saving the conversation failed", "key", r.s.key, "err", err)
 	}
 }
@@ -658,7 +664,11 @@ func (r *run) answered(turn int, resp *Response, full bool, fixed int) (last str
 	if h := r.s.hist; full && resp.Usage.InputTokens > 0 {
 		h.reported, h.reportedAt = resp.Usage.InputTokens+resp.Usage.OutputTokens, len(h.entries)
 	}
-	r.save()
+	if len(msg.ToolCalls) > 0 {
+		r.saveSynced()
+	} else {
+		r.save()
+	}
 	r.s.publish(r.s.hist, fixed, r.cfg.budget.window)
 	r.emit(&hooks.MessageEnd{Session: info, Message: msg})
 	last = msg.Content

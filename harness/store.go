@@ -141,7 +141,8 @@ type WriteAhead interface {
 }
 
 // WriteAheadTo has the history files' appends made durable by w (see WriteAhead) rather
-// than by a sync each. A file's first append, which creates it, is still synced. Call it
+// than by a sync each. A file's first append, which creates it, and a tool step
+// (flushSynced) are still synced. Call it
 // before the store is used.
 func (s *Store) WriteAheadTo(w WriteAhead) { s.ahead = w }
 
@@ -1085,14 +1086,21 @@ func (h *history) encode(v any) {
 //
 // The file stays open from the first save point of a run to its end (release), so that
 // a save point costs a write and an fsync, not also an open, two stats and a close.
-func (h *history) flush() error {
+func (h *history) flush() error { return h.flushAs(false) }
+
+// flushSynced is a save point whose entries are synced before it returns, never left to
+// the intake log's lazy sync (WriteAhead): a tool step, saved before its tools run, must
+// not be lost to a power cut after a tool did its work, or the tool runs again.
+func (h *history) flushSynced() error { return h.flushAs(true) }
+
+func (h *history) flushAs(synced bool) error {
 	if h.store == nil || h.pending.Len() == 0 {
 		return nil
 	}
 	if h.files != nil && h.files.isClosed() {
 		return errors.New("the history store is closed")
 	}
-	if err := h.appendPending(); err != nil {
+	if err := h.appendPending(synced); err != nil {
 		if h.pending.Len() > maxPending {
 			// The disk has refused writes for a long while: stop holding the backlog.
 			h.log.Error("session history: dropping unsaved entries", "key", h.key, "bytes", h.pending.Len())
@@ -1104,7 +1112,7 @@ func (h *history) flush() error {
 	return nil
 }
 
-func (h *history) appendPending() error {
+func (h *history) appendPending(synced bool) error {
 	if h.files == nil {
 		data := h.pending.Bytes()
 		if h.size == 0 {
@@ -1133,7 +1141,7 @@ func (h *history) appendPending() error {
 		data = append(h.header(), data...)
 	}
 	_, err := h.f.Write(data)
-	if err == nil && (h.size == 0 || h.files.ahead == nil || h.files.ahead.WriteAhead(h.path, h.size, data) != nil) {
+	if err == nil && (h.size == 0 || synced || h.files.ahead == nil || h.files.ahead.WriteAhead(h.path, h.size, data) != nil) {
 		err = h.f.Sync()
 	}
 	if err != nil {
