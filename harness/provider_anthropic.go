@@ -207,7 +207,33 @@ func (p *anthropicProvider) params(req *Request) (*anthropic.MessageNewParams, e
 		none := anthropic.NewToolChoiceNoneParam()
 		params.ToolChoice.OfNone = &none
 	}
+	cacheBreakpoints(params)
 	return params, nil
+}
+
+// cacheBreakpoints marks where Anthropic's prompt cache keeps the request's beginning: the
+// end of the system prompt (with the tools before it, which change only with a reload) and
+// the end of the conversation. The next request of the chat, a tool step's a second later
+// or the next message's, begins with the same blocks and reads them from the cache (a
+// tenth of the input price, and sooner) instead of having the model read them again.
+// Without a breakpoint the API caches nothing; OpenAI's cache needs none. What it costs: a
+// written prefix is billed at 1.25 times the input price, and a chat quiet for over five
+// minutes (the cache's life) writes its conversation again. A before_provider_payload
+// hook may take the marks out.
+func cacheBreakpoints(params *anthropic.MessageNewParams) {
+	switch {
+	case len(params.System) > 0:
+		params.System[len(params.System)-1].CacheControl = anthropic.NewCacheControlEphemeralParam()
+	case len(params.Tools) > 0:
+		params.Tools[len(params.Tools)-1].OfTool.CacheControl = anthropic.NewCacheControlEphemeralParam()
+	}
+	if n := len(params.Messages); n > 0 {
+		if blocks := params.Messages[n-1].Content; len(blocks) > 0 {
+			if cc := blocks[len(blocks)-1].GetCacheControl(); cc != nil {
+				*cc = anthropic.NewCacheControlEphemeralParam()
+			}
+		}
+	}
 }
 
 // anthropicBlock is a content block of a streamed answer.
@@ -244,6 +270,15 @@ type anthropicEvent struct {
 type anthropicUsage struct {
 	InputTokens  json.Number `json:"input_tokens"`
 	OutputTokens json.Number `json:"output_tokens"`
+	// What the prompt cache read and wrote: input_tokens counts neither.
+	CacheRead    json.Number `json:"cache_read_input_tokens"`
+	CacheWritten json.Number `json:"cache_creation_input_tokens"`
+}
+
+// input is the request's whole input: the conversation's size, which the context budget
+// and the token metrics count, whatever part of it the cache held.
+func (u *anthropicUsage) input() int {
+	return number(u.InputTokens) + number(u.CacheRead) + number(u.CacheWritten)
 }
 
 // anthropicPart is a content block's start or a delta: the fields of every kind.
@@ -275,7 +310,7 @@ func (a *anthropicAccum) decode(data []byte) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		a.resp.Usage.InputTokens, a.resp.Usage.OutputTokens = number(u.InputTokens), number(u.OutputTokens)
+		a.resp.Usage.InputTokens, a.resp.Usage.OutputTokens = u.input(), number(u.OutputTokens)
 	case "content_block_start":
 		cb, err := anthropicPartOf(ev.ContentBlock)
 		if err != nil {
@@ -368,8 +403,7 @@ func (a *anthropicAccum) response() *Response {
 // where it stands, as a "[system note] …" text block of the user's turn there, as the
 // OpenAI provider sends it (see openAIMessages). Moved to the system field, it lost its
 // place, and each new note changed the beginning of every later request, while Anthropic's
-// prompt cache matches a request from its start (this provider sets no cache_control
-// breakpoint; a before_provider_payload hook may). The history keeps a call's results
+// prompt cache matches a request from its start (cacheBreakpoints). The history keeps a call's results
 // right after it (repair), so a note after them follows the tool_result blocks in their
 // user message, where the API wants them first.
 func anthropicMessages(system string, msgs []llm.Message) ([]anthropic.TextBlockParam, []anthropic.MessageParam) {

@@ -1,9 +1,7 @@
 package harness_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -291,11 +289,12 @@ func TestSystemNotesReachClaudeWhereTheyStand(t *testing.T) {
 
 // A note that comes later in a chat (here at its second turn) leaves the beginning of
 // Claude's request as it was: the tools, the system prompt and the first turn's messages
-// are sent byte for byte as in the first request, which is what a prompt cache matches.
-// Before, the note joined the system prompt, and every later request began otherwise.
+// are sent as in the first request, and the prompt cache holds them. Before, the note
+// joined the system prompt, and every later request began otherwise.
 func TestALaterNoteKeepsTheBeginningOfClaudesRequest(t *testing.T) {
 	srv := anthropictest.NewServer()
 	t.Cleanup(srv.Close)
+	srv.SetCacheMin(1) // a conversation this short is cached too
 	tools, err := harness.BuiltinTools([]string{"current_time"})
 	if err != nil {
 		t.Fatal(err)
@@ -315,29 +314,9 @@ func TestALaterNoteKeepsTheBeginningOfClaudesRequest(t *testing.T) {
 			t.Fatalf("%q: %v", p, err)
 		}
 	}
-	type wire struct {
-		Tools    json.RawMessage   `json:"tools"`
-		System   json.RawMessage   `json:"system"`
-		Messages []json.RawMessage `json:"messages"`
-	}
-	var first, second wire
 	reqs := srv.Requests()
-	if err := json.Unmarshal(reqs[0].Body, &first); err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(reqs[1].Body, &second); err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(first.Tools, second.Tools) || !bytes.Equal(first.System, second.System) {
-		t.Fatalf("the second request's tools or system differ:\n%s %s\n%s %s", first.Tools, first.System, second.Tools, second.System)
-	}
-	if len(second.Messages) <= len(first.Messages) {
-		t.Fatalf("the second request holds %d messages, the first %d", len(second.Messages), len(first.Messages))
-	}
-	for i, m := range first.Messages {
-		if !bytes.Equal(m, second.Messages[i]) {
-			t.Fatalf("message %d differs:\n%s\n%s", i, m, second.Messages[i])
-		}
+	if first, second := reqs[0].Cache, reqs[1].Cache; first.Written == 0 || second.Read != first.Written {
+		t.Fatalf("the second request read %d tokens from the prompt cache; want all %d the first wrote", second.Read, first.Written)
 	}
 	want := []string{"user: I am Ann", "assistant: Hello, Ann.", "user: Who am I? | [system note] The user has a meeting at ten."}
 	if got := turns(reqs[1].Messages); !slices.Equal(got, want) {
@@ -389,5 +368,39 @@ func TestNotesBesideToolTrafficKeepClaudesPairs(t *testing.T) {
 		"user: Thanks! | [system note] The user's local time is 09:02.")
 	if got := turns(reqs[2].Messages); !slices.Equal(got, want) {
 		t.Fatalf("the next turn sent\n%q\nwant\n%q", got, want)
+	}
+}
+
+// Claude's prompt cache holds what a chat's requests begin with: a tool step's request reads
+// the tools, the system prompt and the conversation the step before sent from the cache,
+// and the tokens the cache held still count in the chat's context (what /status shows and
+// compaction weighs) and in its usage. The API's input_tokens leaves them out.
+func TestClaudeReadsAToolTurnFromThePromptCache(t *testing.T) {
+	srv := anthropictest.NewServer()
+	t.Cleanup(srv.Close)
+	tools, err := harness.BuiltinTools([]string{"current_time"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Push(anthropictest.Reply{ToolUses: []anthropictest.ToolUse{{ID: "toolu_1", Name: "current_time", Input: `{}`}}},
+		anthropictest.Reply{Text: "It is late."})
+	system := "You answer questions about time. " + strings.Repeat("Be precise and brief. ", 300) // past the cache's minimum
+	s := openSession(t, harness.SessionOptions{Store: openStore(t), Provider: claude(t, srv), System: system, Tools: tools})
+	if _, err := s.Run(context.Background(), "What time is it?", nil); err != nil {
+		t.Fatal(err)
+	}
+	reqs := srv.Requests()
+	if len(reqs) != 2 {
+		t.Fatalf("model calls = %d; want the tool step and the answer", len(reqs))
+	}
+	if first, second := reqs[0].Cache, reqs[1].Cache; first.Written == 0 || second.Read != first.Written {
+		t.Fatalf("the prompt cache: the step wrote %d tokens, the answer's request read %d; want it to read them all", first.Written, second.Read)
+	}
+	st := s.Stats()
+	if sent := anthropictest.Tokens(reqs[0].Body) + anthropictest.Tokens(reqs[1].Body); st.Usage.InputTokens != sent {
+		t.Errorf("input tokens counted = %d; want all %d sent, the cached ones too", st.Usage.InputTokens, sent)
+	}
+	if last := anthropictest.Tokens(reqs[1].Body); st.ContextTokens < last {
+		t.Errorf("the chat's context is counted as %d tokens; its last request alone was %d", st.ContextTokens, last)
 	}
 }

@@ -84,7 +84,9 @@ type Request struct {
 	Tools     []string
 	// ToolChoice is the tool_choice's type ("auto", "any", "tool", "none"); "" when not sent.
 	ToolChoice string
-	Body       json.RawMessage
+	// Cache is what the prompt cache did for the request (see SetCacheMin).
+	Cache CacheUse
+	Body  json.RawMessage
 }
 
 const maxBody = 8 << 20
@@ -96,9 +98,11 @@ type Server struct {
 	fails fakeserver.Failures
 	reqs  fakeserver.Log[Request]
 
-	mu     sync.Mutex
-	script fakeserver.Script[Request, Reply]
-	limit  int // LimitContext
+	mu       sync.Mutex
+	script   fakeserver.Script[Request, Reply]
+	limit    int // LimitContext
+	cache    map[[32]byte]bool
+	cacheMin int // SetCacheMin
 }
 
 // NewServer starts a server on 127.0.0.1.
@@ -256,6 +260,10 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	order := turnOrder(req.Messages)
 
 	s.mu.Lock()
+	var cacheErr string
+	if order == "" {
+		req.Cache, cacheErr = s.useCache(body)
+	}
 	s.reqs.Add(req)
 	n := s.reqs.Len()
 	limit := s.limit
@@ -263,6 +271,8 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case order != "":
 		rep = Reply{Status: http.StatusBadRequest, Message: order}
+	case cacheErr != "":
+		rep = Reply{Status: http.StatusBadRequest, Message: cacheErr}
 	case blank:
 		rep = Reply{Status: http.StatusBadRequest, Message: "messages: text content blocks must contain non-whitespace text"}
 	case toolBlocks && len(req.Tools) == 0:
@@ -299,15 +309,18 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	in := 10
-	if limit > 0 {
+	if limit > 0 || req.Cache.Breakpoints > 0 {
 		in = Tokens(body)
 	}
+	// As the API counts: input_tokens is what neither the cache read nor wrote.
+	usage := map[string]any{"input_tokens": max(0, in-req.Cache.Read-req.Cache.Written),
+		"cache_read_input_tokens": req.Cache.Read, "cache_creation_input_tokens": req.Cache.Written}
 	id := fmt.Sprintf("msg_%d", n)
 	if !wr.Stream {
-		s.complete(w, id, wr.Model, rep, in)
+		s.complete(w, id, wr.Model, rep, usage)
 		return
 	}
-	s.stream(w, r, id, wr.Model, rep, in)
+	s.stream(w, r, id, wr.Model, rep, usage)
 }
 
 // turnOrder checks the order the API wants of a request's messages and returns its 400
@@ -419,7 +432,7 @@ func toolInput(tu ToolUse) string {
 	return tu.Input
 }
 
-func (s *Server) complete(w http.ResponseWriter, id, model string, rep Reply, in int) {
+func (s *Server) complete(w http.ResponseWriter, id, model string, rep Reply, usage map[string]any) {
 	var content []any
 	if text := strings.Join(chunksOf(rep), ""); text != "" {
 		content = append(content, map[string]any{"type": "text", "text": text})
@@ -437,11 +450,11 @@ func (s *Server) complete(w http.ResponseWriter, id, model string, rep Reply, in
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(map[string]any{
 		"id": id, "type": "message", "role": "assistant", "model": model, "content": content,
-		"stop_reason": stop, "stop_sequence": nil, "usage": map[string]any{"input_tokens": in, "output_tokens": 5},
+		"stop_reason": stop, "stop_sequence": nil, "usage": withOutput(usage, 5),
 	})
 }
 
-func (s *Server) stream(w http.ResponseWriter, r *http.Request, id, model string, rep Reply, in int) {
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, id, model string, rep Reply, usage map[string]any) {
 	fl, _ := w.(http.Flusher)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
@@ -456,7 +469,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, id, model string
 	}
 	send("message_start", map[string]any{"message": map[string]any{
 		"id": id, "type": "message", "role": "assistant", "model": model, "content": []any{},
-		"stop_reason": nil, "stop_sequence": nil, "usage": map[string]any{"input_tokens": in, "output_tokens": 1},
+		"stop_reason": nil, "stop_sequence": nil, "usage": withOutput(usage, 1),
 	}})
 	idx := 0
 	if chunks := chunksOf(rep); len(chunks) > 0 {
@@ -496,4 +509,13 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, id, model string
 	}
 	send("message_delta", map[string]any{"delta": map[string]any{"stop_reason": stop, "stop_sequence": nil}, "usage": map[string]any{"output_tokens": 5}})
 	send("message_stop", map[string]any{})
+}
+
+// withOutput is usage with output_tokens set, a copy.
+func withOutput(usage map[string]any, n int) map[string]any {
+	u := map[string]any{"output_tokens": n}
+	for k, v := range usage {
+		u[k] = v
+	}
+	return u
 }

@@ -66,3 +66,37 @@ func TestTheFakeHoldsRequestsToTheAPIsTurnOrder(t *testing.T) {
 		})
 	}
 }
+
+// The fake's prompt cache counts as the API does: a prefix marked with cache_control is
+// written once, read by a request that begins with it, and more than four marks are
+// refused.
+func TestTheFakeKeepsAPromptCache(t *testing.T) {
+	srv := anthropictest.NewServer()
+	t.Cleanup(srv.Close)
+	srv.SetCacheMin(1)
+	mark := `, "cache_control": {"type": "ephemeral"}`
+	post := func(messages string) int {
+		body := `{"model": "claude-test", "max_tokens": 100, "system": [{"type": "text", "text": "be brief"` + mark + `}], "messages": ` + messages + `}`
+		client := &http.Client{Timeout: time.Minute}
+		resp, err := client.Post(srv.URL()+"/v1/messages", "application/json", bytes.NewBufferString(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	first := `{"role": "user", "content": [{"type": "text", "text": "hi"` + mark + `}]}`
+	post(`[` + first + `]`)
+	post(`[{"role": "user", "content": [{"type": "text", "text": "hi"}]}, {"role": "assistant", "content": "hello"}, {"role": "user", "content": [{"type": "text", "text": "and?"` + mark + `}]}]`)
+	reqs := srv.Requests()
+	if w, r := reqs[0].Cache.Written, reqs[1].Cache.Read; w == 0 || r != w {
+		t.Fatalf("the first request wrote %d tokens, the second read %d; want all of them read", w, r)
+	}
+	if reqs[1].Cache.Written == 0 {
+		t.Errorf("the second request wrote nothing of its longer prefix")
+	}
+	many := strings.Repeat(`{"role": "user", "content": [{"type": "text", "text": "a"`+mark+`}]}, {"role": "assistant", "content": "b"}, `, 4)
+	if code := post(`[` + many + first + `]`); code != http.StatusBadRequest {
+		t.Errorf("six marks were answered %d; want 400", code)
+	}
+}
