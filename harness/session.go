@@ -374,6 +374,9 @@ type run struct {
 	ceiling int
 	parts   []llm.Part // media of the prompt
 	asked   Attempt    // the message the prompt is
+	// prompt is the id of the prompt's history entry, once it is on the branch: a
+	// compaction during the run summarises only what came before it (see compact).
+	prompt string
 	// refused is set when the compaction before the prompt failed or was cancelled: the
 	// first call does not ask again (a provider that is down would be waited for twice).
 	refused bool
@@ -545,6 +548,7 @@ func (r *run) ask(prompt string) {
 	}
 	r.compactAhead(msg)
 	r.s.hist.addAs(msg, false, r.asked.ID)
+	r.prompt = r.s.hist.leaf
 	r.s.count.Store(int64(r.s.hist.total))
 }
 
@@ -568,6 +572,7 @@ func (r *run) resume() bool {
 	if i < 0 || slices.ContainsFunc(h.entries[i+1:], func(e entry) bool { return e.intake != "" }) {
 		return false // not the branch's last attempt: later messages were answered after it
 	}
+	r.prompt = h.entries[i].id
 	// A message steered into the attempt (a user message after its first answer) has its
 	// own journal entry and is asked again as a turn of its own after this one: the
 	// attempt goes on from before it, or the model would read it twice.
