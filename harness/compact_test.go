@@ -725,3 +725,57 @@ func TestMessageCutByACrashAfterACompactionIsAskedOnce(t *testing.T) {
 		t.Fatalf("the model got the message %d times, the summary: %v", n, summary)
 	}
 }
+
+// A tool turn that alone outgrows the window (each step fetches a long page): its message
+// is not summarised away (a crash must find it, see
+// TestToolTurnCompactedMidwayThenCutByACrashIsNotRunAgain), so its oldest steps are left out
+// of the request; the message itself stays in every request of the turn, once, and the
+// user gets the answer.
+func TestToolTurnLongerThanTheWindowKeepsItsMessageInTheRequest(t *testing.T) {
+	srv := newOpenAIServer(t)
+	const steps = 5
+	var mu sync.Mutex
+	calls := 0
+	srv.SetFunc(func(r openaitest.Request) openaitest.Reply {
+		if isSummaryRequest(r.Messages) {
+			return openaitest.Reply{Text: "SUMMARY: earlier notes."}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		if calls <= steps {
+			return openaitest.Reply{ToolCalls: []openaitest.ToolCall{{ID: fmt.Sprintf("f%d", calls), Name: "fetch_page", Arguments: `{}`}}}
+		}
+		return openaitest.Reply{Text: "The pages are about paragraphs."}
+	})
+	s := openSession(t, harness.SessionOptions{Key: "web:pages", Store: openStore(t), Provider: openAI(t, srv), Model: "gpt-test",
+		ContextWindow: 3000, Tools: []harness.Tool{pageTool{}}})
+	const prompt = "Read the five pages and tell me what they are about."
+	res, err := s.RunAttempt(context.Background(), harness.Attempt{ID: "17"}, prompt, nil, nil)
+	if err != nil || res.Text != "The pages are about paragraphs." {
+		t.Fatalf("%q %v", res.Text, err)
+	}
+	reqs := srv.Requests()
+	if len(reqs) != steps+1 {
+		t.Fatalf("%d requests; want the %d steps and the answer", len(reqs), steps)
+	}
+	for i, r := range reqs {
+		n := 0
+		for _, m := range r.Messages {
+			n += strings.Count(m.Content, prompt)
+		}
+		if n != 1 {
+			t.Errorf("request %d carried the message %d times; want once", i+1, n)
+		}
+		if msg := validToolTraffic(r.Messages); msg != "" {
+			t.Errorf("request %d: %s", i+1, msg)
+		}
+	}
+	last := reqs[len(reqs)-1]
+	if _, ok := resultOf(last, "f1"); ok {
+		t.Errorf("the last request still carried the first page: the turn did not outgrow the window")
+	}
+	if _, ok := resultOf(last, fmt.Sprintf("f%d", steps)); !ok {
+		t.Errorf("the last request lacked the newest page")
+	}
+}

@@ -796,11 +796,28 @@ func (r *run) limit(fixed int) int {
 // cut to fit under limit), through the context hooks.
 func (r *run) prepare(turn, attempt int, system string, defs []llm.ToolDef, fixed, limit int) (req *Request, start int) {
 	h := r.s.hist
+	p := -1 // the prompt's entry, when the cut leaves it out
 	if fixed+h.tokensFrom(0) > limit {
-		// Still too long (compaction refused or failed): drop the oldest turns.
-		start = max(cutPoint(h.entries, max(limit-fixed-h.tokensFrom(len(h.entries)), 1)), 0)
+		// Still too long (compaction refused or failed, or this run alone is too long):
+		// drop the oldest turns.
+		room := limit - fixed - h.tokensFrom(len(h.entries))
+		start = max(cutPoint(h.entries, max(room, 1)), 0)
+		if p = slices.IndexFunc(h.entries, func(e entry) bool { return e.id == r.prompt }); r.prompt == "" || p >= start {
+			p = -1
+		} else {
+			// The run's own steps are cut: its message still leads them, or the model would
+			// work on without knowing what for.
+			start = max(cutPoint(h.entries, max(room-h.entries[p].tokens, 1)), p+1)
+		}
 	}
 	msgs := h.context(start)
+	if p >= 0 {
+		at := 0
+		if h.summary != "" {
+			at = 1
+		}
+		msgs = slices.Insert(msgs[:len(msgs):len(msgs)], at, h.entries[p].msg)
+	}
 	if r.cfg.bus != nil {
 		ev := &hooks.Context{Session: r.cfg.info, Messages: msgs}
 		if r.cfg.bus.Has(hooks.NameContext) {
