@@ -779,3 +779,71 @@ func TestToolTurnLongerThanTheWindowKeepsItsMessageInTheRequest(t *testing.T) {
 		t.Errorf("the last request lacked the newest page")
 	}
 }
+
+// The model finds a message's first request too long: the run compacts with the message on
+// the branch, and a crash cuts the retry. The message answered again after the restart is
+// asked once, after the summary and what the compaction kept. Before, the earlier attempt
+// could not be taken back past the compaction, so the model read the message twice.
+func TestMessageCutByACrashAfterAnOverflowCompactionIsAskedOnce(t *testing.T) {
+	// We believe the window is larger than the server's: the compaction keeps everything
+	// but the notes (a large window), or the newest notes too (a smaller one).
+	for _, tc := range []struct {
+		name   string
+		window int
+		kept   string // a note the compaction keeps verbatim; "" for none
+	}{{"nothing kept", 100_000, ""}, {"recent notes kept", 4000, "note 11 "}} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := newOpenAIServer(t)
+			summariser(srv)
+			opts := harness.SessionOptions{Key: "web:crash", Store: openStore(t), Provider: openAI(t, srv), Model: "gpt-test", ContextWindow: tc.window}
+			s := openSession(t, opts)
+			for i := range 12 {
+				if _, err := s.Run(context.Background(), fmt.Sprintf("note %d %s", i, strings.Repeat("x", 400)), nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			srv.LimitContext(openaitest.Tokens(srv.Requests()[len(srv.Requests())-1].Body) * 2 / 3)
+			const prompt = "and now?"
+			hang := make(chan struct{})
+			srv.SetFunc(func(r openaitest.Request) openaitest.Reply {
+				if isSummaryRequest(r.Messages) {
+					return openaitest.Reply{Text: "SUMMARY: notes were taken."}
+				}
+				select {
+				case <-hang:
+					return openaitest.Reply{Text: "answered"}
+				default:
+					close(hang) // the retry after the compaction: the crash comes now
+					return openaitest.Reply{Hang: true}
+				}
+			})
+			defer cutRun(s, prompt, hang)()
+
+			res, err := openSession(t, opts).RunAttempt(context.Background(), harness.Attempt{ID: "17", Again: true}, prompt, nil, nil)
+			if err != nil || res.Text != "answered" {
+				t.Fatalf("asked again: %q %v", res.Text, err)
+			}
+			check := func(when string) {
+				t.Helper()
+				reqs := srv.Requests()
+				got := strings.Join(userTurnsOf(reqs[len(reqs)-1]), "\n")
+				if n := strings.Count(got, prompt); n != 1 {
+					t.Errorf("%s the model read the message %d times; want once: %q", when, n, got)
+				}
+				if !strings.Contains(got, "SUMMARY: notes were taken.") || strings.Contains(got, "note 0 ") {
+					t.Errorf("%s the model did not get the summary in place of the old notes: %q", when, got)
+				}
+				if tc.kept != "" && !strings.Contains(got, tc.kept) {
+					t.Errorf("%s the model did not get the notes the compaction kept: %q", when, got)
+				}
+			}
+			check("after the restart")
+			// The history on disk says the same: the next message, after another restart,
+			// comes after them.
+			if _, err := openSession(t, opts).Run(context.Background(), "one more", nil); err != nil {
+				t.Fatal(err)
+			}
+			check("at the next message")
+		})
+	}
+}

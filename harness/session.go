@@ -616,9 +616,8 @@ func (r *run) resume() bool {
 
 // compactAhead compacts before the prompt m joins the history when with it the request
 // would pass the threshold. The compaction then stands before the message on the branch,
-// so that the message, cut by a crash and answered again, can be taken back (takeBack)
-// without losing the summary: compacted after it, the earlier attempt had to stay, and the
-// model read the message twice.
+// so that the message, cut by a crash and answered again, is taken back (takeBack) by a
+// plain branch move: compacted after it, taking it back writes the compaction again.
 func (r *run) compactAhead(m llm.Message) {
 	fixed := r.fixed(r.cfg.system)
 	if r.s.hist.tokens(fixed)+estimateMessage(m, r.s.hist.cost) > r.cfg.budget.threshold {
