@@ -847,3 +847,34 @@ func TestMessageCutByACrashAfterAnOverflowCompactionIsAskedOnce(t *testing.T) {
 		})
 	}
 }
+
+// A tool turn so long that the session lets go of its start in memory (hooks keep
+// cancelling compaction): the turn still ends with an answer.
+func TestToolTurnOutgrowingWhatIsHeldStillAnswers(t *testing.T) {
+	srv := newOpenAIServer(t)
+	const steps = 14
+	var mu sync.Mutex
+	calls := 0
+	srv.SetFunc(func(r openaitest.Request) openaitest.Reply {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		if calls > 1 && calls <= steps+1 {
+			return openaitest.Reply{ToolCalls: []openaitest.ToolCall{{ID: fmt.Sprintf("f%d", calls), Name: "fetch_page", Arguments: `{}`}}}
+		}
+		return openaitest.Reply{Text: "done"}
+	})
+	bus := hooks.NewBus(hooks.Options{})
+	bus.On(hooks.NameSessionBeforeCompact, "keep-all", func(context.Context, hooks.Event) (any, error) {
+		return &hooks.CompactResult{Cancel: true, Reason: "audit"}, nil
+	})
+	s := openSession(t, harness.SessionOptions{Key: "web:held", Store: openStore(t), Provider: openAI(t, srv), Model: "gpt-test",
+		ContextWindow: 1024, Bus: bus, Tools: []harness.Tool{pageTool{}}})
+	if _, err := s.Run(context.Background(), "a long note "+strings.Repeat("n", 16_000), nil); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.RunAttempt(context.Background(), harness.Attempt{ID: "17"}, "read the pages", nil, nil)
+	if err != nil || res.Text != "done" {
+		t.Fatalf("%q %v", res.Text, err)
+	}
+}

@@ -801,7 +801,7 @@ func (r *run) prepare(turn, attempt int, system string, defs []llm.ToolDef, fixe
 		// drop the oldest turns.
 		room := limit - fixed - h.tokensFrom(len(h.entries))
 		start = max(cutPoint(h.entries, max(room, 1)), 0)
-		if p = slices.IndexFunc(h.entries, func(e entry) bool { return e.id == r.prompt }); r.prompt == "" || p >= start {
+		if p = slices.IndexFunc(h.entries, func(e entry) bool { return e.id == r.prompt }); r.prompt == "" || p < 0 || p >= start {
 			p = -1
 		} else {
 			// The run's own steps are cut: its message still leads them, or the model would
