@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -165,6 +166,14 @@ func (r *run) compact(reason, instructions string, fixed int) (CompactResult, er
 	cut := cutPoint(h.entries, b.keep)
 	if cut == 0 && reason != hooks.CompactThreshold {
 		cut = lastUser(h.entries)
+	}
+	if p := slices.IndexFunc(h.entries, func(e entry) bool { return e.id == r.prompt }); r.prompt != "" && p >= 0 {
+		// During a run its message and its steps stay verbatim: a crash may cut the run, and
+		// the message answered again after the restart goes on from its saved steps (resume)
+		// only when it finds them. Summarised, it was asked again from the start: its tools
+		// ran twice and the model read it twice. A run too long for the request even so has
+		// its oldest steps left out of the request (prepare), not out of the history.
+		cut = min(cut, p)
 	}
 	if cut == 0 {
 		r.outcome(reason, "nothing")

@@ -725,3 +725,156 @@ func TestMessageCutByACrashAfterACompactionIsAskedOnce(t *testing.T) {
 		t.Fatalf("the model got the message %d times, the summary: %v", n, summary)
 	}
 }
+
+// A tool turn that alone outgrows the window (each step fetches a long page): its message
+// is not summarised away (a crash must find it, see
+// TestToolTurnCompactedMidwayThenCutByACrashIsNotRunAgain), so its oldest steps are left out
+// of the request; the message itself stays in every request of the turn, once, and the
+// user gets the answer.
+func TestToolTurnLongerThanTheWindowKeepsItsMessageInTheRequest(t *testing.T) {
+	srv := newOpenAIServer(t)
+	const steps = 5
+	var mu sync.Mutex
+	calls := 0
+	srv.SetFunc(func(r openaitest.Request) openaitest.Reply {
+		if isSummaryRequest(r.Messages) {
+			return openaitest.Reply{Text: "SUMMARY: earlier notes."}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		if calls <= steps {
+			return openaitest.Reply{ToolCalls: []openaitest.ToolCall{{ID: fmt.Sprintf("f%d", calls), Name: "fetch_page", Arguments: `{}`}}}
+		}
+		return openaitest.Reply{Text: "The pages are about paragraphs."}
+	})
+	s := openSession(t, harness.SessionOptions{Key: "web:pages", Store: openStore(t), Provider: openAI(t, srv), Model: "gpt-test",
+		ContextWindow: 3000, Tools: []harness.Tool{pageTool{}}})
+	const prompt = "Read the five pages and tell me what they are about."
+	res, err := s.RunAttempt(context.Background(), harness.Attempt{ID: "17"}, prompt, nil, nil)
+	if err != nil || res.Text != "The pages are about paragraphs." {
+		t.Fatalf("%q %v", res.Text, err)
+	}
+	reqs := srv.Requests()
+	if len(reqs) != steps+1 {
+		t.Fatalf("%d requests; want the %d steps and the answer", len(reqs), steps)
+	}
+	for i, r := range reqs {
+		n := 0
+		for _, m := range r.Messages {
+			n += strings.Count(m.Content, prompt)
+		}
+		if n != 1 {
+			t.Errorf("request %d carried the message %d times; want once", i+1, n)
+		}
+		if msg := validToolTraffic(r.Messages); msg != "" {
+			t.Errorf("request %d: %s", i+1, msg)
+		}
+	}
+	last := reqs[len(reqs)-1]
+	if _, ok := resultOf(last, "f1"); ok {
+		t.Errorf("the last request still carried the first page: the turn did not outgrow the window")
+	}
+	if _, ok := resultOf(last, fmt.Sprintf("f%d", steps)); !ok {
+		t.Errorf("the last request lacked the newest page")
+	}
+}
+
+// The model finds a message's first request too long: the run compacts with the message on
+// the branch, and a crash cuts the retry. The message answered again after the restart is
+// asked once, after the summary and what the compaction kept. Before, the earlier attempt
+// could not be taken back past the compaction, so the model read the message twice.
+func TestMessageCutByACrashAfterAnOverflowCompactionIsAskedOnce(t *testing.T) {
+	// We believe the window is larger than the server's: the compaction keeps everything
+	// but the notes (a large window), or the newest notes too (a smaller one).
+	for _, tc := range []struct {
+		name   string
+		window int
+		kept   string // a note the compaction keeps verbatim; "" for none
+	}{{"nothing kept", 100_000, ""}, {"recent notes kept", 4000, "note 11 "}} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := newOpenAIServer(t)
+			summariser(srv)
+			opts := harness.SessionOptions{Key: "web:crash", Store: openStore(t), Provider: openAI(t, srv), Model: "gpt-test", ContextWindow: tc.window}
+			s := openSession(t, opts)
+			for i := range 12 {
+				if _, err := s.Run(context.Background(), fmt.Sprintf("note %d %s", i, strings.Repeat("x", 400)), nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			srv.LimitContext(openaitest.Tokens(srv.Requests()[len(srv.Requests())-1].Body) * 2 / 3)
+			const prompt = "and now?"
+			hang := make(chan struct{})
+			srv.SetFunc(func(r openaitest.Request) openaitest.Reply {
+				if isSummaryRequest(r.Messages) {
+					return openaitest.Reply{Text: "SUMMARY: notes were taken."}
+				}
+				select {
+				case <-hang:
+					return openaitest.Reply{Text: "answered"}
+				default:
+					close(hang) // the retry after the compaction: the crash comes now
+					return openaitest.Reply{Hang: true}
+				}
+			})
+			defer cutRun(s, prompt, hang)()
+
+			res, err := openSession(t, opts).RunAttempt(context.Background(), harness.Attempt{ID: "17", Again: true}, prompt, nil, nil)
+			if err != nil || res.Text != "answered" {
+				t.Fatalf("asked again: %q %v", res.Text, err)
+			}
+			check := func(when string) {
+				t.Helper()
+				reqs := srv.Requests()
+				got := strings.Join(userTurnsOf(reqs[len(reqs)-1]), "\n")
+				if n := strings.Count(got, prompt); n != 1 {
+					t.Errorf("%s the model read the message %d times; want once: %q", when, n, got)
+				}
+				if !strings.Contains(got, "SUMMARY: notes were taken.") || strings.Contains(got, "note 0 ") {
+					t.Errorf("%s the model did not get the summary in place of the old notes: %q", when, got)
+				}
+				if tc.kept != "" && !strings.Contains(got, tc.kept) {
+					t.Errorf("%s the model did not get the notes the compaction kept: %q", when, got)
+				}
+			}
+			check("after the restart")
+			// The history on disk says the same: the next message, after another restart,
+			// comes after them.
+			if _, err := openSession(t, opts).Run(context.Background(), "one more", nil); err != nil {
+				t.Fatal(err)
+			}
+			check("at the next message")
+		})
+	}
+}
+
+// A tool turn so long that the session lets go of its start in memory (hooks keep
+// cancelling compaction): the turn still ends with an answer.
+func TestToolTurnOutgrowingWhatIsHeldStillAnswers(t *testing.T) {
+	srv := newOpenAIServer(t)
+	const steps = 14
+	var mu sync.Mutex
+	calls := 0
+	srv.SetFunc(func(r openaitest.Request) openaitest.Reply {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		if calls > 1 && calls <= steps+1 {
+			return openaitest.Reply{ToolCalls: []openaitest.ToolCall{{ID: fmt.Sprintf("f%d", calls), Name: "fetch_page", Arguments: `{}`}}}
+		}
+		return openaitest.Reply{Text: "done"}
+	})
+	bus := hooks.NewBus(hooks.Options{})
+	bus.On(hooks.NameSessionBeforeCompact, "keep-all", func(context.Context, hooks.Event) (any, error) {
+		return &hooks.CompactResult{Cancel: true, Reason: "audit"}, nil
+	})
+	s := openSession(t, harness.SessionOptions{Key: "web:held", Store: openStore(t), Provider: openAI(t, srv), Model: "gpt-test",
+		ContextWindow: 1024, Bus: bus, Tools: []harness.Tool{pageTool{}}})
+	if _, err := s.Run(context.Background(), "a long note "+strings.Repeat("n", 16_000), nil); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.RunAttempt(context.Background(), harness.Attempt{ID: "17"}, "read the pages", nil, nil)
+	if err != nil || res.Text != "done" {
+		t.Fatalf("%q %v", res.Text, err)
+	}
+}

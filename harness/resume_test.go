@@ -3,6 +3,7 @@ package harness_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -18,6 +19,7 @@ import (
 // tool does when a crash cuts it.
 type sideTool struct {
 	name    string
+	out     string // its result; "<name> done" when empty
 	runs    atomic.Int32
 	started chan struct{}
 	hold    chan struct{}
@@ -35,6 +37,9 @@ func (s *sideTool) Run(ctx context.Context, _ json.RawMessage) (string, error) {
 		case <-ctx.Done():
 			return "", ctx.Err()
 		}
+	}
+	if s.out != "" {
+		return s.out, nil
 	}
 	return s.name + " done", nil
 }
@@ -265,5 +270,81 @@ func TestSteerSavedIntoACutToolTurnIsReadOnce(t *testing.T) {
 	reqs = srv.Requests()
 	if n := strings.Count(strings.Join(userTurnsOf(reqs[len(reqs)-1]), "\n"), steered); n != 1 {
 		t.Errorf("the model read the steered message %d times; want once", n)
+	}
+}
+
+// A long tool turn that compacts the conversation between its steps, then a crash while
+// the next step's tool runs: the message answered again after the restart goes on from its
+// saved steps. Neither tool runs again and the model reads the message once. Before, the
+// compaction summarised the message away with the turn's first step, so it was asked again
+// from the start: the mail went out twice and the model read the message in the summary and
+// again.
+func TestToolTurnCompactedMidwayThenCutByACrashIsNotRunAgain(t *testing.T) {
+	srv := newOpenAIServer(t)
+	summariser(srv)
+	mail := &sideTool{name: "send_mail", out: "mail sent; receipt: " + strings.Repeat("r", 2800)}
+	ticket := &sideTool{name: "open_ticket", started: make(chan struct{}), hold: make(chan struct{})}
+	opts := harness.SessionOptions{Key: "web:crash", Store: openStore(t), Provider: openAI(t, srv), Model: "gpt-test",
+		ContextWindow: 3000, Tools: []harness.Tool{mail, ticket}}
+	s := openSession(t, opts)
+	for i := 0; s.Stats().ContextTokens < 1600; i++ {
+		if _, err := s.Run(context.Background(), fmt.Sprintf("note %d %s", i, strings.Repeat("x", 300)), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The message joins without a compaction ahead of it; the mail's long receipt then
+	// passes the threshold, so the turn compacts before its second step.
+	prompt := "mail Bob the report, then open a ticket for it " + strings.Repeat("z", 400)
+	var summaries atomic.Int32
+	srv.SetFunc(func(r openaitest.Request) openaitest.Reply {
+		if isSummaryRequest(r.Messages) {
+			summaries.Add(1)
+			// A summary tells what it summarised, the user's message too.
+			text := "SUMMARY: notes were taken."
+			if strings.Contains(r.Messages[len(r.Messages)-1].Content, prompt) {
+				text += " The user asked: " + prompt
+			}
+			return openaitest.Reply{Text: text}
+		}
+		last := r.Messages[len(r.Messages)-1]
+		switch {
+		case last.Role == "user":
+			return openaitest.Reply{ToolCalls: []openaitest.ToolCall{{ID: "call_send_mail", Name: "send_mail", Arguments: `{}`}}}
+		case last.Role == "tool" && last.ToolCallID == "call_send_mail":
+			return openaitest.Reply{ToolCalls: []openaitest.ToolCall{{ID: "call_open_ticket", Name: "open_ticket", Arguments: `{}`}}}
+		}
+		return openaitest.Reply{Text: "answered"}
+	})
+	gone := cutRun(s, prompt, ticket.started)
+	defer gone() // the process a crash ended writes nothing more
+	if summaries.Load() == 0 {
+		t.Fatal("the turn did not compact between its steps; the test's premise is gone")
+	}
+
+	again := openSession(t, opts)
+	res, err := again.RunAttempt(context.Background(), harness.Attempt{ID: "17", Again: true}, prompt, nil, nil)
+	if err != nil || res.Text != "answered" {
+		t.Fatalf("answered again: %q %v", res.Text, err)
+	}
+	if m, k := mail.runs.Load(), ticket.runs.Load(); m != 1 || k != 1 {
+		t.Errorf("send_mail ran %d times, open_ticket %d; want each once", m, k)
+	}
+	reqs := srv.Requests()
+	last := reqs[len(reqs)-1]
+	n := 0
+	for _, m := range last.Messages {
+		n += strings.Count(m.Content, prompt)
+	}
+	if n != 1 {
+		t.Errorf("after the restart the model read the message %d times; want once", n)
+	}
+	if got, _ := resultOf(last, "call_send_mail"); !strings.HasPrefix(got, "mail sent") {
+		t.Errorf("after the restart the model got %q for the mail; want its saved result", got)
+	}
+	if got, _ := resultOf(last, "call_open_ticket"); !strings.Contains(got, "interrupted") {
+		t.Errorf("after the restart the model got %q for the cut call; want that it was interrupted", got)
+	}
+	if got := strings.Join(userTurnsOf(last), "\n"); !strings.Contains(got, "SUMMARY: notes were taken.") {
+		t.Errorf("after the restart the model did not get the summary: %q", got)
 	}
 }

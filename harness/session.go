@@ -374,6 +374,9 @@ type run struct {
 	ceiling int
 	parts   []llm.Part // media of the prompt
 	asked   Attempt    // the message the prompt is
+	// prompt is the id of the prompt's history entry, once it is on the branch: a
+	// compaction during the run summarises only what came before it (see compact).
+	prompt string
 	// refused is set when the compaction before the prompt failed or was cancelled: the
 	// first call does not ask again (a provider that is down would be waited for twice).
 	refused bool
@@ -551,6 +554,7 @@ func (r *run) ask(prompt string) {
 	}
 	r.compactAhead(msg)
 	r.s.hist.addAs(msg, false, r.asked.ID)
+	r.prompt = r.s.hist.leaf
 	r.s.count.Store(int64(r.s.hist.total))
 }
 
@@ -574,6 +578,7 @@ func (r *run) resume() bool {
 	if i < 0 || slices.ContainsFunc(h.entries[i+1:], func(e entry) bool { return e.intake != "" }) {
 		return false // not the branch's last attempt: later messages were answered after it
 	}
+	r.prompt = h.entries[i].id
 	// A message steered into the attempt (a user message after its first answer) has its
 	// own journal entry and is asked again as a turn of its own after this one: the
 	// attempt goes on from before it, or the model would read it twice.
@@ -617,9 +622,8 @@ func (r *run) resume() bool {
 
 // compactAhead compacts before the prompt m joins the history when with it the request
 // would pass the threshold. The compaction then stands before the message on the branch,
-// so that the message, cut by a crash and answered again, can be taken back (takeBack)
-// without losing the summary: compacted after it, the earlier attempt had to stay, and the
-// model read the message twice.
+// so that the message, cut by a crash and answered again, is taken back (takeBack) by a
+// plain branch move: compacted after it, taking it back writes the compaction again.
 func (r *run) compactAhead(m llm.Message) {
 	fixed := r.fixed(r.cfg.system)
 	if r.s.hist.tokens(fixed)+estimateMessage(m, r.s.hist.cost) > r.cfg.budget.threshold {
@@ -801,11 +805,28 @@ func (r *run) limit(fixed int) int {
 // cut to fit under limit), through the context hooks.
 func (r *run) prepare(turn, attempt int, system string, defs []llm.ToolDef, fixed, limit int) (req *Request, start int) {
 	h := r.s.hist
+	p := -1 // the prompt's entry, when the cut leaves it out
 	if fixed+h.tokensFrom(0) > limit {
-		// Still too long (compaction refused or failed): drop the oldest turns.
-		start = max(cutPoint(h.entries, max(limit-fixed-h.tokensFrom(len(h.entries)), 1)), 0)
+		// Still too long (compaction refused or failed, or this run alone is too long):
+		// drop the oldest turns.
+		room := limit - fixed - h.tokensFrom(len(h.entries))
+		start = max(cutPoint(h.entries, max(room, 1)), 0)
+		if p = slices.IndexFunc(h.entries, func(e entry) bool { return e.id == r.prompt }); r.prompt == "" || p < 0 || p >= start {
+			p = -1
+		} else {
+			// The run's own steps are cut: its message still leads them, or the model would
+			// work on without knowing what for.
+			start = max(cutPoint(h.entries, max(room-h.entries[p].tokens, 1)), p+1)
+		}
 	}
 	msgs := h.context(start)
+	if p >= 0 {
+		at := 0
+		if h.summary != "" {
+			at = 1
+		}
+		msgs = slices.Insert(msgs[:len(msgs):len(msgs)], at, h.entries[p].msg)
+	}
 	if r.cfg.bus != nil {
 		ev := &hooks.Context{Session: r.cfg.info, Messages: msgs}
 		if r.cfg.bus.Has(hooks.NameContext) {

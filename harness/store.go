@@ -442,6 +442,8 @@ type history struct {
 	entries []entry // the messages after the latest compaction's cut, oldest first
 	summary string  // the latest compaction's summary, "" if none
 	last    compactionInfo
+	// firstKept is the latest compaction's firstKeptEntryId ("" when it kept nothing).
+	firstKept string
 	// maxTokens bounds the entries held in memory (a chat whose compactions hooks keep
 	// cancelling); older ones could never be sent anyway.
 	maxTokens int
@@ -745,7 +747,7 @@ func (h *history) load() error {
 			h.log.Warn("session history: skipped a compaction entry that cannot be read; the messages it kept are still seen",
 				"key", h.key, "file", h.path, "line", comp.line, "err", err)
 		} else {
-			h.summary = c.Summary
+			h.summary, h.firstKept = c.Summary, c.FirstKeptEntryID
 			h.last = compactionInfo{TokensBefore: c.TokensBefore, FromHook: c.FromHook}
 			h.last.At, _ = time.Parse(time.RFC3339Nano, c.Timestamp)
 		}
@@ -876,7 +878,7 @@ func (h *history) compact(summary string, cut, tokensBefore int, fromHook bool) 
 		Summary: summary, FirstKeptEntryID: firstKept, TokensBefore: tokensBefore, FromHook: fromHook})
 	h.leaf = id
 	h.lastActivity = now
-	h.summary = summary
+	h.summary, h.firstKept = summary, firstKept
 	h.last = compactionInfo{At: now, TokensBefore: tokensBefore, FromHook: fromHook}
 	h.drop(cut)
 	return firstKept
@@ -990,15 +992,27 @@ func (h *history) takeBackResent(m llm.Message) bool {
 
 // takeBackAt moves the branch back to before entries[i] (see takeBack).
 func (h *history) takeBackAt(i int) bool {
-	if at, err := time.Parse(time.RFC3339Nano, h.entries[i].stamp); err == nil && !h.last.At.IsZero() && at.Before(h.last.At) {
-		// A compaction came after it: the summary may tell of it, so the branch stays.
-		return false
-	}
 	target := h.entries[i].parent
-	h.encode(leafEntry{Type: entryLeaf, ID: newID(), ParentID: strPtr(h.leaf), Timestamp: nowStamp(), TargetID: target})
-	h.leaf = ""
-	if target != nil {
-		h.leaf = *target
+	if at, err := time.Parse(time.RFC3339Nano, h.entries[i].stamp); err == nil && !h.last.At.IsZero() && at.Before(h.last.At) {
+		// The latest compaction came after it (during its run, which the compaction kept
+		// verbatim: the summary tells of what came before it only). A branch move to before
+		// it would leave the compaction, and its summary, behind: the compaction is written
+		// again where the branch goes on, keeping what it kept up to there. Refused, the
+		// earlier attempt had to stay, and the model read the message twice.
+		firstKept := h.firstKept
+		if firstKept == h.entries[i].id {
+			firstKept = "" // it kept nothing before the message
+		}
+		id, now := newID(), time.Now()
+		h.encode(compactionEntry{Type: entryCompaction, ID: id, ParentID: target, Timestamp: stamp(now),
+			Summary: h.summary, FirstKeptEntryID: firstKept, TokensBefore: h.last.TokensBefore, FromHook: h.last.FromHook})
+		h.leaf, h.firstKept, h.last.At = id, firstKept, now
+	} else {
+		h.encode(leafEntry{Type: entryLeaf, ID: newID(), ParentID: strPtr(h.leaf), Timestamp: nowStamp(), TargetID: target})
+		h.leaf = ""
+		if target != nil {
+			h.leaf = *target
+		}
 	}
 	for _, e := range h.entries[i:] {
 		h.held -= e.tokens
@@ -1021,7 +1035,7 @@ func (h *history) reset() {
 	h.total = 0
 	h.entries, h.held = nil, 0
 	h.custom = nil
-	h.summary, h.last = "", compactionInfo{}
+	h.summary, h.last, h.firstKept = "", compactionInfo{}, ""
 	h.reported, h.reportedAt = 0, 0
 	h.lastActivity = time.Now()
 }
