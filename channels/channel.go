@@ -119,6 +119,26 @@ type badTarget struct{ err error }
 func (b badTarget) Error() string   { return b.err.Error() }
 func (b badTarget) Unwrap() []error { return []error{b.err, ErrBadTarget} }
 
+// ErrNoChat marks a send the platform refused because no chat by that id is one the bot can
+// reach (Discord's Unknown Channel, Slack's channel_not_found): it was deleted, the bot was
+// removed from it, or the id never named one. No retry mends it; the admin must, so the
+// error's text says so in words, not in the platform's codes. The shared Sender keeps the
+// mark through its scrubbing. Test with errors.Is.
+var ErrNoChat = errors.New("no such chat for the bot")
+
+// NoChat marks err (keeping its text) as an ErrNoChat; nil stays nil.
+func NoChat(err error) error {
+	if err == nil || errors.Is(err, ErrNoChat) {
+		return err
+	}
+	return noChat{err}
+}
+
+type noChat struct{ err error }
+
+func (n noChat) Error() string   { return n.err.Error() }
+func (n noChat) Unwrap() []error { return []error{n.err, ErrNoChat} }
+
 // TargetChecker is implemented by an adapter whose chat ids have a form of their own
 // (Telegram's numbers, Discord's snowflakes, Slack's channel ids). The admin API asks it
 // before a send or an inject, so that an id no chat of the platform can have is the

@@ -53,7 +53,7 @@ func (s *Sender) Do(ctx context.Context, key string, fn func(ctx context.Context
 		}
 		return s.attempt(ctx, key, fn)
 	})
-	return s.Scrub.Wrap(err, pace.ErrGaveUp)
+	return s.Scrub.Wrap(err, pace.ErrGaveUp, ErrNoChat)
 }
 
 // ErrSkipped is returned by Try when an optional send skipped its turn.
@@ -75,7 +75,7 @@ func (s *Sender) Try(ctx context.Context, key string, chatSlot bool, fn func(ctx
 	err := pace.Do(ctx, pace.Policy{Attempts: 1}, func(ctx context.Context) error {
 		return s.attempt(ctx, key, fn)
 	})
-	return s.Scrub.Wrap(err, pace.ErrGaveUp)
+	return s.Scrub.Wrap(err, pace.ErrGaveUp, ErrNoChat)
 }
 
 // free takes the send slots Try needs if they are free now (within a few milliseconds).

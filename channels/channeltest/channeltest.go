@@ -94,6 +94,15 @@ type Platform interface {
 	Len(s string) int
 }
 
+// ChatAdder is a Platform whose fake knows its chats, as the platform does: a send to a
+// chat no user wrote in, and none was added, is refused with the platform's own answer
+// (Discord's 404 Unknown Channel, Slack's channel_not_found). The suite adds the chats it
+// answers without a user message first, and checks the refusal (case UnknownChat).
+type ChatAdder interface {
+	// AddChat makes chatID a DM the bot may post in before the user wrote there.
+	AddChat(chatID string)
+}
+
 // Run runs the conformance suite. newPlatform starts a fresh fake for each case.
 func Run(t *testing.T, newPlatform func(t *testing.T) Platform) {
 	cases := []struct {
@@ -113,6 +122,7 @@ func Run(t *testing.T, newPlatform func(t *testing.T) Platform) {
 		{"ServerErrorRetry", testServerErrorRetry},
 		{"Redelivery", testRedelivery},
 		{"BadTokenError", testBadToken},
+		{"UnknownChat", testUnknownChat},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -188,6 +198,15 @@ func (h *harness) answer(target channels.Target, frames ...channels.Frame) {
 	}
 }
 
+// dm is the target of a DM the bot answers with no user message before: the fake is told
+// of the chat first when it knows its chats (ChatAdder).
+func (h *harness) dm(chat string) channels.Target {
+	if a, ok := h.p.(ChatAdder); ok {
+		a.AddChat(chat)
+	}
+	return channels.Target{Channel: h.ch.Name(), ChatID: chat, ChatType: channels.ChatDM}
+}
+
 func dm(chat, text string) Inbound {
 	return Inbound{ChatID: chat, UserID: Allowed, Text: text}
 }
@@ -221,7 +240,7 @@ func testStreamingEdits(t *testing.T, h *harness) {
 		t.Skip("platform does not stream by edits")
 	}
 	h.start(defaultAccess())
-	target := channels.Target{Channel: h.ch.Name(), ChatID: "502", ChatType: channels.ChatDM}
+	target := h.dm("502")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	st, err := h.ch.Open(ctx, target)
@@ -276,7 +295,7 @@ func testLongReplySplit(t *testing.T, h *harness) {
 		n++
 	}
 	text := b.String()
-	h.answer(channels.Target{Channel: h.ch.Name(), ChatID: "503", ChatType: channels.ChatDM},
+	h.answer(h.dm("503"),
 		channels.Frame{Type: channels.FrameStart},
 		channels.Frame{Type: channels.FrameDone, Text: text})
 	posted := h.p.Posted("503")
@@ -357,7 +376,7 @@ func testVoiceOut(t *testing.T, h *harness) {
 	if mime == "" {
 		mime = "audio/ogg"
 	}
-	h.answer(channels.Target{Channel: h.ch.Name(), ChatID: "505", ChatType: channels.ChatDM},
+	h.answer(h.dm("505"),
 		channels.Frame{Type: channels.FrameStart},
 		channels.Frame{Type: channels.FrameDelta, Text: "spoken answer"},
 		channels.Frame{Type: channels.FrameParts, Parts: []channels.Part{{Type: channels.PartAudio, MIME: mime, Data: audio, Voice: true, Duration: 1.5}}},
@@ -473,7 +492,7 @@ func testRateLimit(t *testing.T, h *harness) {
 	const wait = 2 * time.Second
 	h.p.FailNext(1, fakeserver.Failure{RetryAfter: wait})
 	start := time.Now()
-	h.answer(channels.Target{Channel: h.ch.Name(), ChatID: "511", ChatType: channels.ChatDM},
+	h.answer(h.dm("511"),
 		channels.Frame{Type: channels.FrameDone, Text: "after the limit"})
 	posted := h.p.Posted("511")
 	if len(posted) != 1 || !strings.Contains(posted[0].Text, "after the limit") {
@@ -490,7 +509,7 @@ func testServerErrorRetry(t *testing.T, h *harness) {
 	}
 	h.start(defaultAccess())
 	h.p.FailNext(2, fakeserver.Failure{})
-	h.answer(channels.Target{Channel: h.ch.Name(), ChatID: "512", ChatType: channels.ChatDM},
+	h.answer(h.dm("512"),
 		channels.Frame{Type: channels.FrameDone, Text: "despite errors"})
 	posted := h.p.Posted("512")
 	if len(posted) != 1 || !strings.Contains(posted[0].Text, "despite errors") {
@@ -734,4 +753,35 @@ func (l *LogBuffer) String() string {
 // Logger logs everything, debug level included, as text into l.
 func (l *LogBuffer) Logger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// testUnknownChat: an answer to a chat the platform does not know (deleted, or the bot is
+// not in it) fails with an error marked channels.ErrNoChat, which tells the gateway no
+// retry mends it, free of secrets; the bot still answers elsewhere.
+func testUnknownChat(t *testing.T, h *harness) {
+	if _, ok := h.p.(ChatAdder); !ok {
+		t.Skip("the fake takes a send to any chat")
+	}
+	h.start(defaultAccess())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	target := channels.Target{Channel: h.ch.Name(), ChatID: "599", ChatType: channels.ChatDM}
+	st, err := h.ch.Open(ctx, target)
+	if err == nil {
+		if err = st.Send(ctx, channels.Frame{Type: channels.FrameStart}); err == nil {
+			err = st.Send(ctx, channels.Frame{Type: channels.FrameDone, Text: "to nowhere"})
+		}
+	}
+	if !errors.Is(err, channels.ErrNoChat) {
+		t.Fatalf("answer to an unknown chat: %v; want an error marked channels.ErrNoChat", err)
+	}
+	h.assertNoSecrets(err.Error(), "the unknown chat's error")
+	if p := h.p.Posted("599"); len(p) != 0 {
+		t.Errorf("posted %+v in a chat the platform does not know", p)
+	}
+	// The refusal left the bot able to answer elsewhere.
+	h.answer(h.dm("598"), channels.Frame{Type: channels.FrameDone, Text: "still here"})
+	if p := h.p.Posted("598"); len(p) != 1 {
+		t.Errorf("posted %d messages in a known chat after the refusal; want 1", len(p))
+	}
 }

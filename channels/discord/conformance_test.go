@@ -90,3 +90,5 @@ func (p *platform) Typing(chatID string) int { return p.srv.Typing(chatID) }
 func (p *platform) FailNext(n int, f fakeserver.Failure) { p.srv.FailNext(n, f) }
 
 func (p *platform) Len(s string) int { return utf8.RuneCountInString(s) }
+
+func (p *platform) AddChat(chatID string) { p.srv.AddDM(chatID) }

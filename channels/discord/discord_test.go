@@ -446,6 +446,7 @@ func TestVoiceMessageOut(t *testing.T) {
 	srv := discordtest.New(t)
 	e := start(t, srv, discord.Config{Access: defaultAccess()})
 	clip := ogg(t, "1.5")
+	srv.AddDM("750")
 	target := channels.Target{Channel: "discord", ChatID: "750", ChatType: channels.ChatDM}
 	err := answer(t, e.ch, target,
 		channels.Frame{Type: channels.FrameStart},
@@ -505,6 +506,7 @@ func TestVoiceOutConvertsOtherAudio(t *testing.T) {
 	if b, err := exec.Command("ffmpeg", "-nostdin", "-v", "error", "-f", "lavfi", "-i", "sine=duration=1", wav).CombinedOutput(); err != nil {
 		t.Fatalf("ffmpeg: %v %s", err, b)
 	}
+	srv.AddDM("751")
 	err := answer(t, e.ch, channels.Target{ChatID: "751", ChatType: channels.ChatDM},
 		channels.Frame{Type: channels.FrameParts, Parts: []channels.Part{{Type: channels.PartAudio, MIME: "audio/wav", Path: wav, Voice: true}}},
 		channels.Frame{Type: channels.FrameDone})
@@ -523,6 +525,7 @@ func TestStreamingThrottleTypingAndErrors(t *testing.T) {
 	e := start(t, srv, discord.Config{Access: defaultAccess()})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	srv.AddDM("760")
 	st, err := e.ch.Open(ctx, channels.Target{ChatID: "760", ChatType: channels.ChatDM})
 	if err != nil {
 		t.Fatal(err)
@@ -565,6 +568,7 @@ func TestServerErrorsAreBounded(t *testing.T) {
 	t.Parallel()
 	srv := discordtest.New(t)
 	e := start(t, srv, discord.Config{Access: defaultAccess()})
+	srv.AddDM("770")
 	srv.FailNext(100, fakeserver.Failure{})
 	err := answer(t, e.ch, channels.Target{ChatID: "770", ChatType: channels.ChatDM}, channels.Frame{Type: channels.FrameDone, Text: "never"})
 	if err == nil || !strings.Contains(err.Error(), "500") || !strings.HasPrefix(err.Error(), "discord:") {
@@ -588,6 +592,7 @@ func TestRateLimitWaitsRetryAfter(t *testing.T) {
 	t.Parallel()
 	srv := discordtest.New(t)
 	e := start(t, srv, discord.Config{Access: defaultAccess()})
+	srv.AddDM("771")
 	srv.FailNext(2, fakeserver.Failure{RetryAfter: 1200 * time.Millisecond})
 	begin := time.Now()
 	if err := answer(t, e.ch, channels.Target{ChatID: "771", ChatType: channels.ChatDM}, channels.Frame{Type: channels.FrameDone, Text: "patient"}); err != nil {

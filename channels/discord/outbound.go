@@ -204,7 +204,12 @@ func (st *stream) startTyping(ctx context.Context) {
 	}
 	tctx, cancel := context.WithTimeout(run, typingMaxLife)
 	st.stopTyping = cancel
-	st.c.typing(ctx, st.dest)
+	if errors.Is(st.c.typing(ctx, st.dest), channels.ErrNoChat) {
+		// No channel to show it in: refreshing would only be refused again.
+		cancel()
+		st.c.life.Leave()
+		return
+	}
 	go func() {
 		defer st.c.life.Leave()
 		defer cancel()
@@ -215,16 +220,19 @@ func (st *stream) startTyping(ctx context.Context) {
 			case <-tctx.Done():
 				return
 			case <-t.C:
-				st.c.typing(tctx, st.dest)
+				if errors.Is(st.c.typing(tctx, st.dest), channels.ErrNoChat) {
+					return // the channel went away during the answer
+				}
 			}
 		}
 	}()
 }
 
-// typing shows typing in dest once; it skips its turn while a 429 holds the chat.
-func (c *Channel) typing(ctx context.Context, dest string) {
+// typing shows typing in dest once; it skips its turn while a 429 holds the chat. A
+// failure is logged here; it is returned for the refresh loop to tell a channel gone.
+func (c *Channel) typing(ctx context.Context, dest string) error {
 	if c.optional.Held(dest) {
-		return
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, optionalTimeout)
 	defer cancel()
@@ -234,6 +242,7 @@ func (c *Channel) typing(ctx context.Context, dest string) {
 	if err != nil && ctx.Err() == nil {
 		c.log.Debug("discord: typing failed", "chat_id", dest, "err", err)
 	}
+	return err
 }
 
 // render makes the posted messages show text: edits what changed, posts what is new,
@@ -381,10 +390,14 @@ func (c *Channel) callWith(ctx context.Context, s *channels.Sender, key, what st
 	return nil
 }
 
-// retryable is the Senders' Classify: Discord's answers marked for pace.Do.
+// retryable is the Senders' Classify: Discord's answers marked for pace.Do, and a channel
+// the bot cannot see marked channels.ErrNoChat (final).
 func retryable(err error) error {
 	if err == nil {
 		return nil
+	}
+	if nc := noChannel(err); nc != nil {
+		return nc
 	}
 	var ae *apiError
 	if errors.As(err, &ae) {
@@ -405,6 +418,24 @@ func retryable(err error) error {
 		return pace.Transient(err)
 	}
 	return err
+}
+
+// noChannel is err told in words when Discord refused the call because the bot cannot see
+// the channel (10003 Unknown Channel, 50001 Missing Access), marked channels.ErrNoChat;
+// nil for any other error. The admin reads it (the API's answer, the log), so it says what
+// to check rather than Discord's JSON.
+func noChannel(err error) error {
+	var re *discordgo.RESTError
+	if !errors.As(err, &re) || re.Message == nil {
+		return nil
+	}
+	switch re.Message.Code {
+	case discordgo.ErrCodeUnknownChannel:
+		return channels.NoChat(fmt.Errorf("Discord knows no channel by this id that the bot can see: it was deleted, or the bot is not in its server (%d %s)", re.Message.Code, re.Message.Message))
+	case discordgo.ErrCodeMissingAccess:
+		return channels.NoChat(fmt.Errorf("the bot may not see this channel: give its role the View Channel permission there (%d %s)", re.Message.Code, re.Message.Message))
+	}
+	return nil
 }
 
 func isStatus(err error, code int) bool {

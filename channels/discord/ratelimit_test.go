@@ -73,6 +73,7 @@ func TestRateLimitHoldsEveryLaterSendToTheChat(t *testing.T) {
 	const chat, wait = "796", 2 * time.Second
 	srv := discordtest.New(t)
 	c, ctx := startFake(t, srv, 250*time.Millisecond)
+	srv.AddDM(chat)
 	st, err := c.Open(ctx, channels.Target{ChatID: chat, ChatType: channels.ChatDM})
 	if err != nil {
 		t.Fatal(err)
@@ -129,6 +130,7 @@ func TestTypingRateLimitHoldsTheAnswer(t *testing.T) {
 	const chat, wait = "797", 1500 * time.Millisecond
 	srv := discordtest.New(t)
 	c, ctx := startFake(t, srv, typingEvery)
+	srv.AddDM(chat)
 	st, err := c.Open(ctx, channels.Target{ChatID: chat, ChatType: channels.ChatDM})
 	if err != nil {
 		t.Fatal(err)

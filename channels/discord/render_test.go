@@ -19,6 +19,7 @@ func TestStreamingPreviewClosesAnOpenCodeBlock(t *testing.T) {
 	e := start(t, srv, discord.Config{Access: defaultAccess()})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	srv.AddDM("780")
 	st, err := e.ch.Open(ctx, channels.Target{ChatID: "780", ChatType: channels.ChatDM})
 	if err != nil {
 		t.Fatal(err)
@@ -51,6 +52,7 @@ func TestTableIsShownAsAlignedColumns(t *testing.T) {
 	srv := discordtest.New(t)
 	e := start(t, srv, discord.Config{Access: defaultAccess()})
 	md := "Prices:\n\n| Fruit | Price |\n|-------|------:|\n| **Apple** | 1 |\n| Banana split | 12 |\n\nThat's all."
+	srv.AddDM("781")
 	if err := answer(t, e.ch, channels.Target{ChatID: "781", ChatType: channels.ChatDM}, channels.Frame{Type: channels.FrameDone, Text: md}); err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,7 @@ func TestTypingRefreshesUntilDone(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Stop(context.Background())
+	srv.AddDM("790")
 	st, err := c.Open(ctx, channels.Target{ChatID: "790", ChatType: channels.ChatDM})
 	if err != nil {
 		t.Fatal(err)

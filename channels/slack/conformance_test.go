@@ -91,3 +91,5 @@ func TestConformance(t *testing.T) {
 		return &platform{s: slacktest.New(t)}
 	})
 }
+
+func (p *platform) AddChat(chatID string) { p.s.AddChannel(chatID) }

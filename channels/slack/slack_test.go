@@ -316,6 +316,7 @@ func TestTypingSignals(t *testing.T) {
 func TestMarkdownIsRenderedAsMrkdwn(t *testing.T) {
 	s := slacktest.New(t)
 	st := start(t, s, nil)
+	s.AddChannel("D5")
 	answer(t, st.ch, channels.Target{Channel: Name, ChatID: "D5", ChatType: channels.ChatDM},
 		channels.Frame{Type: channels.FrameDone, Text: "## **Plan**\n**bold** & [docs](https://example.com) <@U999> `<!channel>` 2*3*4\n```\nList<String> a && b\n```"})
 	want := "*Plan*\n\n*bold* &amp; <https://example.com|docs> &lt;@U999&gt; `&lt;!channel&gt;` 2*3*4\n\n```\nList&lt;String&gt; a &amp;&amp; b\n```"
@@ -595,6 +596,7 @@ func TestRateLimitedEditPostponesWithoutLosingText(t *testing.T) {
 	s := slacktest.New(t)
 	st := start(t, s, nil)
 	ctx := context.Background()
+	s.AddChannel("D30")
 	stream, err := st.ch.Open(ctx, channels.Target{Channel: Name, ChatID: "D30", ChatType: channels.ChatDM})
 	if err != nil {
 		t.Fatal(err)
@@ -669,6 +671,7 @@ func TestResumedAnswerReplacesTheCutAttemptsParts(t *testing.T) {
 	s := slacktest.New(t)
 	st := start(t, s, nil)
 	const chat = "D40"
+	s.AddChannel(chat)
 	var placed []string
 	target := channels.Target{Channel: "slack", ChatID: chat, ChatType: channels.ChatDM,
 		Placed: func(p string) { placed = append(placed, p) }}

@@ -3,6 +3,7 @@ package slack
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/url"
@@ -16,11 +17,15 @@ import (
 )
 
 // classify is the Senders' Classify: rate limits carry Slack's Retry-After, server errors and
-// network failures are transient, everything else (bad arguments, auth) is final.
+// network failures are transient, everything else (bad arguments, auth) is final; a
+// channel the bot cannot post in is marked channels.ErrNoChat.
 func classify(err error) error {
 	retry, after := retryable(err)
 	switch {
 	case !retry:
+		if nc := noChannel(err); nc != nil {
+			return nc
+		}
 		return err
 	case after > 0:
 		return pace.RetryAfter(err, after)
@@ -52,6 +57,24 @@ func retryable(err error) (bool, time.Duration) {
 	var ne net.Error
 	var ue *url.Error
 	return errors.As(err, &ne) || errors.As(err, &ue) || errors.Is(err, context.DeadlineExceeded), 0
+}
+
+// noChannel is err told in words when Slack refused the call because the bot cannot post in
+// the channel, marked channels.ErrNoChat; nil for any other error. The admin reads it (the
+// API's answer, the log), so it says what to check, with Slack's code for the details.
+func noChannel(err error) error {
+	var why string
+	switch code := slackError(err); code {
+	case "channel_not_found":
+		why = "Slack knows no channel by this id that the bot can see: it was deleted, or the app is not in it"
+	case "not_in_channel":
+		why = "the app is not a member of this channel: invite it there"
+	case "is_archived":
+		why = "the channel is archived"
+	default:
+		return nil
+	}
+	return channels.NoChat(fmt.Errorf("%s (%s)", why, slackError(err)))
 }
 
 // slackError is the Slack error code in err ("invalid_auth", "msg_too_long"), or "".

@@ -152,9 +152,11 @@ func (s *Server) postTyping(w http.ResponseWriter, r *http.Request, bot Bot, _ *
 		return
 	}
 	s.mu.Lock()
-	s.channelLocked(r.PathValue("cid"), bot.ID)
+	defer s.mu.Unlock()
+	if s.visibleLocked(w, r.PathValue("cid"), bot.ID) == nil {
+		return
+	}
 	s.typing[r.PathValue("cid")]++
-	s.mu.Unlock()
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -365,10 +367,9 @@ func (s *Server) createMessage(w http.ResponseWriter, r *http.Request, bot Bot, 
 	}
 	cid := r.PathValue("cid")
 	s.mu.Lock()
-	ch := s.channelLocked(cid, bot.ID)
-	if ch.typ == 1 && ch.dmBot != bot.ID {
+	ch := s.visibleLocked(w, cid, bot.ID)
+	if ch == nil {
 		s.mu.Unlock()
-		writeErr(w, http.StatusForbidden, 50001, "Missing Access")
 		return
 	}
 	if req.EnforceNonce && nonce != "" {
@@ -502,6 +503,9 @@ func (s *Server) editMessage(w http.ResponseWriter, r *http.Request, bot Bot, ca
 	s.mu.Lock()
 	m := s.messages[r.PathValue("mid")]
 	switch {
+	case s.visibleLocked(w, r.PathValue("cid"), bot.ID) == nil:
+		s.mu.Unlock()
+		return
 	case m == nil || m.ChannelID != r.PathValue("cid"):
 		s.mu.Unlock()
 		writeErr(w, http.StatusNotFound, 10008, "Unknown Message")
@@ -535,6 +539,9 @@ func (s *Server) editMessage(w http.ResponseWriter, r *http.Request, bot Bot, ca
 func (s *Server) deleteMessage(w http.ResponseWriter, r *http.Request, bot Bot, _ *Call) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.visibleLocked(w, r.PathValue("cid"), bot.ID) == nil {
+		return
+	}
 	m := s.messages[r.PathValue("mid")]
 	if m == nil || m.ChannelID != r.PathValue("cid") {
 		writeErr(w, http.StatusNotFound, 10008, "Unknown Message")
@@ -562,12 +569,9 @@ func (s *Server) deleteMessage(w http.ResponseWriter, r *http.Request, bot Bot, 
 func (s *Server) getMessage(w http.ResponseWriter, r *http.Request, bot Bot, _ *Call) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ch, m := s.channels[r.PathValue("cid")], s.messages[r.PathValue("mid")]
+	ch, m := s.visibleLocked(w, r.PathValue("cid"), bot.ID), s.messages[r.PathValue("mid")]
 	switch {
 	case ch == nil:
-		writeErr(w, http.StatusNotFound, 10003, "Unknown Channel")
-	case ch.typ == 1 && ch.dmBot != bot.ID:
-		writeErr(w, http.StatusForbidden, 50001, "Missing Access")
 	case m == nil || m.ChannelID != ch.id:
 		writeErr(w, http.StatusNotFound, 10008, "Unknown Message")
 	default:
@@ -591,13 +595,7 @@ func (s *Server) listMessages(w http.ResponseWriter, r *http.Request, bot Bot, c
 	cid := r.PathValue("cid")
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ch := s.channels[cid]
-	switch {
-	case ch == nil:
-		writeErr(w, http.StatusNotFound, 10003, "Unknown Channel")
-		return
-	case ch.typ == 1 && ch.dmBot != bot.ID:
-		writeErr(w, http.StatusForbidden, 50001, "Missing Access")
+	if s.visibleLocked(w, cid, bot.ID) == nil {
 		return
 	}
 	var in []*Message // oldest first

@@ -1,7 +1,9 @@
 // Package discordtest is a fake Discord for tests: the REST API (v9 routes the adapter
 // uses) and the gateway WebSocket, on 127.0.0.1, driven by the real discordgo client.
 //
-// It keeps channels, threads, messages and attachments in memory, dispatches
+// It keeps channels, threads, messages and attachments in memory (a channel is known once a
+// user wrote in it, or a test added it: AddDM, AddGuildChannel; a call about any other is
+// refused with 404 Unknown Channel, as Discord refuses one the bot cannot see), dispatches
 // MESSAGE_CREATE with sequence numbers to every connected bot session, replays missed
 // events on RESUME, serves channel history (GET messages with after/before/limit), answers
 // a create with enforce_nonce and a nonce seen in the last minutes with the message made
@@ -17,6 +19,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -443,13 +447,58 @@ func (s *Server) isBotLocked(id string) bool {
 	return ok
 }
 
-// channelLocked returns the channel, creating an unknown id as a DM with bot: the
-// conformance suite answers chats it never wrote in first.
-func (s *Server) channelLocked(id, bot string) *channel {
+// AddDM makes id a DM channel between the first bot and a user, as when the user opens
+// it: the bot may post there before anyone wrote in it. Channels an Inject (or a
+// command) came from are known already; a post to any other id is refused as Discord
+// refuses a channel the bot cannot see (404, code 10003 Unknown Channel).
+func (s *Server) AddDM(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.channels[id] == nil {
+		s.channels[id] = &channel{id: id, typ: 1, dmBot: s.bots[0].ID}
+	}
+}
+
+// AddGuildChannel makes id a text channel of the guild, one every bot can see.
+func (s *Server) AddGuildChannel(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.channels[id] == nil {
+		s.channels[id] = &channel{id: id, typ: 0, guildID: s.guildID}
+	}
+}
+
+// DeleteChannel deletes channel id, its threads and their messages, as a moderator
+// deleting it does: every later call about it is answered 404 Unknown Channel.
+func (s *Server) DeleteChannel(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for cid, c := range s.channels {
+		if cid == id || c.parentID == id {
+			delete(s.channels, cid)
+		}
+	}
+	s.order = slices.DeleteFunc(s.order, func(mid string) bool {
+		m := s.messages[mid]
+		if m.ChannelID == id || m.ParentID == id {
+			delete(s.messages, mid)
+			return true
+		}
+		return false
+	})
+}
+
+// visibleLocked returns channel id when bot can see it; otherwise it answers as Discord
+// does (404 Unknown Channel, or 403 Missing Access for another bot's DM) and returns nil.
+func (s *Server) visibleLocked(w http.ResponseWriter, id, bot string) *channel {
 	c := s.channels[id]
-	if c == nil {
-		c = &channel{id: id, typ: 1, dmBot: bot}
-		s.channels[id] = c
+	switch {
+	case c == nil:
+		writeErr(w, http.StatusNotFound, 10003, "Unknown Channel")
+		return nil
+	case c.typ == 1 && c.dmBot != bot:
+		writeErr(w, http.StatusForbidden, 50001, "Missing Access")
+		return nil
 	}
 	return c
 }

@@ -34,6 +34,7 @@ func post(t *testing.T, s *Server, token, path string, body any) *http.Response 
 func TestFakeEnforcesDiscordRules(t *testing.T) {
 	s := New(t)
 	tok := s.Bot().Token
+	s.AddDM("1")
 	if r := post(t, s, tok, "/api/v9/channels/1/messages", map[string]string{"content": strings.Repeat("é", MaxContent)}); r.StatusCode != 200 {
 		t.Errorf("2000 characters: %d", r.StatusCode)
 	}
@@ -128,5 +129,42 @@ func TestFakeChannelHistory(t *testing.T) {
 	}
 	if calls := s.Calls(); calls[len(calls)-1].Query != "limit=1" {
 		t.Errorf("the call's query was not recorded: %+v", calls[len(calls)-1])
+	}
+}
+
+// A channel the fake was never told of (no user wrote in it, no test added it), or one
+// deleted since, is refused as Discord refuses a channel the bot cannot see: 404 with
+// Discord's error JSON, code 10003; nothing is stored.
+func TestFakeRefusesChannelsItDoesNotKnow(t *testing.T) {
+	s := New(t)
+	tok := s.Bot().Token
+	refused := func(path string) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", s.URL+path, strings.NewReader(`{"content": "hello"}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bot "+tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var body struct {
+			Message string `json:"message"`
+			Code    int    `json:"code"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || resp.StatusCode != 404 || body.Code != 10003 || body.Message != "Unknown Channel" {
+			t.Errorf("POST %s: %d %+v (%v); want 404 {code 10003, Unknown Channel}", path, resp.StatusCode, body, err)
+		}
+	}
+	refused("/api/v9/channels/42/messages")
+	refused("/api/v9/channels/42/typing")
+	s.AddGuildChannel("43")
+	if r := post(t, s, tok, "/api/v9/channels/43/messages", map[string]string{"content": "x"}); r.StatusCode != 200 {
+		t.Errorf("post to an added channel: %d", r.StatusCode)
+	}
+	s.DeleteChannel("43")
+	refused("/api/v9/channels/43/messages")
+	if n := len(s.Messages("42")) + len(s.Messages("43")); n != 0 {
+		t.Errorf("%d messages stored in unknown channels", n)
 	}
 }

@@ -76,6 +76,7 @@ func (s *Server) SlashCommand(c Command) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	trigger := s.nextID("trig.")
+	s.known[c.Channel] = true // a command is typed in a conversation the app is in
 	name := "directmessage"
 	if !strings.HasPrefix(c.Channel, "D") {
 		name = "general"
@@ -149,7 +150,7 @@ func (s *Server) replyFromPayload(channel, user, via string, payload json.RawMes
 func (s *Server) postEphemeral(p url.Values) apiResult {
 	ch, user, text := p.Get("channel"), p.Get("user"), p.Get("text")
 	switch {
-	case ch == "":
+	case !s.knownLocked(ch):
 		return errBody("channel_not_found")
 	case user == "":
 		return errBody("user_not_found")

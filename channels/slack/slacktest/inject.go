@@ -65,6 +65,11 @@ func (s *Server) Send(m UserMessage) string {
 	if m.ChannelType == "" {
 		m.ChannelType = "im"
 	}
+	// The bot sees the conversation (an event came from it), and may DM the user by id.
+	s.known[m.Channel] = true
+	if m.User != "" {
+		s.known[m.User] = true
+	}
 	text := m.Text
 	if m.Mention {
 		text = "<@" + BotUserID + "> " + text

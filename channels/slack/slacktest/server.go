@@ -2,6 +2,11 @@
 // adapter calls, file download and the external upload flow, and Socket Mode over a real
 // WebSocket (or Events API delivery over signed HTTP), all on 127.0.0.1. It is driven by
 // the real slack-go client; tests inject user messages and read what the bot posted.
+//
+// It knows the channels a user wrote or ran a command in, and those a test added
+// (AddChannel); a call about any other channel is answered channel_not_found, as Slack
+// answers for one the bot is not in or that was deleted. A user id is a channel too (the
+// app's DM with them) once the user wrote or SetUser named them.
 package slacktest
 
 import (
@@ -79,6 +84,7 @@ type Server struct {
 
 	mu         sync.Mutex
 	seq        int64
+	known      map[string]bool       // channel (and user) ids the bot can post to
 	messages   map[string][]*message // channel -> messages, oldest first
 	byKey      map[string]*message   // channel:ts -> message
 	reactions  map[string]map[string]bool
@@ -128,6 +134,7 @@ func sending(method string) bool {
 func New(t testing.TB) *Server {
 	s := &Server{
 		kick:     make(chan struct{}, 1),
+		known:    map[string]bool{},
 		messages: map[string][]*message{}, byKey: map[string]*message{},
 		reactions: map[string]map[string]bool{}, typing: map[string]int{}, status: map[string]string{},
 		uploads: map[string]*upload{}, userFiles: map[string]*File{}, sent: map[string]*injected{},
@@ -185,6 +192,36 @@ func (s *Server) SetUser(id, display, real string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.users[id] = userInfo{display: display, real: real}
+}
+
+// AddChannel makes channel a conversation the bot is in, so it may post there before
+// anyone wrote in it: a channel it was invited to, or a DM the user opened.
+func (s *Server) AddChannel(channel string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.known[channel] = true
+}
+
+// DeleteChannel deletes channel and its messages, as an admin deleting it does: every
+// later call about it is answered channel_not_found.
+func (s *Server) DeleteChannel(channel string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.known, channel)
+	for _, m := range s.messages[channel] {
+		delete(s.byKey, channel+":"+m.TS)
+	}
+	delete(s.messages, channel)
+}
+
+// knownLocked reports whether the bot can post to channel: one a user wrote in or a test
+// added, or a user id (the app's DM with them) of a user the fake knows. Call with mu held.
+func (s *Server) knownLocked(channel string) bool {
+	if s.known[channel] {
+		return true
+	}
+	_, user := s.users[channel]
+	return user
 }
 
 // SetUserInfoDelay makes users.info answer only after d (or when the client gives up), as
@@ -417,6 +454,9 @@ func (s *Server) api(method, tok string, p url.Values) apiResult {
 	case "chat.update":
 		return s.updateMessage(p)
 	case "chat.delete":
+		if !s.knownLocked(p.Get("channel")) {
+			return errBody("channel_not_found")
+		}
 		m := s.byKey[p.Get("channel")+":"+p.Get("ts")]
 		if m == nil || m.deleted {
 			return errBody("message_not_found")
@@ -435,6 +475,9 @@ func (s *Server) api(method, tok string, p url.Values) apiResult {
 		ch, thread := p.Get("channel_id"), p.Get("thread_ts")
 		if ch == "" || thread == "" {
 			return errBody("invalid_arguments")
+		}
+		if !s.knownLocked(ch) {
+			return errBody("channel_not_found")
 		}
 		s.status[ch+":"+thread] = p.Get("status")
 		if p.Get("status") != "" {
@@ -481,7 +524,7 @@ func parseInt(s string) (int, error) {
 
 func (s *Server) postMessage(p url.Values) apiResult {
 	ch, text := p.Get("channel"), p.Get("text")
-	if ch == "" {
+	if !s.knownLocked(ch) {
 		return errBody("channel_not_found")
 	}
 	if strings.TrimSpace(text) == "" && p.Get("blocks") == "" {
@@ -506,6 +549,9 @@ func (s *Server) addMessage(m *message) {
 }
 
 func (s *Server) updateMessage(p url.Values) apiResult {
+	if !s.knownLocked(p.Get("channel")) {
+		return errBody("channel_not_found")
+	}
 	m := s.byKey[p.Get("channel")+":"+p.Get("ts")]
 	if m == nil || m.deleted {
 		return errBody("message_not_found")
@@ -527,6 +573,9 @@ func (s *Server) updateMessage(p url.Values) apiResult {
 
 func (s *Server) react(method string, p url.Values) apiResult {
 	ch, ts, name := p.Get("channel"), p.Get("timestamp"), p.Get("name")
+	if !s.knownLocked(ch) {
+		return errBody("channel_not_found")
+	}
 	if s.byKey[ch+":"+ts] == nil {
 		return errBody("message_not_found")
 	}
@@ -562,6 +611,9 @@ func (s *Server) completeUpload(p url.Values) apiResult {
 		return errBody("invalid_arguments")
 	}
 	ch := p.Get("channel_id")
+	if ch != "" && !s.knownLocked(ch) {
+		return errBody("channel_not_found")
+	}
 	var shared []File
 	var out []map[string]any
 	for _, f := range files {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +25,7 @@ func TestWebAPIRules(t *testing.T) {
 		t.Fatalf("wrong token: %v; want invalid_auth", err)
 	}
 	api := client(s, BotToken)
+	s.AddChannel("C1")
 	if _, _, err := api.PostMessageContext(ctx, "C1", slackgo.MsgOptionText(strings.Repeat("é", MaxTextLen+1), false)); err == nil || err.Error() != "msg_too_long" {
 		t.Fatalf("over the limit: %v; want msg_too_long", err)
 	}
@@ -113,6 +115,7 @@ func TestHeldDownloadWaitsForRelease(t *testing.T) {
 
 func TestUploadFlowSharesIntoThread(t *testing.T) {
 	s := New(t)
+	s.AddChannel("C1")
 	api := client(s, BotToken)
 	data := []byte("OggS voice")
 	_, err := api.UploadFileContext(context.Background(), slackgo.UploadFileParameters{
@@ -157,6 +160,7 @@ func TestUsersInfo(t *testing.T) {
 
 func TestDeletingAnUploadedFileTakesItsMessageAway(t *testing.T) {
 	s := New(t)
+	s.AddChannel("C1")
 	ctx := context.Background()
 	api := client(s, BotToken)
 	if _, _, err := api.PostMessageContext(ctx, "C1", slackgo.MsgOptionText("the answer", false)); err != nil {
@@ -182,5 +186,46 @@ func TestDeletingAnUploadedFileTakesItsMessageAway(t *testing.T) {
 	}
 	if err := api.DeleteFileContext(ctx, "F404"); err == nil || err.Error() != "file_not_found" {
 		t.Fatalf("deleting an unknown file: %v; want file_not_found", err)
+	}
+}
+
+// A channel the fake was never told of (no user wrote in it, no test added it), or one
+// deleted since, is refused as Slack refuses one the bot is not in: HTTP 200 with ok false
+// and channel_not_found, by every call that names it; nothing is stored. A user id is a
+// channel (the app's DM) once the fake knows the user.
+func TestWebAPIRefusesChannelsItDoesNotKnow(t *testing.T) {
+	s := New(t)
+	ctx := context.Background()
+	api := client(s, BotToken)
+	if _, _, err := api.PostMessageContext(ctx, "C404", slackgo.MsgOptionText("hello", false)); err == nil || err.Error() != "channel_not_found" {
+		t.Errorf("post to an unknown channel: %v; want channel_not_found", err)
+	}
+	if _, _, err := api.PostMessageContext(ctx, "U404", slackgo.MsgOptionText("hello", false)); err == nil || err.Error() != "channel_not_found" {
+		t.Errorf("post to an unknown user: %v; want channel_not_found", err)
+	}
+	if calls := s.Calls("chat.postMessage"); len(calls) != 2 || calls[0].Status != http.StatusOK || calls[0].Error != "channel_not_found" {
+		t.Errorf("calls %+v; want HTTP 200 answers with channel_not_found", calls)
+	}
+	s.SetUser("U1", "ally", "")
+	if _, _, err := api.PostMessageContext(ctx, "U1", slackgo.MsgOptionText("hello", false)); err != nil {
+		t.Errorf("post to a known user's DM: %v", err)
+	}
+	s.AddChannel("C1")
+	_, ts, err := api.PostMessageContext(ctx, "C1", slackgo.MsgOptionText("hello", false))
+	if err != nil {
+		t.Fatalf("post to an added channel: %v", err)
+	}
+	s.DeleteChannel("C1")
+	if _, _, _, err := api.UpdateMessageContext(ctx, "C1", ts, slackgo.MsgOptionText("edited", false)); err == nil || err.Error() != "channel_not_found" {
+		t.Errorf("edit in a deleted channel: %v; want channel_not_found", err)
+	}
+	if err := api.AddReactionContext(ctx, "eyes", slackgo.NewRefToMessage("C1", ts)); err == nil || err.Error() != "channel_not_found" {
+		t.Errorf("reaction in a deleted channel: %v; want channel_not_found", err)
+	}
+	if _, err := api.UploadFileContext(ctx, slackgo.UploadFileParameters{Filename: "a.txt", FileSize: 1, Reader: strings.NewReader("a"), Channel: "C1"}); err == nil || !strings.Contains(err.Error(), "channel_not_found") {
+		t.Errorf("upload into a deleted channel: %v; want channel_not_found", err)
+	}
+	if n := len(s.Posted("C1")) + len(s.Posted("C404")); n != 0 {
+		t.Errorf("%d messages in unknown channels", n)
 	}
 }

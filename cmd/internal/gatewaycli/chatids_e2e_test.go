@@ -87,10 +87,13 @@ func TestAdminAPIRefusesChatIDsNoPlatformHas(t *testing.T) {
 		t.Errorf("sessions were made for malformed chats: %s", status)
 	}
 
-	// Well-formed ids of chats the platforms have not shown the gateway: each goes to its
-	// platform (whose fakes, like Slack and Telegram for a chat the bot is in, take it).
+	// Well-formed ids of chats the platforms have not shown the gateway, but where the bot
+	// is (added to the channel, or a user the app may DM): each goes to its platform.
 	const tgNew, dcNew, slNew = "4243", "93000000000000001", "C0000NEW1"
+	dc.AddGuildChannel(dcNew)
+	sl.AddChannel(slNew)
 	// A Slack user id is a target too: chat.postMessage takes it as the app's DM with them.
+	sl.SetUser("U0000USER", "", "")
 	for _, c := range [][2]string{{"telegram", tgNew}, {"discord", dcNew}, {"slack", slNew}, {"slack", "U0000USER"}} {
 		if code, msg := g.adminPost("/api/v1/send", map[string]any{"channel": c[0], "chat_id": c[1], "text": "Backup done"}); code != http.StatusOK {
 			t.Errorf("send to %s chat %s: %d %q; want 200", c[0], c[1], code, msg)
@@ -104,6 +107,16 @@ func TestAdminAPIRefusesChatIDsNoPlatformHas(t *testing.T) {
 	waitFor(t, "the injected turns' answers reach the platforms", func() bool {
 		return len(tg.Messages(4243)) >= 2 && len(sl.Posted(slNew)) >= 2 && len(dc.Posted(dcNew)) >= 2
 	}, g.log)
+
+	// Well-formed ids of chats the platform refuses (deleted, or the bot is not in them):
+	// 502, as any delivery the platform refuses, saying so in words rather than in the
+	// platform's JSON.
+	for _, c := range [][2]string{{"discord", "93000000000000404"}, {"slack", "C0000GONE"}} {
+		code, msg := g.adminPost("/api/v1/send", map[string]any{"channel": c[0], "chat_id": c[1], "text": "Backup done"})
+		if code != http.StatusBadGateway || !strings.Contains(msg, "deleted") || strings.Contains(msg, "{") {
+			t.Errorf("send to unknown %s chat %s: %d %q; want 502 saying it was deleted or the bot is not in it", c[0], c[1], code, msg)
+		}
+	}
 }
 
 // discordPosts lists the message posts Discord was asked for in channel ("" for any).
