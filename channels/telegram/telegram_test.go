@@ -113,7 +113,7 @@ func stop(t *testing.T, ch channels.Channel) {
 // eventually polls cond for up to 10s.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second) // a bound only: the whole suite on two busy cores
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
@@ -610,9 +610,14 @@ func TestTypingRefreshesUntilDone(t *testing.T) {
 	if n < 3 {
 		t.Errorf("typing sent %d times during a 550ms turn with a 100ms refresh", n)
 	}
+	// A refresh the client cut at done may still be counted by the fake after done returned
+	// (a busy machine schedules its handler late): one such is not the refreshes going on,
+	// which would add three in 300 ms, and none may come in the 300 ms after.
 	time.Sleep(300 * time.Millisecond)
-	if m := f.srv.Typing(1001); m != n {
-		t.Errorf("typing went on after done (%d -> %d)", n, m)
+	m := f.srv.Typing(1001)
+	time.Sleep(300 * time.Millisecond)
+	if later := f.srv.Typing(1001); m > n+1 || later != m {
+		t.Errorf("typing went on after done (%d, then %d, then %d)", n, m, later)
 	}
 }
 
