@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
 	"gateway/harness"
 	"gateway/harness/openaitest"
+	"gateway/hooks"
 	"gateway/internal/llm"
 )
 
@@ -136,6 +138,82 @@ func TestToolStepCutByACrashIsNotRunAgain(t *testing.T) {
 	})
 	if !found {
 		t.Errorf("the history has no error result for the cut call: %s", entries)
+	}
+}
+
+// The result a cut call gets after the restart is a tool result as any other: the
+// tool_result hook sees it, an error, and may change it, the model and the history get it
+// as the hook left it, and the chat shows the call's tool line as failed. The tool still
+// does not run again, and hooks see the run begin (agent_start) before that result.
+func TestCutToolCallsResultGoesThroughTheToolResultHook(t *testing.T) {
+	srv := toolStepModel(t, nil, "open_ticket")
+	ticket := &sideTool{name: "open_ticket", started: make(chan struct{}), hold: make(chan struct{})}
+	opts := harness.SessionOptions{Key: "web:crash", Store: openStore(t), Provider: openAI(t, srv), Model: "gpt-test",
+		Tools: []harness.Tool{ticket}}
+	const prompt = "open a ticket"
+	defer cutRun(openSession(t, opts), prompt, ticket.started)()
+
+	bus := hooks.NewBus(hooks.Options{})
+	var (
+		mu     sync.Mutex
+		seen   []hooks.ToolResult
+		events []string
+	)
+	bus.Observe("test:order", func(_ context.Context, ev hooks.Event) {
+		mu.Lock()
+		events = append(events, ev.EventName())
+		mu.Unlock()
+	})
+	bus.On(hooks.NameToolResult, "test:audit", func(_ context.Context, ev hooks.Event) (any, error) {
+		tr := ev.(*hooks.ToolResult)
+		mu.Lock()
+		seen = append(seen, *tr)
+		mu.Unlock()
+		audited := "[audited] " + tr.Content
+		return &hooks.ToolResultPatch{Content: &audited}, nil
+	})
+	withHook := opts
+	withHook.Bus = bus
+	var u updates
+	res, err := openSession(t, withHook).RunAttempt(context.Background(), harness.Attempt{ID: "17", Again: true}, prompt, nil, u.on)
+	if err != nil || res.Text != "answered" {
+		t.Fatalf("answered again: %q %v", res.Text, err)
+	}
+	if n := ticket.runs.Load(); n != 1 {
+		t.Fatalf("the tool ran %d times; want once", n)
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 1 || seen[0].ToolCallID != "call_open_ticket" || seen[0].Tool != "open_ticket" ||
+		!seen[0].IsError || !strings.Contains(seen[0].Content, "interrupted") {
+		t.Fatalf("the tool_result hook saw %+v; want the cut call's result once, an error saying it was interrupted", seen)
+	}
+	if start, result := slices.Index(events, hooks.NameAgentStart), slices.Index(events, hooks.NameToolResult); start < 0 || result < start {
+		t.Errorf("hooks saw %q; want agent_start before the cut call's tool_result, as in any run", events)
+	}
+	reqs := srv.Requests()
+	if got, _ := resultOf(reqs[len(reqs)-1], "call_open_ticket"); !strings.HasPrefix(got, "[audited] ") || !strings.Contains(got, "interrupted") {
+		t.Errorf("the model got %q for the cut call; want the result as the hook changed it", got)
+	}
+	entries, err := openSession(t, opts).Entries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := slices.ContainsFunc(entries, func(raw json.RawMessage) bool {
+		var e struct {
+			Message llm.Message `json:"message"`
+		}
+		return json.Unmarshal(raw, &e) == nil && e.Message.ToolCallID == "call_open_ticket" &&
+			e.Message.IsError && strings.HasPrefix(e.Message.Content, "[audited] ")
+	})
+	if !kept {
+		t.Errorf("the history does not keep the cut call's result as the hook changed it: %s", entries)
+	}
+	starts, ends := u.of(harness.UpdateToolStart), u.of(harness.UpdateToolEnd)
+	if len(starts) != 1 || starts[0].ToolID != "call_open_ticket" ||
+		len(ends) != 1 || ends[0].ToolID != "call_open_ticket" || !ends[0].IsError {
+		t.Errorf("the chat got tool lines start %+v end %+v; want the cut call's, ending as failed", starts, ends)
 	}
 }
 

@@ -382,6 +382,9 @@ type run struct {
 	refused bool
 	// final is set for the call after the steps are spent (lastStep).
 	final bool
+	// cut are the calls of the resumed tool step a crash left without a result (resume):
+	// start gives each its interruptedResult, through the tool_result hook, without running it.
+	cut []llm.ToolCall
 }
 
 // fixed is what the system prompt and the tools cost in every request.
@@ -536,6 +539,11 @@ func (r *run) start(prompt string) string {
 	// if the call fails): one fsync per simple turn, not two. A crash during the model
 	// call leaves no unanswered prompt in the history, just as the chat got no answer.
 	r.emit(&hooks.AgentStart{Session: info, Prompt: prompt})
+	// After agent_start, as a run's tool results are: hooks see the run begin first.
+	for _, tc := range r.cut {
+		r.add(r.tool(tc, interruptedResult), false)
+		r.save()
+	}
 	return system
 }
 
@@ -568,7 +576,8 @@ const interruptedResult = "error: this call was interrupted by a restart of the 
 // resume goes on with the message the run answers again after a crash, when the earlier
 // attempt saved a tool step: the history is the truth, so no call of it runs again. A saved
 // result is used as it is; a call saved without its result gets one saying it was
-// interrupted and its outcome is unknown (interruptedResult); an answer in words after the
+// interrupted and its outcome is unknown (interruptedResult, given by start through tool, as
+// any result is, so that tool_result hooks and the chat see it); an answer in words after the
 // step, which has no effect but the words, is taken back and asked again, as is a message
 // cut before any step. It reports false when the message has no tool step on the branch:
 // then the message is asked again from the start (ask).
@@ -612,7 +621,7 @@ func (r *run) resume() bool {
 		}
 		r.s.log.Warn("a tool call was cut by a restart; it is not run again, and the model is told its outcome is unknown",
 			"key", r.s.key, "tool", tc.Name, "call", tc.ID)
-		r.add(llm.Message{Role: llm.RoleTool, Content: interruptedResult, ToolCallID: tc.ID, Name: tc.Name, IsError: true}, false)
+		r.cut = append(r.cut, tc)
 	}
 	r.s.count.Store(int64(h.total))
 	r.save()
@@ -679,7 +688,11 @@ func (r *run) answered(turn int, resp *Response, full bool, fixed int) (last str
 
 	var results []llm.Message
 	for i, tc := range msg.ToolCalls {
-		res := r.tool(tc, bad[i])
+		var untried string
+		if bad[i] {
+			untried = badArgsResult
+		}
+		res := r.tool(tc, untried)
 		r.add(res, false)
 		// Saved at once: after a crash, a call whose result is saved is not run again
 		// (resume), and the next call of the step may be the one the crash cuts.
@@ -966,10 +979,15 @@ func providerError(name string, err error) *ProviderError {
 	return &ProviderError{Provider: name, Err: err}
 }
 
+// badArgsResult is what the model is told of a call whose arguments are not JSON, so it
+// can call again.
+const badArgsResult = "error: the arguments of this call are not valid JSON, so the tool did not run; call it again with a JSON object"
+
 // tool runs one tool call through the tool_call and tool_result hooks. Every call gets a
-// result, so the history never holds a call without one. badArgs: the model's arguments were
-// not JSON; the tool is not run and the model is told, so it can call again.
-func (r *run) tool(tc llm.ToolCall, badArgs bool) llm.Message {
+// result, so the history never holds a call without one. With untried set (badArgsResult,
+// interruptedResult) the tool is not run, nor asked of tool_call: untried is its error
+// result, which tool_result hooks see and may change as any other.
+func (r *run) tool(tc llm.ToolCall, untried string) llm.Message {
 	info, bus := r.cfg.info, r.cfg.bus
 	r.on(Update{Kind: UpdateToolStart, ToolID: tc.ID, ToolName: tc.Name})
 	args := tc.Arguments
@@ -979,10 +997,11 @@ func (r *run) tool(tc llm.ToolCall, badArgs bool) llm.Message {
 		done    bool
 	)
 	switch {
+	case untried != "":
+		// First: a cut call's outcome is unknown even when this run is stopped too.
+		content, isErr, done = untried, true, true
 	case r.ctx.Err() != nil:
 		content, isErr, done = "error: the run was stopped before this tool ran", true, true
-	case badArgs:
-		content, isErr, done = "error: the arguments of this call are not valid JSON, so the tool did not run; call it again with a JSON object", true, true
 	}
 	if !done && bus != nil {
 		ev := &hooks.ToolCall{Session: info, ToolCallID: tc.ID, Tool: tc.Name, Arguments: args}

@@ -9,7 +9,10 @@ package gatewaycli
 import (
 	"go.uber.org/goleak"
 
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -26,6 +29,7 @@ import (
 	"gateway/channels/slack/slacktest"
 	"gateway/channels/telegram/telegramtest"
 	"gateway/harness/openaitest"
+	"gateway/hooks"
 	"gateway/state"
 )
 
@@ -957,6 +961,9 @@ func TestKilledDuringAToolCallDoesNotRunItAgainAfterRestart(t *testing.T) {
 	root, addr := t.TempDir(), freePort(t)
 	runs, hold := orderHook(t, root)
 	writeFile(t, hold, "")
+	// An admin's audit hook: it keeps every tool result it is shown, one per line.
+	audit := filepath.Join(root, "audit")
+	writeHook(t, filepath.Join(root, "hooks"), "audit", "events: [tool_result]\ncommand: [./run.sh]\n", fmt.Sprintf("cat >> %q\necho >> %q\n", audit, audit))
 	writeChildConfig(t, root, addr, oai.URL(), fmt.Sprintf("  telegram:\n    enabled: true\n    token: %q\n    api_url: %s\n    allow_from: [%q]\nhooks:\n  dirs: [./hooks]\n",
 		telegramtest.Token, tg.URL, fmt.Sprint(telegramtest.UserID)))
 	g := startChild(t, root, addr)
@@ -980,7 +987,31 @@ func TestKilledDuringAToolCallDoesNotRunItAgainAfterRestart(t *testing.T) {
 	if res, ok := toolResult(reqs[1], "call_1"); !ok || !strings.Contains(res, "interrupted") || !strings.Contains(res, "unknown") {
 		t.Errorf("after the restart the model got %q (%v) for the cut call; want a result saying it was interrupted and its outcome is unknown", res, ok)
 	}
+	checkAuditedInterrupted(t, audit)
 	g.stop()
+}
+
+// checkAuditedInterrupted fails the test unless the tool_result hook that wrote the file
+// audit was shown the cut call's result, once: an error saying it was interrupted.
+func checkAuditedInterrupted(t *testing.T, audit string) {
+	t.Helper()
+	b, err := os.ReadFile(audit)
+	if err != nil {
+		t.Fatalf("the tool_result hook never ran: %v", err)
+	}
+	var seen []hooks.ToolResult
+	for dec := json.NewDecoder(bytes.NewReader(b)); ; {
+		var ev hooks.ToolResult
+		if err := dec.Decode(&ev); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatalf("the tool_result hook was shown %q: %v", b, err)
+		}
+		seen = append(seen, ev)
+	}
+	if len(seen) != 1 || seen[0].ToolCallID != "call_1" || !seen[0].IsError || !strings.Contains(seen[0].Content, "interrupted") {
+		t.Errorf("the tool_result hook was shown %+v; want the cut call's result once, an error saying it was interrupted", seen)
+	}
 }
 
 // A SIGKILL after a hook's tool ran and its result was saved, while the model writes the
