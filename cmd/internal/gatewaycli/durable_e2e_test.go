@@ -969,6 +969,7 @@ func TestKilledDuringAToolCallDoesNotRunItAgainAfterRestart(t *testing.T) {
 	g := startChild(t, root, addr)
 	tg.Send(telegramtest.Update{ChatID: tgChat, Text: "where is my order 7?"})
 	waitFor(t, "the tool runs", func() bool { _, err := os.Stat(runs); return err == nil }, g.log)
+	waitForPreviewKept(t, g)
 	g.kill()
 	if err := os.Remove(hold); err != nil {
 		t.Fatal(err)
@@ -1028,6 +1029,7 @@ func TestKilledAfterAToolsResultWasSavedUsesItAfterRestart(t *testing.T) {
 	tg.Send(telegramtest.Update{ChatID: tgChat, Text: "where is my order 7?"})
 	// The result is saved before the model is asked with it.
 	waitFor(t, "the model is asked with the tool's result", func() bool { return oai.calls() == 2 }, g.log)
+	waitForPreviewKept(t, g)
 	g.kill()
 
 	g = startChild(t, root, addr)
@@ -1118,6 +1120,15 @@ func TestKillMidStreamOfAnInjectedTurnFinishesItAfterRestart(t *testing.T) {
 		t.Fatalf("the injected turn ran again after a clean restart: %d model calls", oai.calls())
 	}
 	g.stop()
+}
+
+// waitForPreviewKept waits until the place of the answer's preview ("Let me look.") is
+// kept: a kill between the preview's send and that record leaves it in the chat beside the
+// answer after the restart, a window no gateway can close (the message's id is known only
+// once it is sent), which a busy machine widens.
+func waitForPreviewKept(t *testing.T, g *child) {
+	t.Helper()
+	waitFor(t, "the preview's place is kept", func() bool { return strings.Contains(g.log.String(), "answer placement kept") }, g.log)
 }
 
 // answersOnceAfterRestart waits for the restarted gateway g's answer in the Telegram chat,
