@@ -19,6 +19,7 @@ import (
 	"gateway/harness"
 	"gateway/harness/openaitest"
 	"gateway/profiles"
+	"gateway/state"
 )
 
 // migrateEnv is a gateway with Telegram (groups, mention gate), durable state (journal
@@ -45,7 +46,13 @@ func newMigrateEnv(t *testing.T, answer func(openaitest.Request) openaitest.Repl
 	dir := t.TempDir()
 	db := openState(t, dir)
 	t.Cleanup(func() { db.Close() })
-	sessions := filepath.Join(dir, "sessions")
+	return startMigrateEnv(t, tg, ai, db, filepath.Join(dir, "sessions"), opts...)
+}
+
+// startMigrateEnv is newMigrateEnv on given fakes and state: a second one on the same
+// state is the gateway restarted.
+func startMigrateEnv(t *testing.T, tg *telegramtest.Server, ai *openaitest.Server, db *state.DB, sessions string, opts ...envOpt) *migrateEnv {
+	t.Helper()
 	opts = append([]envOpt{withDurable(db), func(_ *Config, rt *Runtime, d *Deps) {
 		rt.VoiceMode = "inbound"
 		rt.LLM = harness.Config{Provider: "openai", Model: "gpt-test", BaseURL: ai.URL()}
