@@ -363,3 +363,63 @@ func TestUpgradedGroupKeepsTheProfileBoundToItsOldId(t *testing.T) {
 		t.Fatalf("in the supergroup the model was asked %q; want the pirate profile's prompt first", got)
 	}
 }
+
+// A message the admin API left for a group's next turn, when the gateway stops (or
+// crashes) after the group became a supergroup and before the supergroup's next turn: after
+// the restart, that turn carries it, once, and it then leaves the journal.
+func TestUpgradedGroupsInjectedMessageSurvivesARestart(t *testing.T) {
+	const group, super = -800, -100800
+	tg := telegramtest.NewServer(t)
+	ai := openaitest.NewServer()
+	t.Cleanup(ai.Close)
+	ai.SetFunc(func(r openaitest.Request) openaitest.Reply {
+		return openaitest.Reply{Text: "answer to " + r.Messages[len(r.Messages)-1].Content}
+	})
+	dir := t.TempDir()
+	db := openState(t, dir)
+	t.Cleanup(func() { db.Close() })
+	sessions := filepath.Join(dir, "sessions")
+
+	first := startMigrateEnv(t, tg, ai, db, sessions)
+	first.say(t, group, "hello", "answer to alice: hello")
+	note := "(the build of the group's project failed)"
+	body := map[string]any{"channel": "telegram", "chat_id": fmt.Sprint(group), "text": note, "deliver_as": "next_turn"}
+	if code, out := apiPost(t, first.url+"/api/v1/inject", "", body); code != http.StatusAccepted {
+		t.Fatalf("inject: %d %v", code, out)
+	}
+	first.tg.MigrateTo(group, super)
+	first.tg.MigrateFrom(group, super)
+	first.settled(t)
+	// The move is done once the platform's notices left the journal: only the note waits.
+	waitUntil(t, "the move to the new id done", func() bool {
+		p, err := db.Pending()
+		return err == nil && len(p) == 1
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := first.g.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	second := startMigrateEnv(t, tg, ai, db, sessions)
+	second.say(t, super, "what happened?", "alice: what happened?")
+	got := second.asked(t, "what happened?")
+	if want := note + "\n\nalice: what happened?"; got[len(got)-1] != want {
+		t.Fatalf("after the restart the supergroup's model was asked %q; want the injected text before the message", got)
+	}
+	second.say(t, super, "and then?", "answer to alice: and then?")
+	// Once: no other turn before or after brought the note to the model.
+	carried := 0
+	for _, r := range ai.Requests() {
+		if last := r.Messages[len(r.Messages)-1].Content; strings.Contains(last, note) {
+			carried++
+		}
+	}
+	if got := second.asked(t, "and then?"); carried != 1 || got[len(got)-1] != "alice: and then?" {
+		t.Fatalf("%d turns brought the injected text; the next turn's model was asked %q; want it in one turn", carried, got)
+	}
+	waitUntil(t, "an empty journal", func() bool {
+		p, err := db.Pending()
+		return err == nil && len(p) == 0
+	})
+}
