@@ -423,3 +423,24 @@ func TestUpgradedGroupsInjectedMessageSurvivesARestart(t *testing.T) {
 		return err == nil && len(p) == 0
 	})
 }
+
+// A message the admin API injects for the group's old id once the group became a
+// supergroup goes to the chat under its new id: its next turn carries it.
+func TestInjectToAnUpgradedGroupsOldIdReachesTheSupergroup(t *testing.T) {
+	const group, super = -900, -100900
+	m := newMigrateEnv(t, nil)
+	m.say(t, group, "hello", "answer to alice: hello")
+	m.tg.MigrateTo(group, super)
+	m.tg.MigrateFrom(group, super)
+	m.say(t, super, "still there?", "answer to alice: still there?")
+	note := "(the build of the group's project failed)"
+	body := map[string]any{"channel": "telegram", "chat_id": fmt.Sprint(group), "text": note, "deliver_as": "next_turn"}
+	if code, out := apiPost(t, m.url+"/api/v1/inject", "", body); code != http.StatusAccepted {
+		t.Fatalf("inject: %d %v", code, out)
+	}
+	m.say(t, super, "what happened?", "alice: what happened?")
+	got := m.asked(t, "what happened?")
+	if want := note + "\n\nalice: what happened?"; got[len(got)-1] != want {
+		t.Fatalf("in the supergroup the model was asked %q; want the text injected for the old id before the message", got)
+	}
+}
