@@ -272,6 +272,13 @@ func (g *Gateway) inject(ctx context.Context, req InjectRequest) (int, map[strin
 	if err != nil {
 		return http.StatusBadRequest, map[string]any{"error": err.Error()}
 	}
+	if to := g.movedTo(target.Channel, target.ChatID, target.ThreadID); to != "" {
+		// The chat has a new id (a group upgraded): its session and its turns are there,
+		// and none comes under the old one to carry the message.
+		g.log.Info("an injected message names a chat's old id; it goes to the chat under its new id",
+			"channel", target.Channel, "old_chat", target.ChatID, "new_chat", to)
+		target.ChatID = to
+	}
 	in := &injection{req: req, target: target, res: make(chan error, 1)}
 	var watch *deliveryWatch
 	if req.Wait == "delivered" {

@@ -337,6 +337,14 @@ func (g *Gateway) openGate(channel string) {
 // restart (a running turn and a full queue are one more than the queue holds), and
 // refusing it now would drop what the platform was told was kept.
 func (g *Gateway) queueReplayed(msg *channels.Message) error {
+	if to := g.movedTo(msg.Channel, msg.ChatID, msg.ThreadID); to != "" {
+		// Kept for the chat before its id changed (a message waiting for its next turn):
+		// the chat is answered under its new id, and no turn comes for the old one.
+		g.log.Info("a message kept for a chat whose id changed goes to it under the new id",
+			"channel", msg.Channel, "old_chat", msg.ChatID, "new_chat", to, "seq", msg.Seq)
+		// An answer cut by the crash showed in the old chat: it comes again in new messages.
+		msg.ChatID, msg.Resume = to, ""
+	}
 	key := SessionKey(msg.Channel, msg.ChatID, msg.ThreadID)
 	g.mu.Lock()
 	s, err := g.sessionLocked(key)

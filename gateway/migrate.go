@@ -59,6 +59,16 @@ func (s *session) migrate(msg *channels.Message) bool {
 	if !g.moveSettings(from, s.key) {
 		return false
 	}
+	// What still comes for the old id goes to the chat under its new one (movedTo): the
+	// messages kept for its next turn stay journaled under the old id until that turn
+	// answers them, and a restart before then reads them back for the old id. Written
+	// before the notice leaves the journal: a crash before it has the move done again.
+	if g.settings != nil {
+		if err := g.settings.SetSetting(from, movedToSetting, msg.ChatID); err != nil {
+			g.log.Error("cannot save the chat's new id under its old one; tried again after a restart", "from", from, "to", s.key, "err", err)
+			return false
+		}
+	}
 	// The bindings of the old id go on applying to the chat (session.profile).
 	if g.settings != nil {
 		if err := g.settings.SetSetting(s.key, formerChatSetting, msg.MigrateFrom); err != nil {
@@ -78,6 +88,28 @@ func (s *session) migrate(msg *channels.Message) bool {
 // formerChatSetting is the setting, under the chat's new session key, that holds its old
 // chat id: the bindings naming that id still apply (session.profile).
 const formerChatSetting = "former_chat"
+
+// movedToSetting is the setting, under a chat's old session key, that holds its new chat
+// id (see movedTo).
+const movedToSetting = "moved_to"
+
+// movedTo is the chat id a chat of channel now has when chat is an id it had before
+// (migrate), else "". Chats with threads are not moved: a group has none.
+func (g *Gateway) movedTo(channel, chat, thread string) string {
+	if g.settings == nil || thread != "" {
+		return ""
+	}
+	key := SessionKey(channel, chat, "")
+	to, ok, err := g.settings.Setting(key, movedToSetting)
+	if err != nil {
+		g.log.Warn("cannot read whether a chat has a new id; its message stays with the id it names", "session", key, "err", err)
+		return ""
+	}
+	if !ok {
+		return ""
+	}
+	return to
+}
 
 // retireWait is how often retire looks again at a session that is still busy.
 const retireWait = 50 * time.Millisecond

@@ -19,6 +19,7 @@ import (
 	"gateway/harness"
 	"gateway/harness/openaitest"
 	"gateway/profiles"
+	"gateway/state"
 )
 
 // migrateEnv is a gateway with Telegram (groups, mention gate), durable state (journal
@@ -45,7 +46,13 @@ func newMigrateEnv(t *testing.T, answer func(openaitest.Request) openaitest.Repl
 	dir := t.TempDir()
 	db := openState(t, dir)
 	t.Cleanup(func() { db.Close() })
-	sessions := filepath.Join(dir, "sessions")
+	return startMigrateEnv(t, tg, ai, db, filepath.Join(dir, "sessions"), opts...)
+}
+
+// startMigrateEnv is newMigrateEnv on given fakes and state: a second one on the same
+// state is the gateway restarted.
+func startMigrateEnv(t *testing.T, tg *telegramtest.Server, ai *openaitest.Server, db *state.DB, sessions string, opts ...envOpt) *migrateEnv {
+	t.Helper()
 	opts = append([]envOpt{withDurable(db), func(_ *Config, rt *Runtime, d *Deps) {
 		rt.VoiceMode = "inbound"
 		rt.LLM = harness.Config{Provider: "openai", Model: "gpt-test", BaseURL: ai.URL()}
@@ -354,5 +361,86 @@ func TestUpgradedGroupKeepsTheProfileBoundToItsOldId(t *testing.T) {
 	m.say(t, super, "where is the treasure?", "answer to alice: where is the treasure?")
 	if got := m.asked(t, "where is the treasure?"); len(got) == 0 || got[0] != "You are a pirate." {
 		t.Fatalf("in the supergroup the model was asked %q; want the pirate profile's prompt first", got)
+	}
+}
+
+// A message the admin API left for a group's next turn, when the gateway stops (or
+// crashes) after the group became a supergroup and before the supergroup's next turn: after
+// the restart, that turn carries it, once, and it then leaves the journal.
+func TestUpgradedGroupsInjectedMessageSurvivesARestart(t *testing.T) {
+	const group, super = -800, -100800
+	tg := telegramtest.NewServer(t)
+	ai := openaitest.NewServer()
+	t.Cleanup(ai.Close)
+	ai.SetFunc(func(r openaitest.Request) openaitest.Reply {
+		return openaitest.Reply{Text: "answer to " + r.Messages[len(r.Messages)-1].Content}
+	})
+	dir := t.TempDir()
+	db := openState(t, dir)
+	t.Cleanup(func() { db.Close() })
+	sessions := filepath.Join(dir, "sessions")
+
+	first := startMigrateEnv(t, tg, ai, db, sessions)
+	first.say(t, group, "hello", "answer to alice: hello")
+	note := "(the build of the group's project failed)"
+	body := map[string]any{"channel": "telegram", "chat_id": fmt.Sprint(group), "text": note, "deliver_as": "next_turn"}
+	if code, out := apiPost(t, first.url+"/api/v1/inject", "", body); code != http.StatusAccepted {
+		t.Fatalf("inject: %d %v", code, out)
+	}
+	first.tg.MigrateTo(group, super)
+	first.tg.MigrateFrom(group, super)
+	first.settled(t)
+	// The move is done once the platform's notices left the journal: only the note waits.
+	waitUntil(t, "the move to the new id done", func() bool {
+		p, err := db.Pending()
+		return err == nil && len(p) == 1
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := first.g.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	second := startMigrateEnv(t, tg, ai, db, sessions)
+	second.say(t, super, "what happened?", "alice: what happened?")
+	got := second.asked(t, "what happened?")
+	if want := note + "\n\nalice: what happened?"; got[len(got)-1] != want {
+		t.Fatalf("after the restart the supergroup's model was asked %q; want the injected text before the message", got)
+	}
+	second.say(t, super, "and then?", "answer to alice: and then?")
+	// Once: no other turn before or after brought the note to the model.
+	carried := 0
+	for _, r := range ai.Requests() {
+		if last := r.Messages[len(r.Messages)-1].Content; strings.Contains(last, note) {
+			carried++
+		}
+	}
+	if got := second.asked(t, "and then?"); carried != 1 || got[len(got)-1] != "alice: and then?" {
+		t.Fatalf("%d turns brought the injected text; the next turn's model was asked %q; want it in one turn", carried, got)
+	}
+	waitUntil(t, "an empty journal", func() bool {
+		p, err := db.Pending()
+		return err == nil && len(p) == 0
+	})
+}
+
+// A message the admin API injects for the group's old id once the group became a
+// supergroup goes to the chat under its new id: its next turn carries it.
+func TestInjectToAnUpgradedGroupsOldIdReachesTheSupergroup(t *testing.T) {
+	const group, super = -900, -100900
+	m := newMigrateEnv(t, nil)
+	m.say(t, group, "hello", "answer to alice: hello")
+	m.tg.MigrateTo(group, super)
+	m.tg.MigrateFrom(group, super)
+	m.say(t, super, "still there?", "answer to alice: still there?")
+	note := "(the build of the group's project failed)"
+	body := map[string]any{"channel": "telegram", "chat_id": fmt.Sprint(group), "text": note, "deliver_as": "next_turn"}
+	if code, out := apiPost(t, m.url+"/api/v1/inject", "", body); code != http.StatusAccepted {
+		t.Fatalf("inject: %d %v", code, out)
+	}
+	m.say(t, super, "what happened?", "alice: what happened?")
+	got := m.asked(t, "what happened?")
+	if want := note + "\n\nalice: what happened?"; got[len(got)-1] != want {
+		t.Fatalf("in the supergroup the model was asked %q; want the text injected for the old id before the message", got)
 	}
 }
