@@ -35,8 +35,8 @@ func TestBrowserTooLargeFilesKeepTheMessage(t *testing.T) {
 		webtest.Say("a long explanation I typed with care")); err != nil {
 		t.Fatal(err)
 	}
-	waitShown(t, ctx, "a notice that the file is too large", func(bs []shown) bool {
-		return len(bs) == 1 && bs[0].Role == "notice" && bs[0].State == "error"
+	waitShown(t, ctx, "a notice that the file is too large, with the sizes", func(bs []shown) bool {
+		return len(bs) == 1 && bs[0].Role == "notice" && bs[0].State == "error" && strings.Contains(bs[0].Text, "(5 KB); the limit is 1000 bytes")
 	})
 	type composer struct {
 		Text string `json:"text"`

@@ -498,8 +498,8 @@ func (c *Channel) decodeAudio(mimeType, data string) (audio []byte, base, reason
 }
 
 func tooLarge(n, limit int64) string {
-	return fmt.Sprintf("That voice note is too large (%.1f MB); the limit is %.1f MB. Please send a shorter one.",
-		float64(n)/1e6, float64(limit)/1e6)
+	return fmt.Sprintf("That voice note is too large (%s); the limit is %s. Please send a shorter one.",
+		channels.HumanSize(n), channels.HumanSize(limit))
 }
 
 // maxFiles bounds the attachments of one message.
@@ -562,7 +562,7 @@ func (c *Channel) decodeFiles(in []inboundFile, used int64) (out []upload, reaso
 }
 
 func filesTooLarge(name string, limit int64) string {
-	return fmt.Sprintf("The attachments are too large with %s; the limit is %.1f MB for everything sent at once.", name, float64(limit)/1e6)
+	return fmt.Sprintf("The attachments are too large with %s; the limit is %s for everything sent at once.", name, channels.HumanSize(limit))
 }
 
 // fileExt keeps a short alphanumeric extension of a user's file name, nothing else of it.

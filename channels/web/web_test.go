@@ -596,8 +596,8 @@ func TestUploadTooLarge(t *testing.T) {
 	}
 	tb.write(t, clientMsg{Type: "message", ID: "v1", ChatID: "big", Audio: &clientAudio{MIME: "audio/ogg", Data: base64.StdEncoding.EncodeToString(make([]byte, 1500))}})
 	f := tb.next(t, "error", "ack")
-	if f.Type != "error" || f.ReplyTo != "v1" || !strings.Contains(f.Text, "too large") {
-		t.Errorf("reply = %+v; want an error frame for v1 saying it is too large", f)
+	if f.Type != "error" || f.ReplyTo != "v1" || !strings.Contains(f.Text, "too large") || !strings.Contains(f.Text, "the limit is 1000 bytes") {
+		t.Errorf("reply = %+v; want an error frame for v1 saying it is too large, and the limit (it read 0.0 MB)", f)
 	}
 	// The socket stays usable after a refused upload.
 	tb.write(t, clientMsg{Type: "message", ID: "t1", ChatID: "big", Text: "still here"})
