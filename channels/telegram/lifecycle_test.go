@@ -134,3 +134,29 @@ func TestStartAgainAfterTheBotAPIWasDown(t *testing.T) {
 		t.Fatalf("delivered %q", m.Text())
 	}
 }
+
+// A Bot API stand-in that has no deleteWebhook (404 to it, while getMe took the token)
+// still gets a polling bot: the channel starts and delivers what users send. A 400 to it,
+// a refusal of the real API, still stops the start.
+func TestStartPollsWhenTheBotAPIHasNoDeleteWebhook(t *testing.T) {
+	f := newFixture(t)
+	f.srv.FailNext(1, fakeserver.Failure{Method: "deleteWebhook", Status: http.StatusNotFound, Message: "Not Found"})
+	sink := channeltest.NewSink()
+	f.start(f.config(), f.options(), sink)
+	f.srv.Send(telegramtest.Update{ChatID: telegramtest.UserID, Text: "hello"})
+	if m := sink.Next(t); m.Text() != "hello" {
+		t.Fatalf("delivered %q", m.Text())
+	}
+
+	g := newFixture(t)
+	g.srv.FailNext(1, fakeserver.Failure{Method: "deleteWebhook", Status: http.StatusBadRequest})
+	other, err := telegram.New(g.config(), g.options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := other.Start(ctx, channeltest.NewSink()); !errors.Is(err, channels.ErrPermanent) {
+		t.Fatalf("a 400 to deleteWebhook started the channel (%v); want a permanent failure", err)
+	}
+}
