@@ -68,7 +68,8 @@ func (c *Channel) SetCommands(ctx context.Context, cmds []channels.Command) erro
 	}
 	list := make([]*discordgo.ApplicationCommand, 0, len(cmds))
 	for _, cmd := range cmds {
-		list = append(list, &discordgo.ApplicationCommand{Name: cmd.Name, Description: cmd.Summary(100), // Discord's limit Type: discordgo.ChatApplicationCommand,
+		list = append(list, &discordgo.ApplicationCommand{Name: cmd.Name, Description: cmd.Summary(100), // Discord's limit
+			Type:    discordgo.ChatApplicationCommand,
 			Options: []*discordgo.ApplicationCommandOption{{Type: discordgo.ApplicationCommandOptionString, Name: "args", Description: "what follows the command"}}})
 	}
 	return c.call(ctx, "commands", "register application commands", func(ctx context.Context) error {
