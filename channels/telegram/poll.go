@@ -91,8 +91,16 @@ func (c *Channel) pollLoop(ctx context.Context, progress *atomic.Int64) {
 	defer saved.close()
 	failures := 0
 	for ctx.Err() == nil {
-		progress.Store(time.Now().UnixNano())
+		asked := time.Now()
+		progress.Store(asked.UnixNano())
 		updates, err := c.getUpdates(ctx, offset)
+		if err == nil && len(updates) == 0 && time.Since(asked) < c.opts.PollTimeout/2 {
+			// Nothing, and at once: the server does not hold the call until an update comes
+			// (a Bot API stand-in). Asked again at once, it would be asked without end.
+			if !channels.Sleep(ctx, emptyPollPause) {
+				return
+			}
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -144,6 +152,10 @@ func (c *Channel) pollLoop(ctx context.Context, progress *atomic.Int64) {
 		}
 	}
 }
+
+// emptyPollPause is the wait after an empty answer that came back at once, which
+// Telegram's long poll never gives: at most four calls a second to a server that does.
+const emptyPollPause = 250 * time.Millisecond
 
 // Poll retries back off from pollBackoffBase, doubling up to pollBackoffMax: after an
 // outage, messages sent during it are fetched within a few seconds of Telegram's return

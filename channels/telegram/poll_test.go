@@ -1,7 +1,11 @@
 package telegram_test
 
 import (
+	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"path"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -53,5 +57,33 @@ func TestPollingRecoversQuicklyAfterAnOutage(t *testing.T) {
 	}
 	if failed != outage {
 		t.Errorf("%d getUpdates calls failed; want all %d of the outage retried", failed, outage)
+	}
+}
+
+// A Bot API stand-in that answers getUpdates at once with nothing, rather than holding the
+// call as Telegram's long poll does, is not asked in a busy loop: a few calls a second.
+func TestPollingDoesNotSpinOnAServerThatDoesNotHoldTheCall(t *testing.T) {
+	var polls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch path.Base(r.URL.Path) {
+		case "getMe":
+			fmt.Fprint(w, `{"ok":true,"result":{"id":1,"is_bot":true,"first_name":"bot","username":"the_bot"}}`)
+		case "getUpdates":
+			polls.Add(1)
+			fmt.Fprint(w, `{"ok":true,"result":[]}`)
+		default:
+			fmt.Fprint(w, `{"ok":true,"result":true}`)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	f := newFixture(t)
+	cfg := f.config()
+	cfg.APIURL = srv.URL
+	f.start(cfg, f.options(), channeltest.NewSink())
+	time.Sleep(time.Second)
+	// Four a second at most; a busy machine only makes fewer. Before, thousands.
+	if n := polls.Load(); n == 0 || n > 10 {
+		t.Fatalf("getUpdates was called %d times in a second; want a few", n)
 	}
 }
