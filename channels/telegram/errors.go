@@ -97,7 +97,7 @@ func (s scrubber) classify(err error) error {
 // happened and what to do about it. A group upgraded to a supergroup is not among them:
 // that answer names the chat's new id, and the answer goes on there (see migratedTo).
 var noChatReasons = []struct{ desc, why string }{
-	{"Bad Request: chat not found", "Telegram knows no chat by this id that the bot can reach: the id is wrong, the chat was deleted, or the bot is not in it (a user must start a chat with the bot first)"},
+	{"Bad Request: chat not found", "Telegram knows no chat by this id that the bot can reach: the chat was deleted, or the bot is not in it, or the user never started a chat with the bot"},
 	{"Bad Request: group chat was deactivated", "the group was deleted"},
 	{"Forbidden: bot was blocked by the user", "the user blocked the bot: it can write to them again once they unblock it"},
 	{"Forbidden: bot was kicked from the", "the bot was removed from this chat: add it again to post there"},
