@@ -120,8 +120,9 @@ func (b badTarget) Error() string   { return b.err.Error() }
 func (b badTarget) Unwrap() []error { return []error{b.err, ErrBadTarget} }
 
 // ErrNoChat marks a send the platform refused because no chat by that id is one the bot can
-// reach (Discord's Unknown Channel, Slack's channel_not_found): it was deleted, the bot was
-// removed from it, or the id never named one. No retry mends it; the admin must, so the
+// reach (Telegram's chat not found or bot was blocked by the user, Discord's Unknown Channel,
+// Slack's channel_not_found): it was deleted, the bot was removed from it or blocked, or the
+// id never named one. No retry mends it; the admin must, so the
 // error's text says so in words, not in the platform's codes. The shared Sender keeps the
 // mark through its scrubbing. Test with errors.Is.
 var ErrNoChat = errors.New("no such chat for the bot")

@@ -12,8 +12,11 @@ import (
 	"gateway/channels/discord/discordtest"
 	"gateway/channels/slack"
 	"gateway/channels/slack/slacktest"
+	"gateway/channels/telegram"
+	"gateway/channels/telegram/telegramtest"
 	"gateway/harness"
 	"gateway/hooks"
+	"gateway/internal/fakeserver"
 	"gateway/internal/secret"
 )
 
@@ -85,6 +88,57 @@ func TestAPISendToAChatThePlatformDoesNotKnow(t *testing.T) {
 		if code, out := apiPost(t, e.url+"/api/v1/send", "", map[string]any{"channel": c[0], "chat_id": c[1], "text": "Backup done"}); code != http.StatusOK {
 			t.Errorf("send to known %s chat %s: %d %v", c[0], c[1], code, out)
 		}
+	}
+}
+
+// TestAPISendToATelegramChatTheBotCannotReach: POST /api/v1/send to a well-formed id of a
+// Telegram chat Telegram refuses (no user started the bot there, or the bot is not in the
+// group) is answered 502, with an error that says in words what is wrong and what to
+// check, not Telegram's bare description; Telegram is asked once (no retry mends it); the
+// same for a user who blocked the bot; and a send to a chat the bot may post in still goes.
+func TestAPISendToATelegramChatTheBotCannotReach(t *testing.T) {
+	tg := telegramtest.NewServer(t)
+	ch, err := telegram.New(telegram.Config{Enabled: true, Token: secret.Secret(tg.Token), APIURL: tg.URL, Mode: telegram.ModePolling,
+		Access: channels.Access{AllowFrom: []string{"4242"}, DMPolicy: channels.DMAllowlist}}, telegram.Options{StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnvWith(t, t.TempDir(), []channels.Channel{ch})
+	sends := func(chat string) int {
+		n := 0
+		for _, c := range tg.Calls("sendMessage") {
+			if c.Params["chat_id"] == chat {
+				n++
+			}
+		}
+		return n
+	}
+	const blocked = "4243"
+	tg.AddChat(4243)
+	tg.FailNext(1, fakeserver.Failure{Status: http.StatusForbidden, Message: "Forbidden: bot was blocked by the user", Chat: blocked})
+	cases := []struct{ chat, words string }{
+		{"-1009900000404", "deleted, or the bot is not in it"},
+		{blocked, "the user blocked the bot"},
+	}
+	for _, c := range cases {
+		code, out := apiPost(t, e.url+"/api/v1/send", "", map[string]any{"channel": "telegram", "chat_id": c.chat, "text": "Backup done"})
+		msg, _ := out["error"].(string)
+		if code != http.StatusBadGateway || !strings.Contains(msg, c.words) || !strings.Contains(msg, c.chat) {
+			t.Errorf("send to unreachable Telegram chat %s: %d %q; want 502 saying %q", c.chat, code, msg, c.words)
+		}
+		if strings.Contains(msg, "bad request,") || strings.Contains(msg, "forbidden,") || strings.Contains(msg, "{") || strings.Contains(msg, tg.Token) {
+			t.Errorf("send to unreachable Telegram chat %s: the error is Telegram's raw answer: %q", c.chat, msg)
+		}
+		if n := sends(c.chat); n != 1 {
+			t.Errorf("Telegram was asked %d times to post in unreachable chat %s; want once", n, c.chat)
+		}
+	}
+	tg.AddChat(4244)
+	if code, out := apiPost(t, e.url+"/api/v1/send", "", map[string]any{"channel": "telegram", "chat_id": "4244", "text": "Backup done"}); code != http.StatusOK {
+		t.Errorf("send to a Telegram chat the bot may post in: %d %v", code, out)
+	}
+	if m := tg.Messages(4244); len(m) != 1 || m[0].Text != "Backup done" {
+		t.Errorf("the reachable chat shows %+v; want the message", m)
 	}
 }
 

@@ -96,7 +96,7 @@ type Platform interface {
 
 // ChatAdder is a Platform whose fake knows its chats, as the platform does: a send to a
 // chat no user wrote in, and none was added, is refused with the platform's own answer
-// (Discord's 404 Unknown Channel, Slack's channel_not_found). The suite adds the chats it
+// (Telegram's 400 chat not found, Discord's 404 Unknown Channel, Slack's channel_not_found). The suite adds the chats it
 // answers without a user message first, and checks the refusal (case UnknownChat).
 type ChatAdder interface {
 	// AddChat makes chatID a DM the bot may post in before the user wrote there.

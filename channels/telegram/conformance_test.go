@@ -98,3 +98,8 @@ func (p *platform) Typing(chatID string) int {
 func (p *platform) FailNext(n int, f fakeserver.Failure) { p.srv.FailNext(n, f) }
 
 func (p *platform) Len(s string) int { return telegramtest.UTF16Len(s) }
+
+func (p *platform) AddChat(chatID string) {
+	chat, _ := strconv.ParseInt(chatID, 10, 64)
+	p.srv.AddChat(chat)
+}

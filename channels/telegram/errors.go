@@ -3,6 +3,7 @@ package telegram
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -66,8 +67,9 @@ func (s scrubber) wrap(err error) error {
 
 // classify is the Senders' Classify: it scrubs err and marks it for the retry: 429 waits
 // retry_after (and holds the chat), 5xx, network failures and an attempt that ran out of
-// its own time are transient, 4xx are final. Once the caller's context ends, the Sender
-// retries nothing.
+// its own time are transient, 4xx are final, and those that say the bot cannot reach the
+// chat are marked channels.ErrNoChat. Once the caller's context ends, the Sender retries
+// nothing.
 func (s scrubber) classify(err error) error {
 	if err == nil {
 		return nil
@@ -79,10 +81,44 @@ func (s scrubber) classify(err error) error {
 	switch e.kind {
 	case bot.ErrorTooManyRequests:
 		return pace.RetryAfter(e, time.Duration(max(e.retryAfter, 1))*time.Second)
-	case bot.ErrorBadRequest, bot.ErrorForbidden, bot.ErrorUnauthorized, bot.ErrorNotFound, bot.ErrorConflict:
+	case bot.ErrorBadRequest, bot.ErrorForbidden:
+		if nc := s.noChat(e); nc != nil {
+			return nc
+		}
+		return e
+	case bot.ErrorUnauthorized, bot.ErrorNotFound, bot.ErrorConflict:
 		return e
 	}
 	return pace.Transient(e)
+}
+
+// noChatReasons are Telegram's refusals of a call because the bot cannot reach the chat,
+// by the start of their description, each with what the admin reads instead: what
+// happened and what to do about it. A group upgraded to a supergroup is not among them:
+// that answer names the chat's new id, and the answer goes on there (see migratedTo).
+var noChatReasons = []struct{ desc, why string }{
+	{"Bad Request: chat not found", "Telegram knows no chat by this id that the bot can reach: the chat was deleted, or the bot is not in it, or the user never started a chat with the bot"},
+	{"Bad Request: group chat was deactivated", "the group was deleted"},
+	{"Forbidden: bot was blocked by the user", "the user blocked the bot: it can write to them again once they unblock it"},
+	{"Forbidden: bot was kicked from the", "the bot was removed from this chat: add it again to post there"},
+	{"Forbidden: bot is not a member of the", "the bot is not a member of this chat: add it there to post"},
+	{"Forbidden: user is deactivated", "the user deleted their Telegram account"},
+	{"Forbidden: bot can't initiate conversation with a user", "the user never started a chat with the bot: they must open it and press Start first"},
+}
+
+// noChat is e told in words when Telegram refused the call because the bot cannot reach the
+// chat, marked channels.ErrNoChat; nil for any other refusal. The admin reads it (the API's
+// answer, the log), so it says what to check, with Telegram's description for the details.
+// It keeps e's kind, so callers still tell a 400 from a 403.
+func (s scrubber) noChat(e *apiError) error {
+	text := e.Error()
+	for _, r := range noChatReasons {
+		if i := strings.Index(text, r.desc); i >= 0 {
+			msg := fmt.Errorf("%s (%s)", r.why, text[i:])
+			return channels.NoChat(&apiError{err: s.Wrap(msg), kind: e.kind})
+		}
+	}
+	return nil
 }
 
 // migratedTo is the chat's new id when err is Telegram refusing a call to a group that was

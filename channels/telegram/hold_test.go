@@ -156,6 +156,7 @@ func (g *gate) Take(ctx context.Context) error {
 // for it, while the start-up calls, which are not sends to a chat, do not.
 func TestSendsTakeTheSharedBudget(t *testing.T) {
 	f := newFixture(t)
+	f.chats(1001)
 	g := &gate{open: make(chan struct{})}
 	opts := f.options()
 	opts.Budget = g

@@ -362,6 +362,7 @@ func lastOffset(f *fixture) int64 {
 // unknown duration is sent.
 func TestMediaAnswersCarryTheirFields(t *testing.T) {
 	f := newFixture(t)
+	f.chats(-100, 1001)
 	ch := f.start(f.config(), f.options(), channeltest.NewSink())
 	voice := []byte("OggS\x00\x02 OpusHead a voice note")
 	song := bytes.Repeat([]byte("ID3 song "), 100)

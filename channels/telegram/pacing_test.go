@@ -19,6 +19,7 @@ import (
 // slot: the final answer would then wait for the chat's next one (here a minute).
 func TestSkippedPreviewLeavesTheChatsSendSlot(t *testing.T) {
 	f := newFixture(t)
+	f.chats(1001)
 	opts := f.options()
 	opts.Pacing = telegram.Pacing{GlobalPerSecond: 1, PerChatInterval: time.Minute, GroupInterval: -1}
 	ch := f.start(f.config(), opts, channeltest.NewSink())
@@ -48,6 +49,7 @@ func TestSkippedPreviewLeavesTheChatsSendSlot(t *testing.T) {
 // wait for Telegram to confirm it, yet even an instant answer still shows it first.
 func TestTypingDoesNotHoldTheAnswerBack(t *testing.T) {
 	f := newFixture(t)
+	f.chats(1001)
 	f.srv.Slow("sendChatAction", 2*time.Second)
 	ch := f.start(f.config(), f.options(), channeltest.NewSink())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -77,6 +79,7 @@ func TestTypingDoesNotHoldTheAnswerBack(t *testing.T) {
 // delivered once, on a second attempt.
 func TestRetryAfterHoldsEverySendToTheChat(t *testing.T) {
 	f := newFixture(t)
+	f.chats(1001, 2002)
 	opts := f.options()
 	opts.TypingInterval = 100 * time.Millisecond // typing keeps asking during the hold
 	ch := f.start(f.config(), opts, channeltest.NewSink())
@@ -166,6 +169,7 @@ func TestRetryAfterHoldsEverySendToTheChat(t *testing.T) {
 // held. The answer arrives once, after more than one attempt.
 func TestRateLimitedAnswerWaitsOutTheHold(t *testing.T) {
 	f := newFixture(t)
+	f.chats(1001, 2002)
 	opts := f.options()
 	opts.TypingInterval = 100 * time.Millisecond
 	ch := f.start(f.config(), opts, channeltest.NewSink())
@@ -254,6 +258,9 @@ func TestRateLimitedAnswerWaitsOutTheHold(t *testing.T) {
 // nearly twice that, which Telegram answers with 429s.
 func TestManyChatsAnsweredAtOnceKeepTheBotsRate(t *testing.T) {
 	f := newFixture(t)
+	for i := range 45 {
+		f.chats(int64(2000 + i))
+	}
 	opts := f.options()
 	opts.Pacing = telegram.Pacing{} // the defaults: 30 a second for the bot
 	ch := f.start(f.config(), opts, channeltest.NewSink())

@@ -92,6 +92,7 @@ func stackBytes() uint64 {
 // then shows the whole answer in the preview's message.
 func TestPreviewRunsBesideTheStreamAndFinalTextFollowsIt(t *testing.T) {
 	f := newFixture(t)
+	f.chats(1001)
 	opts := f.options()
 	opts.EditInterval = time.Millisecond
 	ch := f.start(f.config(), opts, channeltest.NewSink())

@@ -321,10 +321,12 @@ type typingTimer struct {
 	ended   bool
 }
 
-// send tries one typing action, then arms the next one unless ctx ended meanwhile.
+// send tries one typing action, then arms the next one unless ctx ended meanwhile or the
+// bot cannot reach the chat (refreshing would only be refused again).
 func (t *typingTimer) send() {
+	var err error
 	if t.ctx.Err() == nil {
-		t.c.typing(t.ctx, t.chat, t.thread)
+		err = t.c.typing(t.ctx, t.chat, t.thread)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -334,7 +336,7 @@ func (t *typingTimer) send() {
 		close(t.first)
 	}
 	t.sending = false
-	if t.ctx.Err() != nil {
+	if t.ctx.Err() != nil || errors.Is(err, channels.ErrNoChat) {
 		t.finish()
 		return
 	}
@@ -380,8 +382,9 @@ func (t *typingTimer) finish() {
 
 // typing sends one typing action. It is a hint: it takes a send slot only when the bot
 // has one free, never a chat's (it would hold the next message of the chat back), is
-// skipped while a 429 holds the chat, and its failures are only logged.
-func (c *Channel) typing(ctx context.Context, chat int64, thread int) {
+// skipped while a 429 holds the chat, and its failures are only logged; the error is
+// returned for the refreshes to tell a chat the bot cannot reach.
+func (c *Channel) typing(ctx context.Context, chat int64, thread int) error {
 	to, key := c.to(chat, 10*time.Second)
 	err := to.Try(ctx, key, false, func(ctx context.Context) error {
 		err := c.sendChatAction(ctx, &bot.SendChatActionParams{ChatID: chat, MessageThreadID: thread, Action: models.ChatActionTyping})
@@ -390,6 +393,7 @@ func (c *Channel) typing(ctx context.Context, chat int64, thread int) {
 	if err != nil && !errors.Is(err, channels.ErrSkipped) && ctx.Err() == nil {
 		c.log.Debug("telegram: typing indicator failed", "chat", chat, "err", err)
 	}
+	return err
 }
 
 // render turns the answer's Markdown into the HTML of each message.

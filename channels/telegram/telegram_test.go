@@ -57,6 +57,14 @@ func newFixture(t *testing.T) *fixture {
 	return f
 }
 
+// chats makes ids chats the bot may post in before anyone wrote there: the fake, like
+// Telegram, refuses a send to a chat no user started and the bot is not in.
+func (f *fixture) chats(ids ...int64) {
+	for _, id := range ids {
+		f.srv.AddChat(id)
+	}
+}
+
 func (f *fixture) config() telegram.Config {
 	return telegram.Config{Enabled: true, Token: secret.Secret(telegramtest.Token), APIURL: f.srv.URL,
 		Access: channels.Access{AllowFrom: []string{strconv.Itoa(telegramtest.UserID)}, DMPolicy: channels.DMAllowlist, RequireMention: true}}
@@ -338,6 +346,7 @@ func TestPhotoDocumentAndOtherParts(t *testing.T) {
 
 func TestMarkdownAsHTMLWithPlainFallback(t *testing.T) {
 	f := newFixture(t)
+	f.chats(1001)
 	ch := f.start(f.config(), f.options(), channeltest.NewSink())
 	target := channels.Target{Channel: "telegram", ChatID: "1001", ChatType: channels.ChatDM}
 	answer(t, ch, target, done("**Bold** claim: 2 < 3 & `x>y`"))
@@ -364,6 +373,7 @@ func TestMarkdownAsHTMLWithPlainFallback(t *testing.T) {
 // message (after the preview's and the answer's HTML were both refused) and for an edit.
 func TestPlainFallbackKeepsLinksAndShowsWhatHTMLWould(t *testing.T) {
 	f := newFixture(t)
+	f.chats(1001)
 	opts := f.options()
 	opts.EditInterval = 10 * time.Millisecond
 	ch := f.start(f.config(), opts, channeltest.NewSink())
@@ -506,6 +516,7 @@ func TestGroupAnswersQuoteAndStayInTopic(t *testing.T) {
 
 func TestInboundNormalisation(t *testing.T) {
 	f := newFixture(t)
+	f.chats(-200)
 	sink := channeltest.NewSink()
 	ch := f.start(f.config(), f.options(), sink)
 	answer(t, ch, channels.Target{Channel: "telegram", ChatID: "-200", ChatType: channels.ChatGroup}, done("I am the bot"))
@@ -593,6 +604,7 @@ func TestStrangerIsNotToldAgainAfterARestart(t *testing.T) {
 
 func TestTypingRefreshesUntilDone(t *testing.T) {
 	f := newFixture(t)
+	f.chats(1001)
 	opts := f.options()
 	opts.TypingInterval = 100 * time.Millisecond
 	ch := f.start(f.config(), opts, channeltest.NewSink())
@@ -627,6 +639,10 @@ func TestTypingRefreshesUntilDone(t *testing.T) {
 // refresh, stop with their answers, and the channel's Stop ends those left open.
 func TestTypingHoldsNoGoroutineWhileWaiting(t *testing.T) {
 	f := newFixture(t)
+	f.chats(2000)
+	for i := range 30 {
+		f.chats(int64(3000 + i))
+	}
 	opts := f.options()
 	opts.TypingInterval = time.Second // refreshes come in bursts; between them the connections they opened close
 	ch := f.start(f.config(), opts, channeltest.NewSink())
@@ -709,6 +725,7 @@ func TestPerChatOrder(t *testing.T) {
 
 func TestPacingSpacesOneChat(t *testing.T) {
 	f := newFixture(t)
+	f.chats(1001, -500)
 	opts := f.options()
 	opts.Pacing = telegram.Pacing{PerChatInterval: 400 * time.Millisecond, GroupInterval: 800 * time.Millisecond}
 	ch := f.start(f.config(), opts, channeltest.NewSink())
@@ -758,6 +775,7 @@ func TestVoiceOutConvertsToOggOpus(t *testing.T) {
 		t.Skip("ffmpeg not installed")
 	}
 	f := newFixture(t)
+	f.chats(1001)
 	ch := f.start(f.config(), f.options(), channeltest.NewSink())
 	path := filepath.Join(t.TempDir(), "tts.wav")
 	if err := os.WriteFile(path, wavBytes(), 0o600); err != nil {
@@ -778,6 +796,7 @@ func TestVoiceOutConvertsToOggOpus(t *testing.T) {
 // an error. Telegram refusing the file as well is still a failure.
 func TestRefusedVoiceNoteIsSentAsAFile(t *testing.T) {
 	f := newFixture(t)
+	f.chats(1001)
 	ch := f.start(f.config(), f.options(), channeltest.NewSink())
 	voice := []byte("OggS\x00\x02 OpusHead the spoken answer")
 	forbidden := fakeserver.Failure{Status: 400, Method: "sendVoice", Chat: "1001", Message: "Bad Request: VOICE_MESSAGES_FORBIDDEN"}
@@ -808,6 +827,7 @@ func TestRefusedVoiceNoteIsSentAsAFile(t *testing.T) {
 
 func TestErrorFrameIsSentAsText(t *testing.T) {
 	f := newFixture(t)
+	f.chats(1001)
 	ch := f.start(f.config(), f.options(), channeltest.NewSink())
 	answer(t, ch, channels.Target{Channel: "telegram", ChatID: "1001", ChatType: channels.ChatDM},
 		channels.Frame{Type: channels.FrameStart}, channels.Frame{Type: channels.FrameError, Text: "The model is unavailable <try later>."})
@@ -864,6 +884,7 @@ func TestConfigValidate(t *testing.T) {
 
 func TestRevisedShorterAnswerRemovesStaleMessages(t *testing.T) {
 	f := newFixture(t)
+	f.chats(1001)
 	opts := f.options()
 	opts.EditInterval = 10 * time.Millisecond
 	ch := f.start(f.config(), opts, channeltest.NewSink())
@@ -935,6 +956,7 @@ func TestVideoNoteArrivesAsSpeech(t *testing.T) {
 
 func TestRetriesHonourRetryAfterAndBackOff(t *testing.T) {
 	f := newFixture(t)
+	f.chats(1001)
 	ch := f.start(f.config(), f.options(), channeltest.NewSink())
 	target := channels.Target{Channel: "telegram", ChatID: "1001", ChatType: channels.ChatDM}
 	f.srv.FailNext(1, fakeserver.Failure{RetryAfter: time.Second})
@@ -961,6 +983,7 @@ func TestRetriesHonourRetryAfterAndBackOff(t *testing.T) {
 // the rest, a longer one edits what is there and posts the rest; Placed follows each change.
 func TestResumedAnswerIsShownInTheCutAttemptsMessages(t *testing.T) {
 	f := newFixture(t)
+	f.chats(4250)
 	ch := f.start(f.config(), f.options(), channeltest.NewSink())
 	defer stop(t, ch)
 	const chat = 4250
@@ -1001,6 +1024,7 @@ func TestResumedAnswerIsShownInTheCutAttemptsMessages(t *testing.T) {
 // of its own: the answer's final text neither deletes it as a stale chunk nor edits it.
 func TestTextPartIsAMessageOfItsOwnBesideTheAnswer(t *testing.T) {
 	f := newFixture(t)
+	f.chats(4260)
 	ch := f.start(f.config(), f.options(), channeltest.NewSink())
 	defer stop(t, ch)
 	const chat = 4260

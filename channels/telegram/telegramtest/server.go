@@ -3,7 +3,10 @@
 // serves downloads at /file/bot<token>/<path>, and checks what real Telegram checks where a
 // user would notice: the token (401), the 4096-unit limit after entity parsing ("message is
 // too long"), HTML entity parsing ("can't parse entities"), unchanged edits ("message is not
-// modified"). Tests inject user updates, make sends fail (429 with retry_after, 5xx) or slow,
+// modified"), and the chats the bot may reach: a chat is known once an update came from it
+// (a user wrote there) or a test added it (AddChat); a send, edit, delete, chat action or
+// media to any other is refused with 400 "Bad Request: chat not found", as Telegram
+// refuses a chat the bot is not in or no user started. Tests inject user updates, make sends fail (429 with retry_after, 5xx) or slow,
 // and read what the bot posted and every call it made. In webhook mode (after setWebhook)
 // the fake POSTs updates to the registered URL with the secret header and redelivers on any
 // non-2xx answer, as Telegram does.
@@ -103,6 +106,8 @@ type Server struct {
 	parseFails   int
 	// migrated are groups upgraded to supergroups: old id -> new id (see Migrate).
 	migrated map[int64]int64
+	// known are the chats the bot may reach: those an update came from, and those added.
+	known map[int64]bool
 }
 
 type fileEntry struct {
@@ -323,6 +328,9 @@ func (s *Server) handle(ctx context.Context, method string, p map[string]string,
 					"description": "Bad Request: group chat was upgraded to a supergroup chat",
 					"parameters":  map[string]any{"migrate_to_chat_id": to}}
 			}
+			if !s.Known(id) {
+				return 400, apiErr(400, "Bad Request: chat not found", 0)
+			}
 		}
 	}
 	switch method {
@@ -390,8 +398,9 @@ func (s *Server) handle(ctx context.Context, method string, p map[string]string,
 
 // Migrate upgrades the group old to a supergroup with the id to, as Telegram does when a
 // group grows or an admin changes some settings: from now on every call that sends to,
-// edits in or acts in old is refused with 400 and parameters.migrate_to_chat_id. The
-// service messages Telegram sends about it are MigrateTo and MigrateFrom.
+// edits in or acts in old is refused with 400 and parameters.migrate_to_chat_id, and the
+// bot may post in to. The service messages Telegram sends about it are MigrateTo and
+// MigrateFrom.
 func (s *Server) Migrate(old, to int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -399,6 +408,23 @@ func (s *Server) Migrate(old, to int64) {
 		s.migrated = map[int64]int64{}
 	}
 	s.migrated[old] = to
+	s.known[to] = true
+}
+
+// AddChat makes chat one the bot may post in before anyone wrote there: a private chat
+// whose user started the bot, or a group the bot was added to. Chats an update came from
+// are known already; a call to any other is refused with 400 "Bad Request: chat not found".
+func (s *Server) AddChat(chat int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.known[chat] = true
+}
+
+// Known reports whether the bot may post in chat (an update came from it, or it was added).
+func (s *Server) Known(chat int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.known[chat]
 }
 
 // MigrateTo queues the service message Telegram sends in the old group when it became the

@@ -38,6 +38,8 @@ func call(t *testing.T, s *Server, token, method, body, contentType string) answ
 
 func TestFakeChecksWhatTelegramChecks(t *testing.T) {
 	s := NewServer(t)
+	s.AddChat(5)
+	s.AddChat(6)
 	if a := call(t, s, "1:wrong", "getMe", "{}", "application/json"); a.ErrorCode != 401 {
 		t.Errorf("wrong token: %+v", a)
 	}
@@ -110,6 +112,8 @@ func TestFakeLongPollWaitsAndConfirms(t *testing.T) {
 // A failure scripted for one method in one chat hits only that chat and method.
 func TestFakeRateLimitsOneChat(t *testing.T) {
 	s := NewServer(t)
+	s.AddChat(5)
+	s.AddChat(6)
 	s.FailNext(1, fakeserver.Failure{Method: "sendChatAction", Chat: "5", RetryAfter: 1500 * time.Millisecond})
 	send := func(chat int, method string) answer {
 		return call(t, s, Token, method, `{"chat_id":`+strconv.Itoa(chat)+`,"text":"hi","action":"typing"}`, "application/json")
@@ -125,5 +129,43 @@ func TestFakeRateLimitsOneChat(t *testing.T) {
 	}
 	if a := send(5, "sendChatAction"); !a.OK {
 		t.Errorf("the call after: %+v", a)
+	}
+}
+
+// The fake knows the chats a user wrote in, and those added, and refuses any call about
+// another as Telegram does; an upgraded group's new id is one the bot may post in.
+func TestFakeKnowsItsChats(t *testing.T) {
+	s := NewServer(t)
+	send := func(chat int64, method string) answer {
+		return call(t, s, Token, method, `{"chat_id":`+strconv.FormatInt(chat, 10)+`,"text":"hi","action":"typing","message_id":1}`, "application/json")
+	}
+	for _, method := range []string{"sendMessage", "editMessageText", "deleteMessage", "sendChatAction"} {
+		if a := send(9, method); a.OK || a.ErrorCode != 400 || a.Description != "Bad Request: chat not found" {
+			t.Errorf("%s to a chat nobody wrote in: %+v; want 400 chat not found", method, a)
+		}
+	}
+	resp, err := http.Post(s.URL+"/bot"+Token+"/sendDocument", "multipart/form-data; boundary=b",
+		strings.NewReader("--b\r\nContent-Disposition: form-data; name=\"chat_id\"\r\n\r\n9\r\n"+
+			"--b\r\nContent-Disposition: form-data; name=\"document\"; filename=\"a.txt\"\r\n\r\nabc\r\n--b--\r\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 400 || len(s.Messages(9)) != 0 {
+		t.Errorf("a document to a chat nobody wrote in: HTTP %d, %d messages; want 400 and none", resp.StatusCode, len(s.Messages(9)))
+	}
+
+	s.Send(Update{ChatID: 7, Text: "hello"})
+	s.Send(Update{ChatID: -100, Text: "hello group"})
+	s.SendMessageJSON(`{"message_id":5,"date":1,"chat":{"id":-200,"type":"supergroup","title":"G"},"text":"raw"}`)
+	s.AddChat(8)
+	s.Migrate(-300, -1000300)
+	for _, chat := range []int64{7, -100, -200, 8, -1000300} {
+		if a := send(chat, "sendMessage"); !a.OK {
+			t.Errorf("a send to known chat %d: %+v", chat, a)
+		}
+	}
+	if a := send(-300, "sendMessage"); a.ErrorCode != 400 || !strings.Contains(a.Description, "upgraded to a supergroup") {
+		t.Errorf("a send to the upgraded group's old id: %+v; want the migration's answer", a)
 	}
 }

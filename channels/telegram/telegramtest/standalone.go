@@ -27,7 +27,7 @@ func Start(opts Options) *Server {
 		notify:     make(chan struct{}),
 		sent:       map[int64]json.RawMessage{},
 		nextUpdate: 100, nextMsg: 1000,
-		msgs: map[int64][]*Message{}, typing: map[int64]int{},
+		msgs: map[int64][]*Message{}, typing: map[int64]int{}, known: map[int64]bool{},
 		files: map[string]fileEntry{}, paths: map[string]string{}, slow: map[string]time.Duration{},
 	}
 	var h http.Handler = http.HandlerFunc(s.serve)

@@ -15,6 +15,7 @@ func TestStartTellsOnSentOfEverySendAndForgetsCalls(t *testing.T) {
 		mu.Unlock()
 	}})
 	defer s.Close()
+	s.AddChat(42)
 	sent := call(t, s, s.Token, "sendMessage", `{"chat_id":42,"text":"<b>hi</b>","parse_mode":"HTML"}`, "application/json")
 	if !sent.OK {
 		t.Fatalf("sendMessage: %+v", sent)

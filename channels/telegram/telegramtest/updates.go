@@ -205,11 +205,49 @@ func (s *Server) AddFile(data []byte, size int64, dir, ext string) string {
 	return id
 }
 
-// enqueue adds an update and wakes pollers; s.mu is held.
+// enqueue adds an update and wakes pollers; s.mu is held. The chats it came from become
+// known: the bot may answer there.
 func (s *Server) enqueue(id int64, raw json.RawMessage) {
+	for _, chat := range chatsIn(raw) {
+		s.known[chat] = true
+	}
 	s.pending = append(s.pending, raw)
 	s.pendingIDs = append(s.pendingIDs, id)
 	s.wake()
+}
+
+// chatsIn lists the ids of the chats an update names (every "chat" object in it, wherever
+// the update kind puts it: message, edited_message, callback_query.message, my_chat_member).
+func chatsIn(raw json.RawMessage) []int64 {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if dec.Decode(&v) != nil {
+		return nil
+	}
+	var out []int64
+	var walk func(v any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, x := range v {
+				if c, ok := x.(map[string]any); ok && k == "chat" {
+					if n, ok := c["id"].(json.Number); ok {
+						if id, err := n.Int64(); err == nil {
+							out = append(out, id)
+						}
+					}
+				}
+				walk(x)
+			}
+		case []any:
+			for _, x := range v {
+				walk(x)
+			}
+		}
+	}
+	walk(v)
+	return out
 }
 
 func (s *Server) wake() {

@@ -995,9 +995,10 @@ func TestSendToAMalformedTelegramChatIsTheCallersMistake(t *testing.T) {
 		t.Errorf("%d sendMessage calls for malformed chats; want none", n)
 	}
 
+	tg.AddChat(4242)
 	tg.FailNext(1, fakeserver.Failure{Method: "sendMessage", Status: http.StatusForbidden, Message: "Forbidden: bot was blocked by the user"})
-	if code, printed := send("--chat", "4242", "Backup done"); code != 1 || !strings.Contains(printed, "HTTP 502") {
-		t.Errorf("gateway send that Telegram refused: exit %d, printed %q; want 502", code, printed)
+	if code, printed := send("--chat", "4242", "Backup done"); code != 1 || !strings.Contains(printed, "HTTP 502") || !strings.Contains(printed, "blocked the bot") {
+		t.Errorf("gateway send that Telegram refused: exit %d, printed %q; want 502 saying the user blocked the bot", code, printed)
 	}
 }
 
@@ -1013,6 +1014,7 @@ func TestSendCommandWaitsOutARateLimit(t *testing.T) {
 	channelsYAML := fmt.Sprintf("channels:\n  telegram:\n    enabled: true\n    token: %q\n    api_url: %s\n    allow_from: [%q]\n",
 		telegramtest.Token, tg.URL, fmt.Sprint(telegramtest.UserID))
 	g := startGateway(t, t.TempDir(), channelsYAML)
+	tg.AddChat(4242)
 	tg.FailNext(1, fakeserver.Failure{Method: "sendMessage", RetryAfter: 35 * time.Second})
 
 	code, printed := cli(t, context.Background(), nil, "send", "--config", g.cfgPath, "--channel", "telegram", "--chat", "4242", "Backup done")

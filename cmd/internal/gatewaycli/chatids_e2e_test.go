@@ -90,6 +90,7 @@ func TestAdminAPIRefusesChatIDsNoPlatformHas(t *testing.T) {
 	// Well-formed ids of chats the platforms have not shown the gateway, but where the bot
 	// is (added to the channel, or a user the app may DM): each goes to its platform.
 	const tgNew, dcNew, slNew = "4243", "93000000000000001", "C0000NEW1"
+	tg.AddChat(4243)
 	dc.AddGuildChannel(dcNew)
 	sl.AddChannel(slNew)
 	// A Slack user id is a target too: chat.postMessage takes it as the app's DM with them.
@@ -111,7 +112,7 @@ func TestAdminAPIRefusesChatIDsNoPlatformHas(t *testing.T) {
 	// Well-formed ids of chats the platform refuses (deleted, or the bot is not in them):
 	// 502, as any delivery the platform refuses, saying so in words rather than in the
 	// platform's JSON.
-	for _, c := range [][2]string{{"discord", "93000000000000404"}, {"slack", "C0000GONE"}} {
+	for _, c := range [][2]string{{"telegram", "-1009900000404"}, {"discord", "93000000000000404"}, {"slack", "C0000GONE"}} {
 		code, msg := g.adminPost("/api/v1/send", map[string]any{"channel": c[0], "chat_id": c[1], "text": "Backup done"})
 		if code != http.StatusBadGateway || !strings.Contains(msg, "deleted") || strings.Contains(msg, "{") {
 			t.Errorf("send to unknown %s chat %s: %d %q; want 502 saying it was deleted or the bot is not in it", c[0], c[1], code, msg)

@@ -518,7 +518,9 @@ func (r *clusterRig) twoAndAChatOfTheOneNotPolling() (*child, int64) {
 	if p == poller {
 		p = r.procs[1]
 	}
-	return p, heldChat(r.t, p)
+	chat := heldChat(r.t, p)
+	r.tg.AddChat(chat) // a user who started the bot: an inject may answer there before they write
+	return p, chat
 }
 
 // heldChat is a Telegram chat of a partition p holds (and is not handing over).

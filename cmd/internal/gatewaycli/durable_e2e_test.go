@@ -232,6 +232,8 @@ const (
 
 func telegramPlatform(t *testing.T) platform {
 	tg := telegramtest.NewServer(t)
+	// The user started the bot: the admin may write there before they do (an inject).
+	tg.AddChat(tgChat)
 	var lastMsg int
 	return platform{
 		name: "telegram",
