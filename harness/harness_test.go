@@ -633,6 +633,27 @@ func TestStoreSkipsADamagedLineAndKeepsTheRest(t *testing.T) {
 	if l := readLines(t, path); l[2] != lines[2] || len(l) != 7 {
 		t.Fatalf("the damaged line was not kept as it was, or the new turn is missing: %q", l)
 	}
+
+	// Loaded again (the chat was let go of while idle), the same damage is not warned of
+	// again; new damage is.
+	fake.Push(harness.FakeReply{Text: "ok"}, harness.FakeReply{Text: "ok"})
+	if _, err := openSession(t, opts).Run(context.Background(), "thanks", nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(logs.String(), "skipped lines"); n != 1 {
+		t.Fatalf("the same damaged line was warned of %d times; want once:\n%s", n, logs.String())
+	}
+	more := readLines(t, path)
+	more[4] = "\x00 more damage"
+	if err := os.WriteFile(path, []byte(strings.Join(more, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := openSession(t, opts).Run(context.Background(), "and now?", nil); err != nil {
+		t.Fatal(err)
+	}
+	if l := logs.String(); strings.Count(l, "skipped lines") != 2 || !strings.Contains(l, `lines="[3 5]"`) {
+		t.Fatalf("new damage was not warned of, naming both lines:\n%s", l)
+	}
 }
 
 // A history file of which not one line is an entry is not a crash's torn end: it is moved

@@ -3,6 +3,7 @@ package harness
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -130,6 +131,26 @@ type Store struct {
 
 	mu     sync.Mutex
 	closed bool
+	// warned is, per history file, the damaged lines its last warning named: a chat loaded
+	// again (after an idle eviction) warns only of new damage. At most maxWarned files.
+	warned map[string]int
+}
+
+// maxWarned bounds Store.warned; past it the store forgets, and warns again.
+const maxWarned = 1024
+
+// newDamage reports whether path's bad damaged lines are more than the store last warned of.
+func (s *Store) newDamage(path string, bad int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.warned[path] >= bad {
+		return false
+	}
+	if s.warned == nil || len(s.warned) >= maxWarned {
+		s.warned = map[string]int{}
+	}
+	s.warned[path] = bad
+	return true
 }
 
 // WriteAhead makes an append durable in place of the file's own sync: the gateway's intake
@@ -644,7 +665,11 @@ func (h *history) load() error {
 		for _, b := range bad[:min(len(bad), 20)] {
 			nums = append(nums, b.line)
 		}
-		h.log.Warn("session history: skipped lines that are not history entries (damaged file?); the entries before and after them are kept",
+		level := slog.LevelWarn
+		if h.files != nil && !h.files.newDamage(h.path, len(bad)) {
+			level = slog.LevelDebug // warned of already, when the chat was loaded before
+		}
+		h.log.Log(context.Background(), level, "session history: skipped lines that are not history entries (damaged file?); the entries before and after them are kept",
 			"key", h.key, "file", h.path, "lines", nums, "count", len(bad))
 	}
 	if t, err := time.Parse(time.RFC3339Nano, stamp); err == nil {
