@@ -159,7 +159,7 @@ func TooLarge(what string, typ PartType, size, limit int64) Refusal {
 	}
 	text := fmt.Sprintf("Sorry, %s is too large for me (I can take up to %s), so I haven't %s it.", what, HumanSize(limit), missed)
 	if size > limit {
-		text = fmt.Sprintf("Sorry, %s is too large for me (%s; I can take up to %s), so I haven't %s it.", what, HumanSize(size), HumanSize(limit), missed)
+		text = fmt.Sprintf("Sorry, %s is too large for me (%s; I can take up to %s), so I haven't %s it.", what, OverSize(size, limit), HumanSize(limit), missed)
 	}
 	return Refusal{Text: text, Limit: limit}
 }

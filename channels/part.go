@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // ErrTooLarge is returned by ReadPart for media over the caller's limit.
@@ -21,7 +22,7 @@ func ReadPart(p Part, max int64) ([]byte, error) {
 	}
 	if p.Data != nil {
 		if max > 0 && int64(len(p.Data)) > max {
-			return nil, fmt.Errorf("%s %s is %s: %w (the limit is %s)", p.Type, name, HumanSize(int64(len(p.Data))), ErrTooLarge, HumanSize(max))
+			return nil, fmt.Errorf("%s %s is %s: %w (the limit is %s)", p.Type, name, OverSize(int64(len(p.Data)), max), ErrTooLarge, HumanSize(max))
 		}
 		return p.Data, nil
 	}
@@ -54,13 +55,31 @@ func ReadPart(p Part, max int64) ([]byte, error) {
 	return b, nil
 }
 
+// OverSize says size, a count over limit, so that it reads as more than the limit. A limit
+// of whole decimal megabytes reads so (HumanSize), and the size is then said in the same
+// unit: in binary ones, 20.4 MB over a limit written 20000000 read "19 MB". A size that
+// would still read as the limit is said "more than" it.
+func OverSize(size, limit int64) string {
+	s := HumanSize(size)
+	if decimalMB(limit) && size < 1<<30 {
+		s = fmt.Sprintf("%.1f MB", float64(size)/1e6)
+	}
+	if l := HumanSize(limit); s == l || s == strings.TrimSuffix(l, " MB")+".0 MB" {
+		return "more than " + l
+	}
+	return s
+}
+
+// decimalMB reports whether n is a count of whole decimal megabytes HumanSize says as such.
+func decimalMB(n int64) bool { return n >= 1_000_000 && n < 1<<30 && n%1_000_000 == 0 }
+
 // HumanSize says a byte count the way people read file sizes, in the binary units that
 // platform limits use (Telegram's 20 MB is 20 MiB): "20 MB", "1.5 MB", "5 KB". A count of
 // whole decimal megabytes is said as such: a limit written 20000000 reads "20 MB", not "19 MB".
 func HumanSize(n int64) string {
 	const mb = 1 << 20
 	switch {
-	case n >= 1_000_000 && n < 1<<30 && n%1_000_000 == 0:
+	case decimalMB(n):
 		return fmt.Sprintf("%d MB", n/1_000_000)
 	case n >= 1<<30:
 		return fmt.Sprintf("%.1f GB", float64(n)/(1<<30))

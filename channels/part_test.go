@@ -47,3 +47,26 @@ func TestAccessValidateNamesTheKey(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A size over the limit reads as more than the limit: 20.4 MB over a limit written
+// 20000000 said "(19 MB; I can take up to 20 MB)", the size in binary units and the limit
+// in decimal ones.
+func TestTooLargeSaysASizeAboveTheLimit(t *testing.T) {
+	cases := []struct {
+		size, limit int64
+		want        string
+	}{
+		{20_400_000, 20_000_000, "(20.4 MB; I can take up to 20 MB)"},
+		{20_010_000, 20_000_000, "(more than 20 MB; I can take up to 20 MB)"},
+		{25 << 20, 20_000_000, "(26.2 MB; I can take up to 20 MB)"},
+		{21 << 20, 20 << 20, "(21 MB; I can take up to 20 MB)"},
+		{20<<20 + 1000, 20 << 20, "(more than 20 MB; I can take up to 20 MB)"},
+		{1500, 1000, "(1 KB; I can take up to 1000 bytes)"},
+	}
+	for _, c := range cases {
+		got := TooLarge("that voice note", PartAudio, c.size, c.limit).Text
+		if !strings.Contains(got, c.want) {
+			t.Errorf("%d over %d: %q; want it to say %q", c.size, c.limit, got, c.want)
+		}
+	}
+}

@@ -165,7 +165,7 @@ func TestOversizedAttachmentRefusedWithoutDownload(t *testing.T) {
 		t.Errorf("note %q; want %q", m.Parts[2].Text, want)
 	}
 	waitFor(t, "the refusal", func() bool { return len(srv.Posted("780")) == 1 })
-	if got, want := srv.Posted("780")[0].Content, "Sorry, that file is too large for me (1.4 MB; I can take up to 1 MB), so I haven't seen it."; got != want {
+	if got, want := srv.Posted("780")[0].Content, "Sorry, that file is too large for me (1.5 MB; I can take up to 1 MB), so I haven't seen it."; got != want {
 		t.Errorf("told %q; want %q", got, want)
 	}
 	for _, c := range srv.Calls() {
@@ -280,7 +280,7 @@ func TestTextOutlivesItsFailedAttachmentAfterARestart(t *testing.T) {
 		t.Fatalf("fetched %+v; want the text %q and no reference", m.Parts, want)
 	}
 	waitFor(t, "the user told", func() bool { return len(srv.Posted("810")) == 1 })
-	if got, want := srv.Posted("810")[0].Content, "Sorry, that file is too large for me (1.4 MB; I can take up to 1 MB), so I haven't seen it."; got != want {
+	if got, want := srv.Posted("810")[0].Content, "Sorry, that file is too large for me (1.5 MB; I can take up to 1 MB), so I haven't seen it."; got != want {
 		t.Errorf("told %q; want %q", got, want)
 	}
 }
@@ -307,7 +307,7 @@ func TestAudioNotDownloadedIsToldAsNotHeard(t *testing.T) {
 		t.Errorf("delivered %q; want %q", m.Text(), want)
 	}
 	waitFor(t, "the user told", func() bool { return len(srv.Posted("821")) == 1 })
-	if got, want := srv.Posted("821")[0].Content, "Sorry, that audio file is too large for me (1.4 MB; I can take up to 1 MB), so I haven't heard it."; got != want {
+	if got, want := srv.Posted("821")[0].Content, "Sorry, that audio file is too large for me (1.5 MB; I can take up to 1 MB), so I haven't heard it."; got != want {
 		t.Errorf("told %q; want %q", got, want)
 	}
 }

@@ -499,7 +499,7 @@ func (c *Channel) decodeAudio(mimeType, data string) (audio []byte, base, reason
 
 func tooLarge(n, limit int64) string {
 	return fmt.Sprintf("That voice note is too large (%s); the limit is %s. Please send a shorter one.",
-		channels.HumanSize(n), channels.HumanSize(limit))
+		channels.OverSize(n, limit), channels.HumanSize(limit))
 }
 
 // maxFiles bounds the attachments of one message.
